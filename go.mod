@@ -1,0 +1,3 @@
+module github.com/pgrouted/pgrouted
+
+go 1.26
