@@ -1,0 +1,334 @@
+package dsn
+
+import (
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Consistency is what a read on a replica must see (pgrouted_consistency).
+type Consistency string
+
+// The values of pgrouted_consistency.
+const (
+	// ConsistencySession: a read sees the writes the same session made
+	// before it (read-your-writes by LSN watermark).
+	ConsistencySession Consistency = "session"
+	// ConsistencyEventual: a read may run on any replica inside the lag
+	// budget, whatever the session wrote.
+	ConsistencyEventual Consistency = "eventual"
+)
+
+// SelectPolicy is how a replica is chosen among the eligible ones
+// (pgrouted_select).
+type SelectPolicy string
+
+// The values of pgrouted_select.
+const (
+	// SelectRoundRobin takes the eligible replicas in turn.
+	SelectRoundRobin SelectPolicy = "round-robin"
+	// SelectWeighted picks at random in proportion to [Host.Weight].
+	SelectWeighted SelectPolicy = "weighted"
+	// SelectLeastInflight picks the replica with the fewest statements
+	// running.
+	SelectLeastInflight SelectPolicy = "least-inflight"
+	// SelectNearest picks the replica with the lowest probe round trip.
+	SelectNearest SelectPolicy = "nearest"
+	// SelectRandom picks uniformly at random.
+	SelectRandom SelectPolicy = "random"
+)
+
+// FallbackPolicy is what a read does when no replica is eligible
+// (pgrouted_fallback).
+type FallbackPolicy string
+
+// The values of pgrouted_fallback.
+const (
+	// FallbackPrimary runs the read on the primary.
+	FallbackPrimary FallbackPolicy = "primary"
+	// FallbackError fails the read with the reason no replica was eligible.
+	FallbackError FallbackPolicy = "error"
+)
+
+// ReadOnlyTxRoute is where a read-only transaction runs (pgrouted_readonly_tx).
+type ReadOnlyTxRoute string
+
+// The values of pgrouted_readonly_tx.
+const (
+	// ReadOnlyTxReplica runs a read-only transaction on a replica.
+	ReadOnlyTxReplica ReadOnlyTxRoute = "replica"
+	// ReadOnlyTxPrimary runs every transaction on the primary.
+	ReadOnlyTxPrimary ReadOnlyTxRoute = "primary"
+)
+
+// LatencyWindowOff is the [Config.LatencyWindow] that turns the latency
+// window off (pgrouted_latency_window=off): replicas are not filtered by
+// round-trip time at all.
+const LatencyWindowOff time.Duration = -1
+
+// MaxWeight is the largest [Host.Weight].
+const MaxWeight = 1_000_000
+
+// The defaults: [Parse] starts from these, and [Format] leaves out every
+// routing key whose value equals its default. Change them before parsing, if
+// at all, and not while another goroutine parses or formats.
+var (
+	// DefaultConsistency is the default of pgrouted_consistency.
+	DefaultConsistency = ConsistencySession
+	// DefaultMaxLag is the default of pgrouted_max_lag: no budget.
+	DefaultMaxLag = LagBudget{}
+	// DefaultProbeInterval is the default of pgrouted_probe_interval.
+	DefaultProbeInterval = 1 * time.Second
+	// DefaultSelect is the default of pgrouted_select.
+	DefaultSelect = SelectRoundRobin
+	// DefaultLatencyWindow is the default of pgrouted_latency_window.
+	DefaultLatencyWindow = 20 * time.Millisecond
+	// DefaultWeight is the default of each pgrouted_weights entry.
+	DefaultWeight = 1
+	// DefaultFallback is the default of pgrouted_fallback.
+	DefaultFallback = FallbackPrimary
+	// DefaultReadOnlyTx is the default of pgrouted_readonly_tx.
+	DefaultReadOnlyTx = ReadOnlyTxReplica
+	// DefaultPinAfterWrite is the default of pgrouted_pin_after_write: off.
+	DefaultPinAfterWrite time.Duration = 0
+	// DefaultWriteTimeout is the default of pgrouted_write_timeout.
+	DefaultWriteTimeout = 30 * time.Second
+	// DefaultLease is the default of pgrouted_lease.
+	DefaultLease = 10 * time.Second
+	// DefaultReplicaMaxConns is the default of pgrouted_replica_max_conns:
+	// 0, pgxpool's own default.
+	DefaultReplicaMaxConns int32 = 0
+	// DefaultCircuitFailures is the default of pgrouted_circuit_failures.
+	DefaultCircuitFailures = 2
+	// DefaultCircuitMaxBackoff is the default of
+	// pgrouted_circuit_max_backoff.
+	DefaultCircuitMaxBackoff = 30 * time.Second
+	// DefaultStrictBoot is the default of pgrouted_strict_boot.
+	DefaultStrictBoot = false
+)
+
+// LagBudget is how far behind the primary a replica may be and still serve
+// reads (pgrouted_max_lag): a time, a number of WAL bytes, or none. The zero
+// value is none. LagBudget values compare with ==.
+type LagBudget struct {
+	kind lagKind
+	n    int64 // nanoseconds or bytes, by kind
+}
+
+type lagKind uint8
+
+const (
+	lagNone lagKind = iota
+	lagTime
+	lagBytes
+)
+
+// LagTime returns a budget of time: a replica may serve a read while it is
+// at most d behind.
+func LagTime(d time.Duration) LagBudget { return LagBudget{kind: lagTime, n: int64(d)} }
+
+// LagBytes returns a budget of WAL bytes: a replica may serve a read while
+// its replay position is at most n bytes behind the primary's.
+func LagBytes(n int64) LagBudget { return LagBudget{kind: lagBytes, n: n} }
+
+// IsNone reports whether there is no budget: staleness does not gate reads.
+func (b LagBudget) IsNone() bool { return b.kind == lagNone }
+
+// Time returns the budget and true when it is a time budget.
+func (b LagBudget) Time() (time.Duration, bool) {
+	return time.Duration(b.n), b.kind == lagTime
+}
+
+// Bytes returns the budget and true when it is a byte budget.
+func (b LagBudget) Bytes() (int64, bool) { return b.n, b.kind == lagBytes }
+
+// String returns the budget as a pgrouted_max_lag value ("2s", "16MB"), or
+// "none".
+func (b LagBudget) String() string {
+	switch b.kind {
+	case lagTime:
+		return formatDuration(time.Duration(b.n))
+	case lagBytes:
+		return formatSize(b.n)
+	}
+	return "none"
+}
+
+// MarshalText implements encoding.TextMarshaler with the form of [LagBudget.String].
+func (b LagBudget) MarshalText() ([]byte, error) { return []byte(b.String()), nil }
+
+// UnmarshalText implements encoding.TextUnmarshaler: it accepts what
+// pgrouted_max_lag accepts, and "none".
+func (b *LagBudget) UnmarshalText(text []byte) error {
+	if string(text) == "none" {
+		*b = LagBudget{}
+		return nil
+	}
+	v, err := parseLagBudget(string(text))
+	if err != nil {
+		return &ParseError{Key: keyMaxLag, msg: keyMaxLag + " (" + string(text) + ") " + ruleLag}
+	}
+	*b = v
+	return nil
+}
+
+// Host is one server of the cluster. Which one is the primary is not part of
+// the configuration: it is found by probing.
+type Host struct {
+	// Name identifies the host in route events, logs, topology snapshots
+	// and metrics: from pgrouted_names, else the Addr. Names are non-empty,
+	// unique (ignoring case), without commas or control characters, and
+	// "primary" is reserved.
+	Name string
+
+	// Addr is where the host listens: "host:port" (an IPv6 address in
+	// brackets, "[::1]:5432") or, for a unix socket, the socket's path
+	// ("/var/run/postgresql/.s.PGSQL.5432"), as [github.com/jackc/pgx/v5/pgconn.NetworkAddress]
+	// gives it.
+	Addr string
+
+	// Weight is the host's share of reads under pgrouted_select=weighted,
+	// from pgrouted_weights: 1 to [MaxWeight], default [DefaultWeight].
+	Weight int
+
+	// ConnConfig is a complete pgx configuration for this host alone: its
+	// own Host and Port, Fallbacks holding only this host's alternates (the
+	// TLS-then-plain pair of sslmode=prefer, the plain-then-TLS pair of
+	// sslmode=allow), and the credentials, TLS settings and runtime
+	// parameters that the connection string gives every host. No pgrouted_
+	// key is among its RuntimeParams.
+	ConnConfig *pgx.ConnConfig
+}
+
+// Config is a parsed pgrouted connection string: the hosts, each with its
+// own pgx configuration, and the routing settings. Build one with [Parse];
+// one built or changed in code is checked by [Config.Validate]. Printing a
+// Config with fmt shows [Config.Redacted], never a password.
+type Config struct {
+	// Hosts are the servers, in the order the connection string lists them.
+	Hosts []Host
+
+	// Consistency is what a read on a replica must see
+	// (pgrouted_consistency, default [DefaultConsistency]).
+	Consistency Consistency
+
+	// MaxLag is the staleness budget of a replica (pgrouted_max_lag, default
+	// [DefaultMaxLag], none). A time budget must be greater than
+	// ProbeInterval; a byte budget must be positive.
+	MaxLag LagBudget
+
+	// ProbeInterval is the time between two probes of a host's role,
+	// position and round trip (pgrouted_probe_interval, default
+	// [DefaultProbeInterval]). Positive.
+	ProbeInterval time.Duration
+
+	// Select is how a replica is chosen among the eligible ones
+	// (pgrouted_select, default [DefaultSelect]).
+	Select SelectPolicy
+
+	// LatencyWindow keeps only the replicas whose round trip is within this
+	// much of the fastest one's (pgrouted_latency_window, default
+	// [DefaultLatencyWindow]); [LatencyWindowOff] keeps all. Zero or more,
+	// or LatencyWindowOff.
+	LatencyWindow time.Duration
+
+	// Fallback is what a read does when no replica is eligible
+	// (pgrouted_fallback, default [DefaultFallback]).
+	Fallback FallbackPolicy
+
+	// ReadOnlyTx is where a read-only transaction runs
+	// (pgrouted_readonly_tx, default [DefaultReadOnlyTx]).
+	ReadOnlyTx ReadOnlyTxRoute
+
+	// PinAfterWrite keeps a session's reads on the primary for this long
+	// after its last write, on top of the LSN watermark
+	// (pgrouted_pin_after_write, default [DefaultPinAfterWrite]; 0 is off).
+	// Zero or more.
+	PinAfterWrite time.Duration
+
+	// WriteTimeout is how long a write waits for a primary, e.g. during a
+	// failover (pgrouted_write_timeout, default [DefaultWriteTimeout]). Zero
+	// or more; 0 fails at once when there is no primary.
+	WriteTimeout time.Duration
+
+	// Lease is how long a primary is trusted without a successful probe
+	// (pgrouted_lease, default [DefaultLease]). Greater than ProbeInterval.
+	Lease time.Duration
+
+	// ReplicaMaxConns is the size of each replica's connection pool
+	// (pgrouted_replica_max_conns, default [DefaultReplicaMaxConns]); 0
+	// means pgxpool's default. Zero or more.
+	ReplicaMaxConns int32
+
+	// CircuitFailures is the number of failures in a row that open a host's
+	// circuit (pgrouted_circuit_failures, default [DefaultCircuitFailures]).
+	// At least 1.
+	CircuitFailures int
+
+	// CircuitMaxBackoff is the longest wait between two probes of a host
+	// whose circuit is open (pgrouted_circuit_max_backoff, default
+	// [DefaultCircuitMaxBackoff]). Positive.
+	CircuitMaxBackoff time.Duration
+
+	// StrictBoot makes the first use fail while a configured host is
+	// unreachable (pgrouted_strict_boot, default [DefaultStrictBoot]).
+	StrictBoot bool
+
+	// src is the connection string the Config was parsed from, less its
+	// pgrouted_ keys; nil for a Config built in code. A pointer, so that
+	// fmt's %v of a Config can never print the password it holds.
+	src *source
+}
+
+// defaultConfig returns a Config with every routing setting at its default
+// and no host.
+func defaultConfig() *Config {
+	return &Config{
+		Consistency:       DefaultConsistency,
+		MaxLag:            DefaultMaxLag,
+		ProbeInterval:     DefaultProbeInterval,
+		Select:            DefaultSelect,
+		LatencyWindow:     DefaultLatencyWindow,
+		Fallback:          DefaultFallback,
+		ReadOnlyTx:        DefaultReadOnlyTx,
+		PinAfterWrite:     DefaultPinAfterWrite,
+		WriteTimeout:      DefaultWriteTimeout,
+		Lease:             DefaultLease,
+		ReplicaMaxConns:   DefaultReplicaMaxConns,
+		CircuitFailures:   DefaultCircuitFailures,
+		CircuitMaxBackoff: DefaultCircuitMaxBackoff,
+		StrictBoot:        DefaultStrictBoot,
+	}
+}
+
+// Clone returns a deep copy of c: its Hosts slice and each host's
+// ConnConfig are copies (pgx's [pgx.ConnConfig.Copy]; TLS configurations
+// are cloned).
+func (c *Config) Clone() *Config {
+	if c == nil {
+		return nil
+	}
+	n := *c
+	if c.Hosts != nil {
+		n.Hosts = make([]Host, len(c.Hosts))
+		for i, h := range c.Hosts {
+			if h.ConnConfig != nil {
+				h.ConnConfig = h.ConnConfig.Copy()
+			}
+			n.Hosts[i] = h
+		}
+	}
+	return &n
+}
+
+// String returns [Config.Redacted]. It has a value receiver so that fmt
+// uses it for a Config as well as for a *Config.
+func (c Config) String() string { return c.Redacted() }
+
+// GoString returns [Config.Redacted], so that %#v never shows a password
+// either.
+func (c Config) GoString() string { return c.Redacted() }
+
+// Redacted returns [Format] of the Config with every password (the URL's
+// userinfo password, password= and sslpassword= values) replaced by xxxxx.
+func (c Config) Redacted() string { return format(&c, true) }

@@ -1,0 +1,452 @@
+package dsn
+
+import (
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// The pgrouted keys.
+const (
+	keyConsistency       = "pgrouted_consistency"
+	keyMaxLag            = "pgrouted_max_lag"
+	keyProbeInterval     = "pgrouted_probe_interval"
+	keySelect            = "pgrouted_select"
+	keyLatencyWindow     = "pgrouted_latency_window"
+	keyWeights           = "pgrouted_weights"
+	keyNames             = "pgrouted_names"
+	keyFallback          = "pgrouted_fallback"
+	keyReadOnlyTx        = "pgrouted_readonly_tx"
+	keyPinAfterWrite     = "pgrouted_pin_after_write"
+	keyWriteTimeout      = "pgrouted_write_timeout"
+	keyLease             = "pgrouted_lease"
+	keyReplicaMaxConns   = "pgrouted_replica_max_conns"
+	keyCircuitFailures   = "pgrouted_circuit_failures"
+	keyCircuitMaxBackoff = "pgrouted_circuit_max_backoff"
+	keyStrictBoot        = "pgrouted_strict_boot"
+)
+
+// keySpec is how one pgrouted key is read, written and checked.
+type keySpec struct {
+	key string
+	// set stores the value in c; it returns the rule the value's syntax
+	// breaks, or "".
+	set func(c *Config, v string) string
+	// get returns c's value in the form set reads.
+	get func(c *Config) string
+	// check returns the rule c's value breaks, or "". Parse and Validate
+	// share it.
+	check func(c *Config) string
+}
+
+// specs lists the keys in the order Format writes them. pgrouted_weights and
+// pgrouted_names belong to the hosts and have no set, get or check.
+var specs = []keySpec{
+	{key: keyConsistency,
+		set: func(c *Config, v string) string { c.Consistency = Consistency(v); return "" },
+		get: func(c *Config) string { return string(c.Consistency) },
+		check: func(c *Config) string {
+			return oneOf(c.Consistency, ConsistencySession, ConsistencyEventual)
+		}},
+	{key: keyMaxLag,
+		set: func(c *Config, v string) string {
+			if v == "none" {
+				c.MaxLag = LagBudget{}
+				return ""
+			}
+			b, err := parseLagBudget(v)
+			if err != nil {
+				return ruleLag
+			}
+			c.MaxLag = b
+			return ""
+		},
+		get: func(c *Config) string { return c.MaxLag.String() },
+		check: func(c *Config) string {
+			if !c.MaxLag.IsNone() && c.MaxLag.n <= 0 {
+				return "must be greater than 0"
+			}
+			return ""
+		}},
+	durationSpec(keyProbeInterval, func(c *Config) *time.Duration { return &c.ProbeInterval }, false),
+	{key: keySelect,
+		set: func(c *Config, v string) string { c.Select = SelectPolicy(v); return "" },
+		get: func(c *Config) string { return string(c.Select) },
+		check: func(c *Config) string {
+			return oneOf(c.Select, SelectRoundRobin, SelectWeighted, SelectLeastInflight, SelectNearest, SelectRandom)
+		}},
+	{key: keyLatencyWindow,
+		set: func(c *Config, v string) string {
+			if v == "off" {
+				c.LatencyWindow = LatencyWindowOff
+				return ""
+			}
+			d, err := parseDuration(v)
+			if err != nil {
+				return ruleDuration + ", or off"
+			}
+			c.LatencyWindow = d
+			return ""
+		},
+		get: func(c *Config) string {
+			if c.LatencyWindow == LatencyWindowOff {
+				return "off"
+			}
+			return formatDuration(c.LatencyWindow)
+		},
+		check: func(c *Config) string {
+			if c.LatencyWindow < 0 && c.LatencyWindow != LatencyWindowOff {
+				return "must not be negative (off turns the window off)"
+			}
+			return ""
+		}},
+	{key: keyWeights},
+	{key: keyNames},
+	{key: keyFallback,
+		set: func(c *Config, v string) string { c.Fallback = FallbackPolicy(v); return "" },
+		get: func(c *Config) string { return string(c.Fallback) },
+		check: func(c *Config) string {
+			return oneOf(c.Fallback, FallbackPrimary, FallbackError)
+		}},
+	{key: keyReadOnlyTx,
+		set: func(c *Config, v string) string { c.ReadOnlyTx = ReadOnlyTxRoute(v); return "" },
+		get: func(c *Config) string { return string(c.ReadOnlyTx) },
+		check: func(c *Config) string {
+			return oneOf(c.ReadOnlyTx, ReadOnlyTxReplica, ReadOnlyTxPrimary)
+		}},
+	durationSpec(keyPinAfterWrite, func(c *Config) *time.Duration { return &c.PinAfterWrite }, true),
+	durationSpec(keyWriteTimeout, func(c *Config) *time.Duration { return &c.WriteTimeout }, true),
+	durationSpec(keyLease, func(c *Config) *time.Duration { return &c.Lease }, false),
+	{key: keyReplicaMaxConns,
+		set: func(c *Config, v string) string {
+			n, err := strconv.ParseInt(v, 10, 32)
+			if err != nil || n < 1 {
+				return "must be a whole number from 1 to 2147483647 (leave the key out for pgxpool's default)"
+			}
+			c.ReplicaMaxConns = int32(n)
+			return ""
+		},
+		get: func(c *Config) string { return strconv.FormatInt(int64(c.ReplicaMaxConns), 10) },
+		check: func(c *Config) string {
+			if c.ReplicaMaxConns < 0 {
+				return "must not be negative (0 means pgxpool's default)"
+			}
+			return ""
+		}},
+	{key: keyCircuitFailures,
+		set: func(c *Config, v string) string {
+			n, err := strconv.ParseInt(v, 10, 32)
+			if err != nil {
+				return "must be a whole number from 1 to 2147483647"
+			}
+			c.CircuitFailures = int(n)
+			return ""
+		},
+		get: func(c *Config) string { return strconv.Itoa(c.CircuitFailures) },
+		check: func(c *Config) string {
+			if c.CircuitFailures < 1 {
+				return "must be at least 1"
+			}
+			return ""
+		}},
+	durationSpec(keyCircuitMaxBackoff, func(c *Config) *time.Duration { return &c.CircuitMaxBackoff }, false),
+	{key: keyStrictBoot,
+		set: func(c *Config, v string) string {
+			b, err := parseBool(v)
+			if err != nil {
+				return ruleBool
+			}
+			c.StrictBoot = b
+			return ""
+		},
+		get:   func(c *Config) string { return strconv.FormatBool(c.StrictBoot) },
+		check: func(*Config) string { return "" }},
+}
+
+// durationSpec is the keySpec of a duration field; zeroOK tells whether 0
+// is allowed (else the value must be positive).
+func durationSpec(key string, field func(*Config) *time.Duration, zeroOK bool) keySpec {
+	return keySpec{key: key,
+		set: func(c *Config, v string) string {
+			d, err := parseDuration(v)
+			if err != nil {
+				return ruleDuration
+			}
+			*field(c) = d
+			return ""
+		},
+		get: func(c *Config) string { return formatDuration(*field(c)) },
+		check: func(c *Config) string {
+			switch d := *field(c); {
+			case d < 0:
+				return "must not be negative"
+			case d == 0 && !zeroOK:
+				return "must be greater than 0"
+			}
+			return ""
+		}}
+}
+
+// oneOf returns "" when v is one of valid, else the rule that lists them.
+func oneOf[T ~string](v T, valid ...T) string {
+	if slices.Contains(valid, v) {
+		return ""
+	}
+	list := make([]string, len(valid))
+	for i, s := range valid {
+		list[i] = string(s)
+	}
+	return "must be one of " + strings.Join(list, ", ")
+}
+
+func lookupSpec(key string) *keySpec {
+	for i := range specs {
+		if specs[i].key == key {
+			return &specs[i]
+		}
+	}
+	return nil
+}
+
+// nearestKey returns the valid key nearest to key by edit distance, the
+// first in table order on a tie.
+func nearestKey(key string) string {
+	k := strings.ToLower(key)
+	if len(k) > 64 {
+		k = k[:64] // longer than any key: the distance is dominated by length
+	}
+	best, bestDist := "", -1
+	for _, s := range specs {
+		if d := editDistance(k, s.key); bestDist < 0 || d < bestDist {
+			best, bestDist = s.key, d
+		}
+	}
+	return best
+}
+
+// Parse parses a connection string in either form pgx accepts, URL
+// (postgres://u:p@h1:5432,h2:5433,[::1]:5434/db?...) or keyword/value
+// (host=h1,h2 port=5432,5433 dbname=db ...), with the pgrouted_ keys among
+// its parameters.
+//
+// Every pgrouted_ key is taken out first, and pgx's [pgx.ParseConfig] parses
+// the rest: per-host ports, unix socket directories, PG* environment
+// variables, the passfile, the service file, sslmode and the TLS files for
+// every host, connect_timeout, application_name and runtime parameters all
+// mean what they mean to pgx and libpq. pgrouted_ keys found in a service
+// file apply where the connection string does not set them. Like libpq, the
+// last of a repeated key wins.
+//
+// The keys, their values and defaults:
+//
+//	pgrouted_consistency          session | eventual                       session
+//	pgrouted_max_lag              a duration or a size (4096B, 512KB,      none
+//	                              16MB, 1GB; KB = 1024 B), or none
+//	pgrouted_probe_interval       duration                                 1s
+//	pgrouted_select               round-robin | weighted | least-inflight  round-robin
+//	                              | nearest | random
+//	pgrouted_latency_window       duration, or off                         20ms
+//	pgrouted_weights              comma list, one per host, 1 to 1000000   1 each
+//	pgrouted_names                comma list, one per host                 host:port
+//	pgrouted_fallback             primary | error                          primary
+//	pgrouted_readonly_tx          replica | primary                        replica
+//	pgrouted_pin_after_write      duration, 0 is off                       0
+//	pgrouted_write_timeout        duration                                 30s
+//	pgrouted_lease                duration                                 10s
+//	pgrouted_replica_max_conns    whole number                             pgxpool's default
+//	pgrouted_circuit_failures     whole number                             2
+//	pgrouted_circuit_max_backoff  duration                                 30s
+//	pgrouted_strict_boot          true | false                             false
+//
+// A duration is a number with the unit ms, s or m, fractions allowed (1.5s);
+// a bare number means milliseconds. A size is a number with the unit B, KB,
+// MB or GB, 1024-based, fractions allowed.
+//
+// target_session_attrs other than any is rejected: pgrouted finds the
+// primary and the replicas itself, and pgx's check would refuse the
+// connections to one or the other.
+//
+// The error is a [*ParseError]. The Config returned has passed
+// [Config.Validate].
+func Parse(connString string) (*Config, error) {
+	sec := newSecrets(connString)
+	src, routing, err := split(connString)
+	if err != nil {
+		// pgx rejects what the split rejects: let it say why.
+		_, perr := pgx.ParseConfig(connString)
+		if perr == nil {
+			return nil, newError(sec, "", "cannot split the connection string", err)
+		}
+		return nil, newError(sec, "", pgxDetail(perr), perr)
+	}
+	cc, err := pgx.ParseConfig(src.String(false))
+	if err != nil {
+		return nil, newError(sec, "", pgxDetail(err), err)
+	}
+	sec.add(cc.Password)
+
+	// Service-file keys reach pgx's RuntimeParams; take them out, and let
+	// the connection string's own keys win over them.
+	var fromService []setting
+	for k, v := range cc.RuntimeParams {
+		if isRoutingKey(k) {
+			fromService = append(fromService, setting{k, v})
+			delete(cc.RuntimeParams, k)
+		}
+	}
+	slices.SortFunc(fromService, func(a, b setting) int { return strings.Compare(a.key, b.key) })
+	for _, s := range fromService {
+		if !slices.ContainsFunc(routing, func(r setting) bool { return r.key == s.key }) {
+			routing = append(routing, s)
+		}
+	}
+
+	if cc.ValidateConnect != nil {
+		v := lastValue(src, "target_session_attrs", "PGTARGETSESSIONATTRS")
+		return nil, newError(sec, "target_session_attrs", fmt.Sprintf(
+			"target_session_attrs (%s) must be any or left out: pgrouted finds the primary and the replicas itself, and this check would refuse connections to one or the other", v), nil)
+	}
+
+	cfg := defaultConfig()
+	var names, weights *setting
+	for i, s := range routing {
+		if slices.ContainsFunc(routing[i+1:], func(r setting) bool { return r.key == s.key }) {
+			continue // a later one wins
+		}
+		spec := lookupSpec(s.key)
+		switch {
+		case spec == nil:
+			return nil, newError(sec, s.key, fmt.Sprintf("unknown key %s (did you mean %s?)", s.key, nearestKey(s.key)), nil)
+		case s.key == keyNames:
+			names = &routing[i]
+			continue
+		case s.key == keyWeights:
+			weights = &routing[i]
+			continue
+		}
+		v := strings.TrimSpace(s.value)
+		rule := spec.set(cfg, v)
+		if rule == "" {
+			rule = spec.check(cfg)
+		}
+		if rule != "" {
+			return nil, newError(sec, s.key, fmt.Sprintf("%s (%s) %s", s.key, s.value, rule), nil)
+		}
+	}
+
+	cfg.Hosts = splitHosts(cc)
+	if names != nil {
+		list := splitList(names.value)
+		if len(list) != len(cfg.Hosts) {
+			return nil, newError(sec, keyNames, countMismatch(keyNames, names.value, len(list), len(cfg.Hosts)), nil)
+		}
+		for i := range cfg.Hosts {
+			cfg.Hosts[i].Name = list[i]
+		}
+	}
+	if weights != nil {
+		list := splitList(weights.value)
+		if len(list) != len(cfg.Hosts) {
+			return nil, newError(sec, keyWeights, countMismatch(keyWeights, weights.value, len(list), len(cfg.Hosts)), nil)
+		}
+		for i, w := range list {
+			n, err := strconv.Atoi(w)
+			if err != nil || n < 1 || n > MaxWeight {
+				return nil, newError(sec, keyWeights, fmt.Sprintf("%s (%s): entry %d (%s) %s", keyWeights, weights.value, i+1, w, ruleWeight), nil)
+			}
+			cfg.Hosts[i].Weight = n
+		}
+	}
+
+	src.addrs = make([]string, len(cfg.Hosts))
+	for i, h := range cfg.Hosts {
+		src.addrs[i] = h.Addr
+	}
+	cfg.src = src
+	if err := cfg.validate(sec); err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}
+
+const ruleWeight = "must be a whole number from 1 to 1000000"
+
+func countMismatch(key, value string, n, hosts int) string {
+	return fmt.Sprintf("%s (%s) has %d entries for %d hosts: it needs one entry per host, in host order", key, value, n, hosts)
+}
+
+// splitList splits a comma list and trims each entry.
+func splitList(v string) []string {
+	list := strings.Split(v, ",")
+	for i := range list {
+		list[i] = strings.TrimSpace(list[i])
+	}
+	return list
+}
+
+// lastValue returns the value the connection string gives key, else the
+// environment variable's, else a note that it came from a service file.
+func lastValue(src *source, key, env string) string {
+	v, found := "", false
+	for _, p := range src.pairs {
+		if p.key == key {
+			v, found = p.value, true
+		}
+	}
+	for _, q := range src.query {
+		if q.key == key {
+			_, raw, _ := strings.Cut(q.raw, "=")
+			v, found = uriDecodeLenient(raw), true
+		}
+	}
+	if found {
+		return v
+	}
+	if v := os.Getenv(env); v != "" {
+		return v
+	}
+	return "set in the service file"
+}
+
+// splitHosts turns pgx's one configuration for all hosts into one for each
+// host. pgx lists every connection attempt, host by host, in Host/Port/
+// TLSConfig and then Fallbacks; a host has one attempt, or two (same host and
+// port, one with TLS and one without) under sslmode=prefer or allow.
+func splitHosts(cc *pgx.ConnConfig) []Host {
+	n := 1 + len(cc.Fallbacks)
+	attempt := func(c *pgx.ConnConfig, i int) *pgconn.FallbackConfig {
+		if i == 0 {
+			return &pgconn.FallbackConfig{Host: c.Host, Port: c.Port, TLSConfig: c.TLSConfig}
+		}
+		return c.Fallbacks[i-1]
+	}
+	var hosts []Host
+	for i := 0; i < n; {
+		first := attempt(cc, i)
+		size := 1
+		if i+1 < n {
+			next := attempt(cc, i+1)
+			if next.Host == first.Host && next.Port == first.Port && (next.TLSConfig == nil) != (first.TLSConfig == nil) {
+				size = 2
+			}
+		}
+		hc := cc.Copy() // TLS configurations cloned: no sharing between hosts
+		mine := attempt(hc, i)
+		fallbacks := []*pgconn.FallbackConfig{} // empty, not nil, as pgx leaves it
+		if size == 2 {
+			fallbacks = append(fallbacks, attempt(hc, i+1))
+		}
+		hc.Host, hc.Port, hc.TLSConfig = mine.Host, mine.Port, mine.TLSConfig
+		hc.Fallbacks = fallbacks
+		_, addr := pgconn.NetworkAddress(hc.Host, hc.Port)
+		hosts = append(hosts, Host{Name: addr, Addr: addr, Weight: DefaultWeight, ConnConfig: hc})
+		i += size
+	}
+	return hosts
+}

@@ -1,0 +1,101 @@
+package dsn
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"unicode"
+)
+
+// Validate checks c as [Parse] checks a parsed connection string, so that a
+// Config built or changed in code is held to the same rules: at least one
+// host, each with an address and a ConnConfig, none repeated; names
+// non-empty, unique, not "primary"; weights from 1 to [MaxWeight]; every
+// routing setting inside its range; a time budget in MaxLag and the Lease
+// greater than the ProbeInterval. The error is a [*ParseError] naming the
+// key of the first rule broken.
+func (c *Config) Validate() error {
+	var sec secrets
+	for _, env := range []string{"PGPASSWORD", "PGSSLPASSWORD"} {
+		sec.add(os.Getenv(env))
+	}
+	for _, h := range c.Hosts {
+		if h.ConnConfig != nil {
+			sec.add(h.ConnConfig.Password)
+		}
+	}
+	if err := c.validate(sec); err != nil {
+		return err
+	}
+	return nil
+}
+
+// validate is Validate with the secrets to keep out of the error text.
+func (c *Config) validate(sec secrets) *ParseError {
+	fail := func(key, format string, args ...any) *ParseError {
+		return newError(sec, key, fmt.Sprintf(format, args...), nil)
+	}
+	if len(c.Hosts) == 0 {
+		return fail("host", "no host: host must name at least one server")
+	}
+	seen := make(map[string]int, len(c.Hosts))
+	names := make([]string, len(c.Hosts))
+	weights := make([]string, len(c.Hosts))
+	for i, h := range c.Hosts {
+		names[i] = h.Name
+		weights[i] = strconv.Itoa(h.Weight)
+		if h.Addr == "" {
+			return fail("host", "host %d has no address", i+1)
+		}
+		if h.ConnConfig == nil {
+			return fail("host", "host %s has no ConnConfig", h.Addr)
+		}
+		k := strings.ToLower(h.Addr)
+		if j, ok := seen[k]; ok {
+			return fail("host", "host %s is listed twice (hosts %d and %d): each host may appear once", h.Addr, j+1, i+1)
+		}
+		seen[k] = i
+	}
+
+	nameList := strings.Join(names, ",")
+	seen = make(map[string]int, len(names))
+	for i, n := range names {
+		switch {
+		case n == "":
+			return fail(keyNames, "%s (%s): entry %d is empty; a name must not be", keyNames, nameList, i+1)
+		case n != strings.TrimSpace(n) || strings.ContainsFunc(n, func(r rune) bool { return r == ',' || unicode.IsControl(r) }):
+			return fail(keyNames, "%s (%s): entry %d (%q) must not hold commas, control characters or surrounding space", keyNames, nameList, i+1, n)
+		case strings.EqualFold(n, "primary"):
+			return fail(keyNames, "%s (%s): entry %d: the name primary is reserved", keyNames, nameList, i+1)
+		}
+		k := strings.ToLower(n)
+		if j, ok := seen[k]; ok {
+			return fail(keyNames, "%s (%s): entries %d and %d are both %s; names must be unique", keyNames, nameList, j+1, i+1, n)
+		}
+		seen[k] = i
+	}
+	for i, h := range c.Hosts {
+		if h.Weight < 1 || h.Weight > MaxWeight {
+			return fail(keyWeights, "%s (%s): entry %d (%d) %s", keyWeights, strings.Join(weights, ","), i+1, h.Weight, ruleWeight)
+		}
+	}
+
+	for _, s := range specs {
+		if s.check == nil {
+			continue
+		}
+		if rule := s.check(c); rule != "" {
+			return fail(s.key, "%s (%s) %s", s.key, s.get(c), rule)
+		}
+	}
+	if d, ok := c.MaxLag.Time(); ok && d <= c.ProbeInterval {
+		return fail(keyMaxLag, "%s (%s) must be greater than %s (%s): a replica's lag is only known to within one probe interval",
+			keyMaxLag, formatDuration(d), keyProbeInterval, formatDuration(c.ProbeInterval))
+	}
+	if c.Lease <= c.ProbeInterval {
+		return fail(keyLease, "%s (%s) must be greater than %s (%s): a primary must be probed again before its lease runs out",
+			keyLease, formatDuration(c.Lease), keyProbeInterval, formatDuration(c.ProbeInterval))
+	}
+	return nil
+}
