@@ -1,0 +1,595 @@
+package testcluster_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/pgrouted/pgrouted/testcluster"
+)
+
+// shared is the cluster of this package's tests: a primary and two
+// replicas, started once in TestMain. Tests that break it call Restore.
+var shared *testcluster.Cluster
+
+const childEnv = "PGROUTED_TESTCLUSTER_CHILD"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) != "" {
+		os.Exit(m.Run())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	c, err := testcluster.Start(ctx, testcluster.Options{
+		Replicas: 2,
+		Logf:     func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) },
+	})
+	cancel()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "FAIL: cannot start the test cluster: %v\n", err)
+		os.Exit(1)
+	}
+	shared = c
+	code := m.Run()
+	if err := c.Close(); err != nil {
+		fmt.Fprintf(os.Stderr, "FAIL: close the test cluster: %v\n", err)
+		code = 1
+	}
+	os.Exit(code)
+}
+
+func testCtx(t *testing.T) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// restore puts the shared cluster back after a test that broke it.
+func restore(t *testing.T) {
+	t.Helper()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		if err := shared.Restore(ctx); err != nil {
+			t.Fatalf("restore cluster: %v", err)
+		}
+	})
+}
+
+func connect(t *testing.T, ctx context.Context, dsn string) *pgx.Conn {
+	t.Helper()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return conn
+}
+
+func mustExec(t *testing.T, ctx context.Context, n *testcluster.Node, sql string, args ...any) {
+	t.Helper()
+	if err := n.Exec(ctx, sql, args...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// count returns the rows of table on node n, through its fault point.
+func count(t *testing.T, ctx context.Context, n *testcluster.Node, table string, where string) int {
+	t.Helper()
+	conn := connect(t, ctx, n.DSN())
+	var c int
+	if err := conn.QueryRow(ctx, "SELECT count(*) FROM "+table+" WHERE "+where).Scan(&c); err != nil {
+		t.Fatalf("%s: count: %v", n, err)
+	}
+	return c
+}
+
+func TestRolesAfterStart(t *testing.T) {
+	ctx := testCtx(t)
+	for i, n := range shared.Nodes() {
+		rec, err := n.IsInRecovery(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := i != 0; rec != want {
+			t.Errorf("%s: in recovery = %v, want %v", n, rec, want)
+		}
+	}
+	if got := len(shared.Replicas()); got != 2 {
+		t.Fatalf("Replicas() = %d nodes, want 2", got)
+	}
+	// The multi-host DSN reaches every node, primary first.
+	dsn := shared.DSN()
+	for _, n := range shared.Nodes() {
+		if !strings.Contains(dsn, n.Addr()) {
+			t.Errorf("DSN %q lacks %s", dsn, n.Addr())
+		}
+	}
+	if !strings.Contains(dsn, "@"+shared.Primary().Addr()+",") {
+		t.Errorf("DSN %q does not name the primary %s first", dsn, shared.Primary().Addr())
+	}
+	conn := connect(t, ctx, dsn)
+	var rec bool
+	if err := conn.QueryRow(ctx, "SELECT pg_is_in_recovery()").Scan(&rec); err != nil || rec {
+		t.Fatalf("first host of DSN: in recovery = %v, %v; want the primary", rec, err)
+	}
+}
+
+func TestWriteOnPrimaryReadOnEachReplica(t *testing.T) {
+	ctx := testCtx(t)
+	p := shared.Primary()
+	mustExec(t, ctx, p, "CREATE TABLE IF NOT EXISTS readback (id int PRIMARY KEY, v text)")
+	mustExec(t, ctx, p, "INSERT INTO readback VALUES (1, 'hello') ON CONFLICT (id) DO UPDATE SET v = excluded.v")
+	lsn, err := p.CurrentLSN(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range shared.Replicas() {
+		if err := r.WaitReplayed(ctx, lsn); err != nil {
+			t.Fatal(err)
+		}
+		conn := connect(t, ctx, r.DSN())
+		var v string
+		if err := conn.QueryRow(ctx, "SELECT v FROM readback WHERE id = 1").Scan(&v); err != nil || v != "hello" {
+			t.Fatalf("%s: read back %q, %v; want hello", r, v, err)
+		}
+		replay, err := r.ReplayLSN(ctx)
+		if err != nil || replay < lsn {
+			t.Fatalf("%s: replay LSN %v < %v (%v)", r, replay, lsn, err)
+		}
+		t.Logf("%s read the row back; replay LSN %v >= %v", r, replay, lsn)
+		// A standby refuses writes.
+		_, err = conn.Exec(ctx, "INSERT INTO readback VALUES (2, 'x')")
+		if !strings.Contains(fmt.Sprint(err), "25006") {
+			t.Fatalf("%s: write on a standby: %v, want SQLSTATE 25006", r, err)
+		}
+	}
+}
+
+func TestPauseReplayFallsBehind(t *testing.T) {
+	ctx := testCtx(t)
+	restore(t)
+	p, rs := shared.Primary(), shared.Replicas()
+	paused, other := rs[0], rs[1]
+	mustExec(t, ctx, p, "CREATE TABLE IF NOT EXISTS pausing (id int)")
+	lsn0, _ := p.CurrentLSN(ctx)
+	for _, r := range rs {
+		if err := r.WaitReplayed(ctx, lsn0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := paused.PauseReplay(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mustExec(t, ctx, p, "INSERT INTO pausing VALUES (42)")
+	lsn, err := p.CurrentLSN(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := other.WaitReplayed(ctx, lsn); err != nil {
+		t.Fatal(err)
+	}
+	if got := count(t, ctx, other, "pausing", "id = 42"); got != 1 {
+		t.Fatalf("%s (not paused) sees %d rows, want 1", other, got)
+	}
+	// The paused replica stays behind however long we wait for it.
+	wctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	err = paused.WaitReplayed(wctx, lsn)
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("paused replica: WaitReplayed = %v, want a deadline error", err)
+	}
+	replay, err := paused.ReplayLSN(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if replay >= lsn {
+		t.Fatalf("paused replica replayed %v >= %v", replay, lsn)
+	}
+	if got := count(t, ctx, paused, "pausing", "id = 42"); got != 0 {
+		t.Fatalf("paused %s sees %d rows, want 0", paused, got)
+	}
+	t.Logf("%s paused at %v, %d bytes behind the primary at %v", paused, replay, lsn.Sub(replay), lsn)
+	if err := paused.ResumeReplay(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := paused.WaitReplayed(ctx, lsn); err != nil {
+		t.Fatal(err)
+	}
+	if got := count(t, ctx, paused, "pausing", "id = 42"); got != 1 {
+		t.Fatalf("resumed %s sees %d rows, want 1", paused, got)
+	}
+}
+
+func TestPromoteAndWrite(t *testing.T) {
+	ctx := testCtx(t)
+	restore(t)
+	old := shared.Primary()
+	promoted := shared.Replicas()[0]
+	mustExec(t, ctx, old, "CREATE TABLE IF NOT EXISTS promo (id int, at text)")
+	tli0, err := old.Timeline(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := old.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := promoted.Promote(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if shared.Primary() != promoted {
+		t.Fatalf("Primary() = %s, want %s", shared.Primary(), promoted)
+	}
+	rec, err := promoted.IsInRecovery(ctx)
+	if err != nil || rec {
+		t.Fatalf("promoted: in recovery = %v, %v", rec, err)
+	}
+	tli, err := promoted.Timeline(ctx)
+	if err != nil || tli != tli0+1 {
+		t.Fatalf("promoted timeline = %d, %v; want %d", tli, err, tli0+1)
+	}
+	conn := connect(t, ctx, promoted.DSN())
+	if _, err := conn.Exec(ctx, "INSERT INTO promo VALUES (7, 'after promotion')"); err != nil {
+		t.Fatalf("write on the promoted node: %v", err)
+	}
+	// The remaining standby follows the new primary onto its timeline.
+	follower := shared.Replicas()[1]
+	if err := follower.Follow(ctx, promoted); err != nil {
+		t.Fatal(err)
+	}
+	lsn, _ := promoted.CurrentLSN(ctx)
+	if err := follower.WaitReplayed(ctx, lsn); err != nil {
+		t.Fatal(err)
+	}
+	if got := count(t, ctx, follower, "promo", "id = 7"); got != 1 {
+		t.Fatalf("follower sees %d rows, want 1", got)
+	}
+	// Restore makes node0 the primary again and keeps what was written on
+	// the promoted node.
+	if err := shared.Restore(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if shared.Primary() != shared.Node(0) {
+		t.Fatalf("after Restore, Primary() = %s", shared.Primary())
+	}
+	for _, n := range shared.Nodes() {
+		if got := count(t, ctx, n, "promo", "id = 7"); got != 1 {
+			t.Fatalf("after Restore %s sees %d rows, want 1", n, got)
+		}
+	}
+}
+
+func TestKillAndRestart(t *testing.T) {
+	ctx := testCtx(t)
+	restore(t)
+	for _, n := range []*testcluster.Node{shared.Replicas()[1], shared.Primary()} {
+		conn := connect(t, ctx, n.DSN())
+		if err := n.Kill(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if n.Running() {
+			t.Fatalf("%s still running after Kill", n)
+		}
+		if _, err := conn.Exec(ctx, "SELECT 1"); err == nil {
+			t.Fatalf("%s: a query on a connection to a killed node succeeded", n)
+		}
+		if _, err := pgx.Connect(ctx, n.DSN()); err == nil {
+			t.Fatalf("%s: connect to a killed node succeeded", n)
+		}
+		if err := n.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		conn2 := connect(t, ctx, n.DSN())
+		var one int
+		if err := conn2.QueryRow(ctx, "SELECT 1").Scan(&one); err != nil {
+			t.Fatalf("%s after restart: %v", n, err)
+		}
+		t.Logf("%s killed with SIGKILL and started again through crash recovery", n)
+	}
+	// The replicas stream again from the restarted primary.
+	p := shared.Primary()
+	mustExec(t, ctx, p, "CREATE TABLE IF NOT EXISTS afterkill (id int)")
+	mustExec(t, ctx, p, "INSERT INTO afterkill VALUES (1)")
+	lsn, _ := p.CurrentLSN(ctx)
+	for _, r := range shared.Replicas() {
+		if err := r.WaitReplayed(ctx, lsn); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Restart (fast stop + start) of a replica.
+	r := shared.Replicas()[0]
+	if err := r.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := count(t, ctx, r, "afterkill", "true"); got != 1 {
+		t.Fatalf("%s after restart sees %d rows", r, got)
+	}
+}
+
+// rtt measures the fastest of a few round trips on conn.
+func rtt(t *testing.T, ctx context.Context, conn *pgx.Conn) time.Duration {
+	t.Helper()
+	best := time.Hour
+	for i := 0; i < 5; i++ {
+		start := time.Now()
+		if _, err := conn.Exec(ctx, "SELECT 1"); err != nil {
+			t.Fatal(err)
+		}
+		best = min(best, time.Since(start))
+	}
+	return best
+}
+
+func TestFaultLatency(t *testing.T) {
+	ctx := testCtx(t)
+	restore(t)
+	n := shared.Replicas()[0]
+	conn := connect(t, ctx, n.DSN())
+	before := rtt(t, ctx, conn)
+	if err := n.Fault().Latency(30 * time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	with := rtt(t, ctx, conn)
+	// The toxic holds every reply back at least 30ms: a lower bound, not a
+	// timing of our own code.
+	if with < 30*time.Millisecond {
+		t.Fatalf("round trip with 30ms latency took %v", with)
+	}
+	direct := connect(t, ctx, n.DirectDSN())
+	if d := rtt(t, ctx, direct); d >= 30*time.Millisecond {
+		t.Logf("note: direct round trip took %v (busy machine?)", d)
+	}
+	if err := n.Fault().Latency(0); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("round trip through the fault point: %v, with 30ms latency: %v, after removal: %v", before, with, rtt(t, ctx, conn))
+}
+
+func TestReplicationLatencyDelaysReplay(t *testing.T) {
+	ctx := testCtx(t)
+	restore(t)
+	p, r := shared.Primary(), shared.Replicas()[0]
+	mustExec(t, ctx, p, "CREATE TABLE IF NOT EXISTS replat (id int)")
+	if err := r.ReplicationFault().Latency(300 * time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	mustExec(t, ctx, p, "INSERT INTO replat VALUES (1)")
+	lsn, _ := p.CurrentLSN(ctx)
+	// Right after the commit, the delayed replica cannot have it yet.
+	if replay, err := r.ReplayLSN(ctx); err != nil || replay >= lsn {
+		t.Fatalf("replica with 300ms replication latency already replayed %v >= %v (%v)", replay, lsn, err)
+	}
+	if err := r.WaitReplayed(ctx, lsn); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestFaultBlackholeAndHeal(t *testing.T) {
+	ctx := testCtx(t)
+	restore(t)
+	n := shared.Replicas()[1]
+	conn := connect(t, ctx, n.DSN())
+	if err := n.Fault().Blackhole(); err != nil {
+		t.Fatal(err)
+	}
+	qctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	_, err := conn.Exec(qctx, "SELECT 1")
+	cancel()
+	if err == nil {
+		t.Fatal("a query through a blackhole succeeded")
+	}
+	cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	_, err = pgx.Connect(cctx, n.DSN())
+	cancel()
+	if err == nil {
+		t.Fatal("a connection through a blackhole succeeded")
+	}
+	// PostgreSQL itself is fine.
+	if rec, err := n.IsInRecovery(ctx); err != nil || !rec {
+		t.Fatalf("direct connection during blackhole: %v, %v", rec, err)
+	}
+	if err := n.Fault().Heal(); err != nil {
+		t.Fatal(err)
+	}
+	conn2 := connect(t, ctx, n.DSN())
+	if _, err := conn2.Exec(ctx, "SELECT 1"); err != nil {
+		t.Fatalf("after Heal: %v", err)
+	}
+}
+
+func TestFaultReset(t *testing.T) {
+	ctx := testCtx(t)
+	n := shared.Primary()
+	conn := connect(t, ctx, n.DSN())
+	if _, err := conn.Exec(ctx, "SELECT 1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Fault().Reset(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, "SELECT 1"); err == nil {
+		t.Fatal("a query on a reset connection succeeded")
+	}
+	conn2 := connect(t, ctx, n.DSN())
+	if _, err := conn2.Exec(ctx, "SELECT 1"); err != nil {
+		t.Fatalf("new connection after Reset: %v", err)
+	}
+}
+
+// TestPasswordSyncAndClose starts a second cluster with SCRAM authentication
+// and a synchronous standby in remote_apply mode, and checks that Close
+// leaves no process and no directory behind.
+func TestPasswordSyncAndClose(t *testing.T) {
+	ctx := testCtx(t)
+	const secret = "s3cr:et'pw"
+	c, err := testcluster.Start(ctx, testcluster.Options{
+		Replicas:          1,
+		SyncReplicas:      1,
+		SynchronousCommit: "remote_apply",
+		User:              "app",
+		Password:          secret,
+		Database:          "appdb",
+		Conf:              []string{"max_connections = 40"},
+		Logf:              t.Logf,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	p, r := c.Primary(), c.Replicas()[0]
+	if strings.Contains(p.String(), secret) || strings.Contains(fmt.Sprint(p), secret) {
+		t.Fatalf("String() shows the password: %s", p)
+	}
+	conn := connect(t, ctx, p.DSN())
+	var method, sync, maxConns string
+	if err := conn.QueryRow(ctx, "SELECT current_setting('password_encryption'), current_setting('max_connections')").Scan(&method, &maxConns); err != nil {
+		t.Fatal(err)
+	}
+	if method != "scram-sha-256" || maxConns != "40" {
+		t.Fatalf("password_encryption=%s max_connections=%s", method, maxConns)
+	}
+	if err := conn.QueryRow(ctx, "SELECT sync_state FROM pg_stat_replication WHERE application_name = 'node1'").Scan(&sync); err != nil || sync != "sync" {
+		t.Fatalf("node1 sync_state = %q, %v; want sync", sync, err)
+	}
+	bad := strings.Replace(p.DSN(), "s3cr", "nope", 1)
+	if bad == p.DSN() {
+		t.Fatal("test bug: password not found in DSN")
+	}
+	if _, err := pgx.Connect(ctx, bad); err == nil || !strings.Contains(err.Error(), "28P01") {
+		t.Fatalf("connect with a wrong password: %v, want SQLSTATE 28P01", err)
+	}
+	// remote_apply: once the commit returns, the synchronous standby has
+	// applied it, with no waiting.
+	if _, err := conn.Exec(ctx, "CREATE TABLE s (id int); INSERT INTO s VALUES (1)"); err != nil {
+		t.Fatal(err)
+	}
+	rconn := connect(t, ctx, r.DSN())
+	var n int
+	if err := rconn.QueryRow(ctx, "SELECT count(*) FROM s").Scan(&n); err != nil || n != 1 {
+		t.Fatalf("synchronous standby sees %d rows (%v) right after commit, want 1", n, err)
+	}
+
+	dir := c.Dir()
+	var pids []int
+	for _, node := range c.Nodes() {
+		pids = append(pids, postmasterPID(t, node.DataDir()))
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	checkGone(t, dir, pids, 0)
+}
+
+func postmasterPID(t *testing.T, dataDir string) int {
+	t.Helper()
+	b, err := os.ReadFile(dataDir + "/postmaster.pid")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pid int
+	if _, err := fmt.Sscan(string(b), &pid); err != nil {
+		t.Fatal(err)
+	}
+	return pid
+}
+
+// checkGone waits up to wait for the processes and the directory to
+// disappear, and fails if they do not.
+func checkGone(t *testing.T, dir string, pids []int, wait time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(wait)
+	for {
+		var left []string
+		if _, err := os.Stat(dir); err == nil {
+			left = append(left, "directory "+dir)
+		}
+		for _, pid := range pids {
+			if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); err == nil && strings.Contains(string(b), "postgres") {
+				left = append(left, fmt.Sprintf("postgres pid %d", pid))
+			} else if err == nil {
+				_ = syscall.Kill(pid, 0)
+			}
+		}
+		if len(left) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("left behind: %s", strings.Join(left, ", "))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestNothingLeftAfterPanic runs a child test process that starts a cluster
+// and panics without closing it: the watchdog must stop PostgreSQL and
+// remove the directory.
+func TestNothingLeftAfterPanic(t *testing.T) {
+	cmd := exec.Command(os.Args[0], "-test.run=^TestChildPanics$", "-test.v")
+	cmd.Env = append(os.Environ(), childEnv+"=1")
+	out, err := cmd.CombinedOutput()
+	if err == nil {
+		t.Fatalf("child did not fail:\n%s", out)
+	}
+	var info struct {
+		Dir  string
+		PIDs []int
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		if rest, ok := strings.CutPrefix(line, "CLUSTER "); ok {
+			if err := json.Unmarshal([]byte(rest), &info); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if info.Dir == "" || len(info.PIDs) != 2 {
+		t.Fatalf("child did not report its cluster:\n%s", out)
+	}
+	if !strings.Contains(string(out), "panic: deliberate") {
+		t.Fatalf("child did not panic:\n%s", out)
+	}
+	checkGone(t, info.Dir, info.PIDs, 20*time.Second)
+	t.Logf("after the child panicked, postmasters %v and %s are gone", info.PIDs, info.Dir)
+}
+
+// TestChildPanics is the child of TestNothingLeftAfterPanic; it only runs
+// in that child process.
+func TestChildPanics(t *testing.T) {
+	if os.Getenv(childEnv) == "" {
+		t.Skip("runs only as the child process of TestNothingLeftAfterPanic")
+	}
+	ctx := testCtx(t)
+	c, err := testcluster.Start(ctx, testcluster.Options{Replicas: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pids []int
+	for _, n := range c.Nodes() {
+		pids = append(pids, postmasterPID(t, n.DataDir()))
+	}
+	b, _ := json.Marshal(map[string]any{"Dir": c.Dir(), "PIDs": pids})
+	fmt.Printf("CLUSTER %s\n", b)
+	panic("deliberate: the cluster is not closed")
+}
+
+func TestFindBinDirMissing(t *testing.T) {
+	t.Setenv(testcluster.EnvBinDir, t.TempDir())
+	_, err := testcluster.FindBinDir()
+	if !errors.Is(err, testcluster.ErrNoPostgres) {
+		t.Fatalf("FindBinDir with an empty %s: %v, want ErrNoPostgres", testcluster.EnvBinDir, err)
+	}
+	if !strings.Contains(err.Error(), testcluster.InstallCommand) {
+		t.Fatalf("error does not say how to install PostgreSQL: %v", err)
+	}
+	_, err = testcluster.Start(context.Background(), testcluster.Options{})
+	if !errors.Is(err, testcluster.ErrNoPostgres) {
+		t.Fatalf("Start without binaries: %v, want ErrNoPostgres", err)
+	}
+}

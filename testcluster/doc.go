@@ -1,0 +1,28 @@
+// Package testcluster starts a real PostgreSQL primary with streaming
+// replicas from local PostgreSQL binaries, for integration tests: the
+// project's own and its users'.
+//
+// [Start] runs initdb for the primary, copies it to every replica with
+// pg_basebackup -R -X stream, starts each server with pg_ctl on a free
+// loopback port in a temporary directory (fsync off), and returns when every
+// replica streams. Booting a primary and two replicas takes a few seconds, so
+// a package's tests share one cluster started in TestMain and call
+// [Cluster.Restore] after a test that breaks it.
+//
+// Each [Node] sits behind a network fault point ([Node.Fault]) that can add
+// latency, cut the node off or reset its connections without stopping
+// PostgreSQL, and each standby's replication connection behind another
+// ([Node.ReplicationFault]). Node controls (Stop, Kill, Start, Restart,
+// Promote, PauseReplay, ResumeReplay, WaitReplayed, Follow, Rejoin) wait until
+// their effect is real.
+//
+// PostgreSQL refuses to run as root: when the test runs as root, the servers
+// run as the unprivileged system user [Options].OSUser ("postgres" by
+// default). Binaries are looked up by [FindBinDir]; when there are none,
+// Start fails with an error wrapping [ErrNoPostgres] that gives the command
+// installing them, so integration tests fail instead of skipping.
+//
+// [Cluster.Close] stops every process it started and removes the temporary
+// directory. If the test process ends without calling it (a panic, os.Exit,
+// SIGKILL), a small watchdog process started with the cluster does the same.
+package testcluster
