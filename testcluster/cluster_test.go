@@ -24,7 +24,7 @@ const childEnv = "PGROUTED_TESTCLUSTER_CHILD"
 
 func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) != "" {
-		os.Exit(m.Run())
+		childPanics()
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	c, err := testcluster.Start(ctx, testcluster.Options{
@@ -532,7 +532,7 @@ func checkGone(t *testing.T, dir string, pids []int, wait time.Duration) {
 // and panics without closing it: the watchdog must stop PostgreSQL and
 // remove the directory.
 func TestNothingLeftAfterPanic(t *testing.T) {
-	cmd := exec.Command(os.Args[0], "-test.run=^TestChildPanics$", "-test.v")
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), childEnv+"=1")
 	out, err := cmd.CombinedOutput()
 	if err == nil {
@@ -559,20 +559,26 @@ func TestNothingLeftAfterPanic(t *testing.T) {
 	t.Logf("after the child panicked, postmasters %v and %s are gone", info.PIDs, info.Dir)
 }
 
-// TestChildPanics is the child of TestNothingLeftAfterPanic; it only runs
-// in that child process.
-func TestChildPanics(t *testing.T) {
-	if os.Getenv(childEnv) == "" {
-		t.Skip("runs only as the child process of TestNothingLeftAfterPanic")
-	}
-	ctx := testCtx(t)
+// childPanics is the child process of TestNothingLeftAfterPanic: it starts
+// a cluster, reports it, and panics without closing it.
+func childPanics() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
 	c, err := testcluster.Start(ctx, testcluster.Options{Replicas: 1})
 	if err != nil {
-		t.Fatal(err)
+		fmt.Println("child:", err)
+		os.Exit(3)
 	}
 	var pids []int
 	for _, n := range c.Nodes() {
-		pids = append(pids, postmasterPID(t, n.DataDir()))
+		b, err := os.ReadFile(n.DataDir() + "/postmaster.pid")
+		if err != nil {
+			fmt.Println("child:", err)
+			os.Exit(3)
+		}
+		var pid int
+		fmt.Sscan(string(b), &pid)
+		pids = append(pids, pid)
 	}
 	b, _ := json.Marshal(map[string]any{"Dir": c.Dir(), "PIDs": pids})
 	fmt.Printf("CLUSTER %s\n", b)
