@@ -2,6 +2,7 @@ package dsn
 
 import (
 	"errors"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -42,14 +43,17 @@ const minSecret = 4
 
 // secrets is the set of strings that must not appear in an error text:
 // every password candidate of one connection string.
-type secrets []string
+type secrets map[string]struct{}
 
-// add records s, unless it is too short or already known.
+// add records v, unless it is too short to scrub.
 func (s *secrets) add(v string) {
-	if len(v) < minSecret || slices.Contains(*s, v) {
+	if len(v) < minSecret {
 		return
 	}
-	*s = append(*s, v)
+	if *s == nil {
+		*s = make(secrets)
+	}
+	(*s)[v] = struct{}{}
 }
 
 // addRaw records v as written and decoded: percent-decoded and with
@@ -67,8 +71,13 @@ func (s secrets) scrub(text, fallback string) string {
 	if len(s) == 0 {
 		return text
 	}
-	sorted := slices.Clone(s)
-	slices.SortFunc(sorted, func(a, b string) int { return len(b) - len(a) }) // longest first
+	sorted := slices.Collect(maps.Keys(s))
+	slices.SortFunc(sorted, func(a, b string) int { // longest first
+		if len(a) != len(b) {
+			return len(b) - len(a)
+		}
+		return strings.Compare(a, b)
+	})
 	for _, v := range sorted {
 		text = strings.ReplaceAll(text, v, mask)
 	}

@@ -214,10 +214,18 @@ func lookupSpec(key string) *keySpec {
 	return nil
 }
 
-// nearestKey returns the valid key nearest to key by edit distance, the
-// first in table order on a tie.
+// nearestKey returns the valid key that key most likely misspells: the
+// first that key begins (pgrouted_probe → pgrouted_probe_interval), else
+// the nearest by edit distance, the first in table order on a tie.
 func nearestKey(key string) string {
 	k := strings.ToLower(key)
+	if len(k) > len(routingPrefix) {
+		for _, s := range specs {
+			if strings.HasPrefix(s.key, k) {
+				return s.key
+			}
+		}
+	}
 	if len(k) > 64 {
 		k = k[:64] // longer than any key: the distance is dominated by length
 	}
@@ -293,18 +301,23 @@ func Parse(connString string) (*Config, error) {
 
 	// Service-file keys reach pgx's RuntimeParams; take them out, and let
 	// the connection string's own keys win over them.
+	last := make(map[string]int, len(routing)) // key → index of its last occurrence
+	for i, s := range routing {
+		last[s.key] = i
+	}
 	var fromService []setting
 	for k, v := range cc.RuntimeParams {
 		if isRoutingKey(k) {
-			fromService = append(fromService, setting{k, v})
 			delete(cc.RuntimeParams, k)
+			if _, ok := last[k]; !ok {
+				fromService = append(fromService, setting{k, v})
+			}
 		}
 	}
 	slices.SortFunc(fromService, func(a, b setting) int { return strings.Compare(a.key, b.key) })
 	for _, s := range fromService {
-		if !slices.ContainsFunc(routing, func(r setting) bool { return r.key == s.key }) {
-			routing = append(routing, s)
-		}
+		last[s.key] = len(routing)
+		routing = append(routing, s)
 	}
 
 	if cc.ValidateConnect != nil {
@@ -316,7 +329,7 @@ func Parse(connString string) (*Config, error) {
 	cfg := defaultConfig()
 	var names, weights *setting
 	for i, s := range routing {
-		if slices.ContainsFunc(routing[i+1:], func(r setting) bool { return r.key == s.key }) {
+		if last[s.key] != i {
 			continue // a later one wins
 		}
 		spec := lookupSpec(s.key)

@@ -1,0 +1,764 @@
+package dsn
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// marker is the password of the table's DSNs: it must never show in an
+// error, in String or in Redacted. It holds no byte special to either form.
+const marker = "Mk7-s3cr3t-Q9"
+
+// pgEnv is every environment variable pgx reads.
+var pgEnv = []string{
+	"PGHOST", "PGPORT", "PGDATABASE", "PGUSER", "PGPASSWORD", "PGPASSFILE", "PGAPPNAME",
+	"PGCONNECT_TIMEOUT", "PGSSLMODE", "PGSSLKEY", "PGSSLCERT", "PGSSLCERTMODE", "PGSSLSNI",
+	"PGSSLROOTCERT", "PGSSLPASSWORD", "PGSSLNEGOTIATION", "PGTARGETSESSIONATTRS", "PGSERVICE",
+	"PGSERVICEFILE", "PGTZ", "PGOPTIONS", "PGMINPROTOCOLVERSION", "PGMAXPROTOCOLVERSION",
+	"PGCHANNELBINDING", "PGREQUIREAUTH",
+}
+
+// isolateEnv unsets every PG* variable and points HOME at an empty directory
+// (no ~/.pgpass, no ~/.pg_service.conf, no client certificates), restoring
+// all of it when tb ends; then it sets env.
+func isolateEnv(tb testing.TB, env map[string]string) {
+	tb.Helper()
+	for _, k := range pgEnv {
+		tb.Setenv(k, "") // registers the restore
+		os.Unsetenv(k)
+	}
+	tb.Setenv("HOME", tb.TempDir())
+	tb.Setenv("USER", "osuser") // pgx's default user, whatever the machine's
+	for k, v := range env {
+		tb.Setenv(k, v)
+	}
+}
+
+// hostWant is what a parsed host must be.
+type hostWant struct {
+	name, addr string
+	weight     int
+	tls        bool // ConnConfig.TLSConfig != nil
+	fallbacks  int  // len(ConnConfig.Fallbacks)
+}
+
+// plain returns hostWants for hosts without TLS and default names and
+// weights.
+func plain(addrs ...string) []hostWant {
+	hs := make([]hostWant, len(addrs))
+	for i, a := range addrs {
+		hs[i] = hostWant{name: a, addr: a, weight: 1}
+	}
+	return hs
+}
+
+// prefer returns hostWants for hosts under sslmode=prefer: TLS, then a plain
+// fallback.
+func prefer(addrs ...string) []hostWant {
+	hs := plain(addrs...)
+	for i := range hs {
+		hs[i].tls, hs[i].fallbacks = true, 1
+	}
+	return hs
+}
+
+// dsnCase is one row of the table that drives TestParse, TestRoundTrip and
+// FuzzParse.
+type dsnCase struct {
+	name string
+	dsn  string
+	env  map[string]string
+
+	// For a DSN that parses:
+	hosts []hostWant               // the hosts, in order
+	set   func(*Config)            // the routing settings that differ from the defaults
+	check func(*testing.T, *Config) // anything else
+
+	// For a DSN that does not: a part of the message, and the key it names
+	// ("" when pgx rejects it without naming one).
+	err, key string
+}
+
+var cases = []dsnCase{
+	// Both forms, hosts and ports.
+	{name: "url one host", dsn: "postgres://app:" + marker + "@db1:5432/app?sslmode=disable",
+		hosts: plain("db1:5432"),
+		check: func(t *testing.T, c *Config) {
+			cc := c.Hosts[0].ConnConfig
+			if cc.User != "app" || cc.Password != marker || cc.Database != "app" {
+				t.Errorf("user %q password %q database %q", cc.User, cc.Password, cc.Database)
+			}
+		}},
+	{name: "url per-host ports", dsn: "postgresql://app:" + marker + "@db1:5432,db2:5433,db3:5434/app?sslmode=require",
+		hosts: []hostWant{
+			{name: "db1:5432", addr: "db1:5432", weight: 1, tls: true},
+			{name: "db2:5433", addr: "db2:5433", weight: 1, tls: true},
+			{name: "db3:5434", addr: "db3:5434", weight: 1, tls: true},
+		}},
+	{name: "url default ports", dsn: "postgres://db1,db2:6543/app?sslmode=disable",
+		hosts: plain("db1:5432", "db2:6543")},
+	{name: "url shared port in query", dsn: "postgres://db1,db2/app?port=6432&sslmode=disable",
+		hosts: plain("db1:6432", "db2:6432")},
+	{name: "kv per-host ports", dsn: "host=db1,db2 port=5432,5433 user=app password=" + marker + " dbname=app sslmode=disable",
+		hosts: plain("db1:5432", "db2:5433"),
+		check: func(t *testing.T, c *Config) {
+			for _, h := range c.Hosts {
+				if h.ConnConfig.Password != marker || h.ConnConfig.User != "app" {
+					t.Errorf("%s: user %q password %q", h.Name, h.ConnConfig.User, h.ConnConfig.Password)
+				}
+			}
+		}},
+	{name: "kv shared port", dsn: "host=db1,db2,db3 port=6000 sslmode=disable",
+		hosts: plain("db1:6000", "db2:6000", "db3:6000")},
+	{name: "kv quoted values", dsn: `host = 'db1,db2' password = '` + marker + ` \'q\' \\' sslmode=disable application_name='my app'`,
+		hosts: plain("db1:5432", "db2:5432"),
+		check: func(t *testing.T, c *Config) {
+			cc := c.Hosts[1].ConnConfig
+			if cc.Password != marker+` 'q' \` || cc.RuntimeParams["application_name"] != "my app" {
+				t.Errorf("password %q application_name %q", cc.Password, cc.RuntimeParams["application_name"])
+			}
+		}},
+
+	// IPv6.
+	{name: "url ipv6", dsn: "postgres://u:" + marker + "@[::1]:5434,[2001:db8::2]/db?sslmode=disable",
+		hosts: plain("[::1]:5434", "[2001:db8::2]:5432"),
+		check: func(t *testing.T, c *Config) {
+			if h := c.Hosts[0].ConnConfig.Host; h != "::1" {
+				t.Errorf("pgx host %q, want ::1", h)
+			}
+		}},
+	{name: "kv ipv6 with zone", dsn: "host=::1,fe80::1%eth0 port=5432,5433 sslmode=disable",
+		hosts: plain("[::1]:5432", "[fe80::1%eth0]:5433")},
+	{name: "url ipv6 verify-full", dsn: "postgres://[2001:db8::7],db2/app?sslmode=verify-full",
+		hosts: []hostWant{
+			{name: "[2001:db8::7]:5432", addr: "[2001:db8::7]:5432", weight: 1, tls: true},
+			{name: "db2:5432", addr: "db2:5432", weight: 1, tls: true},
+		},
+		check: func(t *testing.T, c *Config) {
+			for i, want := range []string{"2001:db8::7", "db2"} {
+				if got := c.Hosts[i].ConnConfig.TLSConfig.ServerName; got != want {
+					t.Errorf("host %d: ServerName %q, want %q", i, got, want)
+				}
+			}
+		}},
+
+	// Unix sockets.
+	{name: "kv unix socket directories", dsn: "host=/var/run/postgresql,/tmp/ port=5432,5433",
+		hosts: plain("/var/run/postgresql/.s.PGSQL.5432", "/tmp/.s.PGSQL.5433")},
+	{name: "url unix socket percent-encoded", dsn: "postgres://%2Fvar%2Frun%2Fpostgresql/app",
+		hosts: plain("/var/run/postgresql/.s.PGSQL.5432")},
+	{name: "url unix socket and tcp in query", dsn: "postgres:///app?host=/tmp,db2&sslmode=prefer",
+		hosts: []hostWant{
+			{name: "/tmp/.s.PGSQL.5432", addr: "/tmp/.s.PGSQL.5432", weight: 1},
+			{name: "db2:5432", addr: "db2:5432", weight: 1, tls: true, fallbacks: 1},
+		}},
+
+	// TLS modes: each host keeps its own pair of attempts.
+	{name: "sslmode prefer by default", dsn: "postgres://db1,db2,db3/app",
+		hosts: prefer("db1:5432", "db2:5432", "db3:5432"),
+		check: func(t *testing.T, c *Config) {
+			for _, h := range c.Hosts {
+				cc := h.ConnConfig
+				if fb := cc.Fallbacks[0]; fb.Host != cc.Host || fb.Port != cc.Port || fb.TLSConfig != nil {
+					t.Errorf("%s: fallback %+v", h.Name, fb)
+				}
+				if cc.TLSConfig.ServerName != cc.Host {
+					t.Errorf("%s: SNI %q", h.Name, cc.TLSConfig.ServerName)
+				}
+			}
+		}},
+	{name: "sslmode allow", dsn: "host=db1,db2 sslmode=allow",
+		hosts: []hostWant{
+			{name: "db1:5432", addr: "db1:5432", weight: 1, fallbacks: 1},
+			{name: "db2:5432", addr: "db2:5432", weight: 1, fallbacks: 1},
+		}},
+
+	// Percent-encoding.
+	{name: "url percent-encoding", dsn: "postgres://us%40r:" + marker + "%40%2F%3A@db1/my%20db?application_name=a%20b&sslmode=disable&pgrouted_names=db%2Done",
+		hosts: []hostWant{{name: "db-one", addr: "db1:5432", weight: 1}},
+		check: func(t *testing.T, c *Config) {
+			cc := c.Hosts[0].ConnConfig
+			if cc.User != "us@r" || cc.Password != marker+"@/:" || cc.Database != "my db" || cc.RuntimeParams["application_name"] != "a b" {
+				t.Errorf("user %q password %q database %q runtime %v", cc.User, cc.Password, cc.Database, cc.RuntimeParams)
+			}
+		}},
+	{name: "url percent-encoded routing key", dsn: "postgres://db1/app?sslmode=disable&pgrouted%5Fselect=random&pgrouted_max_lag=%202s%20",
+		hosts: plain("db1:5432"),
+		set:   func(c *Config) { c.Select = SelectRandom; c.MaxLag = LagTime(2 * time.Second) }},
+	{name: "url password in query", dsn: "postgres://u@db1/app?password=" + marker + "&sslpassword=" + marker + "2&sslmode=disable",
+		hosts: plain("db1:5432")},
+
+	// Environment fallbacks.
+	{name: "env fallbacks", dsn: "pgrouted_select=random",
+		env: map[string]string{"PGHOST": "e1,e2", "PGPORT": "5433", "PGUSER": "envuser", "PGPASSWORD": marker,
+			"PGDATABASE": "envdb", "PGSSLMODE": "disable", "PGAPPNAME": "envapp"},
+		hosts: plain("e1:5433", "e2:5433"),
+		set:   func(c *Config) { c.Select = SelectRandom },
+		check: func(t *testing.T, c *Config) {
+			cc := c.Hosts[1].ConnConfig
+			if cc.User != "envuser" || cc.Password != marker || cc.Database != "envdb" || cc.RuntimeParams["application_name"] != "envapp" {
+				t.Errorf("user %q password %q database %q runtime %v", cc.User, cc.Password, cc.Database, cc.RuntimeParams)
+			}
+		}},
+	{name: "env under url", dsn: "postgres://db9/app?pgrouted_fallback=error",
+		env:   map[string]string{"PGHOST": "e1,e2", "PGSSLMODE": "disable", "PGUSER": "envuser"},
+		hosts: plain("db9:5432"),
+		set:   func(c *Config) { c.Fallback = FallbackError },
+		check: func(t *testing.T, c *Config) {
+			if u := c.Hosts[0].ConnConfig.User; u != "envuser" {
+				t.Errorf("user %q", u)
+			}
+		}},
+	{name: "empty dsn from env", dsn: "",
+		env:   map[string]string{"PGHOST": "e1", "PGSSLMODE": "require"},
+		hosts: []hostWant{{name: "e1:5432", addr: "e1:5432", weight: 1, tls: true}}},
+
+	// Runtime parameters and other pgx settings reach every host.
+	{name: "runtime params", dsn: "host=db1,db2 application_name=web search_path=app,public connect_timeout=5 sslmode=disable pgrouted_consistency=eventual",
+		hosts: plain("db1:5432", "db2:5432"),
+		set:   func(c *Config) { c.Consistency = ConsistencyEventual },
+		check: func(t *testing.T, c *Config) {
+			for _, h := range c.Hosts {
+				cc := h.ConnConfig
+				want := map[string]string{"application_name": "web", "search_path": "app,public"}
+				if !maps.Equal(cc.RuntimeParams, want) || cc.ConnectTimeout != 5*time.Second {
+					t.Errorf("%s: runtime %v timeout %v", h.Name, cc.RuntimeParams, cc.ConnectTimeout)
+				}
+			}
+		}},
+
+	// Every pgrouted_ key, good values.
+	{name: "consistency eventual", dsn: "host=db1 sslmode=disable pgrouted_consistency=eventual",
+		hosts: plain("db1:5432"), set: func(c *Config) { c.Consistency = ConsistencyEventual }},
+	{name: "consistency session", dsn: "host=db1 sslmode=disable pgrouted_consistency=session",
+		hosts: plain("db1:5432")},
+	{name: "max_lag duration", dsn: "host=db1 sslmode=disable pgrouted_max_lag=2s",
+		hosts: plain("db1:5432"), set: func(c *Config) { c.MaxLag = LagTime(2 * time.Second) }},
+	{name: "max_lag fraction", dsn: "host=db1 sslmode=disable pgrouted_max_lag=1.5s",
+		hosts: plain("db1:5432"), set: func(c *Config) { c.MaxLag = LagTime(1500 * time.Millisecond) }},
+	{name: "max_lag bare number is ms", dsn: "host=db1 sslmode=disable pgrouted_max_lag=2500",
+		hosts: plain("db1:5432"), set: func(c *Config) { c.MaxLag = LagTime(2500 * time.Millisecond) }},
+	{name: "max_lag minutes", dsn: "host=db1 sslmode=disable pgrouted_max_lag=1m",
+		hosts: plain("db1:5432"), set: func(c *Config) { c.MaxLag = LagTime(time.Minute) }},
+	{name: "max_lag trimmed", dsn: "host=db1 sslmode=disable pgrouted_max_lag=' 1750 ms '",
+		hosts: plain("db1:5432"), set: func(c *Config) { c.MaxLag = LagTime(1750 * time.Millisecond) }},
+	{name: "max_lag bytes", dsn: "host=db1 sslmode=disable pgrouted_max_lag=4096B",
+		hosts: plain("db1:5432"), set: func(c *Config) { c.MaxLag = LagBytes(4096) }},
+	{name: "max_lag KB", dsn: "host=db1 sslmode=disable pgrouted_max_lag=512KB",
+		hosts: plain("db1:5432"), set: func(c *Config) { c.MaxLag = LagBytes(512 << 10) }},
+	{name: "max_lag MB fraction", dsn: "postgres://db1?sslmode=disable&pgrouted_max_lag=1.5MB",
+		hosts: plain("db1:5432"), set: func(c *Config) { c.MaxLag = LagBytes(3 << 19) }},
+	{name: "max_lag GB", dsn: "host=db1 sslmode=disable pgrouted_max_lag=1GB",
+		hosts: plain("db1:5432"), set: func(c *Config) { c.MaxLag = LagBytes(1 << 30) }},
+	{name: "max_lag none", dsn: "host=db1 sslmode=disable pgrouted_max_lag=none",
+		hosts: plain("db1:5432")},
+	{name: "probe_interval", dsn: "host=db1 sslmode=disable pgrouted_probe_interval=250ms pgrouted_max_lag=500ms",
+		hosts: plain("db1:5432"),
+		set: func(c *Config) {
+			c.ProbeInterval = 250 * time.Millisecond
+			c.MaxLag = LagTime(500 * time.Millisecond)
+		}},
+	{name: "select weighted", dsn: "host=db1,db2,db3 sslmode=disable pgrouted_select=weighted pgrouted_weights=1,2,3",
+		hosts: []hostWant{
+			{name: "db1:5432", addr: "db1:5432", weight: 1},
+			{name: "db2:5432", addr: "db2:5432", weight: 2},
+			{name: "db3:5432", addr: "db3:5432", weight: 3},
+		},
+		set: func(c *Config) { c.Select = SelectWeighted }},
+	{name: "select least-inflight", dsn: "host=db1 sslmode=disable pgrouted_select=least-inflight",
+		hosts: plain("db1:5432"), set: func(c *Config) { c.Select = SelectLeastInflight }},
+	{name: "select nearest", dsn: "host=db1 sslmode=disable pgrouted_select=nearest",
+		hosts: plain("db1:5432"), set: func(c *Config) { c.Select = SelectNearest }},
+	{name: "select round-robin", dsn: "host=db1 sslmode=disable pgrouted_select=round-robin",
+		hosts: plain("db1:5432")},
+	{name: "select repeated, last wins", dsn: "postgres://db1?sslmode=disable&pgrouted_select=bogus&pgrouted_select=random",
+		hosts: plain("db1:5432"), set: func(c *Config) { c.Select = SelectRandom }},
+	{name: "latency_window off", dsn: "host=db1 sslmode=disable pgrouted_latency_window=off",
+		hosts: plain("db1:5432"), set: func(c *Config) { c.LatencyWindow = LatencyWindowOff }},
+	{name: "latency_window zero", dsn: "host=db1 sslmode=disable pgrouted_latency_window=0",
+		hosts: plain("db1:5432"), set: func(c *Config) { c.LatencyWindow = 0 }},
+	{name: "latency_window sub-ms", dsn: "host=db1 sslmode=disable pgrouted_latency_window=0.25ms",
+		hosts: plain("db1:5432"), set: func(c *Config) { c.LatencyWindow = 250 * time.Microsecond }},
+	{name: "names trimmed", dsn: "postgres://db1,db2/app?sslmode=disable&pgrouted_names=east%20,%20west",
+		hosts: []hostWant{{name: "east", addr: "db1:5432", weight: 1}, {name: "west", addr: "db2:5432", weight: 1}}},
+	{name: "names with spaces inside", dsn: "host=db1,db2 sslmode=disable pgrouted_names='rack a,rack b'",
+		hosts: []hostWant{{name: "rack a", addr: "db1:5432", weight: 1}, {name: "rack b", addr: "db2:5432", weight: 1}}},
+	{name: "fallback error", dsn: "host=db1 sslmode=disable pgrouted_fallback=error",
+		hosts: plain("db1:5432"), set: func(c *Config) { c.Fallback = FallbackError }},
+	{name: "readonly_tx primary", dsn: "host=db1 sslmode=disable pgrouted_readonly_tx=primary",
+		hosts: plain("db1:5432"), set: func(c *Config) { c.ReadOnlyTx = ReadOnlyTxPrimary }},
+	{name: "pin_after_write", dsn: "host=db1 sslmode=disable pgrouted_pin_after_write=1.5s",
+		hosts: plain("db1:5432"), set: func(c *Config) { c.PinAfterWrite = 1500 * time.Millisecond }},
+	{name: "write_timeout zero", dsn: "host=db1 sslmode=disable pgrouted_write_timeout=0s",
+		hosts: plain("db1:5432"), set: func(c *Config) { c.WriteTimeout = 0 }},
+	{name: "lease", dsn: "host=db1 sslmode=disable pgrouted_lease=2m",
+		hosts: plain("db1:5432"), set: func(c *Config) { c.Lease = 2 * time.Minute }},
+	{name: "replica_max_conns", dsn: "host=db1 sslmode=disable pgrouted_replica_max_conns=8",
+		hosts: plain("db1:5432"), set: func(c *Config) { c.ReplicaMaxConns = 8 }},
+	{name: "circuit keys", dsn: "host=db1 sslmode=disable pgrouted_circuit_failures=5 pgrouted_circuit_max_backoff=1m",
+		hosts: plain("db1:5432"),
+		set:   func(c *Config) { c.CircuitFailures = 5; c.CircuitMaxBackoff = time.Minute }},
+	{name: "strict_boot true", dsn: "host=db1 sslmode=disable pgrouted_strict_boot=true",
+		hosts: plain("db1:5432"), set: func(c *Config) { c.StrictBoot = true }},
+	{name: "strict_boot on", dsn: "host=db1 sslmode=disable pgrouted_strict_boot=ON",
+		hosts: plain("db1:5432"), set: func(c *Config) { c.StrictBoot = true }},
+	{name: "strict_boot false", dsn: "host=db1 sslmode=disable pgrouted_strict_boot=0",
+		hosts: plain("db1:5432")},
+	{name: "every key at once", dsn: "postgres://app:" + marker + "@db1:5432,db2:5433,[::1]:5434/app?sslmode=disable" +
+		"&pgrouted_consistency=eventual&pgrouted_max_lag=16MB&pgrouted_probe_interval=0.5s&pgrouted_select=nearest" +
+		"&pgrouted_latency_window=5ms&pgrouted_weights=3,2,1&pgrouted_names=a,b,c&pgrouted_fallback=error" +
+		"&pgrouted_readonly_tx=primary&pgrouted_pin_after_write=100ms&pgrouted_write_timeout=10s&pgrouted_lease=5s" +
+		"&pgrouted_replica_max_conns=20&pgrouted_circuit_failures=3&pgrouted_circuit_max_backoff=2m&pgrouted_strict_boot=yes",
+		hosts: []hostWant{
+			{name: "a", addr: "db1:5432", weight: 3},
+			{name: "b", addr: "db2:5433", weight: 2},
+			{name: "c", addr: "[::1]:5434", weight: 1},
+		},
+		set: func(c *Config) {
+			*c = Config{Consistency: ConsistencyEventual, MaxLag: LagBytes(16 << 20), ProbeInterval: 500 * time.Millisecond,
+				Select: SelectNearest, LatencyWindow: 5 * time.Millisecond, Fallback: FallbackError, ReadOnlyTx: ReadOnlyTxPrimary,
+				PinAfterWrite: 100 * time.Millisecond, WriteTimeout: 10 * time.Second, Lease: 5 * time.Second,
+				ReplicaMaxConns: 20, CircuitFailures: 3, CircuitMaxBackoff: 2 * time.Minute, StrictBoot: true}
+		}},
+
+	// Unknown keys.
+	{name: "unknown key", dsn: "host=db1 pgrouted_max_lga=2s password=" + marker,
+		err: "unknown key pgrouted_max_lga (did you mean pgrouted_max_lag?)", key: "pgrouted_max_lga"},
+	{name: "unknown key in url", dsn: "postgres://u:" + marker + "@db1/app?pgrouted_probe=1s",
+		err: "unknown key pgrouted_probe (did you mean pgrouted_probe_interval?)", key: "pgrouted_probe"},
+	{name: "unknown key upper case", dsn: "host=db1 PGROUTED_SELECT=random",
+		err: "unknown key PGROUTED_SELECT (did you mean pgrouted_select?)", key: "PGROUTED_SELECT"},
+	{name: "unknown key prefix only", dsn: "host=db1 pgrouted_=1",
+		err: "unknown key pgrouted_ (did you mean pgrouted_names?)", key: "pgrouted_"},
+	{name: "unknown key weight singular", dsn: "host=db1 pgrouted_weight=1",
+		err: "unknown key pgrouted_weight (did you mean pgrouted_weights?)", key: "pgrouted_weight"},
+
+	// Bad values, key by key.
+	{name: "bad consistency", dsn: "host=db1 pgrouted_consistency=strong",
+		err: "pgrouted_consistency (strong) must be one of session, eventual", key: keyConsistency},
+	{name: "bad max_lag unit", dsn: "host=db1 pgrouted_max_lag=10XB",
+		err: "pgrouted_max_lag (10XB) is not a duration", key: keyMaxLag},
+	{name: "bad max_lag hours", dsn: "host=db1 pgrouted_max_lag=1h",
+		err: "pgrouted_max_lag (1h) is not a duration", key: keyMaxLag},
+	{name: "bad max_lag negative", dsn: "host=db1 pgrouted_max_lag=-1MB",
+		err: "pgrouted_max_lag (-1MB) is not a duration", key: keyMaxLag},
+	{name: "bad max_lag zero bytes", dsn: "host=db1 pgrouted_max_lag=0B",
+		err: "pgrouted_max_lag (0B) must be greater than 0", key: keyMaxLag},
+	{name: "bad max_lag not above probe_interval", dsn: "host=db1 pgrouted_max_lag=1s",
+		err: "pgrouted_max_lag (1s) must be greater than pgrouted_probe_interval (1s)", key: keyMaxLag},
+	{name: "bad max_lag below probe_interval", dsn: "postgres://db1?pgrouted_probe_interval=3s&pgrouted_max_lag=2000",
+		err: "pgrouted_max_lag (2s) must be greater than pgrouted_probe_interval (3s)", key: keyMaxLag},
+	{name: "bad max_lag overflow", dsn: "host=db1 pgrouted_max_lag=99999999999999999999m",
+		err: "pgrouted_max_lag (99999999999999999999m) is not a duration", key: keyMaxLag},
+	{name: "bad probe_interval zero", dsn: "host=db1 pgrouted_probe_interval=0",
+		err: "pgrouted_probe_interval (0) must be greater than 0", key: keyProbeInterval},
+	{name: "bad probe_interval syntax", dsn: "host=db1 pgrouted_probe_interval=1s500ms",
+		err: "pgrouted_probe_interval (1s500ms) is not a duration", key: keyProbeInterval},
+	{name: "bad probe_interval empty", dsn: "host=db1 pgrouted_probe_interval=",
+		err: "pgrouted_probe_interval () is not a duration", key: keyProbeInterval},
+	{name: "bad select", dsn: "host=db1 pgrouted_select=fastest",
+		err: "pgrouted_select (fastest) must be one of round-robin, weighted, least-inflight, nearest, random", key: keySelect},
+	{name: "bad latency_window", dsn: "host=db1 pgrouted_latency_window=fast",
+		err: "pgrouted_latency_window (fast) is not a duration", key: keyLatencyWindow},
+	{name: "bad fallback", dsn: "host=db1 pgrouted_fallback=replica",
+		err: "pgrouted_fallback (replica) must be one of primary, error", key: keyFallback},
+	{name: "bad readonly_tx", dsn: "host=db1 pgrouted_readonly_tx=any",
+		err: "pgrouted_readonly_tx (any) must be one of replica, primary", key: keyReadOnlyTx},
+	{name: "bad pin_after_write", dsn: "host=db1 pgrouted_pin_after_write=-5ms",
+		err: "pgrouted_pin_after_write (-5ms) is not a duration", key: keyPinAfterWrite},
+	{name: "bad write_timeout", dsn: "host=db1 pgrouted_write_timeout=1x",
+		err: "pgrouted_write_timeout (1x) is not a duration", key: keyWriteTimeout},
+	{name: "bad lease zero", dsn: "host=db1 pgrouted_lease=0s",
+		err: "pgrouted_lease (0s) must be greater than 0", key: keyLease},
+	{name: "bad lease not above probe_interval", dsn: "host=db1 pgrouted_lease=1s",
+		err: "pgrouted_lease (1s) must be greater than pgrouted_probe_interval (1s)", key: keyLease},
+	{name: "bad replica_max_conns zero", dsn: "host=db1 pgrouted_replica_max_conns=0",
+		err: "pgrouted_replica_max_conns (0) must be a whole number from 1", key: keyReplicaMaxConns},
+	{name: "bad replica_max_conns word", dsn: "host=db1 pgrouted_replica_max_conns=many",
+		err: "pgrouted_replica_max_conns (many) must be a whole number", key: keyReplicaMaxConns},
+	{name: "bad circuit_failures", dsn: "host=db1 pgrouted_circuit_failures=0",
+		err: "pgrouted_circuit_failures (0) must be at least 1", key: keyCircuitFailures},
+	{name: "bad circuit_failures word", dsn: "host=db1 pgrouted_circuit_failures=x",
+		err: "pgrouted_circuit_failures (x) must be a whole number", key: keyCircuitFailures},
+	{name: "bad circuit_max_backoff", dsn: "host=db1 pgrouted_circuit_max_backoff=0ms",
+		err: "pgrouted_circuit_max_backoff (0ms) must be greater than 0", key: keyCircuitMaxBackoff},
+	{name: "bad strict_boot", dsn: "host=db1 pgrouted_strict_boot=maybe",
+		err: "pgrouted_strict_boot (maybe) must be true or false", key: keyStrictBoot},
+
+	// Weights and names.
+	{name: "weights count", dsn: "host=db1,db2,db3 pgrouted_weights=1,2",
+		err: "pgrouted_weights (1,2) has 2 entries for 3 hosts", key: keyWeights},
+	{name: "weights zero", dsn: "host=db1,db2 pgrouted_weights=1,0",
+		err: "pgrouted_weights (1,0): entry 2 (0) must be a whole number from 1 to 1000000", key: keyWeights},
+	{name: "weights negative", dsn: "host=db1,db2 pgrouted_weights=-1,1",
+		err: "pgrouted_weights (-1,1): entry 1 (-1) must be a whole number", key: keyWeights},
+	{name: "weights too large", dsn: "host=db1 pgrouted_weights=1000001",
+		err: "entry 1 (1000001) must be a whole number from 1 to 1000000", key: keyWeights},
+	{name: "weights fraction", dsn: "host=db1,db2 pgrouted_weights=1.5,1",
+		err: "entry 1 (1.5) must be a whole number", key: keyWeights},
+	{name: "names count", dsn: "postgres://db1,db2/app?pgrouted_names=a,b,c",
+		err: "pgrouted_names (a,b,c) has 3 entries for 2 hosts", key: keyNames},
+	{name: "names empty entry", dsn: "host=db1,db2,db3 pgrouted_names=a,,c",
+		err: "pgrouted_names (a,,c): entry 2 is empty", key: keyNames},
+	{name: "names duplicate", dsn: "host=db1,db2,db3 pgrouted_names=a,b,A",
+		err: "pgrouted_names (a,b,A): entries 1 and 3 are both A; names must be unique", key: keyNames},
+	{name: "names reserved", dsn: "host=db1,db2 pgrouted_names=Primary,b",
+		err: "pgrouted_names (Primary,b): entry 1: the name primary is reserved", key: keyNames},
+
+	// Hosts.
+	{name: "repeated host kv", dsn: "host=db1,db1 password=" + marker,
+		err: "host db1:5432 is listed twice (hosts 1 and 2)", key: "host"},
+	{name: "repeated host url case", dsn: "postgres://u:" + marker + "@db1:5432,db2,DB1:5432/app",
+		err: "host DB1:5432 is listed twice (hosts 1 and 3)", key: "host"},
+	{name: "repeated unix socket", dsn: "host=/tmp,/tmp/",
+		err: "host /tmp/.s.PGSQL.5432 is listed twice", key: "host"},
+	{name: "same host other port is fine", dsn: "host=db1,db1 port=5432,5433 sslmode=disable",
+		hosts: plain("db1:5432", "db1:5433")},
+	{name: "target_session_attrs", dsn: "host=db1,db2 target_session_attrs=read-write",
+		err: "target_session_attrs (read-write) must be any or left out", key: "target_session_attrs"},
+	{name: "target_session_attrs any", dsn: "host=db1 target_session_attrs=any sslmode=disable",
+		hosts: plain("db1:5432")},
+
+	// pgx's own errors, with the password about.
+	{name: "pgx bad port", dsn: "postgres://u:" + marker + "@db1:notaport/db", err: "invalid port"},
+	{name: "pgx port count", dsn: "host=db1,db2 port=1,2,3 password=" + marker, err: "could not match 3 port numbers to 2 hosts"},
+	{name: "pgx bad sslmode", dsn: "host=db1 password=" + marker + " sslmode=bogus", err: "sslmode is invalid"},
+	{name: "pgx unterminated quote", dsn: "host=db1 password='" + marker, err: "unterminated quoted string"},
+	{name: "pgx ipv6 bracket", dsn: "postgres://u:" + marker + "@[::1/db", err: `matching "]"`},
+	{name: "pgx query without =", dsn: "postgres://u:" + marker + "@db1/db?pgrouted_select", err: `missing key/value separator`},
+	{name: "pgx bad connect_timeout", dsn: "password=" + marker + " connect_timeout=soon", err: "invalid connect_timeout"},
+	{name: "pgx percent-encoded password", dsn: "postgres://u:" + marker + "%21@db1:x/db", err: "invalid port"},
+	{name: "pgx password in bad key", dsn: "password=" + marker + " bad key=1", err: `missing "=" after "bad"`},
+	{name: "pgx slash in password", dsn: "postgres://u:" + marker + "/x@db1/db?sslmode=bogus", err: "invalid port"},
+	{name: "pgx bad percent in query", dsn: "postgres://db1/db?password=" + marker + "&x=%zz", err: "invalid percent-encoded token"},
+}
+
+// TestParse runs the table.
+func TestParse(t *testing.T) {
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			isolateEnv(t, tc.env)
+			cfg, err := Parse(tc.dsn)
+			if tc.err != "" {
+				checkError(t, err, tc.err, tc.key)
+				if cfg != nil {
+					t.Errorf("config %v with the error", cfg)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Parse(%q): %v", tc.dsn, err)
+			}
+			checkHosts(t, cfg, tc.hosts)
+			want := defaultConfig()
+			if tc.set != nil {
+				tc.set(want)
+			}
+			cfg2 := *cfg
+			cfg2.Hosts, cfg2.src = nil, nil
+			if !reflect.DeepEqual(&cfg2, want) {
+				t.Errorf("routing settings\n got %#v\nwant %#v", routingOnly(&cfg2), routingOnly(want))
+			}
+			checkNoRoutingParams(t, cfg)
+			if tc.check != nil {
+				tc.check(t, cfg)
+			}
+			if err := cfg.Validate(); err != nil {
+				t.Errorf("Validate: %v", err)
+			}
+		})
+	}
+}
+
+// routingOnly prints the routing settings of c, for a diff.
+func routingOnly(c *Config) string {
+	return fmt.Sprintf("%v %v %v %v %v %v %v %v %v %v %v %v %v %v",
+		c.Consistency, c.MaxLag, c.ProbeInterval, c.Select, c.LatencyWindow, c.Fallback, c.ReadOnlyTx,
+		c.PinAfterWrite, c.WriteTimeout, c.Lease, c.ReplicaMaxConns, c.CircuitFailures, c.CircuitMaxBackoff, c.StrictBoot)
+}
+
+func checkError(t *testing.T, err error, text, key string) {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("no error, want one with %q", text)
+	}
+	var pe *ParseError
+	if !errors.As(err, &pe) {
+		t.Fatalf("error %T %v is not a *ParseError", err, err)
+	}
+	msg := err.Error()
+	if !strings.Contains(msg, text) {
+		t.Errorf("error %q does not contain %q", msg, text)
+	}
+	if pe.Key != key {
+		t.Errorf("error %q: Key %q, want %q", msg, pe.Key, key)
+	}
+	if key != "" && !strings.Contains(msg, key) {
+		t.Errorf("error %q does not name the key %s", msg, key)
+	}
+	if strings.Contains(msg, marker) || strings.Contains(pe.Key, marker) {
+		t.Errorf("error %q shows the password", msg)
+	}
+	if !strings.HasPrefix(msg, "pgrouted dsn: ") {
+		t.Errorf("error %q lacks the prefix", msg)
+	}
+}
+
+func checkHosts(t *testing.T, cfg *Config, want []hostWant) {
+	t.Helper()
+	if len(cfg.Hosts) != len(want) {
+		t.Fatalf("%d hosts %v, want %d", len(cfg.Hosts), cfg.Hosts, len(want))
+	}
+	for i, w := range want {
+		h := cfg.Hosts[i]
+		cc := h.ConnConfig
+		got := hostWant{h.Name, h.Addr, h.Weight, cc.TLSConfig != nil, len(cc.Fallbacks)}
+		if got != w {
+			t.Errorf("host %d: got %+v, want %+v", i, got, w)
+		}
+		if _, addr := pgconn.NetworkAddress(cc.Host, cc.Port); addr != h.Addr {
+			t.Errorf("host %d: ConnConfig at %s, Addr %s", i, addr, h.Addr)
+		}
+		for _, fb := range cc.Fallbacks {
+			if fb.Host != cc.Host || fb.Port != cc.Port {
+				t.Errorf("host %d (%s): a fallback to another host %s:%d", i, h.Addr, fb.Host, fb.Port)
+			}
+		}
+	}
+}
+
+func checkNoRoutingParams(t *testing.T, cfg *Config) {
+	t.Helper()
+	for _, h := range cfg.Hosts {
+		for k := range h.ConnConfig.RuntimeParams {
+			if isRoutingKey(k) {
+				t.Errorf("%s: runtime parameter %s would reach the server", h.Name, k)
+			}
+		}
+		if strings.Contains(strings.ToLower(h.ConnConfig.ConnString()), routingPrefix) {
+			t.Errorf("%s: pgx was given a pgrouted key: %s", h.Name, h.ConnConfig.ConnString())
+		}
+	}
+}
+
+// TestRoundTrip checks, for every DSN of the table that parses, that Format
+// parses back to an equal Config, and that Redacted, String and fmt's verbs
+// never show the password.
+func TestRoundTrip(t *testing.T) {
+	for _, tc := range cases {
+		if tc.err != "" {
+			continue
+		}
+		t.Run(tc.name, func(t *testing.T) {
+			isolateEnv(t, tc.env)
+			cfg, err := Parse(tc.dsn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			formatted := Format(cfg)
+			back, err := Parse(formatted)
+			if err != nil {
+				t.Fatalf("Parse(Format) = %v\nformatted: %s", err, redactMarker(formatted))
+			}
+			if diff := diffConfig(cfg, back); diff != "" {
+				t.Errorf("Format→Parse differs: %s\nformatted: %s", diff, redactMarker(formatted))
+			}
+			if again := Format(back); again != formatted {
+				t.Errorf("Format is not stable:\n%s\n%s", redactMarker(formatted), redactMarker(again))
+			}
+			checkNoPassword(t, cfg)
+		})
+	}
+}
+
+func redactMarker(s string) string { return strings.ReplaceAll(s, marker, "MARKER") }
+
+// checkNoPassword checks every way of printing cfg for its password.
+func checkNoPassword(t *testing.T, cfg *Config) {
+	t.Helper()
+	var passwords []string
+	for _, h := range cfg.Hosts {
+		if p := h.ConnConfig.Password; len(p) >= minSecret {
+			passwords = append(passwords, p)
+		}
+	}
+	if strings.Contains(Format(cfg), marker) {
+		passwords = append(passwords, marker)
+	}
+	for _, text := range []string{cfg.String(), cfg.Redacted(), fmt.Sprint(cfg), fmt.Sprint(*cfg),
+		fmt.Sprintf("%+v", *cfg), fmt.Sprintf("%#v", *cfg), fmt.Sprintf("%v", cfg.Hosts)} {
+		for _, p := range passwords {
+			if strings.Contains(text, p) {
+				t.Errorf("%q shows the password", redactMarker(text))
+			}
+		}
+	}
+}
+
+// diffConfig returns "" when a and b are equal Configs: the same routing
+// settings, and hosts with the same name, address, weight and pgx settings.
+func diffConfig(a, b *Config) string {
+	ra, rb := *a, *b
+	ra.Hosts, ra.src, rb.Hosts, rb.src = nil, nil, nil, nil
+	if !reflect.DeepEqual(ra, rb) {
+		return fmt.Sprintf("routing %s vs %s", routingOnly(&ra), routingOnly(&rb))
+	}
+	if len(a.Hosts) != len(b.Hosts) {
+		return fmt.Sprintf("%d hosts vs %d", len(a.Hosts), len(b.Hosts))
+	}
+	for i := range a.Hosts {
+		ha, hb := a.Hosts[i], b.Hosts[i]
+		if ha.Name != hb.Name || ha.Addr != hb.Addr || ha.Weight != hb.Weight {
+			return fmt.Sprintf("host %d: %s %s %d vs %s %s %d", i, ha.Name, ha.Addr, ha.Weight, hb.Name, hb.Addr, hb.Weight)
+		}
+		if sa, sb := connSummary(ha.ConnConfig), connSummary(hb.ConnConfig); sa != sb {
+			return fmt.Sprintf("host %d:\n%s\nvs\n%s", i, redactMarker(sa), redactMarker(sb))
+		}
+	}
+	return ""
+}
+
+// connSummary prints what a pgx config holds, short of functions.
+func connSummary(cc *pgx.ConnConfig) string {
+	tlsSummary := func(c *tls.Config) string {
+		if c == nil {
+			return "plain"
+		}
+		return fmt.Sprintf("tls(sni=%q skip=%v verify=%v roots=%v certs=%d)",
+			c.ServerName, c.InsecureSkipVerify, c.VerifyPeerCertificate != nil, c.RootCAs != nil, len(c.Certificates))
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s:%d db=%q user=%q pw=%q timeout=%v %s", cc.Host, cc.Port, cc.Database, cc.User, cc.Password,
+		cc.ConnectTimeout, tlsSummary(cc.TLSConfig))
+	for _, fb := range cc.Fallbacks {
+		fmt.Fprintf(&b, " fallback %s:%d %s", fb.Host, fb.Port, tlsSummary(fb.TLSConfig))
+	}
+	for _, k := range slices.Sorted(maps.Keys(cc.RuntimeParams)) {
+		fmt.Fprintf(&b, " %s=%q", k, cc.RuntimeParams[k])
+	}
+	fmt.Fprintf(&b, " neg=%q certmode=%q krb=%q/%q validate=%v proto=%s-%s cb=%s auth=%q cache=%d/%d mode=%v",
+		cc.SSLNegotiation, cc.SSLCertMode, cc.KerberosSrvName, cc.KerberosSpn, cc.ValidateConnect != nil,
+		cc.MinProtocolVersion, cc.MaxProtocolVersion, cc.ChannelBinding, cc.RequireAuth,
+		cc.StatementCacheCapacity, cc.DescriptionCacheCapacity, cc.DefaultQueryExecMode)
+	return b.String()
+}
+
+// TestParseMatchesPgx checks the split: for every DSN of the table that
+// parses, pgx given the whole string (pgrouted_ keys and all) makes the
+// same connection attempts, with the same settings, as the hosts' configs
+// together.
+func TestParseMatchesPgx(t *testing.T) {
+	for _, tc := range cases {
+		if tc.err != "" {
+			continue
+		}
+		t.Run(tc.name, func(t *testing.T) {
+			isolateEnv(t, tc.env)
+			cfg, err := Parse(tc.dsn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := diffPgx(tc.dsn, cfg); diff != "" {
+				t.Error(diff)
+			}
+		})
+	}
+}
+
+// diffPgx compares cfg's hosts with pgx's parse of the whole of dsn.
+func diffPgx(dsn string, cfg *Config) string {
+	whole, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return fmt.Sprintf("pgx rejects what Parse accepts: %v", err)
+	}
+	for k := range whole.RuntimeParams {
+		if isRoutingKey(k) {
+			delete(whole.RuntimeParams, k)
+		}
+	}
+	joined := cfg.Hosts[0].ConnConfig.Copy()
+	joined.Fallbacks = nil
+	for i, h := range cfg.Hosts {
+		if i > 0 {
+			joined.Fallbacks = append(joined.Fallbacks, &pgconn.FallbackConfig{
+				Host: h.ConnConfig.Host, Port: h.ConnConfig.Port, TLSConfig: h.ConnConfig.TLSConfig})
+		}
+		joined.Fallbacks = append(joined.Fallbacks, h.ConnConfig.Fallbacks...)
+	}
+	if a, b := connSummary(whole), connSummary(joined); a != b {
+		return fmt.Sprintf("pgx: %s\n ours: %s", redactMarker(a), redactMarker(b))
+	}
+	return ""
+}
+
+// TestParseServiceFile: pgx reads the service file; pgrouted_ keys in it
+// apply where the connection string does not set them, and never reach the
+// server.
+func TestParseServiceFile(t *testing.T) {
+	isolateEnv(t, nil)
+	dir := t.TempDir()
+	file := filepath.Join(dir, "pg_service.conf")
+	err := os.WriteFile(file, []byte(`[svc]
+host=s1,s2
+port=5440
+dbname=svcdb
+sslmode=disable
+pgrouted_select=random
+pgrouted_max_lag=3s
+
+[bad]
+host=s1
+pgrouted_selcet=random
+`), 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := Parse("service=svc servicefile=" + file + " pgrouted_max_lag=5s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkHosts(t, cfg, plain("s1:5440", "s2:5440"))
+	checkNoRoutingParams(t, cfg)
+	if cfg.Select != SelectRandom || cfg.MaxLag != LagTime(5*time.Second) {
+		t.Errorf("select %v max_lag %v, want random (service file) and 5s (connection string)", cfg.Select, cfg.MaxLag)
+	}
+	if db := cfg.Hosts[0].ConnConfig.Database; db != "svcdb" {
+		t.Errorf("database %q", db)
+	}
+	back, err := Parse(Format(cfg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := diffConfig(cfg, back); diff != "" {
+		t.Error(diff)
+	}
+
+	_, err = Parse("service=bad servicefile=" + file)
+	checkError(t, err, "unknown key pgrouted_selcet (did you mean pgrouted_select?)", "pgrouted_selcet")
+}
+
+// TestParseErrorUnwrap: a pgx error stays reachable.
+func TestParseErrorUnwrap(t *testing.T) {
+	isolateEnv(t, nil)
+	_, err := Parse("postgres://u:" + marker + "@db1:x/db")
+	var pce *pgconn.ParseConfigError
+	if !errors.As(err, &pce) {
+		t.Fatalf("%v does not unwrap to a *pgconn.ParseConfigError", err)
+	}
+	_, err = Parse("host=db1 pgrouted_select=x")
+	if errors.Unwrap(err) != nil {
+		t.Errorf("a routing error unwraps to %v", errors.Unwrap(err))
+	}
+}
