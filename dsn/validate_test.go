@@ -1,0 +1,309 @@
+package dsn
+
+import (
+	"fmt"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// validBase is a Config that passes Validate, for TestValidate to break.
+func validBase(t *testing.T) *Config {
+	t.Helper()
+	isolateEnv(t, nil)
+	cfg, err := Parse("postgres://app:" + marker + "@db1,db2,db3/app?sslmode=disable&pgrouted_names=a,b,c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// TestValidate holds a Config built or changed in code to the rules of
+// Parse: each rule's message names its key.
+func TestValidate(t *testing.T) {
+	tests := []struct {
+		name   string
+		change func(*Config)
+		err    string
+		key    string
+	}{
+		{"no host", func(c *Config) { c.Hosts = nil }, "no host: host must name at least one server", "host"},
+		{"host without address", func(c *Config) { c.Hosts[1].Addr = "" }, "host 2 has no address", "host"},
+		{"host without ConnConfig", func(c *Config) { c.Hosts[2].ConnConfig = nil }, "host db3:5432 has no ConnConfig", "host"},
+		{"repeated host", func(c *Config) { c.Hosts[2].Addr = "DB1:5432" }, "host DB1:5432 is listed twice (hosts 1 and 3)", "host"},
+		{"empty name", func(c *Config) { c.Hosts[1].Name = "" }, "pgrouted_names (a,,c): entry 2 is empty", keyNames},
+		{"name with comma", func(c *Config) { c.Hosts[0].Name = "x,y" }, `entry 1 ("x,y") must not hold commas`, keyNames},
+		{"name with space around", func(c *Config) { c.Hosts[0].Name = " x" }, "surrounding space", keyNames},
+		{"name with control", func(c *Config) { c.Hosts[0].Name = "x\n" }, "control characters", keyNames},
+		{"name reserved", func(c *Config) { c.Hosts[2].Name = "PRIMARY" }, "entry 3: the name primary is reserved", keyNames},
+		{"name repeated", func(c *Config) { c.Hosts[2].Name = "B" }, "entries 2 and 3 are both B; names must be unique", keyNames},
+		{"name is the password", func(c *Config) { c.Hosts[0].Name, c.Hosts[1].Name = marker, marker }, "names must be unique", keyNames},
+		{"weight zero", func(c *Config) { c.Hosts[1].Weight = 0 }, "pgrouted_weights (1,0,1): entry 2 (0) must be a whole number from 1 to 1000000", keyWeights},
+		{"weight too large", func(c *Config) { c.Hosts[0].Weight = MaxWeight + 1 }, "entry 1 (1000001)", keyWeights},
+		{"consistency empty", func(c *Config) { c.Consistency = "" }, "pgrouted_consistency () must be one of session, eventual", keyConsistency},
+		{"max_lag zero time", func(c *Config) { c.MaxLag = LagTime(0) }, "pgrouted_max_lag (0s) must be greater than 0", keyMaxLag},
+		{"max_lag negative bytes", func(c *Config) { c.MaxLag = LagBytes(-1) }, "pgrouted_max_lag (-1B) must be greater than 0", keyMaxLag},
+		{"max_lag equal to probe", func(c *Config) { c.MaxLag = LagTime(time.Second) },
+			"pgrouted_max_lag (1s) must be greater than pgrouted_probe_interval (1s)", keyMaxLag},
+		{"probe negative", func(c *Config) { c.ProbeInterval = -time.Second }, "pgrouted_probe_interval (-1s) must not be negative", keyProbeInterval},
+		{"probe zero", func(c *Config) { c.ProbeInterval = 0 }, "pgrouted_probe_interval (0s) must be greater than 0", keyProbeInterval},
+		{"select unknown", func(c *Config) { c.Select = "fastest" }, "pgrouted_select (fastest) must be one of", keySelect},
+		{"latency negative", func(c *Config) { c.LatencyWindow = -5 * time.Millisecond }, "pgrouted_latency_window (-5ms) must not be negative", keyLatencyWindow},
+		{"fallback unknown", func(c *Config) { c.Fallback = "retry" }, "pgrouted_fallback (retry) must be one of primary, error", keyFallback},
+		{"readonly_tx unknown", func(c *Config) { c.ReadOnlyTx = "" }, "pgrouted_readonly_tx () must be one of replica, primary", keyReadOnlyTx},
+		{"pin negative", func(c *Config) { c.PinAfterWrite = -time.Millisecond }, "pgrouted_pin_after_write (-1ms) must not be negative", keyPinAfterWrite},
+		{"write_timeout negative", func(c *Config) { c.WriteTimeout = -time.Second }, "pgrouted_write_timeout (-1s) must not be negative", keyWriteTimeout},
+		{"lease zero", func(c *Config) { c.Lease = 0 }, "pgrouted_lease (0s) must be greater than 0", keyLease},
+		{"lease equal to probe", func(c *Config) { c.Lease = 2 * time.Second; c.ProbeInterval = 2 * time.Second },
+			"pgrouted_lease (2s) must be greater than pgrouted_probe_interval (2s)", keyLease},
+		{"replica_max_conns negative", func(c *Config) { c.ReplicaMaxConns = -1 }, "pgrouted_replica_max_conns (-1) must not be negative", keyReplicaMaxConns},
+		{"circuit_failures zero", func(c *Config) { c.CircuitFailures = 0 }, "pgrouted_circuit_failures (0) must be at least 1", keyCircuitFailures},
+		{"circuit_max_backoff zero", func(c *Config) { c.CircuitMaxBackoff = 0 }, "pgrouted_circuit_max_backoff (0s) must be greater than 0", keyCircuitMaxBackoff},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := validBase(t)
+			tt.change(cfg)
+			checkError(t, cfg.Validate(), tt.err, tt.key)
+		})
+	}
+
+	t.Run("valid", func(t *testing.T) {
+		cfg := validBase(t)
+		cfg.ReplicaMaxConns = 0 // pgxpool's default, fine in code
+		cfg.LatencyWindow = LatencyWindowOff
+		cfg.MaxLag = LagBytes(1)
+		if err := cfg.Validate(); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// TestCloneIsDeep: changing a clone's hosts leaves the original alone.
+func TestCloneIsDeep(t *testing.T) {
+	cfg := validBase(t)
+	c := cfg.Clone()
+	c.Hosts[0].Name = "changed"
+	c.Hosts[0].ConnConfig.RuntimeParams["x"] = "y"
+	c.Hosts[0].ConnConfig.Password = "other"
+	if cfg.Hosts[0].Name != "a" || cfg.Hosts[0].ConnConfig.RuntimeParams["x"] != "" || cfg.Hosts[0].ConnConfig.Password != marker {
+		t.Error("Clone shares the hosts")
+	}
+	if (*Config)(nil).Clone() != nil {
+		t.Error("Clone of nil")
+	}
+}
+
+// TestFormatBuiltInCode: when the hosts are not the parsed ones, Format
+// writes the PostgreSQL part from the hosts' ConnConfigs, and that parses
+// back to an equal Config.
+func TestFormatBuiltInCode(t *testing.T) {
+	for _, tc := range []struct{ name, dsn string }{
+		{"disable", "host=db1,db2,db3 port=5432,5433,5434 user=app password=" + marker + " dbname=app sslmode=disable application_name=web"},
+		{"prefer", "postgres://app:" + marker + "@db1,db2,db3/app?connect_timeout=3&search_path=a%20b"},
+		{"allow", "host=db1,db2,db3 sslmode=allow user=app"},
+		{"require", "host=db1,db2,db3 sslmode=require sslsni=0 user=app password='it\\'s'"},
+		{"verify-full", "host=db1,[::1],db3 sslmode=verify-full user=app channel_binding=require"},
+		{"unix and tcp", "host=/tmp,db2,db3 port=5432 sslmode=prefer statement_cache_capacity=10 default_query_exec_mode=exec"},
+		{"protocol", "host=db1,db2,db3 sslmode=disable min_protocol_version=3.2 require_auth=scram-sha-256 krbsrvname=pg"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			isolateEnv(t, nil)
+			parsed, err := Parse(tc.dsn + " pgrouted_select=nearest")
+			if strings.HasPrefix(tc.dsn, "postgres://") {
+				parsed, err = Parse(tc.dsn + "&pgrouted_select=nearest")
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg := parsed.Clone()
+			cfg.Hosts = append(cfg.Hosts[:1], cfg.Hosts[2:]...) // drop a host
+			cfg.Hosts[1].Name = "second"
+			formatted := Format(cfg)
+			if !strings.HasPrefix(formatted, "host=") {
+				t.Fatalf("Format did not write from the hosts: %s", redactMarker(formatted))
+			}
+			back, err := Parse(formatted)
+			if err != nil {
+				t.Fatalf("%v\nformatted: %s", err, redactMarker(formatted))
+			}
+			if diff := diffConfig(cfg, back); diff != "" {
+				t.Errorf("%s\nformatted: %s", diff, redactMarker(formatted))
+			}
+			checkNoPassword(t, cfg)
+		})
+	}
+
+	t.Run("from pgx configs", func(t *testing.T) {
+		isolateEnv(t, nil)
+		var hosts []Host
+		for _, h := range []string{"db1", "db2"} {
+			cc, err := pgx.ParseConfig("host=" + h + " user=app password=" + marker + " sslmode=disable")
+			if err != nil {
+				t.Fatal(err)
+			}
+			hosts = append(hosts, Host{Name: h, Addr: h + ":5432", Weight: 2, ConnConfig: cc})
+		}
+		cfg := defaultConfig()
+		cfg.Hosts = hosts
+		cfg.ProbeInterval = 200 * time.Millisecond
+		if err := cfg.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		want := "host=db1,db2 port=5432 user=app password=xxxxx sslmode=disable pgrouted_probe_interval=200ms pgrouted_weights=2,2 pgrouted_names=db1,db2"
+		if got := cfg.Redacted(); got != want {
+			t.Errorf("Redacted\n got %s\nwant %s", got, want)
+		}
+		back, err := Parse(Format(cfg))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := diffConfig(cfg, back); diff != "" {
+			t.Error(diff)
+		}
+	})
+
+	if Format(nil) != "" {
+		t.Error("Format(nil)")
+	}
+}
+
+// TestRedacted pins the redacted forms.
+func TestRedacted(t *testing.T) {
+	isolateEnv(t, nil)
+	for _, tc := range []struct{ dsn, want string }{
+		{"postgres://app:" + marker + "@db1,db2/app?sslmode=disable&pgrouted_max_lag=2s",
+			"postgres://app:xxxxx@db1,db2/app?sslmode=disable&pgrouted_max_lag=2s"},
+		{"postgres://app:" + marker + "%40x@db1/app?sslpassword=" + marker + "&pass%77ord=" + marker + "&sslmode=disable",
+			"postgres://app:xxxxx@db1/app?sslpassword=xxxxx&pass%77ord=xxxxx&sslmode=disable"},
+		{"host=db1 password='" + marker + " two' sslmode=disable pgrouted_names=one",
+			"host=db1 password=xxxxx sslmode=disable pgrouted_names=one"},
+		{"postgres://app@db1/app?sslmode=disable", "postgres://app@db1/app?sslmode=disable"},
+	} {
+		cfg, err := Parse(tc.dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := cfg.Redacted(); got != tc.want {
+			t.Errorf("Redacted\n got %s\nwant %s", redactMarker(got), tc.want)
+		}
+		if got := cfg.String(); got != tc.want {
+			t.Errorf("String\n got %s\nwant %s", redactMarker(got), tc.want)
+		}
+		if got := fmt.Sprintf("%v|%+v|%#v|%s", cfg, *cfg, *cfg, cfg); strings.Contains(got, marker) {
+			t.Errorf("fmt shows the password: %s", redactMarker(got))
+		}
+	}
+}
+
+// TestErrorsHidePasswordFromEnv: PGPASSWORD is a secret too.
+func TestErrorsHidePasswordFromEnv(t *testing.T) {
+	isolateEnv(t, map[string]string{"PGPASSWORD": marker})
+	_, err := Parse("host=" + marker + "," + marker)
+	checkError(t, err, "host xxxxx:5432 is listed twice", "host")
+}
+
+func TestDuration(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want time.Duration
+	}{
+		{"0", 0}, {"1", time.Millisecond}, {"250", 250 * time.Millisecond}, {"1.5s", 1500 * time.Millisecond},
+		{" 2s ", 2 * time.Second}, {"2 s", 2 * time.Second}, {"0.5m", 30 * time.Second}, {"10ms", 10 * time.Millisecond},
+		{"0.000001ms", time.Nanosecond}, {"0.0000004ms", 0}, {"0.0000005ms", time.Nanosecond},
+		{"1.0000000001s", time.Second}, {"007s", 7 * time.Second}, {"153722867m", 153722867 * time.Minute},
+		{"9223372036854775807.0ms", -1}, {"153722868m", -1},
+		{"", -1}, {"s", -1}, {"-1s", -1}, {"+1s", -1}, {"1e3ms", -1}, {"1.s", -1}, {".5s", -1}, {"1h", -1},
+		{"1S", -1}, {"1 ms s", -1}, {"1m30s", -1}, {"1,5s", -1},
+	} {
+		got, err := parseDuration(tc.in)
+		if tc.want < 0 {
+			if err == nil {
+				t.Errorf("parseDuration(%q) = %v, want an error", tc.in, got)
+			}
+			continue
+		}
+		if err != nil || got != tc.want {
+			t.Errorf("parseDuration(%q) = %v, %v; want %v", tc.in, got, err, tc.want)
+		}
+	}
+	for _, d := range []time.Duration{0, 1, 999, time.Microsecond, 1500 * time.Microsecond, time.Millisecond,
+		1001 * time.Millisecond, time.Second, 90 * time.Second, time.Hour, math.MaxInt64} {
+		s := formatDuration(d)
+		if back, err := parseDuration(s); err != nil || back != d {
+			t.Errorf("formatDuration(%d) = %q, which parses to %v, %v", d, s, back, err)
+		}
+	}
+}
+
+func TestSize(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want int64
+	}{
+		{"0B", 0}, {"4096B", 4096}, {"1KB", 1024}, {"1kB", 1024}, {"512KB", 512 << 10}, {"16MB", 16 << 20},
+		{"1GB", 1 << 30}, {"1.5MB", 3 << 19}, {"0.1KB", 102}, {" 2 GB ", 2 << 30}, {"8589934591GB", 8589934591 << 30},
+		{"8589934592GB", -1}, {"1", -1}, {"1TB", -1}, {"1b", -1}, {"1mb", -1}, {"B", -1}, {"-1B", -1},
+	} {
+		got, err := parseSize(tc.in)
+		if tc.want < 0 {
+			if err == nil {
+				t.Errorf("parseSize(%q) = %v, want an error", tc.in, got)
+			}
+			continue
+		}
+		if err != nil || got != tc.want {
+			t.Errorf("parseSize(%q) = %v, %v; want %v", tc.in, got, err, tc.want)
+		}
+	}
+	for _, n := range []int64{0, 1, 1023, 1024, 1536, 1 << 20, 5 << 30, math.MaxInt64} {
+		if back, err := parseSize(formatSize(n)); err != nil || back != n {
+			t.Errorf("formatSize(%d) = %q, which parses to %v, %v", n, formatSize(n), back, err)
+		}
+	}
+}
+
+func TestLagBudget(t *testing.T) {
+	var b LagBudget
+	if !b.IsNone() || b.String() != "none" || b != DefaultMaxLag {
+		t.Errorf("zero LagBudget: %v", b)
+	}
+	if d, ok := LagTime(2 * time.Second).Time(); !ok || d != 2*time.Second {
+		t.Error("LagTime")
+	}
+	if _, ok := LagTime(time.Second).Bytes(); ok {
+		t.Error("a time budget is a byte budget")
+	}
+	if n, ok := LagBytes(16 << 20).Bytes(); !ok || n != 16<<20 || LagBytes(16<<20).String() != "16MB" {
+		t.Error("LagBytes")
+	}
+	for _, in := range []string{"none", "2s", "16MB", "1.5KB"} {
+		var got LagBudget
+		if err := got.UnmarshalText([]byte(in)); err != nil {
+			t.Fatal(err)
+		}
+		text, _ := got.MarshalText()
+		var again LagBudget
+		if err := again.UnmarshalText(text); err != nil || again != got {
+			t.Errorf("%q: %v then %v", in, got, again)
+		}
+	}
+	var bad LagBudget
+	checkError(t, bad.UnmarshalText([]byte("soon")), "pgrouted_max_lag (soon) is not a duration", keyMaxLag)
+}
+
+func TestNearestKey(t *testing.T) {
+	for in, want := range map[string]string{
+		"pgrouted_max_lga": keyMaxLag, "pgrouted_maxlag": keyMaxLag, "pgrouted_probe": keyProbeInterval,
+		"PGROUTED_STRICT_BOOT": keyStrictBoot, "pgrouted_circuit_failure": keyCircuitFailures,
+		"pgrouted_readonly": keyReadOnlyTx, "pgrouted_replica_conns": keyReplicaMaxConns,
+		"pgrouted_consistancy": keyConsistency, "pgrouted_" + strings.Repeat("x", 1000): keyMaxLag,
+	} {
+		if got := nearestKey(in); got != want {
+			t.Errorf("nearestKey(%.40q) = %s, want %s", in, got, want)
+		}
+	}
+}
