@@ -138,6 +138,15 @@ func collectKVSecrets(s string, sec *secrets) {
 		if amp := strings.IndexByte(v[:end], '&'); amp >= 0 {
 			sec.addRaw(v[:amp])
 		}
+		// As keyword/value syntax reads it: a backslash escapes a space.
+		escaped := 0
+		for escaped < len(v) && strings.IndexByte(kvSpace, v[escaped]) < 0 {
+			if v[escaped] == '\\' {
+				escaped++
+			}
+			escaped++
+		}
+		sec.addRaw(v[:min(escaped, len(v))])
 	}
 }
 
