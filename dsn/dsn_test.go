@@ -82,8 +82,8 @@ type dsnCase struct {
 	env  map[string]string
 
 	// For a DSN that parses:
-	hosts []hostWant               // the hosts, in order
-	set   func(*Config)            // the routing settings that differ from the defaults
+	hosts []hostWant                // the hosts, in order
+	set   func(*Config)             // the routing settings that differ from the defaults
 	check func(*testing.T, *Config) // anything else
 
 	// For a DSN that does not: a part of the message, and the key it names
