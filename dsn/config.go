@@ -196,7 +196,8 @@ type Host struct {
 	// TLS-then-plain pair of sslmode=prefer, the plain-then-TLS pair of
 	// sslmode=allow), and the credentials, TLS settings and runtime
 	// parameters that the connection string gives every host. No pgrouted_
-	// key is among its RuntimeParams.
+	// key is among its RuntimeParams. Its ConnString is the connection
+	// string less its pgrouted_ keys, all hosts and the password included.
 	ConnConfig *pgx.ConnConfig
 }
 

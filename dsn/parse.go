@@ -276,9 +276,17 @@ func nearestKey(key string) string {
 // a bare number means milliseconds. A size is a number with the unit B, KB,
 // MB or GB, 1024-based, fractions allowed.
 //
+// Beyond each key's own range: a time budget in pgrouted_max_lag and
+// pgrouted_lease must be greater than pgrouted_probe_interval; the lists
+// pgrouted_weights and pgrouted_names need one entry per host; names are
+// non-empty, unique and not "primary"; a host may not be listed twice.
 // target_session_attrs other than any is rejected: pgrouted finds the
 // primary and the replicas itself, and pgx's check would refuse the
 // connections to one or the other.
+//
+// A connection string that names no host, with no PGHOST either, means what
+// it means to pgx and libpq: the local default (a unix socket directory if
+// one exists, else localhost).
 //
 // The error is a [*ParseError]. The Config returned has passed
 // [Config.Validate].
