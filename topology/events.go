@@ -1,0 +1,95 @@
+package topology
+
+import "time"
+
+// EventKind says what changed.
+type EventKind uint8
+
+const (
+	// EventHostUp: a host answered a probe after failing (or at its first
+	// probe).
+	EventHostUp EventKind = iota + 1
+	// EventHostDown: a host's probe failed after succeeding (or at its
+	// first probe).
+	EventHostDown
+	// EventPrimaryChanged: a host became the primary; Previous names the
+	// one before, if any. Epoch is the new epoch when the host differs
+	// from the last primary.
+	EventPrimaryChanged
+	// EventPrimaryLost: no host is primary any more (failover in progress,
+	// lease expired, or conflict).
+	EventPrimaryLost
+	// EventConflict: two or more hosts are out of recovery and no timeline
+	// is strictly highest among them: there is no primary (fail closed).
+	EventConflict
+)
+
+// String names the kind.
+func (k EventKind) String() string {
+	switch k {
+	case EventHostUp:
+		return "host-up"
+	case EventHostDown:
+		return "host-down"
+	case EventPrimaryChanged:
+		return "primary-changed"
+	case EventPrimaryLost:
+		return "primary-lost"
+	case EventConflict:
+		return "primary-conflict"
+	}
+	return "unknown"
+}
+
+// Event is one change in the topology.
+type Event struct {
+	Kind     EventKind
+	Host     string // the host concerned, if any
+	Previous string // the previous primary, for primary events
+	Epoch    uint64
+	Err      string // the probe error, for EventHostDown
+	Time     time.Time
+}
+
+type subscription struct {
+	ch chan Event
+}
+
+// Subscribe returns a channel of events, buffered with room for buffer of
+// them, and a function that cancels the subscription and closes the channel.
+// Events that find the channel full are dropped (and counted by
+// [Topology.Dropped]): the tracker never waits for a subscriber. Close
+// closes every subscription's channel.
+func (t *Topology) Subscribe(buffer int) (<-chan Event, func()) {
+	s := &subscription{ch: make(chan Event, max(buffer, 1))}
+	t.subMu.Lock()
+	select {
+	case <-t.done:
+		close(s.ch)
+	default:
+		t.subs[s] = struct{}{}
+	}
+	t.subMu.Unlock()
+	return s.ch, func() {
+		t.subMu.Lock()
+		defer t.subMu.Unlock()
+		if _, ok := t.subs[s]; ok {
+			delete(t.subs, s)
+			close(s.ch)
+		}
+	}
+}
+
+func (tr *tracker) emit(e Event) {
+	e.Time = time.Now()
+	t := tr.t
+	t.subMu.Lock()
+	defer t.subMu.Unlock()
+	for s := range t.subs {
+		select {
+		case s.ch <- e:
+		default:
+			t.dropped.Add(1)
+		}
+	}
+}

@@ -1,0 +1,201 @@
+package topology
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/pgrouted/pgrouted/lagmeter"
+)
+
+// probeSQL is one simple-protocol round trip of up to three statements. The
+// first reads the role and positions and is the probe; the second reads the
+// timeline and the third the system identifier: when a role lacks the
+// privilege for them they fail alone and are reported unknown.
+const (
+	probeRoleSQL = `SELECT r,
+	CASE WHEN NOT r THEN pg_current_wal_insert_lsn() END,
+	CASE WHEN r THEN pg_last_wal_replay_lsn() END,
+	CASE WHEN r THEN pg_last_wal_receive_lsn() END,
+	CASE WHEN NOT r THEN (SELECT string_agg(application_name || '=' || sync_state, ',' ORDER BY application_name)
+		FROM pg_stat_replication WHERE application_name <> '' AND sync_state IS NOT NULL) END
+FROM pg_is_in_recovery() AS r`
+	probeTimelineSQL = `SELECT CASE WHEN pg_is_in_recovery()
+	THEN (SELECT received_tli FROM pg_stat_wal_receiver)
+	ELSE ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int END`
+	probeSystemSQL = `SELECT system_identifier FROM pg_control_system()`
+)
+
+// result is one probe's outcome, sent from a prober to the tracker.
+type result struct {
+	i      int
+	sentAt time.Time
+	rtt    time.Duration // of the probe query alone; 0 when it failed
+	err    error
+
+	inRecovery bool
+	insert     lagmeter.LSN
+	replay     lagmeter.LSN
+	receive    lagmeter.LSN
+	timeline   uint32 // 0: unknown
+	systemID   uint64 // 0: unknown
+	sync       []SyncStandby
+}
+
+// prober owns one host's probe connection; it runs in its own goroutine,
+// so a slow host delays no other host's probes.
+type prober struct {
+	t        *Topology
+	i        int
+	conn     *pgconn.PgConn
+	systemID uint64
+	failures int
+}
+
+func (p *prober) run() {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-p.t.done:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	defer p.closeConn()
+	for {
+		start := time.Now()
+		res := p.probe(ctx)
+		select {
+		case p.t.results <- res:
+		case <-p.t.done:
+			return
+		}
+		wait := p.t.opts.Interval - time.Since(start)
+		if res.err != nil {
+			p.failures++
+			if p.t.opts.Backoff != nil {
+				wait = p.t.opts.Backoff(p.i, p.failures) - time.Since(start)
+			}
+		} else {
+			p.failures = 0
+		}
+		timer := time.NewTimer(max(wait, 0))
+		select {
+		case <-timer.C:
+		case <-p.t.kicks[p.i]:
+			timer.Stop()
+		case <-p.t.done:
+			timer.Stop()
+			return
+		}
+	}
+}
+
+func (p *prober) closeConn() {
+	if p.conn != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		p.conn.Close(ctx)
+		cancel()
+		p.conn = nil
+	}
+}
+
+func (p *prober) probe(parent context.Context) (res result) {
+	res.i = p.i
+	res.sentAt = time.Now()
+	ctx, cancel := context.WithTimeout(parent, p.t.opts.Timeout)
+	defer cancel()
+	defer func() {
+		if res.err != nil {
+			p.closeConn()
+			res.err = p.redact(res.err)
+		}
+	}()
+	if p.conn == nil || p.conn.IsClosed() {
+		conn, err := pgconn.ConnectConfig(ctx, p.t.hosts[p.i].Config)
+		if err != nil {
+			res.err = err
+			return res
+		}
+		p.conn = conn
+		p.systemID = 0
+	}
+	sql := probeRoleSQL + ";\n" + probeTimelineSQL
+	if p.systemID == 0 {
+		sql += ";\n" + probeSystemSQL
+	}
+	start := time.Now()
+	results, err := p.conn.Exec(ctx, sql).ReadAll()
+	elapsed := time.Since(start)
+	var pgErr *pgconn.PgError
+	if err != nil && !errors.As(err, &pgErr) {
+		res.err = err
+		return res
+	}
+	if len(results) == 0 || results[0].Err != nil || len(results[0].Rows) != 1 {
+		if len(results) > 0 && results[0].Err != nil {
+			err = results[0].Err
+		}
+		res.err = fmt.Errorf("probe query: %w", err)
+		return res
+	}
+	if err := parseRole(results[0].Rows[0], &res); err != nil {
+		res.err = err
+		return res
+	}
+	res.rtt = elapsed
+	if len(results) > 1 && results[1].Err == nil && len(results[1].Rows) == 1 {
+		if v := results[1].Rows[0][0]; v != nil {
+			if tli, err := strconv.ParseUint(string(v), 10, 32); err == nil {
+				res.timeline = uint32(tli)
+			}
+		}
+	}
+	if p.systemID == 0 && len(results) > 2 && results[2].Err == nil && len(results[2].Rows) == 1 {
+		if v := results[2].Rows[0][0]; v != nil {
+			p.systemID, _ = strconv.ParseUint(string(v), 10, 64)
+		}
+	}
+	res.systemID = p.systemID
+	return res
+}
+
+func parseRole(row [][]byte, res *result) error {
+	if len(row) != 5 || row[0] == nil {
+		return errors.New("probe query: unexpected row")
+	}
+	res.inRecovery = string(row[0]) == "t"
+	for k, dst := range []*lagmeter.LSN{&res.insert, &res.replay, &res.receive} {
+		if v := row[1+k]; v != nil {
+			lsn, err := lagmeter.ParseLSN(string(v))
+			if err != nil {
+				return fmt.Errorf("probe query: %w", err)
+			}
+			*dst = lsn
+		}
+	}
+	if v := row[4]; v != nil {
+		for _, kv := range strings.Split(string(v), ",") {
+			name, state, ok := strings.Cut(kv, "=")
+			if ok {
+				res.sync = append(res.sync, SyncStandby{ApplicationName: name, SyncState: state})
+			}
+		}
+	}
+	return nil
+}
+
+// redact removes the host's password from an error's text, should a
+// library ever echo it.
+func (p *prober) redact(err error) error {
+	pw := p.t.hosts[p.i].Config.Password
+	if pw == "" || !strings.Contains(err.Error(), pw) {
+		return err
+	}
+	return errors.New(strings.ReplaceAll(err.Error(), pw, "xxxxx"))
+}

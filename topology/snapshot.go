@@ -1,0 +1,161 @@
+package topology
+
+import (
+	"time"
+
+	"github.com/pgrouted/pgrouted/lagmeter"
+)
+
+// Role is what a host was last seen to be.
+type Role uint8
+
+const (
+	// RoleUnknown: never probed successfully.
+	RoleUnknown Role = iota
+	// RolePrimary: out of recovery, accepting writes.
+	RolePrimary
+	// RoleStandby: in recovery (a streaming replica).
+	RoleStandby
+)
+
+// String returns "unknown", "primary" or "standby".
+func (r Role) String() string {
+	switch r {
+	case RolePrimary:
+		return "primary"
+	case RoleStandby:
+		return "standby"
+	}
+	return "unknown"
+}
+
+// MarshalText implements encoding.TextMarshaler.
+func (r Role) MarshalText() ([]byte, error) { return []byte(r.String()), nil }
+
+// HostState is what the probes last learned of one host. Zero LSNs, RTT,
+// Timeline or SystemID mean unknown.
+type HostState struct {
+	// Name and Addr identify the host, as configured.
+	Name string `json:"name"`
+	Addr string `json:"address"`
+
+	// Role is the role of the last successful probe; it stays when a probe
+	// fails, and Healthy tells whether it is current.
+	Role Role `json:"role"`
+
+	// Healthy is true when the last probe succeeded.
+	Healthy bool `json:"healthy"`
+
+	// LastProbe is when the last probe (successful or not) was sent;
+	// LastSuccess when the last successful one was sent. Both are local
+	// times with a monotonic reading.
+	LastProbe   time.Time `json:"lastProbe"`
+	LastSuccess time.Time `json:"lastSuccess"`
+
+	// Failures is the number of failed probes since the last success.
+	Failures int `json:"failures"`
+
+	// LastError is the last probe error's text (never a password), empty
+	// after a success.
+	LastError string `json:"lastError,omitempty"`
+
+	// RTT is the probe round trip's EWMA: the first sample sets it, then
+	// each new one weighs 0.2.
+	RTT time.Duration `json:"rtt"`
+
+	// InsertLSN is a primary's WAL insert position
+	// (pg_current_wal_insert_lsn()) when probed.
+	InsertLSN lagmeter.LSN `json:"insertLsn"`
+
+	// ReplayLSN and ReceiveLSN are a standby's pg_last_wal_replay_lsn() and
+	// pg_last_wal_receive_lsn() when probed.
+	ReplayLSN  lagmeter.LSN `json:"replayLsn"`
+	ReceiveLSN lagmeter.LSN `json:"receiveLsn"`
+
+	// Timeline is the timeline a primary writes, or a standby receives.
+	Timeline uint32 `json:"timeline"`
+
+	// SystemID is the cluster's system identifier (pg_control_system()).
+	SystemID uint64 `json:"systemId,string"`
+
+	// SyncState is the standby's sync_state in the primary's
+	// pg_stat_replication ("sync", "async", "potential", "quorum"), matched
+	// by the standby's application_name equal to the host's Name; empty
+	// when not known.
+	SyncState string `json:"syncState,omitempty"`
+}
+
+// Snapshot is an immutable picture of the cluster. Readers get it with
+// [Topology.Snapshot]; it never changes after publication.
+type Snapshot struct {
+	// Hosts are in configuration order.
+	Hosts []HostState `json:"hosts"`
+
+	// Primary is the index in Hosts of the current primary, or -1. It is
+	// authoritative only while [Snapshot.LeaseValid] holds.
+	Primary int `json:"primary"`
+
+	// Epoch increments each time the primary becomes a different host than
+	// the previous one (a period without primary does not count).
+	Epoch uint64 `json:"epoch"`
+
+	// Confirmed is when the last successful probe that saw Primary out of
+	// recovery was sent.
+	Confirmed time.Time `json:"confirmed"`
+
+	// Lease is how long a confirmation stays valid.
+	Lease time.Duration `json:"lease"`
+
+	// Conflicts counts the observations of two or more hosts out of
+	// recovery with no strictly highest timeline among them.
+	Conflicts uint64 `json:"conflicts"`
+
+	// Conflict is true when the last evaluation saw such a conflict.
+	Conflict bool `json:"conflict"`
+
+	// SyncStandbys is the primary's pg_stat_replication, application_name
+	// to sync_state.
+	SyncStandbys []SyncStandby `json:"syncStandbys,omitempty"`
+
+	// Taken is when the snapshot was published.
+	Taken time.Time `json:"taken"`
+}
+
+// SyncStandby is one row of the primary's pg_stat_replication.
+type SyncStandby struct {
+	ApplicationName string `json:"applicationName"`
+	SyncState       string `json:"syncState"`
+}
+
+// LeaseValid reports whether the snapshot has a primary whose last
+// confirmation is younger than the lease at now.
+func (s *Snapshot) LeaseValid(now time.Time) bool {
+	return s.Primary >= 0 && now.Sub(s.Confirmed) < s.Lease
+}
+
+// PrimaryHost returns the primary's state when it is authoritative at now.
+func (s *Snapshot) PrimaryHost(now time.Time) (*HostState, bool) {
+	if !s.LeaseValid(now) {
+		return nil, false
+	}
+	return &s.Hosts[s.Primary], true
+}
+
+// LeaseRemaining is how long the primary stays authoritative without a new
+// confirmation; 0 when it is not.
+func (s *Snapshot) LeaseRemaining(now time.Time) time.Duration {
+	if !s.LeaseValid(now) {
+		return 0
+	}
+	return s.Lease - now.Sub(s.Confirmed)
+}
+
+// Index returns the index of the host named name, or -1.
+func (s *Snapshot) Index(name string) int {
+	for i := range s.Hosts {
+		if s.Hosts[i].Name == name {
+			return i
+		}
+	}
+	return -1
+}

@@ -1,0 +1,166 @@
+package topology
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Host is one server to probe.
+type Host struct {
+	// Name identifies the host in snapshots and events.
+	Name string
+	// Addr is where it listens, for display.
+	Addr string
+	// Config is the host's connection configuration: the same credentials
+	// and TLS as the data path. It is copied; the probe connection gets
+	// application_name "pgrouted-probe" and no ValidateConnect.
+	Config *pgconn.Config
+}
+
+// Options tune the probers.
+type Options struct {
+	// Interval between two probes of a host. Default 1s.
+	Interval time.Duration
+	// Timeout of one probe, connection included. Default: Interval, at
+	// least 500ms.
+	Timeout time.Duration
+	// Lease is how long a primary stays authoritative after the last probe
+	// that confirmed it. Default 10s.
+	Lease time.Duration
+	// Backoff, when set, returns how long to wait before the next probe of
+	// host i after a failed one, given its consecutive failures, instead of
+	// Interval (circuit breakers back off probes of an open circuit).
+	Backoff func(i int, failures int) time.Duration
+	// OnProbe, when set, is called by the tracker after each probe of host
+	// i, with the probe's error (nil on success). It must not block.
+	OnProbe func(i int, err error)
+}
+
+// ProbeApplicationName is the application_name of probe connections.
+const ProbeApplicationName = "pgrouted-probe"
+
+// Topology probes every host on its own connection and publishes what it
+// learns as an immutable [Snapshot]. Create it with [New], stop it with
+// [Topology.Close].
+type Topology struct {
+	hosts []Host
+	opts  Options
+
+	snap atomic.Pointer[Snapshot]
+
+	results chan result
+	kicks   []chan struct{} // one per host: probe now
+	done    chan struct{}
+	wg      sync.WaitGroup
+
+	subMu   sync.Mutex
+	subs    map[*subscription]struct{}
+	dropped atomic.Uint64
+
+	closeOnce sync.Once
+}
+
+// New starts one prober per host and the tracker that publishes snapshots.
+// The first snapshot, before any probe returns, has every host unknown and no
+// primary.
+func New(hosts []Host, opts Options) (*Topology, error) {
+	if len(hosts) == 0 {
+		return nil, errors.New("topology: no host")
+	}
+	if opts.Interval <= 0 {
+		opts.Interval = time.Second
+	}
+	if opts.Timeout <= 0 {
+		opts.Timeout = max(opts.Interval, 500*time.Millisecond)
+	}
+	if opts.Lease <= 0 {
+		opts.Lease = 10 * time.Second
+	}
+	t := &Topology{
+		hosts:   make([]Host, len(hosts)),
+		opts:    opts,
+		results: make(chan result, len(hosts)),
+		kicks:   make([]chan struct{}, len(hosts)),
+		done:    make(chan struct{}),
+		subs:    make(map[*subscription]struct{}),
+	}
+	first := &Snapshot{Hosts: make([]HostState, len(hosts)), Primary: -1, Lease: opts.Lease, Taken: time.Now()}
+	for i, h := range hosts {
+		if h.Config == nil {
+			return nil, fmt.Errorf("topology: host %q has no connection configuration", h.Name)
+		}
+		cfg := h.Config.Copy()
+		cfg.ValidateConnect = nil
+		cfg.AfterConnect = nil
+		cfg.OnNotice = nil
+		cfg.OnNotification = nil
+		if cfg.RuntimeParams == nil {
+			cfg.RuntimeParams = map[string]string{}
+		}
+		cfg.RuntimeParams["application_name"] = ProbeApplicationName
+		if cfg.ConnectTimeout <= 0 || cfg.ConnectTimeout > opts.Timeout {
+			cfg.ConnectTimeout = opts.Timeout
+		}
+		t.hosts[i] = Host{Name: h.Name, Addr: h.Addr, Config: cfg}
+		t.kicks[i] = make(chan struct{}, 1)
+		first.Hosts[i] = HostState{Name: h.Name, Addr: h.Addr}
+	}
+	t.snap.Store(first)
+	tr := newTracker(t, first)
+	t.wg.Add(1 + len(hosts))
+	go func() {
+		defer t.wg.Done()
+		tr.run()
+	}()
+	for i := range t.hosts {
+		p := &prober{t: t, i: i}
+		go func() {
+			defer t.wg.Done()
+			p.run()
+		}()
+	}
+	return t, nil
+}
+
+// Snapshot returns the current picture of the cluster. It is one atomic
+// load: no lock, no allocation.
+func (t *Topology) Snapshot() *Snapshot { return t.snap.Load() }
+
+// ProbeNow asks for an immediate probe of host i, for example after SQLSTATE
+// 25006 on a connection that believed it was on the primary. It never
+// blocks; a probe already asked for is not asked twice.
+func (t *Topology) ProbeNow(i int) {
+	if i < 0 || i >= len(t.kicks) {
+		return
+	}
+	select {
+	case t.kicks[i] <- struct{}{}:
+	default:
+	}
+}
+
+// Close stops every prober and the tracker, closes their connections and
+// every subscription channel, and waits for them. It is safe to call more
+// than once.
+func (t *Topology) Close() error {
+	t.closeOnce.Do(func() {
+		close(t.done)
+		t.wg.Wait()
+		t.subMu.Lock()
+		for s := range t.subs {
+			close(s.ch)
+			delete(t.subs, s)
+		}
+		t.subMu.Unlock()
+	})
+	return nil
+}
+
+// Dropped counts events not delivered because a subscriber's channel was
+// full.
+func (t *Topology) Dropped() uint64 { return t.dropped.Load() }

@@ -1,0 +1,442 @@
+package topology_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/pgrouted/pgrouted/testcluster"
+	"github.com/pgrouted/pgrouted/topology"
+	"go.uber.org/goleak"
+)
+
+var cluster *testcluster.Cluster
+
+func TestMain(m *testing.M) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	c, err := testcluster.Start(ctx, testcluster.Options{
+		Replicas: 2,
+		Logf:     func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) },
+	})
+	cancel()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "FAIL: cannot start the test cluster: %v\n", err)
+		os.Exit(1)
+	}
+	cluster = c
+	code := m.Run()
+	if err := c.Close(); err != nil {
+		fmt.Fprintf(os.Stderr, "FAIL: close the test cluster: %v\n", err)
+		code = 1
+	}
+	os.Exit(code)
+}
+
+func testCtx(t *testing.T) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func restore(t *testing.T) {
+	t.Helper()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		if err := cluster.Restore(ctx); err != nil {
+			t.Fatalf("restore cluster: %v", err)
+		}
+	})
+}
+
+// hosts returns the cluster's nodes as topology hosts, in the given order of
+// node indexes, connecting as user (empty: the cluster's).
+func hosts(t *testing.T, user string, order ...int) []topology.Host {
+	t.Helper()
+	var hs []topology.Host
+	for _, i := range order {
+		n := cluster.Node(i)
+		cfg, err := pgconn.ParseConfig(n.DSN())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if user != "" {
+			cfg.User = user
+		}
+		hs = append(hs, topology.Host{Name: n.Name(), Addr: n.Addr(), Config: cfg})
+	}
+	return hs
+}
+
+func start(t *testing.T, hs []topology.Host, opts topology.Options) *topology.Topology {
+	t.Helper()
+	top, err := topology.New(hs, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { top.Close() })
+	return top
+}
+
+// waitFor polls the snapshot until cond holds, or fails after limit.
+func waitFor(t *testing.T, top *topology.Topology, limit time.Duration, what string, cond func(*topology.Snapshot) bool) (*topology.Snapshot, time.Duration) {
+	t.Helper()
+	began := time.Now()
+	for {
+		s := top.Snapshot()
+		if cond(s) {
+			return s, time.Since(began)
+		}
+		if time.Since(began) > limit {
+			t.Fatalf("after %v, still not %s; snapshot: %+v", limit, what, s)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func primaryName(s *topology.Snapshot) string {
+	if s.Primary < 0 {
+		return ""
+	}
+	return s.Hosts[s.Primary].Name
+}
+
+func rolesKnown(s *topology.Snapshot) bool {
+	for _, h := range s.Hosts {
+		if h.Role == topology.RoleUnknown {
+			return false
+		}
+	}
+	return true
+}
+
+func TestRolesWhateverTheOrder(t *testing.T) {
+	for _, order := range [][]int{{0, 1, 2}, {2, 1, 0}, {1, 0, 2}, {1, 2, 0}} {
+		t.Run(fmt.Sprint(order), func(t *testing.T) {
+			top := start(t, hosts(t, "", order...), topology.Options{Interval: 100 * time.Millisecond})
+			s, _ := waitFor(t, top, 10*time.Second, "all roles known", func(s *topology.Snapshot) bool {
+				return rolesKnown(s) && s.Primary >= 0
+			})
+			if got := primaryName(s); got != "node0" {
+				t.Fatalf("primary = %q, want node0", got)
+			}
+			if !s.LeaseValid(time.Now()) {
+				t.Fatal("primary not authoritative right after its probe")
+			}
+			if s.Epoch != 1 {
+				t.Fatalf("epoch = %d, want 1 for the first primary", s.Epoch)
+			}
+			for _, h := range s.Hosts {
+				switch h.Name {
+				case "node0":
+					if h.Role != topology.RolePrimary || h.InsertLSN == 0 || h.Timeline == 0 {
+						t.Errorf("%s: %+v", h.Name, h)
+					}
+				default:
+					if h.Role != topology.RoleStandby || h.ReplayLSN == 0 || h.ReceiveLSN == 0 {
+						t.Errorf("%s: %+v", h.Name, h)
+					}
+				}
+				if !h.Healthy || h.RTT <= 0 || h.SystemID == 0 {
+					t.Errorf("%s: healthy=%v rtt=%v system id=%d", h.Name, h.Healthy, h.RTT, h.SystemID)
+				}
+			}
+		})
+	}
+}
+
+func TestSyncStateReported(t *testing.T) {
+	ctx := testCtx(t)
+	restore(t)
+	p := cluster.Primary()
+	if err := p.Exec(ctx, "ALTER SYSTEM SET synchronous_standby_names = 'node1'"); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Exec(ctx, "SELECT pg_reload_conf()"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		p.Exec(context.Background(), "ALTER SYSTEM RESET synchronous_standby_names")
+		p.Exec(context.Background(), "SELECT pg_reload_conf()")
+	})
+	top := start(t, hosts(t, "", 0, 1, 2), topology.Options{Interval: 100 * time.Millisecond})
+	s, _ := waitFor(t, top, 10*time.Second, "node1 reported sync", func(s *topology.Snapshot) bool {
+		return s.Primary >= 0 && s.Hosts[s.Index("node1")].SyncState == "sync"
+	})
+	if got := s.Hosts[s.Index("node2")].SyncState; got != "async" {
+		t.Fatalf("node2 sync state = %q, want async", got)
+	}
+}
+
+func TestFailoverFollowed(t *testing.T) {
+	ctx := testCtx(t)
+	restore(t)
+	interval := 500 * time.Millisecond
+	top := start(t, hosts(t, "", 0, 1, 2), topology.Options{Interval: interval})
+	events, cancel := top.Subscribe(64)
+	defer cancel()
+	s0, _ := waitFor(t, top, 10*time.Second, "node0 primary", func(s *topology.Snapshot) bool { return primaryName(s) == "node0" })
+
+	old, promoted := cluster.Node(0), cluster.Node(1)
+	if err := old.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	promoteAt := time.Now()
+	if err := promoted.Promote(ctx); err != nil {
+		t.Fatal(err)
+	}
+	promotedAt := time.Now()
+	s, _ := waitFor(t, top, interval+5*time.Second, "node1 primary", func(s *topology.Snapshot) bool { return primaryName(s) == "node1" })
+	t.Logf("new primary noticed %v after the promotion began, %v after it completed (probe interval %v)",
+		time.Since(promoteAt).Round(time.Millisecond), time.Since(promotedAt).Round(time.Millisecond), interval)
+	if s.Epoch != s0.Epoch+1 {
+		t.Fatalf("epoch = %d, want %d", s.Epoch, s0.Epoch+1)
+	}
+	if h := s.Hosts[s.Index("node1")]; h.Timeline != s0.Hosts[s0.Index("node0")].Timeline+1 {
+		t.Fatalf("new primary's timeline = %d", h.Timeline)
+	}
+	if h := s.Hosts[s.Index("node0")]; h.Healthy {
+		t.Fatalf("stopped node0 still healthy: %+v", h)
+	}
+	// The old primary comes back as a standby of the new one.
+	if err := old.Rejoin(ctx, promoted); err != nil {
+		t.Fatal(err)
+	}
+	s, _ = waitFor(t, top, 10*time.Second, "node0 standby", func(s *topology.Snapshot) bool {
+		h := s.Hosts[s.Index("node0")]
+		return h.Healthy && h.Role == topology.RoleStandby
+	})
+	if primaryName(s) != "node1" || s.Epoch != s0.Epoch+1 {
+		t.Fatalf("after the old primary rejoined: primary %q epoch %d", primaryName(s), s.Epoch)
+	}
+	var kinds []string
+	for len(events) > 0 {
+		e := <-events
+		kinds = append(kinds, fmt.Sprintf("%s(%s<-%s)", e.Kind, e.Host, e.Previous))
+	}
+	want := fmt.Sprintf("%s(%s<-%s)", topology.EventPrimaryChanged, "node1", "node0")
+	found := false
+	for _, k := range kinds {
+		found = found || k == want
+	}
+	if !found {
+		t.Fatalf("events %v lack %s", kinds, want)
+	}
+	t.Logf("events: %v", kinds)
+}
+
+func TestSplitBrain(t *testing.T) {
+	ctx := testCtx(t)
+	restore(t)
+	p := cluster.Node(0)
+	// A role that cannot read the timeline: pg_walfile_name is revoked.
+	if err := p.Exec(ctx, "DROP ROLE IF EXISTS noprivs; CREATE ROLE noprivs LOGIN; REVOKE EXECUTE ON FUNCTION pg_walfile_name(pg_lsn) FROM PUBLIC"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		// Restore (registered first) runs after this: fix node0, the
+		// primary Restore copies from.
+		cluster.Node(0).Exec(context.Background(), "GRANT EXECUTE ON FUNCTION pg_walfile_name(pg_lsn) TO PUBLIC")
+		cluster.Node(1).Exec(context.Background(), "GRANT EXECUTE ON FUNCTION pg_walfile_name(pg_lsn) TO PUBLIC")
+	})
+	lsn, _ := p.CurrentLSN(ctx)
+	if err := cluster.Node(1).WaitReplayed(ctx, lsn); err != nil {
+		t.Fatal(err)
+	}
+
+	top := start(t, hosts(t, "", 0, 1, 2), topology.Options{Interval: 100 * time.Millisecond})
+	blind := start(t, hosts(t, "noprivs", 0, 1, 2), topology.Options{Interval: 100 * time.Millisecond})
+	waitFor(t, top, 10*time.Second, "node0 primary", func(s *topology.Snapshot) bool { return primaryName(s) == "node0" })
+	// With one primary, an unreadable timeline does not matter.
+	bs, _ := waitFor(t, blind, 10*time.Second, "node0 primary (unprivileged)", func(s *topology.Snapshot) bool { return primaryName(s) == "node0" })
+	if h := bs.Hosts[0]; h.Timeline != 0 {
+		t.Fatalf("unprivileged probe read timeline %d; the test needs it unreadable", h.Timeline)
+	}
+
+	if err := p.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := cluster.Node(1).Promote(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, top, 10*time.Second, "node1 primary", func(s *topology.Snapshot) bool { return primaryName(s) == "node1" })
+	// The old primary starts again, as a primary: split brain.
+	if err := p.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s, _ := waitFor(t, top, 10*time.Second, "both out of recovery", func(s *topology.Snapshot) bool {
+		return s.Hosts[0].Healthy && s.Hosts[0].Role == topology.RolePrimary && s.Hosts[1].Role == topology.RolePrimary
+	})
+	epoch := s.Epoch
+	// Several more probe rounds: node1, on the higher timeline, stays.
+	time.Sleep(500 * time.Millisecond)
+	s = top.Snapshot()
+	if primaryName(s) != "node1" || s.Epoch != epoch || s.Conflicts != 0 {
+		t.Fatalf("split brain: primary %q epoch %d (want node1, %d), conflicts %d", primaryName(s), s.Epoch, epoch, s.Conflicts)
+	}
+	if s.Hosts[1].Timeline <= s.Hosts[0].Timeline {
+		t.Fatalf("timelines: node1 %d, node0 %d", s.Hosts[1].Timeline, s.Hosts[0].Timeline)
+	}
+	// Without the timelines, nobody can tell: no primary, and conflicts
+	// are counted.
+	bs, _ = waitFor(t, blind, 10*time.Second, "conflict (unprivileged)", func(s *topology.Snapshot) bool {
+		return s.Hosts[0].Healthy && s.Hosts[0].Role == topology.RolePrimary && s.Hosts[1].Role == topology.RolePrimary && s.Conflicts > 0
+	})
+	if bs.Primary != -1 || !bs.Conflict {
+		t.Fatalf("unprivileged view of a split brain: primary %q conflict %v", primaryName(bs), bs.Conflict)
+	}
+	c1 := bs.Conflicts
+	bs, _ = waitFor(t, blind, 10*time.Second, "conflict counter growing", func(s *topology.Snapshot) bool { return s.Conflicts > c1 })
+	if bs.Primary != -1 {
+		t.Fatalf("conflict resolved to %q", primaryName(bs))
+	}
+}
+
+func TestLeaseExpiresWhenPrimaryCutOff(t *testing.T) {
+	restore(t)
+	lease := time.Second
+	top := start(t, hosts(t, "", 0, 1, 2), topology.Options{Interval: 100 * time.Millisecond, Timeout: 300 * time.Millisecond, Lease: lease})
+	s0, _ := waitFor(t, top, 10*time.Second, "node0 primary", func(s *topology.Snapshot) bool { return primaryName(s) == "node0" })
+	if err := cluster.Node(0).Fault().Blackhole(); err != nil {
+		t.Fatal(err)
+	}
+	// Remember the last confirmation seen before the primary is lost.
+	var lastConfirmed time.Time
+	s, took := waitFor(t, top, 10*time.Second, "no authoritative primary", func(s *topology.Snapshot) bool {
+		if s.Primary >= 0 {
+			lastConfirmed = s.Confirmed
+		}
+		return !s.LeaseValid(time.Now())
+	})
+	t.Logf("primary lost %v after the cut (lease %v)", took, lease)
+	if s.Primary >= 0 && s.LeaseValid(time.Now()) {
+		t.Fatal("unreachable")
+	}
+	if gap := time.Since(lastConfirmed); gap < lease {
+		t.Fatalf("primary lost %v after its last confirmation, before the lease (%v) ran out", gap, lease)
+	}
+	if h := top.Snapshot().Hosts[0]; h.Healthy || h.LastError == "" {
+		t.Fatalf("cut-off primary: %+v", h)
+	}
+	s, _ = waitFor(t, top, 5*time.Second, "primary index cleared", func(s *topology.Snapshot) bool { return s.Primary == -1 })
+	if err := cluster.Node(0).Fault().Heal(); err != nil {
+		t.Fatal(err)
+	}
+	s, _ = waitFor(t, top, 10*time.Second, "node0 primary again", func(s *topology.Snapshot) bool {
+		return primaryName(s) == "node0" && s.LeaseValid(time.Now())
+	})
+	if s.Epoch != s0.Epoch {
+		t.Fatalf("epoch went from %d to %d, but the primary is the same host", s0.Epoch, s.Epoch)
+	}
+}
+
+func TestRTTFollowsLatency(t *testing.T) {
+	restore(t)
+	top := start(t, hosts(t, "", 0, 1, 2), topology.Options{Interval: 50 * time.Millisecond})
+	waitFor(t, top, 10*time.Second, "RTT known", func(s *topology.Snapshot) bool { return s.Hosts[1].RTT > 0 })
+	before := top.Snapshot().Hosts[1].RTT
+	if err := cluster.Node(1).Fault().Latency(30 * time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	// Every probe now takes at least 30ms, so the EWMA climbs to 30ms and
+	// beyond.
+	s, took := waitFor(t, top, 15*time.Second, "node1 RTT EWMA at 30ms", func(s *topology.Snapshot) bool { return s.Hosts[1].RTT >= 30*time.Millisecond })
+	t.Logf("node1 RTT EWMA %v -> %v in %v; node0 %v, node2 %v", before, s.Hosts[1].RTT, took, s.Hosts[0].RTT, s.Hosts[2].RTT)
+	if err := cluster.Node(1).Fault().Latency(0); err != nil {
+		t.Fatal(err)
+	}
+	s, _ = waitFor(t, top, 15*time.Second, "node1 RTT EWMA back down", func(s *topology.Snapshot) bool { return s.Hosts[1].RTT < 20*time.Millisecond })
+	t.Logf("after removing the latency: node1 RTT EWMA %v", s.Hosts[1].RTT)
+}
+
+func TestSlowHostDoesNotDelayOthers(t *testing.T) {
+	restore(t)
+	top := start(t, hosts(t, "", 0, 1, 2), topology.Options{Interval: 100 * time.Millisecond, Timeout: 5 * time.Second})
+	waitFor(t, top, 10*time.Second, "roles known", rolesKnown)
+	// node2 hangs every probe for the whole 5s timeout.
+	if err := cluster.Node(2).Fault().Blackhole(); err != nil {
+		t.Fatal(err)
+	}
+	mark := top.Snapshot().Hosts[0].LastSuccess
+	// node0 keeps being probed every 100ms meanwhile: 10 probes well
+	// within one timeout of node2.
+	count, last := 0, mark
+	waitFor(t, top, 4*time.Second, "10 probes of node0 while node2 hangs", func(s *topology.Snapshot) bool {
+		if ls := s.Hosts[0].LastSuccess; ls.After(last) {
+			count, last = count+1, ls
+		}
+		return count >= 10
+	})
+	if err := cluster.Node(2).Fault().Heal(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestProbeNow(t *testing.T) {
+	top := start(t, hosts(t, "", 0, 1, 2), topology.Options{Interval: time.Minute})
+	s, _ := waitFor(t, top, 10*time.Second, "first probes", rolesKnown)
+	first, other := s.Hosts[1].LastProbe, s.Hosts[0].LastProbe
+	top.ProbeNow(1)
+	// The interval is a minute: only ProbeNow can explain a second probe.
+	waitFor(t, top, 20*time.Second, "a probe of node1 asked for", func(s *topology.Snapshot) bool { return s.Hosts[1].LastProbe.After(first) })
+	if s := top.Snapshot(); !s.Hosts[0].LastProbe.Equal(other) {
+		t.Fatal("node0 probed again without being asked")
+	}
+}
+
+func TestCloseLeavesNoGoroutine(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	top, err := topology.New(hosts(t, "", 0, 1, 2), topology.Options{Interval: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch, _ := top.Subscribe(1) // never read: events are dropped, nothing blocks
+	for rolesKnown(top.Snapshot()) == false {
+		time.Sleep(10 * time.Millisecond)
+	}
+	top.ProbeNow(0)
+	if err := top.Close(); err != nil {
+		t.Fatal(err)
+	}
+	top.Close()
+	for range ch {
+	}
+}
+
+func TestSnapshotReadAllocatesNothing(t *testing.T) {
+	top := start(t, hosts(t, "", 0, 1, 2), topology.Options{Interval: 100 * time.Millisecond})
+	waitFor(t, top, 10*time.Second, "primary", func(s *topology.Snapshot) bool { return s.Primary >= 0 })
+	allocs := testing.AllocsPerRun(1000, func() {
+		s := top.Snapshot()
+		if h, ok := s.PrimaryHost(time.Now()); !ok || h.Name == "" {
+			panic("no primary")
+		}
+	})
+	if allocs != 0 {
+		t.Fatalf("reading the snapshot allocates %v times", allocs)
+	}
+}
+
+func BenchmarkSnapshot(b *testing.B) {
+	cfg, _ := pgconn.ParseConfig(cluster.Node(0).DSN())
+	top, err := topology.New([]topology.Host{{Name: "node0", Config: cfg}}, topology.Options{Interval: 100 * time.Millisecond})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer top.Close()
+	for top.Snapshot().Primary < 0 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		s := top.Snapshot()
+		if _, ok := s.PrimaryHost(time.Now()); !ok {
+			b.Fatal("no primary")
+		}
+	}
+}
