@@ -1,0 +1,147 @@
+package sqlclass
+
+import "strconv"
+
+// Class is what a statement (or a string of statements) does, as far as
+// routing is concerned. Every class but [Read] must run on the primary.
+//
+// Classes are ordered by danger; a string of several statements takes the
+// most dangerous class among them:
+//
+//	Read < Write < Unknown < Lock < Tx < Session
+//
+// The zero value is [Unknown], so a Class that was never set is not
+// mistaken for a read.
+type Class uint8
+
+const (
+	// Unknown is a statement the classifier does not recognise, or input
+	// it cannot lex to the end (an unterminated string, quoted identifier,
+	// dollar quote or block comment). Callers treat it as a write. It is
+	// the zero value.
+	Unknown Class = iota
+
+	// Read is a statement that only reads and leaves no session state
+	// behind: SELECT, WITH, VALUES, TABLE, SHOW, plain EXPLAIN, and
+	// EXPLAIN ANALYZE of a read. In autocommit mode it may run on a replica.
+	// An input with no statement at all (only whitespace, comments and
+	// semicolons) is also Read, with [Result.Statements] zero.
+	Read
+
+	// Write is a statement that changes data or the schema, or otherwise
+	// has to run on the primary without leaving session state behind:
+	// INSERT, UPDATE, DELETE, MERGE, COPY, DDL, CALL, DO, NOTIFY, SET LOCAL,
+	// SELECT … INTO, reads that call nextval, pg_notify and the other
+	// functions listed in the package documentation.
+	Write
+
+	// Lock is a read that takes row locks (FOR UPDATE, FOR NO KEY UPDATE,
+	// FOR SHARE, FOR KEY SHARE) and the LOCK statement. It runs on the
+	// primary.
+	Lock
+
+	// Tx is a transaction-control statement: BEGIN, START TRANSACTION,
+	// COMMIT, END, ROLLBACK, ABORT, SAVEPOINT, RELEASE, SET TRANSACTION,
+	// PREPARE TRANSACTION, COMMIT PREPARED, ROLLBACK PREPARED. It runs on
+	// the primary; a caller that sees it outside the database/sql
+	// transaction API must follow the server's transaction status, since
+	// such a string may leave a transaction open.
+	Tx
+
+	// Session changes the state of the session: SET, RESET, DISCARD,
+	// PREPARE, DEALLOCATE, DECLARE, LISTEN, UNLISTEN, LOAD, CREATE TEMP …,
+	// SELECT … INTO TEMP, calls of set_config and of the advisory lock
+	// functions. It runs on the primary, and the connection stays on the
+	// primary from then on, because a replica session would not have that
+	// state.
+	Session
+
+	numClasses = iota
+)
+
+// rank orders the classes by danger; see [Class].
+var rank = [numClasses]uint8{
+	Read:    0,
+	Write:   1,
+	Unknown: 2,
+	Lock:    3,
+	Tx:      4,
+	Session: 5,
+}
+
+// max returns the more dangerous of c and d.
+func (c Class) max(d Class) Class {
+	if rank[d] > rank[c] {
+		return d
+	}
+	return c
+}
+
+var classNames = [numClasses]string{
+	Unknown: "unknown",
+	Read:    "read",
+	Write:   "write",
+	Lock:    "lock",
+	Tx:      "tx",
+	Session: "session",
+}
+
+// String returns the lower-case name of the class: "read", "write",
+// "unknown", "lock", "tx" or "session".
+func (c Class) String() string {
+	if int(c) < len(classNames) {
+		return classNames[c]
+	}
+	return "Class(" + strconv.Itoa(int(c)) + ")"
+}
+
+// Hint is a route forced by a comment at the start of the input.
+type Hint uint8
+
+const (
+	// NoHint: the input does not start with a routing comment.
+	NoHint Hint = iota
+	// HintPrimary: the input starts with /* pgrouted:primary */.
+	HintPrimary
+	// HintReplica: the input starts with /* pgrouted:replica */.
+	HintReplica
+)
+
+// String returns "none", "primary" or "replica".
+func (h Hint) String() string {
+	switch h {
+	case NoHint:
+		return "none"
+	case HintPrimary:
+		return "primary"
+	case HintReplica:
+		return "replica"
+	}
+	return "Hint(" + strconv.Itoa(int(h)) + ")"
+}
+
+// Result is the classification of one input string.
+type Result struct {
+	// Class is the most dangerous class among the statements of the input
+	// (see [Class] for the order). It is [Read] for an input without any
+	// statement.
+	Class Class
+
+	// Hint is the route forced by a leading comment, if any.
+	Hint Hint
+
+	// Statements is the number of non-empty statements in the input:
+	// 0 for an input of only whitespace, comments and semicolons, more than
+	// 1 for a multi-statement string.
+	Statements int
+
+	// seen has bit 1<<c set for every class c of some statement.
+	seen uint8
+}
+
+// Has reports whether some statement of the input is of class c. It tells a
+// caller, for instance, that a string classified [Session] also holds a
+// [Tx] statement.
+func (r Result) Has(c Class) bool {
+	return c < numClasses && r.seen&(1<<c) != 0
+}

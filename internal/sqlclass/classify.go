@@ -1,0 +1,349 @@
+package sqlclass
+
+// Classify classifies the SQL text sql, which may hold several statements
+// separated by semicolons, and reads the routing hint of a leading comment.
+// It never fails: text it cannot make sense of is [Unknown]. The rules are
+// in the package documentation.
+//
+// Classify makes a single pass over sql and does not allocate. Only when a
+// standard '…' string holds a backslash does it make a second pass, to
+// read the text also as a server with standard_conforming_strings = off
+// would, and it returns the more dangerous of the two readings.
+func Classify(sql string) Result {
+	var c classifier
+	c.run(sql, false)
+	r := c.res
+	if c.lx.backslashSeen && r.Class != Session {
+		var c2 classifier
+		c2.run(sql, true)
+		r2 := c2.res
+		r.Class = r.Class.max(r2.Class)
+		r.seen |= r2.seen
+		if r2.Statements > r.Statements {
+			r.Statements = r2.Statements
+		}
+	}
+	return r
+}
+
+// phase is where the classifier stands inside one statement.
+type phase uint8
+
+const (
+	phStart        phase = iota // before the first key word; opening parentheses are skipped
+	phBody                      // the rest of a statement
+	phIgnore                    // the rest of the statement cannot change its class
+	phSet                       // just after SET
+	phCreate                    // after CREATE and its modifiers (OR REPLACE, TEMP, …)
+	phPrepare                   // just after PREPARE
+	phExplain                   // after EXPLAIN, before the explained statement
+	phExplainParen              // after "EXPLAIN (": an option list, or a parenthesised statement
+	phExplainOpts               // inside the option list of EXPLAIN
+)
+
+// stmt is the state of the statement being classified.
+type stmt struct {
+	class    Class
+	ph       phase
+	nonEmpty bool
+
+	read    bool // a read: look for DML, INTO and FOR UPDATE
+	create  bool // a CREATE: look for pg_temp
+	analyze bool // EXPLAIN ANALYZE: the explained statement runs
+
+	pendFor  bool // the previous word was FOR
+	pendInto bool // after INTO [UNLOGGED] [TABLE]
+	optDepth int  // parentheses open in the EXPLAIN option list
+
+	prev      tokKind // previous token in phBody, for function calls
+	prevStart int
+	prevEnd   int
+}
+
+type classifier struct {
+	lx  lexer
+	st  stmt
+	res Result
+}
+
+func (c *classifier) run(sql string, backslashQuotes bool) {
+	c.lx = lexer{s: sql, backslashQuotes: backslashQuotes}
+	c.res = Result{Class: Read}
+	for {
+		k, a, b := c.lx.next()
+		if k == tEOF {
+			break
+		}
+		if k == tSemi {
+			c.endStmt()
+			continue
+		}
+		c.st.nonEmpty = true
+		c.token(k, a, b)
+	}
+	if c.lx.unterminated {
+		// The server rejects the whole input; but what the unterminated
+		// construct swallowed is not known to be harmless, so it is not a
+		// read.
+		c.st.nonEmpty = true
+		c.st.class = c.st.class.max(Unknown)
+	}
+	c.endStmt()
+	c.res.Hint = c.lx.hint
+}
+
+func (c *classifier) endStmt() {
+	st := &c.st
+	if st.nonEmpty {
+		c.res.Statements++
+		c.res.seen |= 1 << st.class
+		c.res.Class = c.res.Class.max(st.class)
+	}
+	*st = stmt{}
+}
+
+func (c *classifier) token(k tokKind, a, b int) {
+	st := &c.st
+	switch st.ph {
+	case phStart:
+		switch k {
+		case tLParen:
+			// ((SELECT 1)): skip opening parentheses.
+		case tWord:
+			c.dispatch(keywordOf(c.lx.s[a:b]))
+		default:
+			// Every statement starts with a key word: this one is not
+			// known, but its function calls are still looked at.
+			st.class = Unknown
+			st.ph = phBody
+			c.body(k, a, b)
+		}
+
+	case phBody:
+		c.body(k, a, b)
+
+	case phIgnore:
+
+	case phSet:
+		if k == tWord {
+			switch keywordOf(c.lx.s[a:b]) {
+			case kwLocal, kwConstraints:
+				// SET LOCAL and SET CONSTRAINTS last until the end of
+				// the transaction: in autocommit they do nothing but
+				// warn, so they need the primary but no pin.
+				st.class = Write
+			case kwTransaction:
+				st.class = Tx
+			}
+		}
+		st.ph = phBody
+		c.body(k, a, b)
+
+	case phCreate:
+		if k == tWord {
+			switch keywordOf(c.lx.s[a:b]) {
+			case kwTemp:
+				st.class = Session
+				return
+			case kwCreateModifier, kwLocal, kwUnlogged:
+				return
+			}
+		}
+		st.ph = phBody
+		c.body(k, a, b)
+
+	case phPrepare:
+		if k == tWord && keywordOf(c.lx.s[a:b]) == kwTransaction {
+			st.class = Tx
+		}
+		st.ph = phBody
+		c.body(k, a, b)
+
+	case phExplain:
+		switch k {
+		case tWord:
+			switch kw := keywordOf(c.lx.s[a:b]); kw {
+			case kwAnalyze:
+				st.analyze = true
+			case kwVerbose:
+			default:
+				c.explained(kw)
+			}
+		case tLParen:
+			st.ph = phExplainParen
+		default:
+			c.explained(kwNone)
+		}
+
+	case phExplainParen:
+		// "EXPLAIN (" opens either the option list or a parenthesised
+		// statement: EXPLAIN (SELECT 1). Options are never key words that
+		// start a statement.
+		switch k {
+		case tLParen:
+			// EXPLAIN ((SELECT 1)): a parenthesised statement.
+			if !st.analyze {
+				c.explained(kwNone)
+				return
+			}
+			st.ph = phStart
+		case tWord:
+			if kw := keywordOf(c.lx.s[a:b]); kw == kwSelect || kw == kwValues || kw == kwWith || kw == kwTable {
+				c.explained(kw)
+				return
+			}
+			st.ph = phExplainOpts
+			st.optDepth = 1
+			c.token(k, a, b)
+		default:
+			st.ph = phExplainOpts
+			st.optDepth = 1
+			c.token(k, a, b)
+		}
+
+	case phExplainOpts:
+		switch k {
+		case tLParen:
+			st.optDepth++
+		case tRParen:
+			st.optDepth--
+			if st.optDepth == 0 {
+				st.ph = phExplain
+			}
+		case tWord, tQIdent:
+			// ANALYZE, or ANALYZE with any value (even false: a
+			// conservative reading); also "analyze" quoted, which the
+			// option list accepts as a name.
+			w := c.lx.s[a:b]
+			if equalFold(w, "analyze") || equalFold(w, "analyse") {
+				st.analyze = true
+			}
+		}
+	}
+}
+
+// explained is called at the first token of the statement that an EXPLAIN
+// explains, whose key word is kw. Without ANALYZE nothing runs: a read.
+// With ANALYZE the statement runs, and is classified as if on its own.
+func (c *classifier) explained(kw keyword) {
+	st := &c.st
+	if !st.analyze {
+		st.class = Read
+		st.ph = phIgnore
+		return
+	}
+	if kw == kwNone {
+		st.class = Unknown
+		st.ph = phIgnore
+		return
+	}
+	st.ph = phStart
+	c.dispatch(kw)
+}
+
+// dispatch starts the classification of a statement from its first key
+// word.
+func (c *classifier) dispatch(kw keyword) {
+	st := &c.st
+	st.ph = phBody
+	switch kw {
+	case kwSelect, kwValues, kwTable, kwWith:
+		st.class = Read
+		st.read = true
+	case kwShow:
+		st.class = Read
+		st.ph = phIgnore
+	case kwExplain:
+		st.class = Read
+		st.ph = phExplain
+	case kwInsert, kwUpdate, kwDelete, kwMerge, kwWrite, kwAnalyze:
+		st.class = Write
+	case kwLock:
+		st.class = Lock
+	case kwSet:
+		st.class = Session
+		st.ph = phSet
+	case kwCreate:
+		st.class = Write
+		st.create = true
+		st.ph = phCreate
+	case kwPrepare:
+		st.class = Session
+		st.ph = phPrepare
+	case kwSession:
+		st.class = Session
+	case kwTx:
+		st.class = Tx
+	default:
+		st.class = Unknown
+	}
+}
+
+// body looks at a token in the body of a statement: function calls in any
+// statement, and in a read the words that make it something else.
+func (c *classifier) body(k tokKind, a, b int) {
+	st := &c.st
+	s := c.lx.s
+	switch k {
+	case tLParen:
+		if st.prev == tWord || st.prev == tQIdent {
+			st.class = st.class.max(funcClass(s[st.prevStart:st.prevEnd]))
+		}
+		st.pendFor, st.pendInto = false, false
+	case tWord:
+		if st.read || st.create {
+			c.word(s[a:b])
+		}
+	case tQIdent:
+		if (st.pendInto || st.create) && isPgTemp(s[a:b]) {
+			st.class = st.class.max(Session)
+		}
+		st.pendFor, st.pendInto = false, false
+	default:
+		st.pendFor, st.pendInto = false, false
+	}
+	st.prev, st.prevStart, st.prevEnd = k, a, b
+}
+
+// word looks at a word in the body of a read or a CREATE statement.
+func (c *classifier) word(w string) {
+	st := &c.st
+	if st.create {
+		if isPgTemp(w) {
+			// CREATE TABLE pg_temp.t …: a temporary object.
+			st.class = st.class.max(Session)
+		}
+		return
+	}
+	kw := keywordOf(w)
+	if st.pendFor {
+		st.pendFor = false
+		if kw == kwUpdate || kw == kwLockStrength {
+			// FOR UPDATE, FOR NO KEY UPDATE, FOR SHARE, FOR KEY SHARE.
+			st.class = st.class.max(Lock)
+		}
+	}
+	if st.pendInto {
+		switch {
+		case kw == kwTemp || isPgTemp(w):
+			// SELECT … INTO TEMP t, INTO pg_temp.t: a temporary table.
+			st.class = st.class.max(Session)
+			st.pendInto = false
+		case kw == kwTable || kw == kwUnlogged:
+		default:
+			st.pendInto = false
+		}
+	}
+	switch kw {
+	case kwInsert, kwUpdate, kwDelete, kwMerge:
+		// A data-modifying CTE, or the main statement after WITH.
+		st.class = st.class.max(Write)
+	case kwInto:
+		// SELECT … INTO creates a table; INSERT INTO and MERGE INTO are
+		// writes already.
+		st.class = st.class.max(Write)
+		st.pendInto = true
+	case kwFor:
+		st.pendFor = true
+	}
+}

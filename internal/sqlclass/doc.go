@@ -1,0 +1,135 @@
+// Package sqlclass classifies SQL statements for routing between a
+// PostgreSQL primary and its read replicas.
+//
+// [Classify] tells a read from everything that must run on the primary, and
+// among those the statements that leave session state behind:
+//
+//	r := sqlclass.Classify(`SELECT * FROM "users" WHERE "id" = $1 FOR UPDATE`)
+//	// r.Class == sqlclass.Lock, r.Hint == sqlclass.NoHint, r.Statements == 1
+//
+// The classification is lexical and conservative: when in doubt, a
+// statement is not a [Read]. It runs on every statement, so it makes one
+// pass over the text, uses no regular expression and does not allocate.
+//
+// # Lexical rules
+//
+// The text is split into tokens as PostgreSQL's own lexer splits it, so
+// that nothing inside a string constant ('…' where a doubled quote stands for
+// a quote, E'…' with backslash escapes too, B'…', X'…', U&'…'), a quoted
+// identifier ("…", likewise with doubled quotes), a dollar quote ($$…$$, $tag$…$tag$, tags case-sensitive;
+// $1 is a parameter) or a comment (-- to the end of the line, /* … */
+// nested) counts as a key word or a function call. Key words and function
+// names match without regard to ASCII case, and a function name may be
+// schema-qualified or quoted: pg_catalog.nextval(, "nextval" (.
+//
+// Standard '…' strings are read with standard_conforming_strings on, the
+// default since PostgreSQL 9.1 (and what pgx expects). When such a string
+// holds a backslash, the text is read a second time as a server with the
+// setting off would read it, and the more dangerous reading wins.
+//
+// Input that ends inside a string, quoted identifier, dollar quote or block
+// comment is a syntax error for the server, but what the unterminated part
+// swallowed is not known to be harmless: such input is at least [Unknown].
+// A line comment that runs to the end of the input is not unterminated.
+//
+// # Statements
+//
+// The first key word of a statement, after comments, whitespace and opening
+// parentheses, decides its class:
+//
+//   - [Read]: SELECT, WITH, VALUES, TABLE, SHOW, and EXPLAIN without
+//     ANALYZE, of anything (it does not run the statement).
+//   - EXPLAIN ANALYZE (or ANALYSE, or ANALYZE in the option list, quoted or
+//     not, with any value, even false) runs the statement: it gets the
+//     class of the statement it explains.
+//   - [Write]: INSERT, UPDATE, DELETE, MERGE, COPY (both directions: COPY
+//     TO a server file writes, and COPY is not worth the risk), CREATE,
+//     ALTER, DROP, TRUNCATE, GRANT, REVOKE, COMMENT, VACUUM, ANALYZE,
+//     CLUSTER, REINDEX, REFRESH, CALL, DO, NOTIFY, CHECKPOINT, IMPORT,
+//     SECURITY LABEL, REASSIGN, EXECUTE, FETCH, MOVE, CLOSE, SET LOCAL,
+//     SET CONSTRAINTS. (SET LOCAL and SET CONSTRAINTS last until the end of
+//     the transaction; outside one they only warn, so they do not pin.)
+//   - [Lock]: LOCK.
+//   - [Tx]: BEGIN, START, COMMIT, END, ROLLBACK, ABORT, SAVEPOINT, RELEASE,
+//     SET TRANSACTION, PREPARE TRANSACTION (and COMMIT/ROLLBACK PREPARED).
+//   - [Session]: SET (but SET LOCAL, SET CONSTRAINTS, SET TRANSACTION
+//     above; SET SESSION CHARACTERISTICS is Session), RESET, DISCARD,
+//     PREPARE, DEALLOCATE, DECLARE, LISTEN, UNLISTEN, LOAD, and CREATE
+//     [OR REPLACE] [GLOBAL|LOCAL] TEMP|TEMPORARY … or any CREATE that names
+//     the pg_temp schema. CREATE UNLOGGED is a plain [Write].
+//   - Anything else is [Unknown].
+//
+// A read becomes something else when, outside literals and comments, it
+// has:
+//
+//   - INSERT, UPDATE, DELETE or MERGE anywhere (a data-modifying CTE, or
+//     WITH … INSERT): [Write];
+//   - INTO (SELECT … INTO creates a table): [Write], or [Session] when
+//     followed by TEMP, TEMPORARY or pg_temp (INTO [UNLOGGED] [TABLE] skipped);
+//   - FOR followed by UPDATE, NO, SHARE or KEY anywhere (FOR UPDATE, FOR NO
+//     KEY UPDATE, FOR SHARE, FOR KEY SHARE, after subqueries, ORDER BY,
+//     LIMIT …): [Lock].
+//
+// # Functions
+//
+// A call of one of these functions, in any statement but a plain EXPLAIN,
+// raises its class:
+//
+//   - [Session]: set_config (whether is_local is true or false), every
+//     pg_advisory_* and pg_try_advisory_* function (advisory locks succeed
+//     on a standby and lock nothing that matters there; the xact variants
+//     are included, conservatively), dblink_connect, dblink_connect_u,
+//     pg_replication_origin_session_*.
+//   - [Write]: nextval, setval; currval and lastval (they read state of the
+//     session that called nextval, which is on the primary); pg_notify;
+//     large objects: lo_creat, lo_create, lo_from_bytea, lo_import,
+//     lo_export, lo_open, lo_put, lo_unlink, lowrite, lo_truncate,
+//     lo_truncate64; functions that assign a transaction id or fail on a
+//     standby: txid_current, pg_current_xact_id, pg_current_wal_lsn,
+//     pg_current_wal_insert_lsn, pg_current_wal_flush_lsn, pg_switch_wal,
+//     pg_switch_xlog, pg_create_* (pg_create_restore_point, replication
+//     slots), pg_drop_replication_slot, pg_copy_*_replication_slot,
+//     pg_replication_slot_advance, pg_logical_slot_get_changes,
+//     pg_logical_slot_get_binary_changes, pg_logical_emit_message,
+//     pg_replication_origin_*, pg_backup_start, pg_backup_stop,
+//     pg_start_backup, pg_stop_backup; functions that act on the server
+//     they run on: pg_terminate_backend, pg_cancel_backend, pg_promote,
+//     pg_reload_conf, pg_rotate_logfile; dblink_exec.
+//
+// What a user-defined function, a procedure or a DO block does inside is
+// invisible to a lexer; a write there fails on a replica with SQLSTATE 25006
+// (read_only_sql_transaction), which callers retry on the primary, but
+// session state set there (set_config, advisory locks) is not detected.
+//
+// # Several statements
+//
+// Statements are separated by semicolons outside literals and comments.
+// The [Result.Class] of the input is the most dangerous class among its
+// statements, in this order:
+//
+//	Read < Write < Unknown < Lock < Tx < Session
+//
+// so a string with a transaction-control statement goes to the primary, and
+// one that changes session state also pins. [Result.Has] tells which
+// classes occur. Empty statements do not count; an input with no statement
+// at all is a [Read] with [Result.Statements] zero. A CREATE FUNCTION …
+// BEGIN ATOMIC … END body is split at its semicolons too, which can only
+// make it look more dangerous.
+//
+// # Routing hints
+//
+// A comment whose whole content, trimmed of whitespace and ignoring ASCII
+// case, is pgrouted:primary or pgrouted:replica forces the route, when it
+// comes before the first token of the input, either alone or among other
+// leading comments (a tracing comment may come first):
+//
+//	/* pgrouted:replica */ SELECT count(*) FROM events
+//	/* traceparent='00-…' */ -- pgrouted:primary
+//	SELECT * FROM accounts WHERE id = $1
+//
+// Both /* */ and -- comments count. If both hints are given, primary wins.
+// A hint anywhere else (inside parentheses, before a later statement) is an
+// ordinary comment. The hint is returned in [Result.Hint] and does not
+// change [Result.Class]: a write with a replica hint is still a [Write],
+// which the caller refuses.
+package sqlclass

@@ -1,0 +1,202 @@
+package sqlclass
+
+// keyword is a key word the classifier reacts to.
+type keyword uint8
+
+const (
+	kwNone keyword = iota
+
+	// Statements that read.
+	kwSelect
+	kwValues
+	kwTable
+	kwWith
+	kwShow
+	kwExplain
+
+	// Data-modifying statements; inside a read they make it a write.
+	kwInsert
+	kwUpdate
+	kwDelete
+	kwMerge
+
+	// Other statements that write.
+	kwWrite
+
+	kwLock
+
+	// Statements that change session state.
+	kwSet
+	kwCreate
+	kwPrepare
+	kwSession // RESET, DISCARD, DEALLOCATE, DECLARE, LISTEN, UNLISTEN, LOAD
+
+	// Transaction control.
+	kwTx
+
+	// Words that matter after another word.
+	kwLocal
+	kwTransaction
+	kwConstraints
+	kwTemp // TEMP, TEMPORARY
+	kwCreateModifier
+	kwAnalyze // ANALYZE, ANALYSE
+	kwVerbose
+	kwInto
+	kwFor
+	kwLockStrength // SHARE, NO, KEY: after FOR, a locking clause
+	kwUnlogged
+)
+
+// maxKeywordLen is the length of the longest word keywordOf knows.
+const maxKeywordLen = 11
+
+// keywordOf returns the key word w is, ignoring ASCII case, or kwNone.
+func keywordOf(w string) keyword {
+	if len(w) < 2 || len(w) > maxKeywordLen {
+		return kwNone
+	}
+	var buf [maxKeywordLen]byte
+	for i := 0; i < len(w); i++ {
+		c := w[i]
+		if c >= 'A' && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		buf[i] = c
+	}
+	switch string(buf[:len(w)]) {
+	case "select":
+		return kwSelect
+	case "values":
+		return kwValues
+	case "table":
+		return kwTable
+	case "with":
+		return kwWith
+	case "show":
+		return kwShow
+	case "explain":
+		return kwExplain
+
+	case "insert":
+		return kwInsert
+	case "update":
+		return kwUpdate
+	case "delete":
+		return kwDelete
+	case "merge":
+		return kwMerge
+
+	case "copy", "alter", "drop", "truncate", "grant", "revoke", "comment",
+		"vacuum", "cluster", "reindex", "refresh", "call", "do", "notify",
+		"checkpoint", "import", "security", "reassign", "execute", "fetch",
+		"move", "close":
+		return kwWrite
+
+	case "lock":
+		return kwLock
+
+	case "set":
+		return kwSet
+	case "create":
+		return kwCreate
+	case "prepare":
+		return kwPrepare
+	case "reset", "discard", "deallocate", "declare", "listen", "unlisten", "load":
+		return kwSession
+
+	case "begin", "start", "commit", "end", "rollback", "abort", "savepoint", "release":
+		return kwTx
+
+	case "local":
+		return kwLocal
+	case "transaction":
+		return kwTransaction
+	case "constraints":
+		return kwConstraints
+	case "temp", "temporary":
+		return kwTemp
+	case "or", "replace", "global", "recursive":
+		return kwCreateModifier
+	case "unlogged":
+		return kwUnlogged
+	case "analyze", "analyse":
+		return kwAnalyze
+	case "verbose":
+		return kwVerbose
+	case "into":
+		return kwInto
+	case "for":
+		return kwFor
+	case "share", "no", "key":
+		return kwLockStrength
+	}
+	return kwNone
+}
+
+// isPgTemp reports whether w names the session's temporary schema: pg_temp,
+// or pg_temp_N.
+func isPgTemp(w string) bool {
+	return hasPrefixFold(w, "pg_temp")
+}
+
+// maxFuncLen is the length of the longest function name funcClass knows
+// ("pg_create_logical_replication_slot").
+const maxFuncLen = 34
+
+// funcClass returns the class a call of the function named name gives a
+// statement, ignoring ASCII case, or Read for a function that does not
+// matter. The list is in the package documentation.
+func funcClass(name string) Class {
+	if len(name) < 6 {
+		return Read
+	}
+	switch name[0] | 0x20 {
+	case 'p':
+		switch {
+		case hasPrefixFold(name, "pg_advisory_"), hasPrefixFold(name, "pg_try_advisory_"),
+			hasPrefixFold(name, "pg_replication_origin_session_"):
+			return Session
+		case hasPrefixFold(name, "pg_create_"), hasPrefixFold(name, "pg_replication_origin_"):
+			// pg_create_restore_point, pg_create_*_replication_slot;
+			// pg_replication_origin_create, _drop, _advance …
+			return Write
+		}
+	case 'c', 'd', 'l', 'n', 's', 't':
+	default:
+		return Read
+	}
+	if len(name) > maxFuncLen {
+		return Read
+	}
+	var buf [maxFuncLen]byte
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if c >= 'A' && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		buf[i] = c
+	}
+	switch string(buf[:len(name)]) {
+	case "set_config", "dblink_connect", "dblink_connect_u":
+		return Session
+
+	case "nextval", "setval", "currval", "lastval",
+		"pg_notify",
+		"lo_creat", "lo_create", "lo_from_bytea", "lo_import", "lo_export",
+		"lo_open", "lo_put", "lo_unlink", "lowrite", "lo_truncate", "lo_truncate64",
+		"txid_current", "pg_current_xact_id",
+		"pg_current_wal_lsn", "pg_current_wal_insert_lsn", "pg_current_wal_flush_lsn",
+		"pg_switch_wal", "pg_switch_xlog", "pg_promote",
+		"pg_terminate_backend", "pg_cancel_backend",
+		"pg_drop_replication_slot", "pg_replication_slot_advance",
+		"pg_copy_physical_replication_slot", "pg_copy_logical_replication_slot",
+		"pg_logical_slot_get_changes", "pg_logical_slot_get_binary_changes",
+		"pg_logical_emit_message",
+		"pg_reload_conf", "pg_rotate_logfile",
+		"pg_backup_start", "pg_backup_stop", "pg_start_backup", "pg_stop_backup",
+		"dblink_exec":
+		return Write
+	}
+	return Read
+}
