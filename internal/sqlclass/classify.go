@@ -165,6 +165,7 @@ func (c *classifier) token(k tokKind, a, b int) {
 			switch kw := keywordOf(c.lx.s[a:b]); kw {
 			case kwAnalyze:
 				st.analyze = true
+				st.class = Unknown // until the explained statement says more
 			case kwVerbose:
 			default:
 				c.explained(kw)
@@ -217,6 +218,7 @@ func (c *classifier) token(k tokKind, a, b int) {
 			w := c.lx.s[a:b]
 			if equalFold(w, "analyze") || equalFold(w, "analyse") {
 				st.analyze = true
+				st.class = Unknown
 			}
 		}
 	}
@@ -315,7 +317,7 @@ func (c *classifier) word(w string) {
 		}
 		return
 	}
-	kw := keywordOf(w)
+	kw := bodyKeyword(w)
 	if st.pendFor {
 		st.pendFor = false
 		if kw == kwUpdate || kw == kwLockStrength {

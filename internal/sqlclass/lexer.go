@@ -142,22 +142,22 @@ func (l *lexer) next() (k tokKind, start, end int) {
 	case c == '\'':
 		return l.quoted(i, i+1, l.backslashQuotes)
 	case c == '"':
+		// A loop, not strings.IndexByte: quoted identifiers are short.
 		j := i + 1
-		for {
-			k := strings.IndexByte(s[j:], '"')
-			if k < 0 {
-				l.unterminated = true
-				l.i = n
-				return tQIdent, i + 1, n
+		for j < n {
+			if s[j] == '"' {
+				if j+1 < n && s[j+1] == '"' {
+					j += 2
+					continue
+				}
+				l.i = j + 1
+				return tQIdent, i + 1, j
 			}
-			j += k
-			if j+1 < n && s[j+1] == '"' {
-				j += 2
-				continue
-			}
-			l.i = j + 1
-			return tQIdent, i + 1, j
+			j++
 		}
+		l.unterminated = true
+		l.i = n
+		return tQIdent, i + 1, n
 	case cc&cDigit != 0:
 		// Digits only: whatever follows (., e, an identifier, $) is lexed
 		// on its own, which shows the classifier at least as many words

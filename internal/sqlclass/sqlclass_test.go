@@ -191,6 +191,9 @@ var classifyTests = []struct {
 	{"EXPLAIN /* ANALYZE */ DELETE FROM t", Read},
 	{"EXPLAIN 'ANALYZE' DELETE FROM t", Read},
 	{"EXPLAIN ANALYZE 'x'", Unknown},
+	{"EXPLAIN ANALYZE", Unknown},
+	{"EXPLAIN (ANALYZE)", Unknown},
+	{"EXPLAIN", Read},
 	{"EXPLAIN SELECT 1; DELETE FROM t", Write},
 
 	// Writes.
@@ -486,5 +489,20 @@ func BenchmarkClassifyLong(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		Classify(q)
+	}
+}
+
+func TestBodyKeyword(t *testing.T) {
+	for _, w := range []string{"insert", "UPDATE", "Delete", "merge", "into", "for", "share", "no", "key",
+		"table", "temp", "TEMPORARY", "unlogged", "select", "nope", "keys", "t", "", "updated", "temporary_x"} {
+		want := keywordOf(w)
+		switch want {
+		case kwInsert, kwUpdate, kwDelete, kwMerge, kwInto, kwFor, kwLockStrength, kwTable, kwTemp, kwUnlogged:
+		default:
+			want = kwNone
+		}
+		if got := bodyKeyword(w); got != want {
+			t.Errorf("bodyKeyword(%q) = %v, want %v", w, got, want)
+		}
 	}
 }
