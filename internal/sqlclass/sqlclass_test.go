@@ -35,6 +35,8 @@ var classifyTests = []struct {
 	{"SELECT nextval FROM t", Read},
 	{"SELECT updated_at, deleted_at, inserted_by FROM t", Read},
 	{"SELECT * FROM t ORDER BY update_time FOR READ ONLY", Read},
+	{"SELECT * FROM XMLTABLE('/r' PASSING x COLUMNS id FOR ORDINALITY, v text)", Read},
+	{"SELECT 1 AS \"for\", 2 AS \"update\"", Read},
 
 	// Comments before and inside a read.
 	{"-- a comment\nSELECT 1", Read},
@@ -106,6 +108,9 @@ var classifyTests = []struct {
 	{"select * from t for\nupdate", Lock},
 	{"SELECT * FROM t FOR /* c */ UPDATE", Lock},
 	{"(SELECT * FROM t FOR UPDATE)", Lock},
+	{"(SELECT * FROM t) FOR UPDATE", Lock},
+	{"SELECT * FROM t FOR NO KEY UPDATE OF t SKIP LOCKED", Lock},
+	{"SELECT 1for update", Lock},
 	{"WITH x AS (SELECT * FROM t FOR UPDATE) SELECT * FROM x", Lock},
 	{"WITH d AS (DELETE FROM t RETURNING *) SELECT * FROM d FOR UPDATE", Lock},
 	{"LOCK TABLE t IN ACCESS EXCLUSIVE MODE", Lock},
@@ -272,6 +277,7 @@ var classifyTests = []struct {
 	{"CREATE OR REPLACE TEMP VIEW v AS SELECT 1", Session},
 	{"CREATE TEMP SEQUENCE s", Session},
 	{"CREATE TABLE pg_temp.tmp (a int)", Session},
+	{"CREATE TABLE \"pg_temp\".tmp (a int)", Session},
 	{"CREATE FUNCTION pg_temp.f() RETURNS int LANGUAGE sql AS 'SELECT 1'", Session},
 
 	// Multi-statement strings take the most dangerous part.
@@ -490,6 +496,44 @@ func BenchmarkClassifyLong(b *testing.B) {
 	for b.Loop() {
 		Classify(q)
 	}
+}
+
+// TestFuncClass holds funcClass to the list in the package documentation.
+func TestFuncClass(t *testing.T) {
+	session := []string{"set_config", "dblink_connect", "dblink_connect_u",
+		"pg_advisory_lock", "pg_advisory_lock_shared", "pg_advisory_xact_lock",
+		"pg_advisory_xact_lock_shared", "pg_try_advisory_lock", "pg_try_advisory_lock_shared",
+		"pg_try_advisory_xact_lock", "pg_try_advisory_xact_lock_shared", "pg_advisory_unlock",
+		"pg_advisory_unlock_shared", "pg_advisory_unlock_all",
+		"pg_replication_origin_session_setup", "pg_replication_origin_session_progress"}
+	write := []string{"nextval", "setval", "currval", "lastval", "pg_notify",
+		"lo_creat", "lo_create", "lo_from_bytea", "lo_import", "lo_export", "lo_open", "lo_put",
+		"lo_unlink", "lowrite", "lo_truncate", "lo_truncate64",
+		"txid_current", "pg_current_xact_id", "pg_current_wal_lsn", "pg_current_wal_insert_lsn",
+		"pg_current_wal_flush_lsn", "pg_switch_wal", "pg_switch_xlog", "pg_create_restore_point",
+		"pg_create_physical_replication_slot", "pg_create_logical_replication_slot",
+		"pg_drop_replication_slot", "pg_copy_physical_replication_slot",
+		"pg_copy_logical_replication_slot", "pg_replication_slot_advance",
+		"pg_logical_slot_get_changes", "pg_logical_slot_get_binary_changes",
+		"pg_logical_emit_message", "pg_replication_origin_create", "pg_replication_origin_advance",
+		"pg_backup_start", "pg_backup_stop", "pg_start_backup", "pg_stop_backup",
+		"pg_terminate_backend", "pg_cancel_backend", "pg_promote", "pg_reload_conf",
+		"pg_rotate_logfile", "dblink_exec"}
+	read := []string{"count", "now", "coalesce", "lower", "pg_is_in_recovery", "txid_current_if_assigned",
+		"pg_current_xact_id_if_assigned", "pg_logical_slot_peek_changes", "lo_get", "loread",
+		"current_setting", "dblink", "pg_sleep", "nextval_x", "set_configs", "pg_advisory", "pg_temp", ""}
+	check := func(names []string, want Class) {
+		for _, name := range names {
+			for _, n := range []string{name, strings.ToUpper(name)} {
+				if got := funcClass(n); got != want {
+					t.Errorf("funcClass(%q) = %v, want %v", n, got, want)
+				}
+			}
+		}
+	}
+	check(session, Session)
+	check(write, Write)
+	check(read, Read)
 }
 
 func TestBodyKeyword(t *testing.T) {
