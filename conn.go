@@ -1,0 +1,470 @@
+package pgrouted
+
+import (
+	"context"
+	"database/sql/driver"
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pgrouted/pgrouted/dsn"
+	"github.com/pgrouted/pgrouted/internal/sqlclass"
+	"github.com/pgrouted/pgrouted/lagmeter"
+)
+
+// conn is one database/sql connection: a primary session, opened when a
+// statement first needs the primary, plus replica connections borrowed from
+// the connector's pools for each read. database/sql uses it from one
+// goroutine at a time.
+type conn struct {
+	c *Connector
+
+	primary *stdlib.Conn // nil until needed
+	host    int          // the primary session's host
+	epoch   uint64       // the topology epoch the primary session belongs to
+
+	// pinned is set once a statement changed session state: from then on
+	// everything runs on the primary session.
+	pinned bool
+	tx     *tx  // the open database/sql transaction, if any
+	bad    bool // the connection must be discarded
+
+	ownsConnector bool // opened by Driver.Open: Close closes the Connector
+}
+
+// primaryConn returns the primary session, opening it on the current
+// primary when needed and waiting up to pgrouted_write_timeout for one.
+func (cn *conn) primaryConn(ctx context.Context, op string) (*stdlib.Conn, error) {
+	if cn.bad {
+		return nil, driver.ErrBadConn
+	}
+	if cn.inSQLTx() {
+		// A transaction opened with SQL: stay on its session whatever
+		// happens; the server will tell.
+		return cn.primary, nil
+	}
+	for {
+		idx, epoch, err := cn.c.waitPrimary(ctx, op)
+		if err != nil {
+			return nil, err
+		}
+		if cn.primary != nil && (epoch != cn.epoch || cn.primary.Conn().IsClosed()) {
+			cn.closePrimary()
+			if cn.pinned {
+				// The session state is gone with the old primary. Nothing
+				// was sent: database/sql may retry on a new connection.
+				cn.bad = true
+				return nil, driver.ErrBadConn
+			}
+		}
+		if cn.primary != nil {
+			return cn.primary, nil
+		}
+		dc, err := cn.c.primary[idx].Connect(ctx)
+		if err != nil {
+			// The primary may be failing over: probe it at once and wait
+			// for the topology to move, within the write timeout.
+			cn.c.top.ProbeNow(idx)
+			if werr := cn.c.waitChange(ctx, idx, epoch, op); werr != nil {
+				return nil, err
+			}
+			continue
+		}
+		sc := dc.(*stdlib.Conn)
+		// PostgreSQL 14+ reports in_hot_standby at connect: a standby is
+		// not the primary, whatever the last probe said.
+		if sc.Conn().PgConn().ParameterStatus("in_hot_standby") == "on" {
+			sc.Close()
+			cn.c.top.ProbeNow(idx)
+			if werr := cn.c.waitChange(ctx, idx, epoch, op); werr != nil {
+				return nil, werr
+			}
+			continue
+		}
+		cn.primary, cn.host, cn.epoch = sc, idx, epoch
+		return sc, nil
+	}
+}
+
+// waitChange waits until the snapshot no longer names host idx as the
+// primary of epoch (a new probe result, a new primary), or the write timeout.
+func (c *Connector) waitChange(ctx context.Context, idx int, epoch uint64, op string) error {
+	deadline := time.Now().Add(c.cfg.WriteTimeout)
+	first := c.top.Snapshot().Hosts[idx].LastProbe
+	for {
+		s := c.top.Snapshot()
+		if s.Primary != idx || s.Epoch != epoch || s.Hosts[idx].LastProbe.After(first) {
+			return nil
+		}
+		if !time.Now().Before(deadline) {
+			return &RouteError{Op: op, Reason: ReasonNoPrimary}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+func (cn *conn) closePrimary() {
+	if cn.primary != nil {
+		cn.primary.Close()
+		cn.primary = nil
+	}
+}
+
+// readOnly25006 reports a "read-only transaction" refusal: the statement
+// had no effect.
+func readOnly25006(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "25006"
+}
+
+// replicaRetryable reports whether a read that failed on a replica before
+// returning any row may run elsewhere: the connection failed or could not
+// be had, the standby cancelled the read for a recovery conflict, or it is
+// shutting down or starting up. A read has no effect, so running it again
+// is harmless; what matters is that the caller saw nothing of it.
+func replicaRetryable(err error) bool {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		switch pe.Code {
+		case "40001", "40P01":
+			return strings.Contains(pe.Message, "conflict with recovery")
+		case "57P01", "57P02", "57P03":
+			return true
+		}
+		return false
+	}
+	return !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
+}
+
+// call is one statement to run: a query or an exec, and its outcome.
+type call struct {
+	query   string
+	args    []driver.NamedValue
+	isQuery bool
+	rows    driver.Rows
+	res     driver.Result
+}
+
+func (cl *call) on(ctx context.Context, sc *stdlib.Conn) error {
+	var err error
+	if cl.isQuery {
+		cl.rows, err = sc.QueryContext(ctx, cl.query, cl.args)
+	} else {
+		cl.res, err = sc.ExecContext(ctx, cl.query, cl.args)
+	}
+	return err
+}
+
+// ExecContext implements driver.ExecerContext.
+func (cn *conn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
+	cl := call{query: query, args: args}
+	err := cn.run(ctx, &cl)
+	return cl.res, err
+}
+
+// QueryContext implements driver.QueryerContext. Rows stream from the
+// server; a replica connection goes back to its pool when they are closed.
+func (cn *conn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
+	cl := call{query: query, args: args, isQuery: true}
+	err := cn.run(ctx, &cl)
+	return cl.rows, err
+}
+
+// inSQLTx reports whether the primary session is inside a transaction that
+// was opened with SQL (BEGIN) rather than with BeginTx.
+func (cn *conn) inSQLTx() bool {
+	return cn.primary != nil && cn.primary.Conn().PgConn().TxStatus() != 'I'
+}
+
+// run routes one statement and runs it.
+func (cn *conn) run(ctx context.Context, cl *call) error {
+	if cn.bad {
+		return driver.ErrBadConn
+	}
+	began := time.Now()
+	r := sqlclass.Classify(cl.query)
+	if cn.tx != nil {
+		return cn.tx.run(ctx, r, cl, began)
+	}
+	p := cn.c.plan(ctx, r, cn.pinned || cn.inSQLTx(), true)
+	ev := RouteEvent{Decision: Decision{Op: p.op, Reason: p.reason}, Query: cl.query}
+	defer func() {
+		ev.Duration = time.Since(began)
+		cn.c.report(ev)
+	}()
+	if p.err != nil {
+		ev.Err = p.err
+		return p.err
+	}
+	if !p.primary {
+		err := cn.runOnReplicas(ctx, &p, &ev, cl)
+		if err == nil || !ev.Primary {
+			ev.Err = err
+			return err
+		}
+		// The replicas failed or refused: the primary runs it (ev says why).
+	}
+	err := cn.runOnPrimary(ctx, &p, r, &ev, cl)
+	ev.Err = err
+	return err
+}
+
+// runOnPrimary runs a statement on the primary session, with the
+// bookkeeping that follows a write.
+func (cn *conn) runOnPrimary(ctx context.Context, p *plan, r sqlclass.Result, ev *RouteEvent, cl *call) error {
+	for attempt := 0; ; attempt++ {
+		sc, err := cn.primaryConn(ctx, p.op)
+		if err != nil {
+			return err
+		}
+		ev.Primary, ev.Endpoint = true, cn.c.hosts[cn.host].Name
+		inTx := cn.inSQLTx()
+		if r.Has(sqlclass.Session) {
+			// Pin before running: even a failed string may have changed
+			// session state with its first statements.
+			cn.pinned = true
+		}
+		err = cl.on(ctx, sc)
+		if err != nil && sc.Conn().IsClosed() {
+			// The primary session broke. A read, or a statement that was
+			// never sent (ErrBadConn), may run again once the topology has
+			// looked at the host; a write that may have run may not.
+			host, epoch := cn.host, cn.epoch
+			cn.closePrimary()
+			cn.c.top.ProbeNow(host)
+			if cn.pinned || inTx {
+				cn.bad = true
+				return err
+			}
+			if attempt == 0 && ctx.Err() == nil && (p.class == sqlclass.Read || errors.Is(err, driver.ErrBadConn)) {
+				if werr := cn.c.waitChange(ctx, host, epoch, p.op); werr == nil {
+					ev.Retried = true
+					continue
+				}
+			}
+			if errors.Is(err, driver.ErrBadConn) {
+				cn.bad = true
+			}
+			return err
+		}
+		if readOnly25006(err) && p.class != sqlclass.Read {
+			// The host we believed primary is a standby now. In autocommit
+			// nothing ran: wait for the topology to follow, then retry once.
+			cn.c.top.ProbeNow(cn.host)
+			host, epoch := cn.host, cn.epoch
+			cn.closePrimary()
+			if cn.pinned || inTx || attempt > 0 {
+				cn.bad = true
+				return err
+			}
+			if werr := cn.c.waitChange(ctx, host, epoch, p.op); werr != nil {
+				return err
+			}
+			ev.Retried = true
+			continue
+		}
+		if p.class != sqlclass.Read && !cn.inSQLTx() {
+			// Committed (autocommit, or COMMIT): raise the watermark, even
+			// after an error, since part of a string may have run.
+			cn.c.raiseWatermark(cn.insertLSN(ctx))
+		}
+		return err
+	}
+}
+
+// insertLSN reads the primary's WAL insert position after a commit: every
+// commit this session made is at or before it. 0 when it cannot be read.
+func (cn *conn) insertLSN(ctx context.Context) lagmeter.LSN {
+	if cn.primary == nil || cn.c.cfg.Consistency != dsn.ConsistencySession {
+		return 0
+	}
+	var s string
+	if err := cn.primary.Conn().QueryRow(context.WithoutCancel(ctx), "SELECT pg_current_wal_insert_lsn()::text").Scan(&s); err != nil {
+		return 0
+	}
+	lsn, err := lagmeter.ParseLSN(s)
+	if err != nil {
+		return 0
+	}
+	return lsn
+}
+
+// runOnReplicas runs a read on the planned replica. When the replica's
+// connection fails before any row, or the standby cancels the read for a
+// recovery conflict, it tries one other eligible replica. When a replica
+// refuses the statement with SQLSTATE 25006 (it was not a read after all),
+// or no replica could run it, it sets ev.Primary and the caller runs it on
+// the primary, unless the read was forced to a replica.
+func (cn *conn) runOnReplicas(ctx context.Context, p *plan, ev *RouteEvent, cl *call) error {
+	host := p.host
+	for attempt := 0; ; attempt++ {
+		ev.Endpoint = cn.c.hosts[host].Name
+		err := cn.runOnReplica(ctx, host, cl)
+		if err == nil {
+			return nil
+		}
+		if readOnly25006(err) {
+			if p.forced == Replica {
+				return err
+			}
+			ev.Primary, ev.Retried, ev.Reason = true, true, ReasonRetry25006
+			p.class = sqlclass.Unknown // it wrote: raise the watermark after it runs
+			return err
+		}
+		if ctx.Err() != nil || !replicaRetryable(err) {
+			return err
+		}
+		cn.c.top.ProbeNow(host)
+		ev.Retried = true
+		next := -1
+		if attempt == 0 {
+			next, _ = cn.c.pickReplica(cn.c.top.Snapshot(), true, host)
+		}
+		if next < 0 {
+			if p.forced == Replica {
+				return &RouteError{Op: OpRead, Reason: ReasonUnhealthy}
+			}
+			ev.Primary, ev.Reason = true, ReasonReplicaFailed
+			return err
+		}
+		host = next
+	}
+}
+
+// runOnReplica borrows a connection from host's pool and runs cl on it.
+// Rows keep the connection until they are closed.
+func (cn *conn) runOnReplica(ctx context.Context, host int, cl *call) error {
+	dc, err := cn.c.replicas[host].Connect(ctx)
+	if err != nil {
+		return err
+	}
+	sc := dc.(*stdlib.Conn)
+	if err := cl.on(ctx, sc); err != nil {
+		sc.Close()
+		return err
+	}
+	if cl.rows != nil {
+		cl.rows = &replicaRows{Rows: cl.rows.(*stdlib.Rows), conn: sc}
+	} else {
+		sc.Close()
+	}
+	return nil
+}
+
+// replicaRows are rows from a borrowed replica connection, which goes back
+// to its pool when they are closed. Embedding *stdlib.Rows keeps its column
+// type methods.
+type replicaRows struct {
+	*stdlib.Rows
+	conn *stdlib.Conn
+}
+
+// Close implements driver.Rows.
+func (r *replicaRows) Close() error {
+	err := r.Rows.Close()
+	if r.conn != nil {
+		r.conn.Close()
+		r.conn = nil
+	}
+	return err
+}
+
+// PrepareContext implements driver.ConnPrepareContext. Nothing is sent:
+// each execution is routed like any statement and pgx prepares it on the
+// connection that runs it, once per physical connection, and caches it.
+func (cn *conn) PrepareContext(ctx context.Context, query string) (driver.Stmt, error) {
+	if cn.bad {
+		return nil, driver.ErrBadConn
+	}
+	return &stmt{cn: cn, query: query}, nil
+}
+
+// Prepare implements driver.Conn.
+func (cn *conn) Prepare(query string) (driver.Stmt, error) {
+	return cn.PrepareContext(context.Background(), query)
+}
+
+// Begin implements driver.Conn.
+func (cn *conn) Begin() (driver.Tx, error) {
+	return cn.BeginTx(context.Background(), driver.TxOptions{})
+}
+
+// CheckNamedValue implements driver.NamedValueChecker: pgx converts every
+// argument itself, driver.Valuer and sql.Scanner included.
+func (cn *conn) CheckNamedValue(*driver.NamedValue) error { return nil }
+
+// Ping implements driver.Pinger: it checks the primary session, opening it
+// if needed (waiting up to pgrouted_write_timeout for a primary).
+func (cn *conn) Ping(ctx context.Context) error {
+	sc, err := cn.primaryConn(ctx, OpWrite)
+	if err != nil {
+		return err
+	}
+	if err := sc.Ping(ctx); err != nil {
+		cn.primary = nil // stdlib closed it
+		if cn.pinned {
+			cn.bad = true
+		}
+		return driver.ErrBadConn
+	}
+	return nil
+}
+
+// epochChanged reports whether the primary session belongs to an older
+// primary than the topology's current one.
+func (cn *conn) epochChanged() bool {
+	return cn.primary != nil && cn.c.top.Snapshot().Epoch != cn.epoch
+}
+
+// ResetSession implements driver.SessionResetter: database/sql calls it
+// before reusing the connection.
+func (cn *conn) ResetSession(ctx context.Context) error {
+	if cn.bad || cn.epochChanged() {
+		return driver.ErrBadConn
+	}
+	if cn.primary != nil {
+		if err := cn.primary.ResetSession(ctx); err != nil {
+			cn.closePrimary()
+			if cn.pinned {
+				return driver.ErrBadConn
+			}
+		}
+	}
+	return nil
+}
+
+// IsValid implements driver.Validator: a connection whose primary session
+// belongs to an older primary epoch, or that failed, is not reused.
+func (cn *conn) IsValid() bool {
+	return !cn.bad && !cn.epochChanged()
+}
+
+// Close implements driver.Conn.
+func (cn *conn) Close() error {
+	if cn.tx != nil {
+		cn.tx.release()
+	}
+	cn.closePrimary()
+	if cn.ownsConnector {
+		return cn.c.Close()
+	}
+	return nil
+}
+
+var (
+	_ driver.Conn               = (*conn)(nil)
+	_ driver.ConnBeginTx        = (*conn)(nil)
+	_ driver.ConnPrepareContext = (*conn)(nil)
+	_ driver.ExecerContext      = (*conn)(nil)
+	_ driver.QueryerContext     = (*conn)(nil)
+	_ driver.NamedValueChecker  = (*conn)(nil)
+	_ driver.Pinger             = (*conn)(nil)
+	_ driver.SessionResetter    = (*conn)(nil)
+	_ driver.Validator          = (*conn)(nil)
+)

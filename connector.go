@@ -1,0 +1,268 @@
+package pgrouted
+
+import (
+	"context"
+	"database/sql/driver"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pgrouted/pgrouted/dsn"
+	"github.com/pgrouted/pgrouted/internal/sqlclass"
+	"github.com/pgrouted/pgrouted/lagmeter"
+	"github.com/pgrouted/pgrouted/topology"
+)
+
+// Config is a parsed pgrouted DSN plus the hooks a DSN cannot carry. Build
+// one with [ParseConfig], change it, and pass it to [NewConnector].
+// Printing a Config never shows a password.
+type Config struct {
+	// Config holds the hosts, each with its pgx configuration, and every
+	// pgrouted_ routing setting (see package dsn for each field).
+	dsn.Config
+
+	// OnRoute, when set, is called after every statement with where it ran
+	// and why. It runs on the statement's goroutine after the statement
+	// returned its result: keep it fast. A panic in it is recovered and
+	// logged; it never breaks the statement.
+	OnRoute func(RouteEvent)
+
+	// Logger, when set, receives one structured line for each topology
+	// event (primary changed or lost, conflicting primaries, host up or
+	// down), and none per statement.
+	Logger *slog.Logger
+}
+
+// ParseConfig parses a DSN: any connection string pgx accepts (URL or
+// keyword/value, several hosts), plus the pgrouted_ keys listed in package
+// dsn. Errors never contain the password.
+func ParseConfig(connString string) (*Config, error) {
+	c, err := dsn.Parse(connString)
+	if err != nil {
+		return nil, err
+	}
+	return &Config{Config: *c}, nil
+}
+
+// Connector owns everything behind a *sql.DB: the topology probers, one
+// connection pool per host for replica reads, and the read-your-writes
+// watermark. Build it with [NewConnector] and open it with sql.OpenDB;
+// closing the *sql.DB closes it.
+type Connector struct {
+	cfg   Config
+	hosts []dsn.Host
+	top   *topology.Topology
+
+	pools    []*pgxpool.Pool
+	replicas []driver.Connector // per host: borrows a connection from its pool
+	primary  []driver.Connector // per host: opens a primary session
+
+	rr    atomic.Uint64 // round-robin position
+	start time.Time     // origin of the monotonic nanosecond clocks below
+
+	// wm is the highest WAL position written through this connector;
+	// wmUnknown, when non-zero, is when (ns since start) a write's position
+	// could not be read: until a primary probe sent after it supplies one,
+	// reads go to the primary.
+	wm        atomic.Uint64
+	wmUnknown atomic.Int64
+
+	logDone chan struct{}
+	closeMu sync.Mutex
+	closed  bool
+}
+
+// NewConnector validates a copy of cfg and starts the topology probers.
+// The pools open their connections on demand.
+func NewConnector(cfg *Config) (*Connector, error) {
+	if cfg == nil {
+		return nil, fmt.Errorf("pgrouted: NewConnector: nil Config")
+	}
+	own := *cfg
+	own.Config = *cfg.Config.Clone()
+	if err := own.Config.Validate(); err != nil {
+		return nil, err
+	}
+	c := &Connector{cfg: own, hosts: own.Hosts, start: time.Now()}
+	th := make([]topology.Host, len(c.hosts))
+	for i, h := range c.hosts {
+		th[i] = topology.Host{Name: h.Name, Addr: h.Addr, Config: &h.ConnConfig.Config}
+		pc, err := pgxpool.ParseConfig("")
+		if err != nil {
+			c.closePools()
+			return nil, fmt.Errorf("pgrouted: pool for %s: %w", h.Name, err)
+		}
+		pc.ConnConfig = h.ConnConfig.Copy()
+		if own.ReplicaMaxConns > 0 {
+			pc.MaxConns = own.ReplicaMaxConns
+		}
+		pool, err := pgxpool.NewWithConfig(context.Background(), pc)
+		if err != nil {
+			c.closePools()
+			return nil, fmt.Errorf("pgrouted: pool for %s: %w", h.Name, err)
+		}
+		c.pools = append(c.pools, pool)
+		c.replicas = append(c.replicas, stdlib.GetPoolConnector(pool))
+		c.primary = append(c.primary, stdlib.GetConnector(*h.ConnConfig.Copy()))
+	}
+	top, err := topology.New(th, topology.Options{Interval: own.ProbeInterval, Lease: own.Lease})
+	if err != nil {
+		c.closePools()
+		return nil, fmt.Errorf("pgrouted: %w", err)
+	}
+	c.top = top
+	if own.Logger != nil {
+		events, _ := top.Subscribe(64)
+		c.logDone = make(chan struct{})
+		go c.logEvents(events)
+	}
+	return c, nil
+}
+
+// Connect implements driver.Connector. It does no I/O: a connection opens
+// its primary session when a statement first needs the primary, and
+// borrows replica connections per read.
+func (c *Connector) Connect(context.Context) (driver.Conn, error) {
+	return &conn{c: c}, nil
+}
+
+// Driver implements driver.Connector.
+func (c *Connector) Driver() driver.Driver { return &Driver{} }
+
+// Close stops the probers and closes every pool. database/sql calls it when
+// the *sql.DB is closed; it is safe to call more than once.
+func (c *Connector) Close() error {
+	c.closeMu.Lock()
+	defer c.closeMu.Unlock()
+	if c.closed {
+		return nil
+	}
+	c.closed = true
+	c.top.Close()
+	if c.logDone != nil {
+		<-c.logDone
+	}
+	c.closePools()
+	return nil
+}
+
+func (c *Connector) closePools() {
+	for _, p := range c.pools {
+		p.Close()
+	}
+}
+
+func (c *Connector) logEvents(events <-chan topology.Event) {
+	defer close(c.logDone)
+	for e := range events {
+		attrs := []any{"event", e.Kind.String(), "epoch", e.Epoch}
+		if e.Host != "" {
+			attrs = append(attrs, "host", e.Host)
+		}
+		if e.Previous != "" {
+			attrs = append(attrs, "previous", e.Previous)
+		}
+		if e.Err != "" {
+			attrs = append(attrs, "error", e.Err)
+		}
+		level := slog.LevelInfo
+		if e.Kind == topology.EventConflict || e.Kind == topology.EventPrimaryLost || e.Kind == topology.EventHostDown {
+			level = slog.LevelWarn
+		}
+		c.cfg.Logger.Log(context.Background(), level, "pgrouted: topology", attrs...)
+	}
+}
+
+// Explain returns where query would run now, and why, without running it:
+// no side effect, and the round-robin position does not move.
+func (c *Connector) Explain(ctx context.Context, query string) (Decision, error) {
+	p := c.plan(ctx, sqlclass.Classify(query), false, false)
+	return p.decision(c), p.err
+}
+
+// now is the connector's monotonic clock in nanoseconds.
+func (c *Connector) now() int64 { return int64(time.Since(c.start)) }
+
+// raiseWatermark records a write's WAL position (0: unknown).
+func (c *Connector) raiseWatermark(lsn lagmeter.LSN) {
+	if c.cfg.Consistency != dsn.ConsistencySession {
+		return
+	}
+	if lsn == 0 {
+		c.wmUnknown.Store(c.now())
+		return
+	}
+	for {
+		cur := c.wm.Load()
+		if uint64(lsn) <= cur || c.wm.CompareAndSwap(cur, uint64(lsn)) {
+			return
+		}
+	}
+}
+
+// watermark returns the position reads must see, or ok=false when it is
+// unknown. An unknown position becomes known again from the first primary
+// probe sent after it was recorded.
+func (c *Connector) watermark(s *topology.Snapshot) (lagmeter.LSN, bool) {
+	if c.cfg.Consistency != dsn.ConsistencySession {
+		return 0, true
+	}
+	if since := c.wmUnknown.Load(); since != 0 {
+		if s.Primary < 0 {
+			return 0, false
+		}
+		h := &s.Hosts[s.Primary]
+		if h.InsertLSN == 0 || int64(h.LastSuccess.Sub(c.start)) <= since {
+			return 0, false
+		}
+		c.raiseWatermark(h.InsertLSN)
+		c.wmUnknown.CompareAndSwap(since, 0)
+	}
+	return lagmeter.LSN(c.wm.Load()), true
+}
+
+// waitPrimary returns the primary's index and epoch, waiting up to
+// pgrouted_write_timeout for one with a valid lease.
+func (c *Connector) waitPrimary(ctx context.Context, op string) (int, uint64, error) {
+	var deadline time.Time
+	for {
+		s := c.top.Snapshot()
+		now := time.Now()
+		if s.LeaseValid(now) {
+			return s.Primary, s.Epoch, nil
+		}
+		if deadline.IsZero() {
+			deadline = now.Add(c.cfg.WriteTimeout)
+		}
+		if !now.Before(deadline) {
+			return -1, 0, &RouteError{Op: op, Reason: ReasonNoPrimary}
+		}
+		t := time.NewTimer(min(20*time.Millisecond, deadline.Sub(now)))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return -1, 0, ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+func (c *Connector) report(ev RouteEvent) {
+	if c.cfg.OnRoute == nil {
+		return
+	}
+	defer func() {
+		if r := recover(); r != nil && c.cfg.Logger != nil {
+			c.cfg.Logger.Error("pgrouted: OnRoute panicked", "panic", fmt.Sprint(r))
+		}
+	}()
+	c.cfg.OnRoute(ev)
+}
+
+var (
+	_ driver.Connector = (*Connector)(nil)
+)

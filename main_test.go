@@ -1,0 +1,168 @@
+package pgrouted_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/pgrouted/pgrouted"
+	"github.com/pgrouted/pgrouted/testcluster"
+)
+
+// cluster is this package's primary with two streaming replicas, started
+// once; every statement is logged so tests can see where one really ran.
+var cluster *testcluster.Cluster
+
+func TestMain(m *testing.M) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	c, err := testcluster.Start(ctx, testcluster.Options{
+		Replicas: 2,
+		Conf:     []string{"log_statement = 'all'"},
+		Logf:     func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) },
+	})
+	cancel()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "FAIL: cannot start the test cluster: %v\n", err)
+		os.Exit(1)
+	}
+	cluster = c
+	code := m.Run()
+	if err := c.Close(); err != nil {
+		fmt.Fprintf(os.Stderr, "FAIL: close the test cluster: %v\n", err)
+		code = 1
+	}
+	os.Exit(code)
+}
+
+func testCtx(t testing.TB) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func restore(t *testing.T) {
+	t.Helper()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		if err := cluster.Restore(ctx); err != nil {
+			t.Fatalf("restore cluster: %v", err)
+		}
+	})
+}
+
+// routes records every RouteEvent.
+type routes struct {
+	mu     sync.Mutex
+	events []pgrouted.RouteEvent
+}
+
+func (r *routes) record(e pgrouted.RouteEvent) {
+	r.mu.Lock()
+	r.events = append(r.events, e)
+	r.mu.Unlock()
+}
+
+func (r *routes) snapshot() []pgrouted.RouteEvent {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]pgrouted.RouteEvent(nil), r.events...)
+}
+
+// open opens a *sql.DB on the cluster through a Connector with an OnRoute
+// recorder. extra are DSN parameters ("pgrouted_fallback=error").
+func open(t testing.TB, extra ...string) (*sql.DB, *pgrouted.Connector, *routes) {
+	t.Helper()
+	dsn := cluster.DSN() + "&pgrouted_probe_interval=100ms&pgrouted_lease=2s&pgrouted_write_timeout=20s"
+	for _, e := range extra {
+		dsn += "&" + e
+	}
+	cfg, err := pgrouted.ParseConfig(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &routes{}
+	cfg.OnRoute = rec.record
+	conn, err := pgrouted.NewConnector(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := sql.OpenDB(conn)
+	t.Cleanup(func() { db.Close() })
+	waitReplicaRoute(t, conn)
+	return db, conn, rec
+}
+
+// waitReplicaRoute waits until a plain read would go to a replica: the
+// probes know the roles and the replicas hold the connector's writes.
+func waitReplicaRoute(t testing.TB, conn *pgrouted.Connector) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		d, err := conn.Explain(context.Background(), "SELECT 1")
+		if err == nil && !d.Primary && d.Endpoint != "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("reads still do not go to a replica: %+v, %v", d, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// nodeByPort maps inet_server_port() to a node.
+func nodeByPort(t testing.TB, port int) *testcluster.Node {
+	t.Helper()
+	for _, n := range cluster.Nodes() {
+		if strings.HasSuffix(n.DirectAddr(), fmt.Sprintf(":%d", port)) {
+			return n
+		}
+	}
+	t.Fatalf("no node on port %d", port)
+	return nil
+}
+
+// ranOn returns the nodes whose server log holds marker: where a statement
+// carrying it ran (every statement is logged).
+func ranOn(t testing.TB, marker string) []string {
+	t.Helper()
+	var on []string
+	for _, n := range cluster.Nodes() {
+		b, err := os.ReadFile(n.LogFile())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(b), marker) {
+			on = append(on, n.Name())
+		}
+	}
+	return on
+}
+
+func mustExec(t testing.TB, ctx context.Context, n *testcluster.Node, sql string) {
+	t.Helper()
+	if err := n.Exec(ctx, sql); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// replicated waits until every replica has replayed the primary's current
+// position.
+func replicated(t testing.TB, ctx context.Context) {
+	t.Helper()
+	lsn, err := cluster.Primary().CurrentLSN(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range cluster.Replicas() {
+		if err := r.WaitReplayed(ctx, lsn); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

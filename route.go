@@ -1,0 +1,155 @@
+package pgrouted
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Route forces where statements run; see [WithRoute].
+type Route uint8
+
+const (
+	// Auto lets pgrouted decide: reads in autocommit mode on an eligible
+	// replica, everything else on the primary.
+	Auto Route = iota
+	// Primary runs every statement on the primary.
+	Primary
+	// Replica runs reads on an eligible replica with no fallback to the
+	// primary: when no replica is eligible the statement fails with
+	// [ErrNoReplica]. A write, lock, session-state statement or read-write
+	// transaction forced to a replica fails with [ErrWriteOnReplica] before
+	// anything is sent.
+	Replica
+)
+
+// String returns "auto", "primary" or "replica".
+func (r Route) String() string {
+	switch r {
+	case Primary:
+		return "primary"
+	case Replica:
+		return "replica"
+	}
+	return "auto"
+}
+
+type routeKey struct{}
+
+// WithRoute returns a context that forces the route of the statements and
+// transactions run with it. The same can be asked for one statement with a
+// leading comment, /* pgrouted:primary */ or /* pgrouted:replica */. When
+// the context and the comment disagree, Primary wins: it is never wrong to
+// read from the primary.
+func WithRoute(ctx context.Context, r Route) context.Context {
+	return context.WithValue(ctx, routeKey{}, r)
+}
+
+func routeFrom(ctx context.Context) Route {
+	if r, ok := ctx.Value(routeKey{}).(Route); ok {
+		return r
+	}
+	return Auto
+}
+
+// Ops of a [RouteEvent] and a [Decision].
+const (
+	OpRead  = "read"  // a read that may run on a replica
+	OpWrite = "write" // anything that must run on the primary: writes, DDL, session state, unknown statements
+	OpTx    = "tx"    // a transaction, or a transaction-control statement
+	OpLock  = "lock"  // a read taking row locks (FOR UPDATE, ...) or LOCK
+)
+
+// Reasons of a [Decision], a [RouteEvent] and a [RouteError].
+//
+// The first five say why no replica could serve a read; the read then ran on
+// the primary (pgrouted_fallback=primary) or failed with [ErrNoReplica].
+const (
+	ReasonNoReplicas      = "no-replicas"      // no host is a standby
+	ReasonUnhealthy       = "unhealthy"        // every standby failed its last probe
+	ReasonBehind          = "behind"           // every healthy standby lacks the caller's writes or is over the staleness budget
+	ReasonSaturated       = "saturated"        // every eligible standby's pool is exhausted
+	ReasonPositionUnknown = "position-unknown" // the caller's last write position is unknown: only the primary surely has it
+
+	ReasonReplica        = "replica"          // an eligible replica serves the read
+	ReasonWrite          = "write"            // the statement is not a read
+	ReasonSessionState   = "session-state"    // the statement changes session state: the connection stays on the primary
+	ReasonPinned         = "pinned"           // an earlier statement changed session state on this connection
+	ReasonInTx           = "in-tx"            // the statement runs inside a transaction
+	ReasonForced         = "forced"           // WithRoute or a routing comment chose the endpoint
+	ReasonReadOnlyTx     = "read-only-tx"     // a read-only transaction runs on a replica
+	ReasonSerializableRO = "serializable"     // a SERIALIZABLE transaction cannot run on a hot standby
+	ReasonRetry25006     = "read-only-retry"  // the replica refused the statement (SQLSTATE 25006): it ran again on the primary
+	ReasonWriteOnReplica = "write-on-replica" // a write, lock or read-write transaction was forced to a replica
+	ReasonNoPrimary      = "no-primary"       // no primary was known within pgrouted_write_timeout
+	ReasonReplicaFailed  = "replica-failed"   // the replica's connection failed before any row: the read ran elsewhere
+)
+
+// Sentinel errors, for errors.Is on a [*RouteError].
+var (
+	// ErrNoReplica: no replica could serve a read that was forced to a
+	// replica or that may not fall back to the primary
+	// (pgrouted_fallback=error). The RouteError's Reason says why.
+	ErrNoReplica = errors.New("pgrouted: no eligible replica")
+	// ErrWriteOnReplica: a statement or transaction that must run on the
+	// primary was forced to a replica. Nothing was sent.
+	ErrWriteOnReplica = errors.New("pgrouted: write forced to a replica")
+	// ErrNoPrimary: no primary was known within pgrouted_write_timeout
+	// (during a failover, or when the primary's lease ran out).
+	ErrNoPrimary = errors.New("pgrouted: no primary")
+)
+
+// RouteError is a routing failure: nothing was sent to any server.
+type RouteError struct {
+	// Op is the kind of statement: OpRead, OpWrite, OpTx or OpLock.
+	Op string
+	// Reason is one of the Reason constants.
+	Reason string
+}
+
+// Error implements error.
+func (e *RouteError) Error() string {
+	return "pgrouted: " + e.Op + ": " + e.Unwrap().Error()[len("pgrouted: "):] + " (" + e.Reason + ")"
+}
+
+// Unwrap returns the sentinel matching Reason: [ErrWriteOnReplica],
+// [ErrNoPrimary], or [ErrNoReplica].
+func (e *RouteError) Unwrap() error {
+	switch e.Reason {
+	case ReasonWriteOnReplica:
+		return ErrWriteOnReplica
+	case ReasonNoPrimary:
+		return ErrNoPrimary
+	}
+	return ErrNoReplica
+}
+
+// Decision is where a statement runs and why.
+type Decision struct {
+	// Op is the kind of statement.
+	Op string `json:"op"`
+	// Endpoint is the name of the host that runs it (a host name from the
+	// DSN or pgrouted_names), empty when it cannot run.
+	Endpoint string `json:"endpoint"`
+	// Primary is true when Endpoint is the primary.
+	Primary bool `json:"primary"`
+	// Reason says why; see the Reason constants. When a read falls back
+	// to the primary, Reason says why no replica could serve it.
+	Reason string `json:"reason"`
+}
+
+// RouteEvent is reported to Config.OnRoute after every statement that
+// pgrouted ran (or failed to route).
+type RouteEvent struct {
+	Decision
+	// Query is the statement's text.
+	Query string
+	// Duration is how long the statement took until its result (or first
+	// row) was available.
+	Duration time.Duration
+	// Err is the statement's error, if any.
+	Err error
+	// Retried is true when the statement ran again elsewhere after a
+	// replica failed or refused it.
+	Retried bool
+}
