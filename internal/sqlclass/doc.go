@@ -9,7 +9,8 @@
 //
 // The classification is lexical and conservative: when in doubt, a
 // statement is not a [Read]. It runs on every statement, so it makes one
-// pass over the text, uses no regular expression and does not allocate.
+// pass over the text (two in a rare case, below), uses no regular
+// expression and does not allocate.
 //
 // # Lexical rules
 //
@@ -41,7 +42,7 @@
 //     ANALYZE, of anything (it does not run the statement).
 //   - EXPLAIN ANALYZE (or ANALYSE, or ANALYZE in the option list, quoted or
 //     not, with any value, even false) runs the statement: it gets the
-//     class of the statement it explains.
+//     class of the statement it explains, and is [Unknown] without one.
 //   - [Write]: INSERT, UPDATE, DELETE, MERGE, COPY (both directions: COPY
 //     TO a server file writes, and COPY is not worth the risk), CREATE,
 //     ALTER, DROP, TRUNCATE, GRANT, REVOKE, COMMENT, VACUUM, ANALYZE,
@@ -59,8 +60,9 @@
 //     the pg_temp schema. CREATE UNLOGGED is a plain [Write].
 //   - Anything else is [Unknown].
 //
-// A read becomes something else when, outside literals and comments, it
-// has:
+// A read becomes something else when, outside literals, quoted identifiers
+// and comments, it has (even where the word is an unquoted column name,
+// which only makes it look more dangerous than it is):
 //
 //   - INSERT, UPDATE, DELETE or MERGE anywhere (a data-modifying CTE, or
 //     WITH … INSERT): [Write];
