@@ -79,7 +79,7 @@ func (r *routes) snapshot() []pgrouted.RouteEvent {
 // recorder. extra are DSN parameters ("pgrouted_fallback=error").
 func open(t testing.TB, extra ...string) (*sql.DB, *pgrouted.Connector, *routes) {
 	t.Helper()
-	dsn := cluster.DSN() + "&pgrouted_probe_interval=100ms&pgrouted_lease=2s&pgrouted_write_timeout=20s"
+	dsn := cluster.DSN() + "&pgrouted_probe_interval=100ms&pgrouted_lease=5s&pgrouted_write_timeout=20s&pgrouted_names=" + names()
 	for _, e := range extra {
 		dsn += "&" + e
 	}
@@ -165,4 +165,15 @@ func replicated(t testing.TB, ctx context.Context) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// names are the nodes' names in the order of cluster.DSN(), for
+// pgrouted_names, so that endpoints read node0, node1, ...
+func names() string {
+	var ns []string
+	ns = append(ns, cluster.Primary().Name())
+	for _, r := range cluster.Replicas() {
+		ns = append(ns, r.Name())
+	}
+	return strings.Join(ns, ",")
 }

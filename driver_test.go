@@ -1,0 +1,480 @@
+package pgrouted_test
+
+import (
+	"database/sql"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/pgrouted/pgrouted"
+	"go.uber.org/goleak"
+)
+
+func TestOpenByDriverName(t *testing.T) {
+	ctx := testCtx(t)
+	db, err := sql.Open("pgrouted", cluster.DSN()+"&pgrouted_probe_interval=100ms")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if err := db.PingContext(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var rec bool
+	if err := db.QueryRowContext(pgrouted.WithRoute(ctx, pgrouted.Primary), "SELECT pg_is_in_recovery()").Scan(&rec); err != nil || rec {
+		t.Fatalf("forced primary read: in recovery %v, %v", rec, err)
+	}
+	if _, err := sql.Open("pgrouted", "postgres://u:hunter2secret@h1/db?pgrouted_max_lagg=1s"); err == nil || strings.Contains(err.Error(), "hunter2secret") || !strings.Contains(err.Error(), "pgrouted_max_lag") {
+		t.Fatalf("bad key: %v", err)
+	}
+}
+
+// TestReadYourWrites: writers insert a row and read it back at once through
+// the same *sql.DB while replication is delayed; no read may miss its row.
+func TestReadYourWrites(t *testing.T) {
+	ctx := testCtx(t)
+	restore(t)
+	mustExec(t, ctx, cluster.Primary(), "DROP TABLE IF EXISTS ryw; CREATE TABLE ryw (id bigserial PRIMARY KEY, w int, n int)")
+	replicated(t, ctx)
+	db, _, rec := open(t)
+	for _, r := range cluster.Replicas() {
+		if err := r.ReplicationFault().Latency(20 * time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var misses, reads atomic.Int64
+	var wg sync.WaitGroup
+	deadline := time.Now().Add(5 * time.Second)
+	for w := 0; w < 8; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for n := 0; time.Now().Before(deadline); n++ {
+				if _, err := db.ExecContext(ctx, "INSERT INTO ryw (w, n) VALUES ($1, $2)", w, n); err != nil {
+					t.Error(err)
+					return
+				}
+				var got int
+				if err := db.QueryRowContext(ctx, "SELECT count(*) FROM ryw WHERE w = $1 AND n = $2", w, n).Scan(&got); err != nil {
+					t.Error(err)
+					return
+				}
+				reads.Add(1)
+				if got != 1 {
+					misses.Add(1)
+				}
+				// Reads of older rows can use the replicas.
+				if err := db.QueryRowContext(ctx, "SELECT count(*) FROM ryw WHERE w = $1", w).Scan(&got); err != nil {
+					t.Error(err)
+					return
+				}
+				reads.Add(1)
+				if got < n+1 {
+					misses.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	onReplica := 0
+	total := 0
+	for _, e := range rec.snapshot() {
+		if e.Op == pgrouted.OpRead {
+			total++
+			if !e.Primary {
+				onReplica++
+			}
+		}
+	}
+	t.Logf("%d reads, %d misses; %d of %d reads (%.0f%%) served by replicas", reads.Load(), misses.Load(), onReplica, total, 100*float64(onReplica)/float64(max(total, 1)))
+	if misses.Load() != 0 {
+		t.Fatalf("%d reads missed their own writes", misses.Load())
+	}
+}
+
+func TestReadOnlyTransactions(t *testing.T) {
+	ctx := testCtx(t)
+	db, _, rec := open(t)
+	inRecovery := func(tx *sql.Tx) bool {
+		t.Helper()
+		var r bool
+		if err := tx.QueryRowContext(ctx, "SELECT pg_is_in_recovery()").Scan(&r); err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	for _, iso := range []sql.IsolationLevel{sql.LevelDefault, sql.LevelReadCommitted, sql.LevelRepeatableRead, sql.LevelSnapshot} {
+		tx, err := db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true, Isolation: iso})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !inRecovery(tx) {
+			t.Errorf("read-only %s transaction did not run on a replica", iso)
+		}
+		var level string
+		if err := tx.QueryRowContext(ctx, "SHOW transaction_isolation").Scan(&level); err != nil {
+			t.Fatal(err)
+		}
+		want := map[sql.IsolationLevel]string{sql.LevelDefault: "read committed", sql.LevelReadCommitted: "read committed", sql.LevelRepeatableRead: "repeatable read", sql.LevelSnapshot: "repeatable read"}[iso]
+		if level != want {
+			t.Errorf("%s transaction runs at %q, want %q", iso, level, want)
+		}
+		if _, err := tx.ExecContext(ctx, "CREATE TABLE ro_nope (id int)"); err == nil {
+			t.Error("a write in a read-only transaction succeeded")
+		}
+		tx.Rollback()
+	}
+	// A hot standby has no SERIALIZABLE: the primary runs it, at that level.
+	tx, err := db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true, Isolation: sql.LevelSerializable})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if inRecovery(tx) {
+		t.Error("read-only serializable transaction ran on a replica")
+	}
+	var level string
+	tx.QueryRowContext(ctx, "SHOW transaction_isolation").Scan(&level)
+	if level != "serializable" {
+		t.Errorf("serializable transaction runs at %q", level)
+	}
+	tx.Commit()
+	if _, err := db.BeginTx(pgrouted.WithRoute(ctx, pgrouted.Replica), &sql.TxOptions{ReadOnly: true, Isolation: sql.LevelSerializable}); err == nil {
+		t.Error("serializable transaction forced to a replica did not fail")
+	}
+	for _, iso := range []sql.IsolationLevel{sql.LevelWriteCommitted, sql.LevelLinearizable} {
+		if _, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: iso}); err == nil || !strings.Contains(err.Error(), "not supported") {
+			t.Errorf("isolation %s: %v, want a clear refusal", iso, err)
+		}
+	}
+	// Read-write transactions run on the primary, and their writes are
+	// read back after commit.
+	tx, err = db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if inRecovery(tx) {
+		t.Fatal("read-write transaction on a replica")
+	}
+	if _, err := tx.ExecContext(ctx, "CREATE TABLE IF NOT EXISTS txw (id int); INSERT INTO txw VALUES (1)"); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := db.QueryRowContext(ctx, "SELECT count(*) FROM txw").Scan(&n); err != nil || n < 1 {
+		t.Fatalf("read after commit: %d, %v", n, err)
+	}
+	// readonly_tx=primary keeps them on the primary.
+	db2, _, _ := open(t, "pgrouted_readonly_tx=primary")
+	tx, err = db2.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if inRecovery(tx) {
+		t.Error("readonly_tx=primary: read-only transaction on a replica")
+	}
+	tx.Rollback()
+	for _, e := range rec.snapshot() {
+		if e.Op == pgrouted.OpTx && e.Query == "BEGIN" && e.Endpoint == "" && e.Err == nil {
+			t.Errorf("BEGIN event without endpoint: %+v", e)
+		}
+	}
+}
+
+func TestSessionStatePins(t *testing.T) {
+	ctx := testCtx(t)
+	db, _, _ := open(t)
+	c, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var rec bool
+	if err := c.QueryRowContext(ctx, "SELECT pg_is_in_recovery()").Scan(&rec); err != nil || !rec {
+		t.Fatalf("before SET, a read ran on the primary (%v)", err)
+	}
+	if _, err := c.ExecContext(ctx, "SET application_name = 'pinned-session'"); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ {
+		var name string
+		if err := c.QueryRowContext(ctx, "SELECT current_setting('application_name'), pg_is_in_recovery()").Scan(&name, &rec); err != nil {
+			t.Fatal(err)
+		}
+		if name != "pinned-session" || rec {
+			t.Fatalf("after SET: application_name %q on a standby %v; want the pinned primary session", name, rec)
+		}
+	}
+}
+
+func TestPreparedStatements(t *testing.T) {
+	ctx := testCtx(t)
+	mustExec(t, ctx, cluster.Primary(), "CREATE TABLE IF NOT EXISTS prep (id int)")
+	replicated(t, ctx)
+	db, conn, _ := open(t)
+	read, err := db.PrepareContext(ctx, "SELECT inet_server_port(), pg_is_in_recovery() WHERE $1::int > 0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer read.Close()
+	write, err := db.PrepareContext(ctx, "INSERT INTO prep VALUES ($1) RETURNING inet_server_port()")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer write.Close()
+	ports := map[string]int{}
+	for i := 1; i <= 10; i++ {
+		var port int
+		var rec bool
+		if err := read.QueryRowContext(ctx, i).Scan(&port, &rec); err != nil {
+			t.Fatal(err)
+		}
+		if !rec {
+			t.Fatalf("prepared read %d ran on the primary", i)
+		}
+		ports[nodeByPort(t, port).Name()]++
+		if i == 5 {
+			if err := write.QueryRowContext(ctx, i).Scan(&port); err != nil {
+				t.Fatal(err)
+			}
+			if n := nodeByPort(t, port); n.Name() != "node0" {
+				t.Fatalf("prepared write ran on %s", n.Name())
+			}
+			waitReplicaRoute(t, conn)
+		}
+	}
+	if len(ports) != 2 {
+		t.Fatalf("prepared reads were not spread over both replicas: %v", ports)
+	}
+}
+
+func TestExplainHasNoSideEffect(t *testing.T) {
+	ctx := testCtx(t)
+	db, conn, _ := open(t)
+	d1, err := conn.Explain(ctx, "SELECT 1")
+	if err != nil || d1.Primary || d1.Op != pgrouted.OpRead || d1.Reason != pgrouted.ReasonReplica {
+		t.Fatalf("Explain(SELECT 1) = %+v, %v", d1, err)
+	}
+	for i := 0; i < 5; i++ {
+		if d, _ := conn.Explain(ctx, "SELECT 1"); d != d1 {
+			t.Fatalf("Explain moved: %+v then %+v", d1, d)
+		}
+	}
+	// The next read runs where Explain said.
+	var port int
+	if err := db.QueryRowContext(ctx, "SELECT inet_server_port()").Scan(&port); err != nil {
+		t.Fatal(err)
+	}
+	if got := nodeByPort(t, port).Name(); got != d1.Endpoint {
+		t.Fatalf("read ran on %s, Explain said %s", got, d1.Endpoint)
+	}
+	d, err := conn.Explain(ctx, "INSERT INTO t VALUES (1)")
+	if err != nil || !d.Primary || d.Endpoint != "node0" || d.Op != pgrouted.OpWrite {
+		t.Fatalf("Explain(INSERT) = %+v, %v", d, err)
+	}
+	d, err = conn.Explain(pgrouted.WithRoute(ctx, pgrouted.Replica), "UPDATE t SET a = 1")
+	if !errors.Is(err, pgrouted.ErrWriteOnReplica) {
+		t.Fatalf("Explain(forced write) = %+v, %v", d, err)
+	}
+	if d, _ := conn.Explain(ctx, "SELECT id FROM t FOR UPDATE"); d.Op != pgrouted.OpLock || !d.Primary {
+		t.Fatalf("Explain(FOR UPDATE) = %+v", d)
+	}
+}
+
+func TestOnRouteHookCannotBreakStatements(t *testing.T) {
+	ctx := testCtx(t)
+	cfg, err := pgrouted.ParseConfig(cluster.DSN() + "&pgrouted_probe_interval=100ms")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var calls atomic.Int64
+	cfg.OnRoute = func(pgrouted.RouteEvent) {
+		calls.Add(1)
+		panic("hook bug")
+	}
+	conn, err := pgrouted.NewConnector(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := sql.OpenDB(conn)
+	defer db.Close()
+	var one int
+	if err := db.QueryRowContext(ctx, "SELECT 1").Scan(&one); err != nil || one != 1 {
+		t.Fatalf("statement with a panicking hook: %v", err)
+	}
+	if calls.Load() == 0 {
+		t.Fatal("hook not called")
+	}
+}
+
+// TestNoLeakAfterClose: closing the *sql.DB stops every goroutine and closes
+// every connection pgrouted opened, on every node.
+func TestNoLeakAfterClose(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	ctx := testCtx(t)
+	db, err := sql.Open("pgrouted", cluster.DSN()+"&pgrouted_probe_interval=50ms&application_name=leakcheck")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 20; i++ {
+		var one int
+		if err := db.QueryRowContext(ctx, "SELECT 1").Scan(&one); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.ExecContext(ctx, "SELECT pg_advisory_lock(7), pg_advisory_unlock(7)"); err != nil {
+			t.Fatal(err)
+		}
+		tx, err := db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tx.QueryRowContext(ctx, "SELECT 1").Scan(&one)
+		tx.Commit()
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range cluster.Nodes() {
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			var left int
+			err := n.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE application_name IN ('leakcheck', 'pgrouted-probe')", nil, &left)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if left == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %d pgrouted connections left after db.Close", n.Name(), left)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+}
+
+// TestFailoverUnderLoad promotes a replica and stops the primary while
+// writers and readers run: writes resume on the new primary, and reads keep
+// working.
+func TestFailoverUnderLoad(t *testing.T) {
+	ctx := testCtx(t)
+	restore(t)
+	mustExec(t, ctx, cluster.Primary(), "DROP TABLE IF EXISTS fo; CREATE TABLE fo (id bigserial PRIMARY KEY, w int)")
+	replicated(t, ctx)
+	db, _, _ := open(t)
+	old, promoted, other := cluster.Node(0), cluster.Node(1), cluster.Node(2)
+	var demotedAt atomic.Int64 // unix nanos when the old primary was stopped
+	type write struct {
+		at   time.Time
+		node string
+	}
+	var mu sync.Mutex
+	var writes []write
+	var writeErrs, readErrs, reads atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := 0; w < 4; w++ {
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				var port int
+				err := db.QueryRowContext(ctx, "INSERT INTO fo (w) VALUES ($1) RETURNING inet_server_port()", w).Scan(&port)
+				if err != nil {
+					writeErrs.Add(1)
+					time.Sleep(5 * time.Millisecond)
+					continue
+				}
+				mu.Lock()
+				writes = append(writes, write{time.Now(), nodeByPort(t, port).Name()})
+				mu.Unlock()
+			}
+		}()
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				var n int
+				if err := db.QueryRowContext(ctx, "SELECT count(*) FROM fo").Scan(&n); err != nil {
+					readErrs.Add(1)
+					t.Logf("read error: %v", err)
+				} else {
+					reads.Add(1)
+				}
+			}
+		}()
+	}
+	time.Sleep(500 * time.Millisecond)
+	if err := old.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	demotedAt.Store(time.Now().UnixNano())
+	if err := promoted.Promote(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := other.Follow(ctx, promoted); err != nil {
+		t.Fatal(err)
+	}
+	// Writes go on for a while on the new primary.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		mu.Lock()
+		n := 0
+		for _, w := range writes {
+			if w.node == promoted.Name() {
+				n++
+			}
+		}
+		mu.Unlock()
+		if n >= 50 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("writes did not resume on %s", promoted.Name())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	close(stop)
+	wg.Wait()
+	stoppedAt := time.Unix(0, demotedAt.Load())
+	var lastOld, firstNew time.Time
+	for _, w := range writes {
+		switch w.node {
+		case old.Name():
+			if w.at.After(lastOld) {
+				lastOld = w.at
+			}
+		case promoted.Name():
+			if firstNew.IsZero() || w.at.Before(firstNew) {
+				firstNew = w.at
+			}
+		default:
+			t.Fatalf("a write ran on %s", w.node)
+		}
+	}
+	if lastOld.After(stoppedAt) {
+		t.Fatalf("a write succeeded on the old primary after it was stopped")
+	}
+	t.Logf("writes unavailable for %v (last on the old primary to first on the new one); %d write errors during the failover; %d reads, %d read errors",
+		firstNew.Sub(lastOld).Round(time.Millisecond), writeErrs.Load(), reads.Load(), readErrs.Load())
+	if readErrs.Load() > 0 {
+		t.Errorf("%d reads failed during the failover", readErrs.Load())
+	}
+	var n int
+	if err := db.QueryRowContext(ctx, "SELECT count(*) FROM fo").Scan(&n); err != nil || n < 50 {
+		t.Fatalf("after failover: %d rows, %v", n, err)
+	}
+}
