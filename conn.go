@@ -45,9 +45,15 @@ func (cn *conn) primaryConn(ctx context.Context, op string) (*stdlib.Conn, error
 		// happens; the server will tell.
 		return cn.primary, nil
 	}
+	deadline := time.Now().Add(cn.c.cfg.WriteTimeout)
+	var lastErr error
 	for {
-		idx, epoch, err := cn.c.waitPrimary(ctx, op)
+		idx, epoch, err := cn.c.waitPrimary(ctx, op, deadline)
 		if err != nil {
+			var re *RouteError
+			if errors.As(err, &re) && lastErr != nil {
+				re.cause = lastErr
+			}
 			return nil, err
 		}
 		if cn.primary != nil && (epoch != cn.epoch || cn.primary.Conn().IsClosed()) {
@@ -63,48 +69,35 @@ func (cn *conn) primaryConn(ctx context.Context, op string) (*stdlib.Conn, error
 			return cn.primary, nil
 		}
 		dc, err := cn.c.primary[idx].Connect(ctx)
-		if err != nil {
-			// The primary may be failing over: probe it at once and wait
-			// for the topology to move, within the write timeout.
-			cn.c.top.ProbeNow(idx)
-			if werr := cn.c.waitChange(ctx, idx, epoch, op); werr != nil {
-				return nil, err
+		if err == nil {
+			sc := dc.(*stdlib.Conn)
+			// PostgreSQL 14+ reports in_hot_standby at connect: a standby
+			// is not the primary, whatever the last probe said.
+			if sc.Conn().PgConn().ParameterStatus("in_hot_standby") != "on" {
+				cn.primary, cn.host, cn.epoch = sc, idx, epoch
+				return sc, nil
 			}
-			continue
-		}
-		sc := dc.(*stdlib.Conn)
-		// PostgreSQL 14+ reports in_hot_standby at connect: a standby is
-		// not the primary, whatever the last probe said.
-		if sc.Conn().PgConn().ParameterStatus("in_hot_standby") == "on" {
 			sc.Close()
-			cn.c.top.ProbeNow(idx)
-			if werr := cn.c.waitChange(ctx, idx, epoch, op); werr != nil {
-				return nil, werr
+			err = errors.New("pgrouted: " + cn.c.hosts[idx].Name + " is a hot standby (in_hot_standby=on)")
+		}
+		if ctx.Err() != nil {
+			return nil, err
+		}
+		// The primary may be failing over: probe it at once and wait for
+		// the topology to move, within the write timeout.
+		lastErr = err
+		cn.c.top.ProbeNow(idx)
+		werr := cn.c.waitChange(ctx, idx, epoch, op, deadline)
+		if werr == nil {
+			// Do not hammer a host that is down while its lease runs.
+			werr = sleepCtx(ctx, min(50*time.Millisecond, max(time.Until(deadline), 0)))
+		}
+		if werr != nil {
+			var re *RouteError
+			if errors.As(werr, &re) {
+				re.cause = lastErr
 			}
-			continue
-		}
-		cn.primary, cn.host, cn.epoch = sc, idx, epoch
-		return sc, nil
-	}
-}
-
-// waitChange waits until the snapshot no longer names host idx as the
-// primary of epoch (a new probe result, a new primary), or the write timeout.
-func (c *Connector) waitChange(ctx context.Context, idx int, epoch uint64, op string) error {
-	deadline := time.Now().Add(c.cfg.WriteTimeout)
-	first := c.top.Snapshot().Hosts[idx].LastProbe
-	for {
-		s := c.top.Snapshot()
-		if s.Primary != idx || s.Epoch != epoch || s.Hosts[idx].LastProbe.After(first) {
-			return nil
-		}
-		if !time.Now().Before(deadline) {
-			return &RouteError{Op: op, Reason: ReasonNoPrimary}
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(10 * time.Millisecond):
+			return nil, werr
 		}
 	}
 }
@@ -243,7 +236,7 @@ func (cn *conn) runOnPrimary(ctx context.Context, p *plan, r sqlclass.Result, ev
 				return err
 			}
 			if attempt == 0 && ctx.Err() == nil && (p.class == sqlclass.Read || errors.Is(err, driver.ErrBadConn)) {
-				if werr := cn.c.waitChange(ctx, host, epoch, p.op); werr == nil {
+				if werr := cn.c.waitChange(ctx, host, epoch, p.op, time.Now().Add(cn.c.cfg.WriteTimeout)); werr == nil {
 					ev.Retried = true
 					continue
 				}
@@ -263,7 +256,7 @@ func (cn *conn) runOnPrimary(ctx context.Context, p *plan, r sqlclass.Result, ev
 				cn.bad = true
 				return err
 			}
-			if werr := cn.c.waitChange(ctx, host, epoch, p.op); werr != nil {
+			if werr := cn.c.waitChange(ctx, host, epoch, p.op, time.Now().Add(cn.c.cfg.WriteTimeout)); werr != nil {
 				return err
 			}
 			ev.Retried = true

@@ -225,29 +225,51 @@ func (c *Connector) watermark(s *topology.Snapshot) (lagmeter.LSN, bool) {
 	return lagmeter.LSN(c.wm.Load()), true
 }
 
-// waitPrimary returns the primary's index and epoch, waiting up to
-// pgrouted_write_timeout for one with a valid lease.
-func (c *Connector) waitPrimary(ctx context.Context, op string) (int, uint64, error) {
-	var deadline time.Time
+// waitPrimary returns the primary's index and epoch, waiting until deadline
+// for one with a valid lease.
+func (c *Connector) waitPrimary(ctx context.Context, op string, deadline time.Time) (int, uint64, error) {
 	for {
 		s := c.top.Snapshot()
 		now := time.Now()
 		if s.LeaseValid(now) {
 			return s.Primary, s.Epoch, nil
 		}
-		if deadline.IsZero() {
-			deadline = now.Add(c.cfg.WriteTimeout)
-		}
 		if !now.Before(deadline) {
 			return -1, 0, &RouteError{Op: op, Reason: ReasonNoPrimary}
 		}
-		t := time.NewTimer(min(20*time.Millisecond, deadline.Sub(now)))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return -1, 0, ctx.Err()
-		case <-t.C:
+		if err := sleepCtx(ctx, min(20*time.Millisecond, deadline.Sub(now))); err != nil {
+			return -1, 0, err
 		}
+	}
+}
+
+// waitChange waits until the snapshot has news of host idx (a probe sent
+// after now) or no longer names it the primary of epoch, or until deadline.
+func (c *Connector) waitChange(ctx context.Context, idx int, epoch uint64, op string, deadline time.Time) error {
+	first := c.top.Snapshot().Hosts[idx].LastProbe
+	for {
+		s := c.top.Snapshot()
+		if s.Primary != idx || s.Epoch != epoch || s.Hosts[idx].LastProbe.After(first) {
+			return nil
+		}
+		now := time.Now()
+		if !now.Before(deadline) {
+			return &RouteError{Op: op, Reason: ReasonNoPrimary}
+		}
+		if err := sleepCtx(ctx, min(10*time.Millisecond, deadline.Sub(now))); err != nil {
+			return err
+		}
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
 	}
 }
 

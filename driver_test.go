@@ -478,3 +478,36 @@ func TestFailoverUnderLoad(t *testing.T) {
 		t.Fatalf("after failover: %d rows, %v", n, err)
 	}
 }
+
+// TestWritesWaitForAPrimary: with the primary down, a write waits up to
+// pgrouted_write_timeout; it succeeds when the primary comes back in time,
+// and fails with ErrNoPrimary when none does.
+func TestWritesWaitForAPrimary(t *testing.T) {
+	ctx := testCtx(t)
+	restore(t)
+	mustExec(t, ctx, cluster.Primary(), "CREATE TABLE IF NOT EXISTS waitw (id int)")
+	db, _, _ := open(t, "pgrouted_write_timeout=15s")
+	quick, _, _ := open(t, "pgrouted_write_timeout=500ms")
+	p := cluster.Primary()
+	if err := p.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_, err := quick.ExecContext(ctx, "INSERT INTO waitw VALUES (1)")
+	var re *pgrouted.RouteError
+	if !errors.Is(err, pgrouted.ErrNoPrimary) || !errors.As(err, &re) || re.Reason != pgrouted.ReasonNoPrimary {
+		t.Fatalf("write with the primary down and a 500ms write timeout: %v, want ErrNoPrimary", err)
+	}
+	t.Logf("write without a primary: %v", err)
+	done := make(chan error, 1)
+	go func() {
+		_, err := db.ExecContext(ctx, "INSERT INTO waitw VALUES (2)")
+		done <- err
+	}()
+	time.Sleep(time.Second)
+	if err := p.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("a write waiting for the primary to come back: %v", err)
+	}
+}

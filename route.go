@@ -105,16 +105,30 @@ type RouteError struct {
 	Op string
 	// Reason is one of the Reason constants.
 	Reason string
+
+	cause error // the last connection error, when there was one
 }
 
 // Error implements error.
 func (e *RouteError) Error() string {
-	return "pgrouted: " + e.Op + ": " + e.Unwrap().Error()[len("pgrouted: "):] + " (" + e.Reason + ")"
+	msg := "pgrouted: " + e.Op + ": " + e.sentinel().Error()[len("pgrouted: "):] + " (" + e.Reason + ")"
+	if e.cause != nil {
+		msg += ": last error: " + e.cause.Error()
+	}
+	return msg
 }
 
-// Unwrap returns the sentinel matching Reason: [ErrWriteOnReplica],
-// [ErrNoPrimary], or [ErrNoReplica].
-func (e *RouteError) Unwrap() error {
+// Unwrap returns the sentinel matching Reason ([ErrWriteOnReplica],
+// [ErrNoPrimary], or [ErrNoReplica]) and the last connection error, if
+// any, so that errors.Is and errors.As see both.
+func (e *RouteError) Unwrap() []error {
+	if e.cause != nil {
+		return []error{e.sentinel(), e.cause}
+	}
+	return []error{e.sentinel()}
+}
+
+func (e *RouteError) sentinel() error {
 	switch e.Reason {
 	case ReasonWriteOnReplica:
 		return ErrWriteOnReplica

@@ -1,0 +1,89 @@
+package pgrouted_test
+
+import (
+	"context"
+	"database/sql"
+	"testing"
+
+	_ "github.com/jackc/pgx/v5/stdlib"
+	"github.com/pgrouted/pgrouted"
+)
+
+// BenchmarkSelectOne compares a one-row SELECT through pgrouted with the
+// same SELECT through pgx's own database/sql driver on the same server (a
+// DSN of the primary and one replica, so every read lands on that replica).
+// Compare the two with benchstat; the difference is the routing overhead.
+func BenchmarkSelectOne(b *testing.B) {
+	replica := cluster.Replicas()[0]
+	run := func(b *testing.B, db *sql.DB) {
+		ctx := context.Background()
+		db.SetMaxIdleConns(4)
+		var one int
+		if err := db.QueryRowContext(ctx, "SELECT 1").Scan(&one); err != nil {
+			b.Fatal(err)
+		}
+		b.ReportAllocs()
+		b.ResetTimer()
+		for b.Loop() {
+			if err := db.QueryRowContext(ctx, "SELECT 1").Scan(&one); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	b.Run("driver=pgx-stdlib", func(b *testing.B) {
+		db, err := sql.Open("pgx", replica.DSN())
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer db.Close()
+		run(b, db)
+	})
+	b.Run("driver=pgrouted", func(b *testing.B) {
+		p := cluster.Primary()
+		dsn := "postgres://postgres@" + p.Addr() + "," + replica.Addr() + "/postgres?sslmode=disable&pgrouted_probe_interval=100ms"
+		cfg, err := pgrouted.ParseConfig(dsn)
+		if err != nil {
+			b.Fatal(err)
+		}
+		var onReplica, total int
+		cfg.OnRoute = func(e pgrouted.RouteEvent) {
+			total++
+			if !e.Primary {
+				onReplica++
+			}
+		}
+		conn, err := pgrouted.NewConnector(cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		waitReplicaRoute(b, conn)
+		db := sql.OpenDB(conn)
+		defer db.Close()
+		run(b, db)
+		if onReplica != total {
+			b.Fatalf("%d of %d reads ran on the primary", total-onReplica, total)
+		}
+	})
+}
+
+// BenchmarkDecision is the routing decision alone: classify the statement
+// and choose the endpoint from the topology snapshot.
+func BenchmarkDecision(b *testing.B) {
+	_, conn, _ := open(b)
+	ctx := context.Background()
+	queries := []string{
+		`SELECT "users"."id", "users"."name" FROM "users" WHERE "users"."id" = $1 LIMIT $2`,
+		`INSERT INTO "users" ("name","email") VALUES ($1,$2) RETURNING "id"`,
+		`SELECT * FROM orders WHERE user_id = $1 ORDER BY created_at DESC LIMIT 20`,
+		`UPDATE "users" SET "name"=$1 WHERE "id" = $2`,
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	i := 0
+	for b.Loop() {
+		if _, err := conn.Explain(ctx, queries[i%len(queries)]); err != nil {
+			b.Fatal(err)
+		}
+		i++
+	}
+}
