@@ -1,26 +1,71 @@
 // Package pgrouted is a database/sql driver for a PostgreSQL primary with
-// streaming read replicas.
-//
-// An application opens it like any other driver:
+// streaming read replicas. An application opens it like any driver:
 //
 //	import _ "github.com/pgrouted/pgrouted"
 //
 //	db, err := sql.Open("pgrouted",
-//		"postgres://app:secret@db1:5432,db2:5432,db3:5432/app?pgrouted_max_lag=2s")
+//		"postgres://app:secret@db1:5432,db2:5432,db3:5432/app?pgrouted_max_lag=16MB")
 //
 // and from then on, with no other change to the application or its ORM:
 //
-//   - transactions, writes, locks and anything that changes session state run
-//     on the primary;
-//   - reads in autocommit mode run on a replica, but only on one that already
-//     holds the caller's own writes (an LSN watermark) and is inside the
-//     staleness budget;
-//   - a failing replica is taken out by a circuit breaker and the read goes
-//     elsewhere;
-//   - which host is the primary is discovered and re-discovered by probing
-//     pg_is_in_recovery() on every host, so a failover is followed.
+//   - transactions, writes, locks and anything that changes session state
+//     run on the primary;
+//   - reads in autocommit mode run on a replica, but only on one that has
+//     replayed this connector's own writes (a WAL position read after each
+//     commit) and is inside the staleness budget;
+//   - which host is the primary is found, and found again after a failover,
+//     by probing pg_is_in_recovery() on every host (package topology).
 //
-// The driver is built on pgx v5. The package testcluster starts a real
-// primary with streaming replicas from local PostgreSQL binaries, for the
-// project's own tests and for users' integration tests.
+// # Routing
+//
+// Each statement is classified lexically (package internal/sqlclass): SELECT,
+// WITH without data-modifying parts, VALUES, TABLE, SHOW and EXPLAIN without
+// ANALYZE of a write are reads; FOR UPDATE/SHARE makes a read a lock;
+// SELECT … INTO, nextval, pg_notify and the like are writes; SET, RESET,
+// DISCARD, PREPARE, DECLARE, LISTEN, CREATE TEMP, set_config and advisory
+// locks change session state. Keywords inside literals, quoted identifiers,
+// dollar quotes and comments do not count; a string of several statements
+// takes its most dangerous class.
+//
+//   - A read in autocommit mode runs on an eligible replica (round-robin).
+//     With none eligible it runs on the primary, or fails with
+//     [ErrNoReplica] under pgrouted_fallback=error; [RouteError].Reason
+//     says why (no-replicas, unhealthy, behind, position-unknown).
+//   - Writes, locks, unknown statements and transaction control run on the
+//     primary. A session-state statement runs on the primary and the
+//     connection stays there from then on: a replica session would not have
+//     that state.
+//   - A transaction runs on the primary, except a read-only one
+//     (sql.TxOptions{ReadOnly: true}), which runs on one eligible replica for
+//     its whole life under pgrouted_readonly_tx=replica (the default).
+//     SERIALIZABLE read-only transactions run on the primary, since a hot
+//     standby cannot run them; isolation levels PostgreSQL lacks are refused.
+//   - [WithRoute] and a leading /* pgrouted:primary */ or /* pgrouted:replica */
+//     comment force the route. A write, lock or read-write transaction forced
+//     to a replica fails with [ErrWriteOnReplica] before anything is sent; a
+//     forced replica read never falls back to the primary.
+//   - A read that a replica refuses with SQLSTATE 25006 (it was not a read
+//     after all) runs once more on the primary, transparently. A read whose
+//     replica connection fails before any row runs on another eligible
+//     replica, then on the primary.
+//
+// # Failover
+//
+// Writes wait up to pgrouted_write_timeout for a primary whose lease is
+// valid, then fail with [ErrNoPrimary]. A connection whose primary session
+// belongs to an older primary epoch reports itself invalid, so database/sql
+// drops it; one without session state reopens its session on the new
+// primary. SQLSTATE 25006 on the primary session (the host was demoted)
+// triggers an immediate probe, and an autocommit write that it refused runs
+// again once the topology has moved.
+//
+// # Observing
+//
+// [Config].OnRoute receives a [RouteEvent] for every statement, and
+// [Connector.Explain] tells where a statement would run without running it.
+// [Config].Logger receives one line per topology event.
+//
+// The package testcluster starts a real primary with streaming replicas from
+// local PostgreSQL binaries, for the project's tests and for users'
+// integration tests.
 package pgrouted
