@@ -242,8 +242,8 @@ func newestAtOrBefore(samples []sample, replay LSN) int {
 	return lo - 1
 }
 
-// StalenessBound returns an upper bound on how stale, at now, is a replica
-// of this history's primary that has replayed WAL up to replay
+// StalenessBound returns an upper bound, at now, on the staleness of a
+// replica of this history's primary that has replayed WAL up to replay
 // (pg_last_wal_replay_lsn()), and false when no bound can be proven.
 //
 // It finds the newest sample whose position (converted with

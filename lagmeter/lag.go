@@ -13,7 +13,8 @@ type Position struct {
 	SystemID uint64
 
 	// Timeline is the timeline of the WAL the replica follows
-	// (pg_stat_wal_receiver.received_tli).
+	// (pg_stat_wal_receiver.received_tli, which only roles with
+	// pg_read_all_stats can see).
 	Timeline uint32
 
 	// Replay is pg_last_wal_replay_lsn(). The caller sets it to 0 whenever

@@ -1,6 +1,3 @@
-// Package lagmeter measures how far each replica is behind the primary: LSN
-// arithmetic, the primary's LSN history, byte lag and a staleness bound that
-// needs no clock synchronisation.
 package lagmeter
 
 import (
