@@ -25,9 +25,11 @@ const (
 		FROM pg_stat_replication WHERE application_name <> '' AND sync_state IS NOT NULL) END
 FROM pg_is_in_recovery() AS r`
 	probeTimelineSQL = `SELECT CASE WHEN pg_is_in_recovery()
-	THEN (SELECT received_tli FROM pg_stat_wal_receiver)
+	THEN coalesce((SELECT received_tli FROM pg_stat_wal_receiver WHERE received_tli > 0),
+	              (SELECT timeline_id FROM pg_control_checkpoint()))
 	ELSE ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int END`
-	probeSystemSQL = `SELECT system_identifier FROM pg_control_system()`
+	probeSystemSQL = `SELECT s.system_identifier, i.wal_block_size, i.bytes_per_wal_segment, i.max_data_alignment
+FROM pg_control_system() s, pg_control_init() i`
 )
 
 // result is one probe's outcome, sent from a prober to the tracker.
@@ -43,6 +45,8 @@ type result struct {
 	receive    lagmeter.LSN
 	timeline   uint32 // 0: unknown
 	systemID   uint64 // 0: unknown
+	layout     lagmeter.WALLayout
+	conn       uint64 // the probe connection's incarnation
 	sync       []SyncStandby
 }
 
@@ -52,7 +56,9 @@ type prober struct {
 	t        *Topology
 	i        int
 	conn     *pgconn.PgConn
+	incarn   uint64 // counts probe connections: a new one may see a restarted server
 	systemID uint64
+	layout   lagmeter.WALLayout
 	failures int
 }
 
@@ -123,8 +129,10 @@ func (p *prober) probe(parent context.Context) (res result) {
 			return res
 		}
 		p.conn = conn
+		p.incarn++
 		p.systemID = 0
 	}
+	res.conn = p.incarn
 	sql := probeRoleSQL + ";\n" + probeTimelineSQL
 	if p.systemID == 0 {
 		sql += ";\n" + probeSystemSQL
@@ -157,11 +165,22 @@ func (p *prober) probe(parent context.Context) (res result) {
 		}
 	}
 	if p.systemID == 0 && len(results) > 2 && results[2].Err == nil && len(results[2].Rows) == 1 {
-		if v := results[2].Rows[0][0]; v != nil {
-			p.systemID, _ = strconv.ParseUint(string(v), 10, 64)
+		if row := results[2].Rows[0]; len(row) == 4 && row[0] != nil {
+			p.systemID, _ = strconv.ParseUint(string(row[0]), 10, 64)
+			var n [3]uint64
+			for k := range n {
+				if row[1+k] != nil {
+					n[k], _ = strconv.ParseUint(string(row[1+k]), 10, 32)
+				}
+			}
+			l := lagmeter.WALLayout{BlockSize: uint32(n[0]), SegmentSize: uint32(n[1]), MaxAlign: uint32(n[2])}
+			if l.Validate() == nil {
+				p.layout = l
+			}
 		}
 	}
 	res.systemID = p.systemID
+	res.layout = p.layout
 	return res
 }
 

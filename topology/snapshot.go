@@ -78,6 +78,14 @@ type HostState struct {
 	// SystemID is the cluster's system identifier (pg_control_system()).
 	SystemID uint64 `json:"systemId,string"`
 
+	// Layout is the cluster's WAL page geometry (pg_control_init()).
+	Layout lagmeter.WALLayout `json:"-"`
+
+	// Conn counts the probe connections made to the host. When it changes,
+	// the server may have restarted: what was learned of it on another
+	// connection (a standby's replay position) no longer holds.
+	Conn uint64 `json:"-"`
+
 	// SyncState is the standby's sync_state in the primary's
 	// pg_stat_replication ("sync", "async", "potential", "quorum"), matched
 	// by the standby's application_name equal to the host's Name; empty

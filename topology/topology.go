@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/pgrouted/pgrouted/lagmeter"
 )
 
 // Host is one server to probe.
@@ -36,6 +37,9 @@ type Options struct {
 	// host i after a failed one, given its consecutive failures, instead of
 	// Interval (circuit breakers back off probes of an open circuit).
 	Backoff func(i int, failures int) time.Duration
+	// HistoryCapacity is how many primary samples the WAL position history
+	// keeps (see [lagmeter.History]). Default [lagmeter.DefaultCapacity].
+	HistoryCapacity int
 	// OnProbe, when set, is called by the tracker after each probe of host
 	// i, with the probe's error (nil on success). It must not block.
 	OnProbe func(i int, err error)
@@ -51,7 +55,8 @@ type Topology struct {
 	hosts []Host
 	opts  Options
 
-	snap atomic.Pointer[Snapshot]
+	snap    atomic.Pointer[Snapshot]
+	history *lagmeter.History // the primary's WAL positions, for staleness bounds
 
 	results chan result
 	kicks   []chan struct{} // one per host: probe now
@@ -89,6 +94,10 @@ func New(hosts []Host, opts Options) (*Topology, error) {
 		done:    make(chan struct{}),
 		subs:    make(map[*subscription]struct{}),
 	}
+	if opts.HistoryCapacity <= 0 {
+		opts.HistoryCapacity = lagmeter.DefaultCapacity
+	}
+	t.history = lagmeter.NewHistory(opts.HistoryCapacity)
 	first := &Snapshot{Hosts: make([]HostState, len(hosts)), Primary: -1, Lease: opts.Lease, Taken: time.Now()}
 	for i, h := range hosts {
 		if h.Config == nil {
@@ -130,6 +139,11 @@ func New(hosts []Host, opts Options) (*Topology, error) {
 // Snapshot returns the current picture of the cluster. It is one atomic
 // load: no lock, no allocation.
 func (t *Topology) Snapshot() *Snapshot { return t.snap.Load() }
+
+// History is the current primary's WAL insert positions, one sample per
+// successful probe, for clock-free staleness bounds. The tracker resets it
+// when the primary's WAL history changes (another host, timeline or system).
+func (t *Topology) History() *lagmeter.History { return t.history }
 
 // ProbeNow asks for an immediate probe of host i, for example after SQLSTATE
 // 25006 on a connection that believed it was on the primary. It never

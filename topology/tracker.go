@@ -3,6 +3,8 @@ package topology
 import (
 	"slices"
 	"time"
+
+	"github.com/pgrouted/pgrouted/lagmeter"
 )
 
 // tracker is the single owner of the cluster's state: it applies probe
@@ -12,6 +14,7 @@ type tracker struct {
 	hosts  []HostState
 	claims []*claim // per host: its latest claim to be primary, or nil
 
+	histHost    int    // the host the history's samples come from
 	primary     int    // of the last published snapshot
 	lastPrimary int    // last primary that was not "none", for the epoch
 	epoch       uint64 // increments when the primary becomes another host
@@ -29,6 +32,7 @@ func newTracker(t *Topology, first *Snapshot) *tracker {
 		sync:        make([][]SyncStandby, len(first.Hosts)),
 		primary:     -1,
 		lastPrimary: -1,
+		histHost:    -1,
 	}
 }
 
@@ -41,7 +45,7 @@ func (tr *tracker) run() {
 		case r := <-tr.t.results:
 			tr.apply(r)
 		case <-tick.C:
-			tr.evaluate(false)
+			tr.evaluate(false, nil)
 		case <-tr.t.done:
 			return
 		}
@@ -72,8 +76,12 @@ func (tr *tracker) apply(r result) {
 			h.RTT = time.Duration(ewmaWeight*float64(r.rtt) + (1-ewmaWeight)*float64(h.RTT))
 		}
 		h.Timeline = r.timeline
+		h.Conn = r.conn
 		if r.systemID != 0 {
 			h.SystemID = r.systemID
+		}
+		if !r.layout.IsZero() {
+			h.Layout = r.layout
 		}
 		if r.inRecovery {
 			h.Role = RoleStandby
@@ -95,12 +103,12 @@ func (tr *tracker) apply(r result) {
 	if tr.t.opts.OnProbe != nil {
 		tr.t.opts.OnProbe(r.i, r.err)
 	}
-	tr.evaluate(r.err == nil && !r.inRecovery)
+	tr.evaluate(r.err == nil && !r.inRecovery, &r)
 }
 
 // evaluate decides the primary and publishes a snapshot. observed is true
 // when called for a probe that saw a host out of recovery.
-func (tr *tracker) evaluate(observed bool) {
+func (tr *tracker) evaluate(observed bool, r *result) {
 	now := time.Now()
 	claims := make([]claim, 0, 2)
 	for _, c := range tr.claims {
@@ -131,6 +139,7 @@ func (tr *tracker) evaluate(observed bool) {
 		tr.emit(Event{Kind: EventPrimaryLost, Previous: tr.hosts[tr.primary].Name, Epoch: tr.epoch})
 	}
 	tr.primary, tr.confirmed = d.primary, d.confirmed
+	tr.record(r)
 	tr.publish(now)
 }
 
@@ -159,4 +168,28 @@ func (tr *tracker) publish(now time.Time) {
 		}
 	}
 	tr.t.snap.Store(s)
+}
+
+// record appends the primary's probe to the WAL position history, first
+// resetting the history when the primary's WAL history changed: another
+// host, timeline or system.
+func (tr *tracker) record(r *result) {
+	if r == nil || r.err != nil || r.inRecovery || r.i != tr.primary || r.insert == 0 {
+		return
+	}
+	h := &tr.hosts[r.i]
+	o := lagmeter.Origin{SystemID: h.SystemID, Timeline: h.Timeline, Layout: h.Layout}
+	hist := tr.t.history
+	if tr.histHost != r.i || hist.Origin() != o {
+		if err := hist.Reset(o); err != nil {
+			return
+		}
+		tr.histHost = r.i
+	}
+	if err := hist.Append(lagmeter.Sample{Sent: r.sentAt, LSN: r.insert}); err != nil {
+		// Out of order or backwards: start again from this sample.
+		if hist.Reset(o) == nil {
+			_ = hist.Append(lagmeter.Sample{Sent: r.sentAt, LSN: r.insert})
+		}
+	}
 }
