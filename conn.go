@@ -265,7 +265,7 @@ func (cn *conn) runOnPrimary(ctx context.Context, p *plan, r sqlclass.Result, ev
 		if p.class != sqlclass.Read && !cn.inSQLTx() {
 			// Committed (autocommit, or COMMIT): raise the watermark, even
 			// after an error, since part of a string may have run.
-			cn.c.raiseWatermark(cn.insertLSN(ctx))
+			cn.c.wrote(ctx, cn.host, cn.insertLSN(ctx))
 		}
 		return err
 	}
@@ -298,9 +298,16 @@ func (cn *conn) runOnReplicas(ctx context.Context, p *plan, ev *RouteEvent, cl *
 	host := p.host
 	for attempt := 0; ; attempt++ {
 		ev.Endpoint = cn.c.hosts[host].Name
-		err := cn.runOnReplica(ctx, host, cl)
+		err := cn.runOnReplica(ctx, host, p, cl)
 		if err == nil {
 			return nil
+		}
+		if errors.Is(err, errNotCaughtUp) {
+			if !cn.c.mayFallBack(p) {
+				return &RouteError{Op: OpRead, Reason: ReasonBehind}
+			}
+			ev.Primary, ev.Reason = true, ReasonBehind
+			return err
 		}
 		if readOnly25006(err) {
 			if p.forced == Replica {
@@ -315,29 +322,74 @@ func (cn *conn) runOnReplicas(ctx context.Context, p *plan, ev *RouteEvent, cl *
 		}
 		cn.c.top.ProbeNow(host)
 		ev.Retried = true
-		next := -1
+		next := pick{host: -1}
 		if attempt == 0 {
-			next, _ = cn.c.pickReplica(cn.c.top.Snapshot(), true, host)
+			s := cn.c.top.Snapshot()
+			if rc, err := cn.c.readCtx(ctx, s); err == nil {
+				next = cn.c.pickReplica(s, rc, true, host)
+			}
 		}
-		if next < 0 {
-			if p.forced == Replica {
-				return &RouteError{Op: OpRead, Reason: ReasonUnhealthy}
+		if next.host < 0 {
+			if !cn.c.mayFallBack(p) {
+				return &RouteError{Op: OpRead, Reason: ReasonUnhealthy, cause: err}
 			}
 			ev.Primary, ev.Reason = true, ReasonReplicaFailed
 			return err
 		}
-		host = next
+		host, p.check, p.wm = next.host, next.check, next.wm
 	}
+}
+
+// mayFallBack reports whether a read planned for a replica may run on the
+// primary instead: not when forced to a replica, nor under
+// pgrouted_fallback=error.
+func (c *Connector) mayFallBack(p *plan) bool {
+	return p.forced != Replica && c.cfg.Fallback != dsn.FallbackError
+}
+
+// errNotCaughtUp: the inline check found the replica behind the caller's
+// writes.
+var errNotCaughtUp = errors.New("pgrouted: replica has not replayed the caller's writes")
+
+// borrow takes a connection from host's pool. With p.check, it first reads
+// the replica's replay position on that connection, and gives it back with
+// errNotCaughtUp when the replica lacks the caller's writes; a position
+// that passes refreshes what the connector knows of the replica.
+func (cn *conn) borrow(ctx context.Context, host int, check bool, wm lagmeter.Watermark) (*stdlib.Conn, error) {
+	dc, err := cn.c.replicas[host].Connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	sc := dc.(*stdlib.Conn)
+	if !check {
+		return sc, nil
+	}
+	h := cn.c.top.Snapshot().Hosts[host]
+	var text *string
+	if err := sc.Conn().QueryRow(ctx, "SELECT pg_last_wal_replay_lsn()::text").Scan(&text); err != nil {
+		sc.Close()
+		return nil, err
+	}
+	if text != nil {
+		if lsn, err := lagmeter.ParseLSN(*text); err == nil && lsn != 0 {
+			ok, _ := wm.ReachedBy(lagmeter.Position{SystemID: h.SystemID, Timeline: h.Timeline, Replay: lsn}, maxLSN)
+			cn.c.noteReplay(host, h.Conn, lsn)
+			if ok {
+				return sc, nil
+			}
+		}
+	}
+	sc.Close()
+	return nil, errNotCaughtUp
 }
 
 // runOnReplica borrows a connection from host's pool and runs cl on it.
 // Rows keep the connection until they are closed.
-func (cn *conn) runOnReplica(ctx context.Context, host int, cl *call) error {
-	dc, err := cn.c.replicas[host].Connect(ctx)
+func (cn *conn) runOnReplica(ctx context.Context, host int, p *plan, cl *call) error {
+	sc, err := cn.borrow(ctx, host, p.check, p.wm)
 	if err != nil {
 		return err
 	}
-	sc := dc.(*stdlib.Conn)
 	if err := cl.on(ctx, sc); err != nil {
 		sc.Close()
 		return err

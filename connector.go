@@ -61,15 +61,16 @@ type Connector struct {
 	replicas []driver.Connector // per host: borrows a connection from its pool
 	primary  []driver.Connector // per host: opens a primary session
 
-	rr    atomic.Uint64 // round-robin position
-	start time.Time     // origin of the monotonic nanosecond clocks below
+	rr      atomic.Uint64 // round-robin position
+	budget  lagmeter.Budget
+	history *lagmeter.History // the primary's WAL positions (from topology)
 
-	// wm is the highest WAL position written through this connector;
-	// wmUnknown, when non-zero, is when (ns since start) a write's position
-	// could not be read: until a primary probe sent after it supplies one,
-	// reads go to the primary.
-	wm        atomic.Uint64
-	wmUnknown atomic.Int64
+	// writes is the position of the last writes through this connector.
+	writes mark
+	// known is, per host, a replay position read on a data connection
+	// (the inline check), valid while the probe connection it was read
+	// alongside is the same.
+	known []atomic.Pointer[knownReplay]
 
 	logDone chan struct{}
 	closeMu sync.Mutex
@@ -87,7 +88,12 @@ func NewConnector(cfg *Config) (*Connector, error) {
 	if err := own.Config.Validate(); err != nil {
 		return nil, err
 	}
-	c := &Connector{cfg: own, hosts: own.Hosts, start: time.Now()}
+	c := &Connector{cfg: own, hosts: own.Hosts, known: make([]atomic.Pointer[knownReplay], len(own.Hosts))}
+	if d, ok := own.MaxLag.Time(); ok {
+		c.budget.MaxTime = d
+	} else if n, ok := own.MaxLag.Bytes(); ok {
+		c.budget.MaxBytes = uint64(n)
+	}
 	th := make([]topology.Host, len(c.hosts))
 	for i, h := range c.hosts {
 		th[i] = topology.Host{Name: h.Name, Addr: h.Addr, Config: &h.ConnConfig.Config}
@@ -115,6 +121,7 @@ func NewConnector(cfg *Config) (*Connector, error) {
 		return nil, fmt.Errorf("pgrouted: %w", err)
 	}
 	c.top = top
+	c.history = top.History()
 	if own.Logger != nil {
 		events, _ := top.Subscribe(64)
 		c.logDone = make(chan struct{})
@@ -184,45 +191,54 @@ func (c *Connector) Explain(ctx context.Context, query string) (Decision, error)
 	return p.decision(c), p.err
 }
 
-// now is the connector's monotonic clock in nanoseconds.
-func (c *Connector) now() int64 { return int64(time.Since(c.start)) }
+// knownReplay is a standby's replay position read on a data connection.
+type knownReplay struct {
+	conn uint64 // the host's probe connection incarnation when it was read
+	lsn  lagmeter.LSN
+}
 
-// raiseWatermark records a write's WAL position (0: unknown).
-func (c *Connector) raiseWatermark(lsn lagmeter.LSN) {
-	if c.cfg.Consistency != dsn.ConsistencySession {
-		return
+// replay is what is known of standby i's replay position: the last probe's,
+// or a later one read by an inline check since, while the host's probe
+// connection has not changed (a restart can take a standby back to its
+// minimum recovery point).
+func (c *Connector) replay(i int, h *topology.HostState) lagmeter.LSN {
+	if k := c.known[i].Load(); k != nil && k.conn == h.Conn && k.lsn > h.ReplayLSN {
+		return k.lsn
 	}
-	if lsn == 0 {
-		c.wmUnknown.Store(c.now())
-		return
-	}
+	return h.ReplayLSN
+}
+
+// noteReplay records a replay position read on a data connection.
+func (c *Connector) noteReplay(i int, conn uint64, lsn lagmeter.LSN) {
 	for {
-		cur := c.wm.Load()
-		if uint64(lsn) <= cur || c.wm.CompareAndSwap(cur, uint64(lsn)) {
+		cur := c.known[i].Load()
+		if cur != nil && cur.conn == conn && cur.lsn >= lsn {
+			return
+		}
+		if c.known[i].CompareAndSwap(cur, &knownReplay{conn: conn, lsn: lsn}) {
 			return
 		}
 	}
 }
 
-// watermark returns the position reads must see, or ok=false when it is
-// unknown. An unknown position becomes known again from the first primary
-// probe sent after it was recorded.
-func (c *Connector) watermark(s *topology.Snapshot) (lagmeter.LSN, bool) {
+// wrote records a committed write on primary host at insert position lsn
+// (0: unknown), for the connector and for the session of ctx, if any.
+func (c *Connector) wrote(ctx context.Context, host int, lsn lagmeter.LSN) {
 	if c.cfg.Consistency != dsn.ConsistencySession {
-		return 0, true
+		return
 	}
-	if since := c.wmUnknown.Load(); since != 0 {
-		if s.Primary < 0 {
-			return 0, false
+	var w lagmeter.Watermark
+	if lsn != 0 {
+		h := &c.top.Snapshot().Hosts[host]
+		if h.SystemID != 0 && h.Timeline != 0 {
+			w = lagmeter.Watermark{SystemID: h.SystemID, Timeline: h.Timeline, LSN: h.Layout.RecordEnd(lsn)}
 		}
-		h := &s.Hosts[s.Primary]
-		if h.InsertLSN == 0 || int64(h.LastSuccess.Sub(c.start)) <= since {
-			return 0, false
-		}
-		c.raiseWatermark(h.InsertLSN)
-		c.wmUnknown.CompareAndSwap(since, 0)
 	}
-	return lagmeter.LSN(c.wm.Load()), true
+	now := time.Now()
+	c.writes.wrote(w, now)
+	if s := sessionFrom(ctx); s != nil {
+		s.m.wrote(w, now)
+	}
 }
 
 // waitPrimary returns the primary's index and epoch, waiting until deadline

@@ -2,10 +2,12 @@ package pgrouted
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/pgrouted/pgrouted/dsn"
 	"github.com/pgrouted/pgrouted/internal/sqlclass"
+	"github.com/pgrouted/pgrouted/lagmeter"
 	"github.com/pgrouted/pgrouted/topology"
 )
 
@@ -17,7 +19,9 @@ type plan struct {
 	host    int    // the replica, when !primary
 	reason  string // see the Reason constants
 	forced  Route
-	err     error // a RouteError: the statement cannot run
+	check   bool               // verify the replica's position before reading
+	wm      lagmeter.Watermark // what the check must find
+	err     error              // the statement cannot run
 }
 
 func opOf(c sqlclass.Class) string {
@@ -71,19 +75,27 @@ func (c *Connector) plan(ctx context.Context, r sqlclass.Result, onPrimary, adva
 		p.primary, p.reason = true, ReasonPinned
 		return p
 	}
-	host, reason := c.pickReplica(c.top.Snapshot(), advance, -1)
-	if host >= 0 {
-		p.host, p.reason = host, ReasonReplica
-		if route == Replica {
+	s := c.top.Snapshot()
+	rc, err := c.readCtx(ctx, s)
+	if err != nil {
+		p.err = err
+		return p
+	}
+	pk := c.pickReplica(s, rc, advance, -1)
+	if pk.host >= 0 {
+		p.host, p.reason, p.check, p.wm = pk.host, ReasonReplica, pk.check, pk.wm
+		if pk.check {
+			p.reason = ReasonCheck
+		} else if route == Replica {
 			p.reason = ReasonForced
 		}
 		return p
 	}
 	if route == Replica || c.cfg.Fallback == dsn.FallbackError {
-		p.err = &RouteError{Op: p.op, Reason: reason}
+		p.err = &RouteError{Op: p.op, Reason: pk.reason}
 		return p
 	}
-	p.primary, p.reason = true, reason
+	p.primary, p.reason = true, pk.reason
 	return p
 }
 
@@ -106,14 +118,87 @@ func (p *plan) decision(c *Connector) Decision {
 // maxStackCandidates bounds the candidates kept on the stack.
 const maxStackCandidates = 32
 
-// pickReplica chooses an eligible replica, skipping host skip (-1: none).
-// It returns -1 and the reason when there is none.
-func (c *Connector) pickReplica(s *topology.Snapshot, advance bool, skip int) (int, string) {
-	var buf [maxStackCandidates]int
-	cand := buf[:0]
-	wm, known := c.watermark(s)
+// maxLSN stands for "the watermark's timeline is in the replica's history
+// up to any position" in Watermark.ReachedBy: a replica that follows the
+// current primary's timeline and has replayed past a write of an older
+// timeline shows it, unless the failover lost it, in which case the primary
+// does not show it either. pgrouted does not read timeline history files.
+const maxLSN = ^lagmeter.LSN(0)
+
+// readCtx is what the eligibility of a read depends on beyond the topology.
+type readCtx struct {
+	mark   *mark // the session's, or the connector's
+	st     *markState
+	budget lagmeter.Budget
+	now    time.Time
+}
+
+func (c *Connector) readCtx(ctx context.Context, s *topology.Snapshot) (readCtx, error) {
+	rc := readCtx{mark: &c.writes, budget: c.budget, now: time.Now()}
+	if sess := sessionFrom(ctx); sess != nil {
+		rc.mark = &sess.m
+	}
+	if d, ok := ctx.Value(maxLagKey{}).(time.Duration); ok {
+		if d <= 0 {
+			d = -1
+		}
+		rc.budget = rc.budget.Min(lagmeter.Budget{MaxTime: d})
+	}
+	rc.st = rc.mark.load()
+	if sys := clusterSystemID(s); sys != 0 && !rc.st.wm.IsZero() && rc.st.wm.SystemID != sys && rc.mark != &c.writes {
+		return rc, fmt.Errorf("%w: the token names system %d, this cluster is %d", ErrForeignSession, rc.st.wm.SystemID, sys)
+	}
+	if rc.st.unknown && s.Primary >= 0 {
+		// A primary probe sent after the write position became unknown
+		// read a position at or after that write.
+		p := &s.Hosts[s.Primary]
+		if p.InsertLSN != 0 && p.SystemID != 0 && p.Timeline != 0 && p.LastSuccess.After(rc.st.unknownAt) {
+			rc.st = rc.mark.resolve(rc.st, lagmeter.Watermark{SystemID: p.SystemID, Timeline: p.Timeline, LSN: p.Layout.RecordEnd(p.InsertLSN)})
+		}
+	}
+	return rc, nil
+}
+
+// clusterSystemID is the system identifier the probes read, or 0.
+func clusterSystemID(s *topology.Snapshot) uint64 {
+	if s.Primary >= 0 && s.Hosts[s.Primary].SystemID != 0 {
+		return s.Hosts[s.Primary].SystemID
+	}
+	for i := range s.Hosts {
+		if s.Hosts[i].SystemID != 0 {
+			return s.Hosts[i].SystemID
+		}
+	}
+	return 0
+}
+
+// pick is a replica choice: host, or -1 and reason; check asks the read to
+// verify the replica's replay position on its connection first, because the
+// last probe cannot prove it holds the caller's writes.
+type pick struct {
+	host   int
+	reason string
+	check  bool
+	wm     lagmeter.Watermark
+}
+
+// pickReplica chooses a replica for a read, skipping host skip (-1: none).
+// Proven replicas (holding the caller's writes and within the staleness
+// budget by the last probe) come first; when there are none, a healthy one
+// within the budget that may have caught up since is returned with check
+// set. advance moves the round-robin position; Explain does not.
+func (c *Connector) pickReplica(s *topology.Snapshot, rc readCtx, advance bool, skip int) pick {
+	var buf, maybeBuf [maxStackCandidates]int
+	checking := false
+	cand, maybe := buf[:0], maybeBuf[:0]
 	standbys, healthy := 0, 0
-	now := time.Now()
+	unknown := false
+	session := c.cfg.Consistency == dsn.ConsistencySession
+	wm := rc.st.wm
+	if !session {
+		wm = lagmeter.Watermark{}
+	}
+	pinned := session && c.cfg.PinAfterWrite > 0 && rc.now.Sub(rc.st.lastWrite) < c.cfg.PinAfterWrite
 	for i := range s.Hosts {
 		h := &s.Hosts[i]
 		if h.Role != topology.RoleStandby || i == s.Primary {
@@ -124,21 +209,46 @@ func (c *Connector) pickReplica(s *topology.Snapshot, advance bool, skip int) (i
 			continue
 		}
 		healthy++
-		if !known || (wm != 0 && h.ReplayLSN < wm) || !c.withinLag(s, h, now) {
+		if pinned {
 			continue
 		}
-		cand = append(cand, i)
+		pos := lagmeter.Position{SystemID: h.SystemID, Timeline: h.Timeline, Replay: c.replay(i, h)}
+		if ok, why := c.history.Check(pos, rc.budget, rc.now); !ok {
+			unknown = unknown || why == lagmeter.ReasonPositionUnknown
+			continue
+		}
+		if rc.budget.MaxBytes > 0 && !s.LeaseValid(rc.now) {
+			// Byte lag does not grow while the primary is not probed.
+			unknown = true
+			continue
+		}
+		if session && rc.st.unknown {
+			unknown = true
+			continue
+		}
+		ok, why := wm.ReachedBy(pos, maxLSN)
+		switch {
+		case ok:
+			cand = append(cand, i)
+		case why == lagmeter.ReasonBehind && h.SystemID != 0:
+			maybe = append(maybe, i)
+		default:
+			unknown = true
+		}
+	}
+	if len(cand) == 0 && len(maybe) > 0 {
+		cand, checking = maybe, true
 	}
 	if len(cand) == 0 {
 		switch {
 		case standbys == 0:
-			return -1, ReasonNoReplicas
+			return pick{host: -1, reason: ReasonNoReplicas}
 		case healthy == 0:
-			return -1, ReasonUnhealthy
-		case !known:
-			return -1, ReasonPositionUnknown
+			return pick{host: -1, reason: ReasonUnhealthy}
+		case unknown:
+			return pick{host: -1, reason: ReasonPositionUnknown}
 		}
-		return -1, ReasonBehind
+		return pick{host: -1, reason: ReasonBehind}
 	}
 	var k uint64
 	if advance {
@@ -146,32 +256,5 @@ func (c *Connector) pickReplica(s *topology.Snapshot, advance bool, skip int) (i
 	} else {
 		k = c.rr.Load()
 	}
-	return cand[k%uint64(len(cand))], ""
-}
-
-// withinLag applies pgrouted_max_lag to a standby. A byte budget compares
-// the primary's last probed insert position with the standby's replay
-// position. A time budget uses the newest primary probe whose position the
-// standby has replayed: the standby holds every commit acknowledged before
-// that probe was sent, so its staleness is at most the time since. With
-// only the latest primary sample known here, a standby that has not
-// replayed it is treated as too stale: conservative, never optimistic.
-// Unknown positions are never within a budget.
-func (c *Connector) withinLag(s *topology.Snapshot, h *topology.HostState, now time.Time) bool {
-	budget := c.cfg.MaxLag
-	if budget.IsNone() {
-		return true
-	}
-	if s.Primary < 0 || h.ReplayLSN == 0 {
-		return false
-	}
-	p := &s.Hosts[s.Primary]
-	if p.InsertLSN == 0 {
-		return false
-	}
-	if n, ok := budget.Bytes(); ok {
-		return int64(p.InsertLSN.Sub(h.ReplayLSN)) <= n
-	}
-	d, _ := budget.Time()
-	return h.ReplayLSN >= p.InsertLSN && now.Sub(p.LastSuccess) <= d
+	return pick{host: cand[k%uint64(len(cand))], check: checking, wm: wm}
 }

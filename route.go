@@ -72,6 +72,7 @@ const (
 	ReasonPositionUnknown = "position-unknown" // the caller's last write position is unknown: only the primary surely has it
 
 	ReasonReplica        = "replica"          // an eligible replica serves the read
+	ReasonCheck          = "replica-check"    // a replica that may hold the caller's writes serves the read after checking its replay position
 	ReasonWrite          = "write"            // the statement is not a read
 	ReasonSessionState   = "session-state"    // the statement changes session state: the connection stays on the primary
 	ReasonPinned         = "pinned"           // an earlier statement changed session state on this connection
@@ -166,4 +167,14 @@ type RouteEvent struct {
 	// Retried is true when the statement ran again elsewhere after a
 	// replica failed or refused it.
 	Retried bool
+}
+
+type maxLagKey struct{}
+
+// WithMaxLag returns a context whose reads accept a replica only when its
+// staleness is at most d (on top of pgrouted_max_lag, the smaller wins). The
+// bound needs no clock synchronisation: see package lagmeter. d <= 0 accepts
+// no replica: such reads run on the primary.
+func WithMaxLag(ctx context.Context, d time.Duration) context.Context {
+	return context.WithValue(ctx, maxLagKey{}, d)
 }

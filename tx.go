@@ -74,9 +74,15 @@ func (cn *conn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, 
 		onReplica, ev.Reason = false, ReasonSerializableRO
 	}
 	if onReplica {
-		host, reason := cn.c.pickReplica(cn.c.top.Snapshot(), true, -1)
+		snap := cn.c.top.Snapshot()
+		rc, err := cn.c.readCtx(ctx, snap)
+		if err != nil {
+			return fail(err)
+		}
+		pk := cn.c.pickReplica(snap, rc, true, -1)
+		host, reason := pk.host, pk.reason
 		if host >= 0 {
-			t, err := cn.beginOnReplica(ctx, host, opts)
+			t, err := cn.beginOnReplica(ctx, host, pk, opts)
 			if err == nil {
 				ev.Endpoint, ev.Reason = cn.c.hosts[host].Name, ReasonReadOnlyTx
 				if route == Replica {
@@ -84,12 +90,19 @@ func (cn *conn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, 
 				}
 				return t, nil
 			}
-			if route == Replica || !replicaRetryable(err) {
+			switch {
+			case errors.Is(err, errNotCaughtUp):
+				reason = ReasonBehind
+				if route == Replica {
+					return fail(&RouteError{Op: OpTx, Reason: ReasonBehind})
+				}
+			case route == Replica || !replicaRetryable(err):
 				ev.Endpoint = cn.c.hosts[host].Name
 				return fail(err)
+			default:
+				reason = ReasonReplicaFailed
+				ev.Retried = true
 			}
-			reason = ReasonReplicaFailed
-			ev.Retried = true
 		}
 		if host < 0 && (route == Replica || cn.c.cfg.Fallback == dsn.FallbackError) {
 			ev.Reason = reason
@@ -122,12 +135,11 @@ func (cn *conn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, 
 	return cn.tx, nil
 }
 
-func (cn *conn) beginOnReplica(ctx context.Context, host int, opts driver.TxOptions) (*tx, error) {
-	dc, err := cn.c.replicas[host].Connect(ctx)
+func (cn *conn) beginOnReplica(ctx context.Context, host int, pk pick, opts driver.TxOptions) (*tx, error) {
+	sc, err := cn.borrow(ctx, host, pk.check, pk.wm)
 	if err != nil {
 		return nil, err
 	}
-	sc := dc.(*stdlib.Conn)
 	inner, err := sc.BeginTx(ctx, opts)
 	if err != nil {
 		sc.Close()
@@ -166,7 +178,7 @@ func (t *tx) Commit() error {
 	if t.wrote && t.cn.primary != nil {
 		// Raised even when COMMIT failed: a lost answer may hide a commit.
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(t.ctx), 5*time.Second)
-		t.cn.c.raiseWatermark(t.cn.insertLSN(ctx))
+		t.cn.c.wrote(t.ctx, t.host, t.cn.insertLSN(ctx))
 		cancel()
 	}
 	return err

@@ -1,0 +1,165 @@
+package pgrouted
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/pgrouted/pgrouted/lagmeter"
+)
+
+// Session is one user's read-your-writes state: the WAL position of their
+// last write. Reads made with [WithSession] need only that position on a
+// replica, not every write of the process; writes made with it raise it.
+//
+// A Session travels between processes (a cookie, a header) as text:
+// MarshalText and UnmarshalText. The text is versioned and names the
+// cluster's system identifier, so a token of another cluster is refused
+// clearly (an error wrapping [ErrForeignSession]) instead of being trusted.
+// A Session is safe for concurrent use.
+type Session struct {
+	m mark
+}
+
+// NewSession returns a Session without writes.
+func NewSession() *Session { return &Session{} }
+
+type sessionKey struct{}
+
+// WithSession returns a context whose statements use s for read-your-writes:
+// reads need s's writes on a replica (not the whole process's), and writes
+// raise s's position (and the process's).
+func WithSession(ctx context.Context, s *Session) context.Context {
+	return context.WithValue(ctx, sessionKey{}, s)
+}
+
+func sessionFrom(ctx context.Context) *Session {
+	s, _ := ctx.Value(sessionKey{}).(*Session)
+	return s
+}
+
+// ErrForeignSession: a Session's token names another cluster (another
+// system identifier) than the one the statement runs on.
+var ErrForeignSession = errors.New("pgrouted: session token belongs to another cluster")
+
+// unknownSuffix marks a token whose last write's position could not be
+// read: the receiving process sends reads to the primary until its own
+// primary probe, sent after it received the token, supplies a safe position.
+const unknownSuffix = ";unknown"
+
+// MarshalText implements encoding.TextMarshaler: "" for a Session without
+// writes, else the watermark's text form ("v1:<system id>:<timeline>:<LSN>"),
+// followed by ";unknown" when the last write's position is not known.
+func (s *Session) MarshalText() ([]byte, error) {
+	st := s.m.load()
+	if st.wm.IsZero() && !st.unknown {
+		return []byte{}, nil
+	}
+	var b []byte
+	if !st.wm.IsZero() {
+		var err error
+		if b, err = st.wm.MarshalText(); err != nil {
+			return nil, err
+		}
+	}
+	if st.unknown {
+		b = append(b, unknownSuffix...)
+	}
+	return b, nil
+}
+
+// UnmarshalText implements encoding.TextUnmarshaler. It replaces the
+// Session's state with the token's, and rejects a malformed token with an
+// error that says what is wrong.
+func (s *Session) UnmarshalText(text []byte) error {
+	st := &markState{}
+	if t, ok := bytes.CutSuffix(text, []byte(unknownSuffix)); ok {
+		text = t
+		st.unknown, st.unknownAt = true, time.Now()
+	}
+	if len(text) > 0 {
+		if err := st.wm.UnmarshalText(text); err != nil {
+			return fmt.Errorf("pgrouted: session token: %w", err)
+		}
+	}
+	s.m.p.Store(st)
+	return nil
+}
+
+// mark is the position of the last writes of a Session or a Connector,
+// published as an immutable state.
+type mark struct {
+	p atomic.Pointer[markState]
+}
+
+type markState struct {
+	wm        lagmeter.Watermark
+	unknown   bool      // the last write's position could not be read
+	unknownAt time.Time // since when; a primary probe sent after it resolves it
+	lastWrite time.Time // for pgrouted_pin_after_write
+}
+
+var zeroMark = &markState{}
+
+func (m *mark) load() *markState {
+	if st := m.p.Load(); st != nil {
+		return st
+	}
+	return zeroMark
+}
+
+// wrote records a committed write at w (zero: its position is unknown).
+func (m *mark) wrote(w lagmeter.Watermark, now time.Time) {
+	for {
+		cur := m.p.Load()
+		next := &markState{lastWrite: now}
+		if cur != nil {
+			*next = *cur
+			next.lastWrite = now
+		}
+		if w.IsZero() {
+			next.unknown, next.unknownAt = true, now
+		} else {
+			next.wm = later(next.wm, w)
+		}
+		if m.p.CompareAndSwap(cur, next) {
+			return
+		}
+	}
+}
+
+// resolve replaces an unknown position by a safe one, once a primary probe
+// sent after it became unknown has read the primary's position.
+func (m *mark) resolve(st *markState, w lagmeter.Watermark) *markState {
+	next := *st
+	next.unknown = false
+	next.wm = later(st.wm, w)
+	if m.p.CompareAndSwap(st, &next) {
+		return &next
+	}
+	return m.load()
+}
+
+// later returns the watermark that implies the other: the same history's
+// larger position, or the newer history's.
+func later(a, b lagmeter.Watermark) lagmeter.Watermark {
+	switch {
+	case a.IsZero():
+		return b
+	case b.IsZero():
+		return a
+	case a.SystemID != b.SystemID:
+		return b // the cluster was replaced: the newest write tells
+	case a.Timeline != b.Timeline:
+		if b.Timeline > a.Timeline {
+			return b
+		}
+		return a
+	case b.LSN > a.LSN:
+		return b
+	}
+	return a
+}
