@@ -223,8 +223,9 @@ func (b *Breaker) ReportProbe(err error) {
 // violation, a statement timeout), a standby's recovery-conflict
 // cancellation (SQLSTATE 40001, "conflict with recovery": retry the read
 // elsewhere, the endpoint is fine), nor anything caused by the caller
-// giving up (its context canceled or past its deadline). The caller decides
-// which errors count (for example with pgconn).
+// giving up (its context canceled or past its deadline). [Classify] sorts
+// the errors it can tell apart with the standard library alone; the caller
+// decides the rest (for example with pgconn).
 func (b *Breaker) ReportFailure() {
 	b.mu.Lock()
 	b.dataFailures++

@@ -32,8 +32,9 @@
 // server sends about the statement (a syntax error, a unique violation, a
 // statement timeout) is not one, and neither is a standby's cancellation
 // for a recovery conflict (SQLSTATE 40001, "conflict with recovery"): the
-// read is retried elsewhere and the endpoint stays in rotation. The caller
-// decides which errors count.
+// read is retried elsewhere and the endpoint stays in rotation. [Classify]
+// sorts the errors it can tell apart with the standard library alone; the
+// caller decides the rest.
 //
 // # Probe backoff
 //
