@@ -2,7 +2,12 @@ module github.com/pgrouted/pgrouted/examples
 
 go 1.26
 
-require github.com/pgrouted/pgrouted v0.0.0
+require (
+	github.com/jackc/pgx/v5 v5.12.0
+	github.com/pgrouted/pgrouted v0.0.0
+	gorm.io/driver/postgres v1.6.3
+	gorm.io/gorm v1.31.2
+)
 
 require (
 	github.com/Shopify/toxiproxy/v2 v2.12.0 // indirect
@@ -11,8 +16,9 @@ require (
 	github.com/gorilla/mux v1.8.1 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
-	github.com/jackc/pgx/v5 v5.12.0 // indirect
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
+	github.com/jinzhu/inflection v1.0.0 // indirect
+	github.com/jinzhu/now v1.1.5 // indirect
 	github.com/klauspost/compress v1.17.11 // indirect
 	github.com/mattn/go-colorable v0.1.13 // indirect
 	github.com/mattn/go-isatty v0.0.20 // indirect

@@ -46,11 +46,13 @@ func where(t *testing.T, row *sql.Row) (node string, inRecovery bool) {
 const whereSQL = "SELECT inet_server_port(), pg_is_in_recovery()"
 
 func TestWorkload(t *testing.T) {
+	defer clustertest.Guard(t)
 	db, conn, rec := open(t)
 	clustertest.Workload(t, Store{DB: db}, conn, rec)
 }
 
 func TestProgram(t *testing.T) {
+	defer clustertest.Guard(t)
 	clustertest.Reset(t)
 	var out bytes.Buffer
 	if err := run(clustertest.Ctx(t), clustertest.DSN(), &out); err != nil {
@@ -72,6 +74,7 @@ func TestProgram(t *testing.T) {
 // TestOpenByDriverName: sql.Open("pgrouted", dsn) alone routes: reads
 // reach a replica, writes the primary, as the servers themselves say.
 func TestOpenByDriverName(t *testing.T) {
+	defer clustertest.Guard(t)
 	clustertest.Reset(t)
 	ctx := clustertest.Ctx(t)
 	db, err := Open(clustertest.DSN())
@@ -96,6 +99,7 @@ func TestOpenByDriverName(t *testing.T) {
 }
 
 func TestCRUD(t *testing.T) {
+	defer clustertest.Guard(t)
 	db, conn, rec := open(t)
 	ctx := clustertest.Ctx(t)
 	s := Store{DB: db}
@@ -141,6 +145,7 @@ func TestCRUD(t *testing.T) {
 // TestTransactions: a transaction runs on the primary, savepoints included;
 // a read-only one on a replica.
 func TestTransactions(t *testing.T) {
+	defer clustertest.Guard(t)
 	db, conn, rec := open(t)
 	ctx := clustertest.Ctx(t)
 	mark := rec.Mark()
@@ -198,6 +203,7 @@ func TestTransactions(t *testing.T) {
 // TestLockingUpsertPrepared: FOR UPDATE, upserts with RETURNING and
 // prepared writes run on the primary; prepared reads on replicas.
 func TestLockingUpsertPrepared(t *testing.T) {
+	defer clustertest.Guard(t)
 	db, conn, rec := open(t)
 	ctx := clustertest.Ctx(t)
 	const upsert = `INSERT INTO users (name, email) VALUES ($1, $2)
@@ -267,6 +273,7 @@ func TestLockingUpsertPrepared(t *testing.T) {
 
 // TestForcedRouting: a context or a comment forces the route.
 func TestForcedRouting(t *testing.T) {
+	defer clustertest.Guard(t)
 	db, _, rec := open(t)
 	ctx := clustertest.Ctx(t)
 	mark := rec.Mark()

@@ -12,6 +12,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -370,5 +371,14 @@ func Reset(t testing.TB) {
 		if err := r.WaitReplayed(ctx, lsn); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// Guard turns a panic in the test's goroutine into a test failure, so that
+// one crashing statement does not hide the rest of the suite's results.
+// Defer it first thing in a test: defer clustertest.Guard(t).
+func Guard(t testing.TB) {
+	if r := recover(); r != nil {
+		t.Errorf("panic: %v\n%s", r, debug.Stack())
 	}
 }
