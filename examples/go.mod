@@ -4,6 +4,7 @@ go 1.26
 
 require (
 	github.com/jackc/pgx/v5 v5.12.0
+	github.com/jmoiron/sqlx v1.4.0
 	github.com/pgrouted/pgrouted v0.0.0
 	gorm.io/driver/postgres v1.6.3
 	gorm.io/gorm v1.31.2
