@@ -5,6 +5,8 @@ import (
 	"database/sql/driver"
 	"errors"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -355,19 +357,19 @@ var errNotCaughtUp = errors.New("pgrouted: replica has not replayed the caller's
 // the replica's replay position on that connection, and gives it back with
 // errNotCaughtUp when the replica lacks the caller's writes; a position
 // that passes refreshes what the connector knows of the replica.
-func (cn *conn) borrow(ctx context.Context, host int, check bool, wm lagmeter.Watermark) (*stdlib.Conn, error) {
+func (cn *conn) borrow(ctx context.Context, host int, check bool, wm lagmeter.Watermark) (*borrowed, error) {
 	dc, err := cn.c.replicas[host].Connect(ctx)
 	if err != nil {
 		return nil, err
 	}
-	sc := dc.(*stdlib.Conn)
+	sc := cn.c.inflight[host].add(dc.(*stdlib.Conn), cn.c, host)
 	if !check {
 		return sc, nil
 	}
 	h := cn.c.top.Snapshot().Hosts[host]
 	var text *string
-	if err := sc.Conn().QueryRow(ctx, "SELECT pg_last_wal_replay_lsn()::text").Scan(&text); err != nil {
-		sc.Close()
+	if err := sc.Conn.Conn().QueryRow(ctx, "SELECT pg_last_wal_replay_lsn()::text").Scan(&text); err != nil {
+		sc.giveBack()
 		return nil, err
 	}
 	if text != nil {
@@ -379,7 +381,7 @@ func (cn *conn) borrow(ctx context.Context, host int, check bool, wm lagmeter.Wa
 			}
 		}
 	}
-	sc.Close()
+	sc.giveBack()
 	return nil, errNotCaughtUp
 }
 
@@ -390,14 +392,14 @@ func (cn *conn) runOnReplica(ctx context.Context, host int, p *plan, cl *call) e
 	if err != nil {
 		return err
 	}
-	if err := cl.on(ctx, sc); err != nil {
-		sc.Close()
+	if err := cl.on(ctx, sc.Conn); err != nil {
+		sc.giveBack()
 		return err
 	}
 	if cl.rows != nil {
 		cl.rows = &replicaRows{Rows: cl.rows.(*stdlib.Rows), conn: sc}
 	} else {
-		sc.Close()
+		sc.giveBack()
 	}
 	return nil
 }
@@ -407,17 +409,73 @@ func (cn *conn) runOnReplica(ctx context.Context, host int, p *plan, cl *call) e
 // type methods.
 type replicaRows struct {
 	*stdlib.Rows
-	conn *stdlib.Conn
+	conn *borrowed
 }
 
 // Close implements driver.Rows.
 func (r *replicaRows) Close() error {
 	err := r.Rows.Close()
 	if r.conn != nil {
-		r.conn.Close()
+		r.conn.giveBack()
 		r.conn = nil
 	}
 	return err
+}
+
+// borrowed is a replica connection taken from a host's pool; it counts as
+// one of the host's in-flight reads until it is given back.
+type borrowed struct {
+	*stdlib.Conn
+	c    *Connector
+	host int
+}
+
+// giveBack returns the connection to its pool (the pool drops it if it
+// broke).
+func (b *borrowed) giveBack() {
+	b.c.inflight[b.host].remove(b)
+	b.Conn.Close()
+}
+
+// hostFlight is a host's borrowed connections, so that reads stuck on a host
+// that stopped answering can be interrupted when its probe fails.
+type hostFlight struct {
+	n     atomic.Int64 // in-flight reads, for selection and observation
+	mu    sync.Mutex
+	conns map[*borrowed]struct{}
+}
+
+func (f *hostFlight) add(sc *stdlib.Conn, c *Connector, host int) *borrowed {
+	b := &borrowed{Conn: sc, c: c, host: host}
+	f.n.Add(1)
+	f.mu.Lock()
+	if f.conns == nil {
+		f.conns = make(map[*borrowed]struct{})
+	}
+	f.conns[b] = struct{}{}
+	f.mu.Unlock()
+	return b
+}
+
+func (f *hostFlight) remove(b *borrowed) {
+	f.mu.Lock()
+	if _, ok := f.conns[b]; ok {
+		delete(f.conns, b)
+		f.n.Add(-1)
+	}
+	f.mu.Unlock()
+}
+
+// abort closes the network connection under every borrowed connection: a
+// read waiting on a host that stopped answering fails at once, and runs
+// elsewhere if no row reached the caller yet.
+func (f *hostFlight) abort() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for b := range f.conns {
+		b.Conn.Conn().PgConn().Conn().Close()
+	}
+	return len(f.conns)
 }
 
 // PrepareContext implements driver.ConnPrepareContext. Nothing is sent:

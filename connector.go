@@ -71,6 +71,8 @@ type Connector struct {
 	// (the inline check), valid while the probe connection it was read
 	// alongside is the same.
 	known []atomic.Pointer[knownReplay]
+	// inflight is, per host, the replica connections borrowed now.
+	inflight []hostFlight
 
 	logDone chan struct{}
 	closeMu sync.Mutex
@@ -88,7 +90,7 @@ func NewConnector(cfg *Config) (*Connector, error) {
 	if err := own.Config.Validate(); err != nil {
 		return nil, err
 	}
-	c := &Connector{cfg: own, hosts: own.Hosts, known: make([]atomic.Pointer[knownReplay], len(own.Hosts))}
+	c := &Connector{cfg: own, hosts: own.Hosts, known: make([]atomic.Pointer[knownReplay], len(own.Hosts)), inflight: make([]hostFlight, len(own.Hosts))}
 	if d, ok := own.MaxLag.Time(); ok {
 		c.budget.MaxTime = d
 	} else if n, ok := own.MaxLag.Bytes(); ok {
@@ -122,11 +124,9 @@ func NewConnector(cfg *Config) (*Connector, error) {
 	}
 	c.top = top
 	c.history = top.History()
-	if own.Logger != nil {
-		events, _ := top.Subscribe(64)
-		c.logDone = make(chan struct{})
-		go c.logEvents(events)
-	}
+	events, _ := top.Subscribe(64)
+	c.logDone = make(chan struct{})
+	go c.watch(events)
 	return c, nil
 }
 
@@ -163,9 +163,19 @@ func (c *Connector) closePools() {
 	}
 }
 
-func (c *Connector) logEvents(events <-chan topology.Event) {
+// watch follows the topology's events until Close: it interrupts the reads
+// stuck on a host whose probe failed, and logs each event.
+func (c *Connector) watch(events <-chan topology.Event) {
 	defer close(c.logDone)
 	for e := range events {
+		if e.Kind == topology.EventHostDown {
+			if i := c.top.Snapshot().Index(e.Host); i >= 0 {
+				c.inflight[i].abort()
+			}
+		}
+		if c.cfg.Logger == nil {
+			continue
+		}
 		attrs := []any{"event", e.Kind.String(), "epoch", e.Epoch}
 		if e.Host != "" {
 			attrs = append(attrs, "host", e.Host)

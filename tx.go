@@ -20,10 +20,10 @@ type tx struct {
 	cn      *conn
 	ctx     context.Context
 	inner   driver.Tx
-	replica *stdlib.Conn // the borrowed connection of a replica transaction
-	host    int          // the host that runs it
-	wrote   bool         // a read-write transaction on the primary
-	tainted bool         // session state was changed on the borrowed connection
+	replica *borrowed // the borrowed connection of a replica transaction
+	host    int       // the host that runs it
+	wrote   bool      // a read-write transaction on the primary
+	tainted bool      // session state was changed on the borrowed connection
 }
 
 // errSerializableOnStandby explains why a SERIALIZABLE transaction forced
@@ -142,7 +142,7 @@ func (cn *conn) beginOnReplica(ctx context.Context, host int, pk pick, opts driv
 	}
 	inner, err := sc.BeginTx(ctx, opts)
 	if err != nil {
-		sc.Close()
+		sc.giveBack()
 		return nil, err
 	}
 	cn.tx = &tx{cn: cn, ctx: ctx, inner: inner, replica: sc, host: host}
@@ -152,14 +152,18 @@ func (cn *conn) beginOnReplica(ctx context.Context, host int, pk pick, opts driv
 // run runs a statement inside the transaction, on its connection.
 func (t *tx) run(ctx context.Context, r sqlclass.Result, cl *call, began time.Time) error {
 	cn := t.cn
-	sc := t.replica
-	if sc == nil {
+	var sc *stdlib.Conn
+	switch {
+	case t.replica == nil:
 		sc = cn.primary
 		if r.Has(sqlclass.Session) {
 			cn.pinned = true // a SET in a transaction outlives its commit
 		}
-	} else if r.Has(sqlclass.Session) {
-		t.tainted = true
+	default:
+		sc = t.replica.Conn
+		if r.Has(sqlclass.Session) {
+			t.tainted = true
+		}
 	}
 	err := cl.on(ctx, sc)
 	cn.c.report(RouteEvent{
@@ -213,10 +217,10 @@ func (t *tx) release() {
 	if t.replica != nil {
 		if t.tainted {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			t.replica.Conn().Close(ctx)
+			t.replica.Conn.Conn().Close(ctx)
 			cancel()
 		}
-		t.replica.Close()
+		t.replica.giveBack()
 	}
 }
 
