@@ -18,15 +18,18 @@ func TestMain(m *testing.M) { clustertest.Main(m) }
 // replicas.
 func open(t *testing.T, extra ...string) (*sql.DB, *pgrouted.Connector, *clustertest.Recorder) {
 	t.Helper()
-	clustertest.Reset(t)
+	migrate := clustertest.Clean(t, "users", "posts")
 	rec := &clustertest.Recorder{}
 	db, conn, err := OpenWithHooks(clustertest.DSN(extra...), rec.Record)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	if _, err := db.ExecContext(clustertest.Ctx(t), Schema); err != nil {
-		t.Fatal(err)
+	if migrate {
+		if _, err := db.ExecContext(clustertest.Ctx(t), Schema); err != nil {
+			t.Fatal(err)
+		}
+		clustertest.Migrated()
 	}
 	clustertest.WaitReplicaRoute(t, conn)
 	return db, conn, rec

@@ -40,7 +40,7 @@ func run(ctx context.Context, dsn string, out io.Writer) error {
 	}
 	defer client.Close()
 
-	if err := client.Schema.Create(ctx); err != nil {
+	if err := Migrate(ctx, client); err != nil {
 		return err
 	}
 	s := Store{Client: client}

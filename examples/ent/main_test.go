@@ -20,15 +20,18 @@ func TestMain(m *testing.M) { clustertest.Main(m) }
 // empty database, migrates it, and waits until reads go to the replicas.
 func open(t *testing.T) (*entdb.Client, *pgrouted.Connector, *clustertest.Recorder) {
 	t.Helper()
-	clustertest.Reset(t)
+	migrate := clustertest.Clean(t, "users", "posts")
 	rec := &clustertest.Recorder{}
 	client, conn, err := OpenWithHooks(clustertest.DSN(), rec.Record)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { client.Close() })
-	if err := client.Schema.Create(clustertest.Ctx(t)); err != nil {
-		t.Fatal(err)
+	if migrate {
+		if err := Migrate(clustertest.Ctx(t), client); err != nil {
+			t.Fatal(err)
+		}
+		clustertest.Migrated()
 	}
 	clustertest.WaitReplicaRoute(t, conn)
 	return client, conn, rec
@@ -96,7 +99,7 @@ func TestOpenByDriverName(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer client.Close()
-	if err := client.Schema.Create(ctx); err != nil {
+	if err := Migrate(ctx, client); err != nil {
 		t.Fatal(err)
 	}
 	u, err := client.User.Create().SetName("by driver name").Save(ctx)
@@ -119,26 +122,46 @@ func TestOpenByDriverName(t *testing.T) {
 	}
 }
 
-// TestMigrations: ent's migration runs on the primary and is idempotent.
+// TestMigrations: ent's migration, forced to the primary, runs there
+// entirely, its catalog reads included, and is idempotent.
 func TestMigrations(t *testing.T) {
 	defer clustertest.Guard(t)
+	clustertest.Reset(t)
 	client, conn, rec := open(t)
 	ctx := clustertest.Ctx(t)
-	ddl := clustertest.Matching(rec.Events(), "CREATE")
-	clustertest.OnPrimary(t, "CREATE TABLE / INDEX", ddl)
-	if len(clustertest.Matching(ddl, `CREATE TABLE "posts"`)) != 1 {
-		t.Errorf("posts not created: %+v", ddl)
+	events := withContext(rec.Events())
+	clustertest.OnPrimary(t, "migration", events)
+	if len(clustertest.Matching(events, `CREATE TABLE "posts"`)) != 1 || len(clustertest.Matching(events, "INFORMATION_SCHEMA")) == 0 {
+		t.Errorf("migration: %+v", events)
 	}
 	clustertest.WaitReplicaRoute(t, conn)
 	mark := rec.Mark()
-	if err := client.Schema.Create(ctx); err != nil {
+	if err := Migrate(ctx, client); err != nil {
 		t.Fatal(err)
 	}
-	for _, e := range rec.Since(mark) {
+	again := withContext(rec.Since(mark))
+	clustertest.OnPrimary(t, "second migration", again)
+	for _, e := range again {
 		if strings.HasPrefix(e.Query, "CREATE") || strings.HasPrefix(e.Query, "ALTER") {
 			t.Errorf("a second migration changed something: %q", e.Query)
 		}
 	}
+}
+
+// withContext leaves out the statements that Atlas, under ent's
+// migration, runs with a context of its own (context.Background() in
+// ariga.io/atlas/sql/postgres.Open and its diff): they cannot carry a
+// forced route. They read server settings and compare expressions, which
+// a replica answers as well as the primary.
+func withContext(events []pgrouted.RouteEvent) []pgrouted.RouteEvent {
+	var out []pgrouted.RouteEvent
+	for _, e := range events {
+		if e.Op == pgrouted.OpRead && !e.Primary && (strings.Contains(e.Query, "current_setting('server_version_num')") || strings.HasPrefix(e.Query, "SELECT ") && !strings.Contains(e.Query, "FROM")) {
+			continue
+		}
+		out = append(out, e)
+	}
+	return out
 }
 
 func TestCRUD(t *testing.T) {

@@ -3,10 +3,20 @@ package main
 import (
 	"context"
 
+	"github.com/pgrouted/pgrouted"
+
 	"github.com/pgrouted/pgrouted/examples/ent/entdb"
 	"github.com/pgrouted/pgrouted/examples/ent/entdb/post"
 	"github.com/pgrouted/pgrouted/examples/ent/entdb/user"
 )
+
+// Migrate creates or updates the tables. ent plans the migration from
+// catalog reads: force them to the primary, so that it never plans from a
+// replica that has not replayed a migration applied by another process
+// yet.
+func Migrate(ctx context.Context, client *entdb.Client) error {
+	return client.Schema.Create(pgrouted.WithRoute(ctx, pgrouted.Primary))
+}
 
 // Store is the example application on ent's generated client.
 type Store struct{ Client *entdb.Client }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 
+	"github.com/pgrouted/pgrouted"
+
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 )
@@ -24,9 +26,12 @@ type Post struct {
 	Title  string
 }
 
-// Migrate creates or updates the tables.
+// Migrate creates or updates the tables. AutoMigrate decides what to
+// change from catalog reads: force them to the primary, so that it never
+// plans from a replica that has not replayed a migration applied by
+// another process yet.
 func Migrate(ctx context.Context, db *gorm.DB) error {
-	return db.WithContext(ctx).AutoMigrate(&User{}, &Post{})
+	return db.WithContext(pgrouted.WithRoute(ctx, pgrouted.Primary)).AutoMigrate(&User{}, &Post{})
 }
 
 // Store is the example application on GORM's ordinary API.

@@ -19,15 +19,18 @@ func TestMain(m *testing.M) { clustertest.Main(m) }
 // database, migrates it, and waits until reads go to the replicas.
 func open(t *testing.T) (*sqlx.DB, *pgrouted.Connector, *clustertest.Recorder) {
 	t.Helper()
-	clustertest.Reset(t)
+	migrate := clustertest.Clean(t, "users", "posts")
 	rec := &clustertest.Recorder{}
 	db, conn, err := OpenWithHooks(clustertest.DSN(), rec.Record)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	if err := Migrate(clustertest.Ctx(t), db); err != nil {
-		t.Fatal(err)
+	if migrate {
+		if err := Migrate(clustertest.Ctx(t), db); err != nil {
+			t.Fatal(err)
+		}
+		clustertest.Migrated()
 	}
 	clustertest.WaitReplicaRoute(t, conn)
 	return db, conn, rec
@@ -152,6 +155,7 @@ func TestUnknownBindType(t *testing.T) {
 // does.
 func TestMigrations(t *testing.T) {
 	defer clustertest.Guard(t)
+	clustertest.Reset(t)
 	db, conn, rec := open(t)
 	ctx := clustertest.Ctx(t)
 	clustertest.OnPrimary(t, "migrations", clustertest.Matching(rec.Events(), "CREATE"))
