@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pgrouted/pgrouted/circuit"
 	"github.com/pgrouted/pgrouted/dsn"
 	"github.com/pgrouted/pgrouted/internal/sqlclass"
 	"github.com/pgrouted/pgrouted/lagmeter"
@@ -265,6 +266,13 @@ func (cn *conn) runOnPrimary(ctx context.Context, p *plan, r sqlclass.Result, ev
 			continue
 		}
 		if p.class != sqlclass.Read && !cn.inSQLTx() {
+			if err == nil && cl.rows != nil {
+				// INSERT … RETURNING and the like: the statement commits
+				// once its rows are all sent, and the session is busy until
+				// they are closed; raise the watermark then.
+				cl.rows = &wroteRows{Rows: cl.rows.(*stdlib.Rows), cn: cn, ctx: ctx, host: cn.host}
+				return nil
+			}
 			// Committed (autocommit, or COMMIT): raise the watermark, even
 			// after an error, since part of a string may have run.
 			cn.c.wrote(ctx, cn.host, cn.insertLSN(ctx))
@@ -302,7 +310,11 @@ func (cn *conn) runOnReplicas(ctx context.Context, p *plan, ev *RouteEvent, cl *
 		ev.Endpoint = cn.c.hosts[host].Name
 		err := cn.runOnReplica(ctx, host, p, cl)
 		if err == nil {
+			cn.c.breakers[host].ReportSuccess()
 			return nil
+		}
+		if circuit.Classify(ctx, err) == circuit.Failure {
+			cn.c.breakers[host].ReportFailure()
 		}
 		if errors.Is(err, errNotCaughtUp) {
 			if !cn.c.mayFallBack(p) {
@@ -418,6 +430,30 @@ func (r *replicaRows) Close() error {
 	if r.conn != nil {
 		r.conn.giveBack()
 		r.conn = nil
+	}
+	return err
+}
+
+// wroteRows are the rows of an autocommit statement that wrote on the
+// primary: closing them raises the read-your-writes watermark.
+type wroteRows struct {
+	*stdlib.Rows
+	cn   *conn
+	ctx  context.Context
+	host int
+	done bool
+}
+
+// Close implements driver.Rows.
+func (r *wroteRows) Close() error {
+	err := r.Rows.Close()
+	if !r.done {
+		r.done = true
+		if r.cn.primary != nil && !r.cn.inSQLTx() {
+			r.cn.c.wrote(r.ctx, r.host, r.cn.insertLSN(r.ctx))
+		} else {
+			r.cn.c.wrote(r.ctx, r.host, 0)
+		}
 	}
 	return err
 }

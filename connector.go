@@ -5,12 +5,15 @@ import (
 	"database/sql/driver"
 	"fmt"
 	"log/slog"
+	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pgrouted/pgrouted/circuit"
 	"github.com/pgrouted/pgrouted/dsn"
 	"github.com/pgrouted/pgrouted/internal/sqlclass"
 	"github.com/pgrouted/pgrouted/lagmeter"
@@ -33,8 +36,26 @@ type Config struct {
 
 	// Logger, when set, receives one structured line for each topology
 	// event (primary changed or lost, conflicting primaries, host up or
-	// down), and none per statement.
+	// down, circuit opened or closed), and none per statement.
 	Logger *slog.Logger
+
+	// Select, when set, chooses the replica of a read among two or more
+	// eligible ones, instead of the pgrouted_select policy (which is
+	// Config.Config.Select): it returns the Name of one of candidates.
+	// When it returns another name, the policy chooses. It runs on the
+	// statement's goroutine for every such read: keep it fast.
+	Select func(ctx context.Context, candidates []Candidate) string
+}
+
+// Candidate is an eligible replica offered to Config.Select.
+type Candidate struct {
+	Name     string
+	Weight   int           // from pgrouted_weights
+	Inflight int64         // reads running on it through this connector
+	RTT      time.Duration // probe round trip EWMA; 0 when unknown
+	ByteLag  uint64        // WAL bytes behind the primary's last probe
+	// ByteLagKnown is false when ByteLag is unknown.
+	ByteLagKnown bool
 }
 
 // ParseConfig parses a DSN: any connection string pgx accepts (URL or
@@ -47,6 +68,10 @@ func ParseConfig(connString string) (*Config, error) {
 	}
 	return &Config{Config: *c}, nil
 }
+
+// DefaultConnectTimeout bounds the opening of a data connection when the DSN
+// has no connect_timeout.
+var DefaultConnectTimeout = 5 * time.Second
 
 // Connector owns everything behind a *sql.DB: the topology probers, one
 // connection pool per host for replica reads, and the read-your-writes
@@ -73,6 +98,13 @@ type Connector struct {
 	known []atomic.Pointer[knownReplay]
 	// inflight is, per host, the replica connections borrowed now.
 	inflight []hostFlight
+	// breakers are the hosts' circuit breakers, fed by probes and by
+	// data-path connection failures.
+	breakers []*circuit.Breaker
+	// maxConns is the size of each replica pool.
+	maxConns int64
+	// booted is set once every host answered (pgrouted_strict_boot).
+	booted atomic.Bool
 
 	logDone chan struct{}
 	closeMu sync.Mutex
@@ -105,8 +137,37 @@ func NewConnector(cfg *Config) (*Connector, error) {
 			return nil, fmt.Errorf("pgrouted: pool for %s: %w", h.Name, err)
 		}
 		pc.ConnConfig = h.ConnConfig.Copy()
+		if pc.ConnConfig.ConnectTimeout == 0 {
+			// A host that stopped answering must not hold a read or a
+			// write for ever: without connect_timeout, give up after
+			// DefaultConnectTimeout.
+			pc.ConnConfig.ConnectTimeout = DefaultConnectTimeout
+		}
 		if own.ReplicaMaxConns > 0 {
 			pc.MaxConns = own.ReplicaMaxConns
+		}
+		c.maxConns = int64(pc.MaxConns)
+		b, err := circuit.New(h.Name, circuit.Config{
+			Failures:   own.CircuitFailures,
+			Interval:   own.ProbeInterval,
+			MaxBackoff: own.CircuitMaxBackoff,
+			OnChange:   c.circuitChanged,
+		})
+		if err != nil {
+			c.closePools()
+			return nil, fmt.Errorf("pgrouted: circuit for %s: %w", h.Name, err)
+		}
+		c.breakers = append(c.breakers, b)
+		// No data connection, nor pgx's cancel request after a broken
+		// query, dials a host whose circuit is open: it would only wait
+		// for a host known not to answer.
+		dial := pc.ConnConfig.DialFunc
+		name := h.Name
+		pc.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if !b.Allow() {
+				return nil, fmt.Errorf("pgrouted: %s: circuit open", name)
+			}
+			return dial(ctx, network, addr)
 		}
 		pool, err := pgxpool.NewWithConfig(context.Background(), pc)
 		if err != nil {
@@ -115,9 +176,14 @@ func NewConnector(cfg *Config) (*Connector, error) {
 		}
 		c.pools = append(c.pools, pool)
 		c.replicas = append(c.replicas, stdlib.GetPoolConnector(pool))
-		c.primary = append(c.primary, stdlib.GetConnector(*h.ConnConfig.Copy()))
+		c.primary = append(c.primary, stdlib.GetConnector(*pc.ConnConfig.Copy()))
 	}
-	top, err := topology.New(th, topology.Options{Interval: own.ProbeInterval, Lease: own.Lease})
+	top, err := topology.New(th, topology.Options{
+		Interval: own.ProbeInterval,
+		Lease:    own.Lease,
+		OnProbe:  func(i int, err error) { c.breakers[i].ReportProbe(err) },
+		Backoff:  func(i, _ int) time.Duration { return c.breakers[i].ProbeBackoff() },
+	})
 	if err != nil {
 		c.closePools()
 		return nil, fmt.Errorf("pgrouted: %w", err)
@@ -132,9 +198,63 @@ func NewConnector(cfg *Config) (*Connector, error) {
 
 // Connect implements driver.Connector. It does no I/O: a connection opens
 // its primary session when a statement first needs the primary, and
-// borrows replica connections per read.
-func (c *Connector) Connect(context.Context) (driver.Conn, error) {
+// borrows replica connections per read. Under pgrouted_strict_boot it
+// first waits for every host's first probe, and fails, naming every
+// unreachable host, until all of them answered once.
+func (c *Connector) Connect(ctx context.Context) (driver.Conn, error) {
+	if c.cfg.StrictBoot && !c.booted.Load() {
+		if err := c.strictBoot(ctx); err != nil {
+			return nil, err
+		}
+	}
 	return &conn{c: c}, nil
+}
+
+// strictBoot waits until every host was probed once, and fails while one
+// of them did not answer.
+func (c *Connector) strictBoot(ctx context.Context) error {
+	deadline := time.Now().Add(c.cfg.ProbeInterval + 10*time.Second)
+	for {
+		s := c.top.Snapshot()
+		var down []string
+		probed := true
+		for _, h := range s.Hosts {
+			switch {
+			case h.LastProbe.IsZero():
+				probed = false
+			case !h.Healthy:
+				down = append(down, h.Name+" ("+h.LastError+")")
+			}
+		}
+		if probed && len(down) == 0 {
+			c.booted.Store(true)
+			return nil
+		}
+		if probed || !time.Now().Before(deadline) {
+			if len(down) == 0 {
+				return fmt.Errorf("pgrouted: strict boot: hosts not probed yet")
+			}
+			return fmt.Errorf("pgrouted: strict boot: unreachable: %s", strings.Join(down, ", "))
+		}
+		if err := sleepCtx(ctx, 10*time.Millisecond); err != nil {
+			return err
+		}
+	}
+}
+
+// circuitChanged logs a breaker's change, and interrupts the reads stuck on
+// a host whose circuit opened.
+func (c *Connector) circuitChanged(ch circuit.Change) {
+	if ch.To == circuit.Open {
+		for i, h := range c.hosts {
+			if h.Name == ch.Name {
+				c.inflight[i].abort()
+			}
+		}
+	}
+	if c.cfg.Logger != nil {
+		c.cfg.Logger.Warn("pgrouted: circuit "+ch.To.String(), "host", ch.Name, "source", ch.Source.String(), "failures", ch.Failures)
+	}
 }
 
 // Driver implements driver.Connector.
@@ -149,12 +269,30 @@ func (c *Connector) Close() error {
 		return nil
 	}
 	c.closed = true
+	s := c.top.Snapshot()
 	c.top.Close()
 	if c.logDone != nil {
 		<-c.logDone
 	}
+	for i := range c.pools {
+		if !s.Hosts[i].Healthy || !c.breakers[i].Allow() {
+			c.dropIdle(i)
+		}
+	}
 	c.closePools()
 	return nil
+}
+
+// dropIdle closes the network connections under host i's idle pooled
+// connections without a goodbye: the host does not answer, and a polite
+// close would wait for it (pgxpool waits up to 15s per connection).
+func (c *Connector) dropIdle(i int) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	for _, pc := range c.pools[i].AcquireAllIdle(ctx) {
+		pc.Conn().PgConn().Conn().Close()
+		pc.Release()
+	}
 }
 
 func (c *Connector) closePools() {
@@ -163,16 +301,10 @@ func (c *Connector) closePools() {
 	}
 }
 
-// watch follows the topology's events until Close: it interrupts the reads
-// stuck on a host whose probe failed, and logs each event.
+// watch follows the topology's events until Close and logs each one.
 func (c *Connector) watch(events <-chan topology.Event) {
 	defer close(c.logDone)
 	for e := range events {
-		if e.Kind == topology.EventHostDown {
-			if i := c.top.Snapshot().Index(e.Host); i >= 0 {
-				c.inflight[i].abort()
-			}
-		}
 		if c.cfg.Logger == nil {
 			continue
 		}

@@ -3,6 +3,7 @@ package pgrouted
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"time"
 
 	"github.com/pgrouted/pgrouted/dsn"
@@ -127,14 +128,16 @@ const maxLSN = ^lagmeter.LSN(0)
 
 // readCtx is what the eligibility of a read depends on beyond the topology.
 type readCtx struct {
+	ctx    context.Context
 	mark   *mark // the session's, or the connector's
 	st     *markState
 	budget lagmeter.Budget
 	now    time.Time
+	forced bool // forced to a replica: a saturated one still serves
 }
 
 func (c *Connector) readCtx(ctx context.Context, s *topology.Snapshot) (readCtx, error) {
-	rc := readCtx{mark: &c.writes, budget: c.budget, now: time.Now()}
+	rc := readCtx{ctx: ctx, mark: &c.writes, budget: c.budget, now: time.Now(), forced: routeFrom(ctx) == Replica}
 	if sess := sessionFrom(ctx); sess != nil {
 		rc.mark = &sess.m
 	}
@@ -199,20 +202,30 @@ func (c *Connector) pickReplica(s *topology.Snapshot, rc readCtx, advance bool, 
 		wm = lagmeter.Watermark{}
 	}
 	pinned := session && c.cfg.PinAfterWrite > 0 && rc.now.Sub(rc.st.lastWrite) < c.cfg.PinAfterWrite
+	saturated := 0
 	for i := range s.Hosts {
 		h := &s.Hosts[i]
 		if h.Role != topology.RoleStandby || i == s.Primary {
 			continue
 		}
 		standbys++
-		if !h.Healthy || i == skip {
+		if !c.breakers[i].Allow() || i == skip {
 			continue
 		}
 		healthy++
 		if pinned {
 			continue
 		}
-		pos := lagmeter.Position{SystemID: h.SystemID, Timeline: h.Timeline, Replay: c.replay(i, h)}
+		if !rc.forced && c.inflight[i].n.Load() >= c.maxConns {
+			saturated++
+			continue
+		}
+		pos := lagmeter.Position{SystemID: h.SystemID, Timeline: h.Timeline}
+		if h.Healthy {
+			// A failed probe leaves the position unknown: the server may
+			// have restarted and gone back to its minimum recovery point.
+			pos.Replay = c.replay(i, h)
+		}
 		if ok, why := c.history.Check(pos, rc.budget, rc.now); !ok {
 			unknown = unknown || why == lagmeter.ReasonPositionUnknown
 			continue
@@ -245,16 +258,156 @@ func (c *Connector) pickReplica(s *topology.Snapshot, rc readCtx, advance bool, 
 			return pick{host: -1, reason: ReasonNoReplicas}
 		case healthy == 0:
 			return pick{host: -1, reason: ReasonUnhealthy}
+		case saturated == healthy:
+			return pick{host: -1, reason: ReasonSaturated}
 		case unknown:
 			return pick{host: -1, reason: ReasonPositionUnknown}
 		}
 		return pick{host: -1, reason: ReasonBehind}
 	}
-	var k uint64
-	if advance {
-		k = c.rr.Add(1) - 1
-	} else {
-		k = c.rr.Load()
+	return pick{host: c.choose(s, rc, cand, advance), check: checking, wm: wm}
+}
+
+// choose picks one of the candidate hosts by Config.Select or the
+// pgrouted_select policy. Round-robin and weighted advance a shared counter
+// (not when advance is false, for Explain); least-inflight and random draw
+// random numbers. None takes a lock.
+func (c *Connector) choose(s *topology.Snapshot, rc readCtx, cand []int, advance bool) int {
+	if len(cand) == 1 {
+		return cand[0]
 	}
-	return pick{host: cand[k%uint64(len(cand))], check: checking, wm: wm}
+	if c.cfg.Select != nil && advance {
+		if i, ok := c.custom(s, rc, cand); ok {
+			return i
+		}
+	}
+	policy := c.cfg.Config.Select
+	if policy == dsn.SelectNearest {
+		best := cand[0]
+		for _, i := range cand[1:] {
+			if r := s.Hosts[i].RTT; r > 0 && (s.Hosts[best].RTT == 0 || r < s.Hosts[best].RTT) {
+				best = i
+			}
+		}
+		return best
+	}
+	cand = c.window(s, cand)
+	if len(cand) == 1 {
+		return cand[0]
+	}
+	counter := func() uint64 {
+		if advance {
+			return c.rr.Add(1) - 1
+		}
+		return c.rr.Load()
+	}
+	switch policy {
+	case dsn.SelectRandom:
+		return cand[rand.IntN(len(cand))]
+	case dsn.SelectLeastInflight:
+		// Power of two random choices on the in-flight count.
+		a := rand.IntN(len(cand))
+		b := rand.IntN(len(cand) - 1)
+		if b >= a {
+			b++
+		}
+		if c.inflight[cand[b]].n.Load() < c.inflight[cand[a]].n.Load() {
+			return cand[b]
+		}
+		return cand[a]
+	case dsn.SelectWeighted:
+		total := 0
+		for _, i := range cand {
+			total += c.hosts[i].Weight
+		}
+		// Interleave: step through the positions 0..total-1 by a stride
+		// coprime with total, so that a host of weight w gets w reads in
+		// every total, spread out rather than in a burst.
+		x := int((counter() * weightStride(total)) % uint64(total))
+		for _, i := range cand {
+			if x < c.hosts[i].Weight {
+				return i
+			}
+			x -= c.hosts[i].Weight
+		}
+		return cand[len(cand)-1]
+	}
+	return cand[counter()%uint64(len(cand))]
+}
+
+// window keeps the candidates whose round trip is within
+// pgrouted_latency_window of the fastest known one, and every candidate
+// when no round trip is known. It filters in place.
+func (c *Connector) window(s *topology.Snapshot, cand []int) []int {
+	w := c.cfg.LatencyWindow
+	if w < 0 {
+		return cand
+	}
+	var fastest time.Duration
+	for _, i := range cand {
+		if r := s.Hosts[i].RTT; r > 0 && (fastest == 0 || r < fastest) {
+			fastest = r
+		}
+	}
+	if fastest == 0 {
+		return cand
+	}
+	kept := cand[:0]
+	for _, i := range cand {
+		if r := s.Hosts[i].RTT; r == 0 || r <= fastest+w {
+			kept = append(kept, i)
+		}
+	}
+	return kept
+}
+
+// weightStride returns a stride coprime with total, near total·0.618, for
+// the weighted interleave.
+func weightStride(total int) uint64 {
+	if total <= 2 {
+		return 1
+	}
+	for k := total * 618 / 1000; k > 1; k-- {
+		if gcd(k, total) == 1 {
+			return uint64(k)
+		}
+	}
+	return 1
+}
+
+func gcd(a, b int) int {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
+}
+
+// custom asks Config.Select. A panic in it, or a name that is not a
+// candidate, leaves the choice to the policy.
+func (c *Connector) custom(s *topology.Snapshot, rc readCtx, cand []int) (host int, ok bool) {
+	defer func() {
+		if r := recover(); r != nil {
+			host, ok = -1, false
+			if c.cfg.Logger != nil {
+				c.cfg.Logger.Error("pgrouted: Config.Select panicked", "panic", fmt.Sprint(r))
+			}
+		}
+	}()
+	cs := make([]Candidate, len(cand))
+	var primaryInsert lagmeter.LSN
+	if s.Primary >= 0 {
+		primaryInsert = s.Hosts[s.Primary].InsertLSN
+	}
+	for k, i := range cand {
+		h := &s.Hosts[i]
+		lag, known := lagmeter.ByteLag(primaryInsert, c.replay(i, h))
+		cs[k] = Candidate{Name: h.Name, Weight: c.hosts[i].Weight, Inflight: c.inflight[i].n.Load(), RTT: h.RTT, ByteLag: lag, ByteLagKnown: known}
+	}
+	name := c.cfg.Select(rc.ctx, cs)
+	for k, i := range cand {
+		if cs[k].Name == name {
+			return i, true
+		}
+	}
+	return -1, false
 }

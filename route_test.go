@@ -264,3 +264,26 @@ func TestFallbackError(t *testing.T) {
 		t.Fatalf("read with fallback=error and every replica behind: %v", err)
 	}
 }
+
+// TestWriteReturningOnAWarmSession: an autocommit write read through
+// QueryContext on a primary session that already wrote (its statements are
+// cached) returns its rows, and its watermark is raised when they close.
+func TestWriteReturningOnAWarmSession(t *testing.T) {
+	setupRouteTables(t)
+	db, _, _ := open(t)
+	db.SetMaxOpenConns(1) // one primary session for every statement
+	ctx := testCtx(t)
+	for i := 0; i < 5; i++ {
+		if _, err := db.ExecContext(ctx, "INSERT INTO route_t (v) VALUES ('warm')"); err != nil {
+			t.Fatal(err)
+		}
+		var id int
+		if err := db.QueryRowContext(ctx, "INSERT INTO route_t (v) VALUES ('warm') RETURNING id").Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		var n int
+		if err := db.QueryRowContext(ctx, "SELECT count(*) FROM route_t WHERE id = $1", id).Scan(&n); err != nil || n != 1 {
+			t.Fatalf("read after INSERT … RETURNING: %d, %v", n, err)
+		}
+	}
+}
