@@ -14,6 +14,7 @@ postgres:
 
 vet:
 	go vet ./...
+	cd examples && go vet ./...
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')

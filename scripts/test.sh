@@ -11,6 +11,9 @@ tmp=$(mktemp -d "${TMPDIR:-/tmp}/pgrouted-test.XXXXXX")
 chmod 1777 "$tmp"
 status=0
 TMPDIR=$tmp go test -race -count=1 -timeout 15m -v ./... "$@" || status=$?
+# The ORM examples are their own module (GORM, sqlx and ent stay out of the
+# library's go.mod).
+(cd examples && TMPDIR=$tmp go test -race -count=1 -timeout 10m -v ./... "$@") || status=$?
 
 left=""
 for d in "$tmp"/pgrouted-testcluster-*; do
