@@ -105,6 +105,8 @@ type Connector struct {
 	maxConns int64
 	// booted is set once every host answered (pgrouted_strict_boot).
 	booted atomic.Bool
+	// counters are behind Stats.
+	counters counters
 
 	logDone chan struct{}
 	closeMu sync.Mutex
@@ -123,6 +125,7 @@ func NewConnector(cfg *Config) (*Connector, error) {
 		return nil, err
 	}
 	c := &Connector{cfg: own, hosts: own.Hosts, known: make([]atomic.Pointer[knownReplay], len(own.Hosts)), inflight: make([]hostFlight, len(own.Hosts))}
+	c.counters.statements = make([][len(opNames)]atomic.Uint64, len(own.Hosts))
 	if d, ok := own.MaxLag.Time(); ok {
 		c.budget.MaxTime = d
 	} else if n, ok := own.MaxLag.Bytes(); ok {
@@ -432,6 +435,7 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 }
 
 func (c *Connector) report(ev RouteEvent) {
+	c.count(&ev)
 	if c.cfg.OnRoute == nil {
 		return
 	}

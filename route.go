@@ -178,3 +178,5 @@ type maxLagKey struct{}
 func WithMaxLag(ctx context.Context, d time.Duration) context.Context {
 	return context.WithValue(ctx, maxLagKey{}, d)
 }
+
+func asRouteError(err error, re **RouteError) bool { return errors.As(err, re) }

@@ -1,0 +1,259 @@
+package pgrouted
+
+import (
+	"encoding/json"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/pgrouted/pgrouted/lagmeter"
+)
+
+// Snapshot is what a Connector sees of the cluster at one instant, from
+// [Connector.Topology]. It marshals to JSON (camelCase) and holds no
+// password.
+type Snapshot struct {
+	// Primary is the name of the current primary, "" when there is none.
+	Primary string `json:"primary"`
+	// Epoch increments each time the primary becomes another host.
+	Epoch uint64 `json:"epoch"`
+	// LeaseRemainingMs is how long the primary stays authoritative without
+	// a new successful probe; 0 when it is not authoritative.
+	LeaseRemainingMs float64 `json:"leaseRemainingMs"`
+	// ConflictingPrimaries counts the observations of two or more hosts out
+	// of recovery with no strictly higher timeline among them.
+	ConflictingPrimaries uint64 `json:"conflictingPrimaries"`
+	// Taken is when the snapshot was taken.
+	Taken time.Time `json:"taken"`
+	// Hosts are in DSN order.
+	Hosts []HostInfo `json:"hosts"`
+}
+
+// HostInfo is one host in a [Snapshot].
+type HostInfo struct {
+	Name    string `json:"name"`
+	Address string `json:"address"`
+	// Role is "primary", "standby" or "unknown".
+	Role string `json:"role"`
+	// Healthy is true when the last probe succeeded.
+	Healthy bool `json:"healthy"`
+	// Circuit is the host's circuit breaker: "closed" or "open".
+	Circuit string `json:"circuit"`
+	// RTTMs is the probes' round trip EWMA in milliseconds (0: unknown).
+	RTTMs float64 `json:"rttMs"`
+	// Timeline is the timeline the host writes or replays (0: unknown).
+	Timeline uint32 `json:"timeline,omitempty"`
+	// ReplayLSN is a standby's last known replay position.
+	ReplayLSN string `json:"replayLsn,omitempty"`
+	// ByteLag is how many WAL bytes a standby is behind the primary's
+	// last probe; absent when unknown.
+	ByteLag *uint64 `json:"byteLag,omitempty"`
+	// LagBoundMs is an upper bound on a standby's staleness, from the
+	// primary's WAL position history; absent when unknown.
+	LagBoundMs *float64 `json:"lagBoundMs,omitempty"`
+	// SyncState is the standby's sync_state on the primary, when known.
+	SyncState string `json:"syncState,omitempty"`
+	// InflightReads is the number of reads running on it now.
+	InflightReads int64 `json:"inflightReads"`
+	// Pool is the host's replica connection pool.
+	Pool PoolInfo `json:"pool"`
+	// LastError is the last probe error, if the last probe failed.
+	LastError string `json:"lastError,omitempty"`
+}
+
+// PoolInfo describes a replica connection pool.
+type PoolInfo struct {
+	Total    int32 `json:"total"`
+	Idle     int32 `json:"idle"`
+	Acquired int32 `json:"acquired"`
+	Max      int32 `json:"max"`
+}
+
+// Topology returns what the Connector sees of the cluster now.
+func (c *Connector) Topology() Snapshot {
+	s := c.top.Snapshot()
+	now := time.Now()
+	out := Snapshot{
+		Epoch:                s.Epoch,
+		LeaseRemainingMs:     ms(s.LeaseRemaining(now)),
+		ConflictingPrimaries: s.Conflicts,
+		Taken:                now,
+		Hosts:                make([]HostInfo, len(s.Hosts)),
+	}
+	if s.LeaseValid(now) {
+		out.Primary = s.Hosts[s.Primary].Name
+	}
+	var primaryInsert lagmeter.LSN
+	if s.Primary >= 0 {
+		primaryInsert = s.Hosts[s.Primary].InsertLSN
+	}
+	for i := range s.Hosts {
+		h := &s.Hosts[i]
+		st := c.pools[i].Stat()
+		hi := HostInfo{
+			Name:          h.Name,
+			Address:       h.Addr,
+			Role:          h.Role.String(),
+			Healthy:       h.Healthy,
+			Circuit:       c.breakers[i].State().String(),
+			RTTMs:         ms(h.RTT),
+			Timeline:      h.Timeline,
+			SyncState:     h.SyncState,
+			InflightReads: c.inflight[i].n.Load(),
+			Pool:          PoolInfo{Total: st.TotalConns(), Idle: st.IdleConns(), Acquired: st.AcquiredConns(), Max: st.MaxConns()},
+			LastError:     h.LastError,
+		}
+		if h.Role.String() == "standby" {
+			replay := c.replay(i, h)
+			if replay != 0 {
+				hi.ReplayLSN = replay.String()
+			}
+			if h.Healthy {
+				if n, ok := lagmeter.ByteLag(primaryInsert, replay); ok {
+					hi.ByteLag = &n
+				}
+				if d, ok := c.history.StalenessBound(replay, now); ok {
+					v := ms(d)
+					hi.LagBoundMs = &v
+				}
+			}
+		}
+		out.Hosts[i] = hi
+	}
+	return out
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// TopologyHandler returns an http.Handler serving [Connector.Topology] as
+// JSON.
+func (c *Connector) TopologyHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store")
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(c.Topology())
+	})
+}
+
+// Stats are a Connector's counters since it started, from
+// [Connector.Stats]. They marshal to JSON.
+type Stats struct {
+	// Statements counts the statements run, per endpoint (host name) and
+	// op ("read", "write", "tx", "lock").
+	Statements map[string]map[string]uint64 `json:"statements"`
+	// Fallbacks counts the reads that ran on the primary because no
+	// replica could serve them, per reason ("behind", "unhealthy", ...).
+	Fallbacks map[string]uint64 `json:"fallbacks"`
+	// RouteErrors counts the statements that could not run, per reason.
+	RouteErrors map[string]uint64 `json:"routeErrors"`
+	// ReadOnlyRetries counts the statements a replica refused with SQLSTATE
+	// 25006 and that ran again on the primary.
+	ReadOnlyRetries uint64 `json:"readOnlyRetries"`
+	// ReplicaRetries counts the reads that ran elsewhere after their
+	// replica's connection failed.
+	ReplicaRetries uint64 `json:"replicaRetries"`
+	// Failovers counts the changes of primary seen (epochs after the
+	// first).
+	Failovers uint64 `json:"failovers"`
+}
+
+// opIndex and reasonIndex number the ops and reasons counted.
+var (
+	opNames     = [...]string{OpRead, OpWrite, OpTx, OpLock}
+	reasonNames = [...]string{ReasonNoReplicas, ReasonUnhealthy, ReasonBehind, ReasonSaturated, ReasonPositionUnknown, ReasonReplicaFailed, ReasonRetry25006, ReasonWriteOnReplica, ReasonNoPrimary}
+)
+
+const (
+	reasonRetry25006Index = 6
+	numReasons            = len(reasonNames)
+)
+
+func opIndex(op string) int {
+	for i, o := range opNames {
+		if o == op {
+			return i
+		}
+	}
+	return 1
+}
+
+func reasonIndex(reason string) int {
+	for i, r := range reasonNames {
+		if r == reason {
+			return i
+		}
+	}
+	return -1
+}
+
+// counters are the lock-free counters behind Stats.
+type counters struct {
+	statements [][len(opNames)]atomic.Uint64 // per host
+	fallbacks  [numReasons]atomic.Uint64
+	errors     [numReasons]atomic.Uint64
+	retries    atomic.Uint64
+}
+
+// count records one reported statement.
+func (c *Connector) count(ev *RouteEvent) {
+	k := &c.counters
+	if ev.Retried && ev.Reason != ReasonRetry25006 {
+		k.retries.Add(1)
+	}
+	var re *RouteError
+	if ev.Err != nil && asRouteError(ev.Err, &re) {
+		if i := reasonIndex(re.Reason); i >= 0 {
+			k.errors[i].Add(1)
+		}
+		return
+	}
+	if ev.Endpoint == "" {
+		return
+	}
+	for i := range c.hosts {
+		if c.hosts[i].Name == ev.Endpoint {
+			k.statements[i][opIndex(ev.Op)].Add(1)
+			break
+		}
+	}
+	if ev.Op == OpRead && ev.Primary {
+		if i := reasonIndex(ev.Reason); i >= 0 {
+			k.fallbacks[i].Add(1)
+		}
+	}
+}
+
+// Stats returns the Connector's counters.
+func (c *Connector) Stats() Stats {
+	k := &c.counters
+	st := Stats{
+		Statements:      map[string]map[string]uint64{},
+		Fallbacks:       map[string]uint64{},
+		RouteErrors:     map[string]uint64{},
+		ReadOnlyRetries: k.fallbacks[reasonRetry25006Index].Load(),
+		ReplicaRetries:  k.retries.Load(),
+	}
+	if e := c.top.Snapshot().Epoch; e > 1 {
+		st.Failovers = e - 1
+	}
+	for i, h := range c.hosts {
+		m := map[string]uint64{}
+		for j, op := range opNames {
+			if n := k.statements[i][j].Load(); n > 0 {
+				m[op] = n
+			}
+		}
+		st.Statements[h.Name] = m
+	}
+	for i, r := range reasonNames {
+		if n := k.fallbacks[i].Load(); n > 0 && i != reasonRetry25006Index {
+			st.Fallbacks[r] = n
+		}
+		if n := k.errors[i].Load(); n > 0 {
+			st.RouteErrors[r] = n
+		}
+	}
+	return st
+}
