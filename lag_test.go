@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -16,6 +18,13 @@ import (
 // inserts a row and reads it back at once, then reads its older rows, for
 // d. It fails on any miss and returns the share of reads replicas served.
 func replicaShare(t *testing.T, db *sql.DB, rec *routes, d time.Duration, session func(w int) context.Context) float64 {
+	return replicaShare2(t, db, db, rec, d, session, func(_ int, c context.Context) context.Context { return c })
+}
+
+// replicaShare2 is replicaShare with writes on wdb and reads on rdb; carry
+// gives the reads' context from the writes' after each write (a token
+// carried to another process).
+func replicaShare2(t *testing.T, wdb, rdb *sql.DB, rec *routes, d time.Duration, session func(w int) context.Context, carry func(w int, c context.Context) context.Context) float64 {
 	t.Helper()
 	// Each run writes its own rows: writers of earlier runs used other w.
 	base := int(shareRuns.Add(1)) * 100
@@ -27,14 +36,16 @@ func replicaShare(t *testing.T, db *sql.DB, rec *routes, d time.Duration, sessio
 		go func() {
 			defer wg.Done()
 			c := session(w)
+			idx := w
 			w := base + w
 			for n := 0; time.Now().Before(deadline); n++ {
-				if _, err := db.ExecContext(c, "INSERT INTO lagw (w, n) VALUES ($1, $2)", w, n); err != nil {
+				if _, err := wdb.ExecContext(c, "INSERT INTO lagw (w, n) VALUES ($1, $2)", w, n); err != nil {
 					t.Error(err)
 					return
 				}
+				rc := carry(idx, c)
 				var got int
-				if err := db.QueryRowContext(c, "SELECT count(*) FROM lagw WHERE w = $1 AND n = $2", w, n).Scan(&got); err != nil {
+				if err := rdb.QueryRowContext(rc, "SELECT count(*) FROM lagw WHERE w = $1 AND n = $2", w, n).Scan(&got); err != nil {
 					t.Error(err)
 					return
 				}
@@ -43,7 +54,7 @@ func replicaShare(t *testing.T, db *sql.DB, rec *routes, d time.Duration, sessio
 					misses.Add(1)
 				}
 				for k := 0; k < 3; k++ {
-					if err := db.QueryRowContext(c, "SELECT count(*) FROM lagw WHERE w = $1", w).Scan(&got); err != nil {
+					if err := rdb.QueryRowContext(rc, "SELECT count(*) FROM lagw WHERE w = $1", w).Scan(&got); err != nil {
 						t.Error(err)
 						return
 					}
@@ -89,52 +100,37 @@ func TestReadYourWritesUnderDelay(t *testing.T) {
 		}
 	}
 	plain := func(int) context.Context { return ctx }
-	run := 3 * time.Second
 
+	// 8 writers for 20s on one *sql.DB: the connector's watermark.
 	db, _, rec := open(t)
-	shareConn := replicaShare(t, db, rec, run, plain)
+	shareConn := replicaShare(t, db, rec, 20*time.Second, plain)
 
-	db2, _, rec2 := open(t)
+	// The same with per-user Sessions across two *sql.DB, two
+	// "processes": each write's session travels to the reader as its text
+	// token.
+	writer, _, _ := open(t)
+	reader, _, recR := open(t)
 	sessions := make([]*pgrouted.Session, 8)
 	for i := range sessions {
 		sessions[i] = pgrouted.NewSession()
 	}
-	shareSess := replicaShare(t, db2, rec2, run, func(w int) context.Context { return pgrouted.WithSession(ctx, sessions[w]) })
-
-	// Two "processes": writes on one *sql.DB, reads on another, the session
-	// token carried between them as text.
-	writer, _, _ := open(t)
-	reader, _, recR := open(t)
-	for i := 0; i < 40; i++ {
-		s := pgrouted.NewSession()
-		if _, err := writer.ExecContext(pgrouted.WithSession(ctx, s), "INSERT INTO lagw (w, n) VALUES (-1, $1)", i); err != nil {
-			t.Fatal(err)
-		}
-		token, err := s.MarshalText()
-		if err != nil || len(token) == 0 {
-			t.Fatalf("token: %q, %v", token, err)
-		}
-		var carried pgrouted.Session
-		if err := carried.UnmarshalText(token); err != nil {
-			t.Fatal(err)
-		}
-		var got int
-		if err := reader.QueryRowContext(pgrouted.WithSession(ctx, &carried), "SELECT count(*) FROM lagw WHERE w = -1 AND n = $1", i).Scan(&got); err != nil || got != 1 {
-			t.Fatalf("read through another *sql.DB with the carried token: %d, %v", got, err)
-		}
-	}
-	if on := 0; true {
-		for _, e := range recR.snapshot() {
-			if e.Op == pgrouted.OpRead && !e.Primary {
-				on++
+	shareSess := replicaShare2(t, writer, reader, recR, 20*time.Second,
+		func(w int) context.Context { return pgrouted.WithSession(ctx, sessions[w]) },
+		func(w int, _ context.Context) context.Context {
+			token, err := sessions[w].MarshalText()
+			if err != nil || len(token) == 0 {
+				t.Errorf("token: %q, %v", token, err)
 			}
-		}
-		t.Logf("carried tokens: %d of 40 reads on replicas", on)
-	}
+			carried := pgrouted.NewSession()
+			if err := carried.UnmarshalText(token); err != nil {
+				t.Error(err)
+			}
+			return pgrouted.WithSession(ctx, carried)
+		})
 
 	dbPin, _, recPin := open(t, "pgrouted_pin_after_write=1s")
-	sharePin := replicaShare(t, dbPin, recPin, run, plain)
-	t.Logf("share of reads served by replicas: connector watermark %.0f%%, per-user sessions %.0f%%, pin-after-write 1s %.0f%%",
+	sharePin := replicaShare(t, dbPin, recPin, 5*time.Second, plain)
+	t.Logf("share of reads served by replicas: connector watermark %.0f%%, per-user sessions carried by token %.0f%%, pin-after-write 1s %.0f%%",
 		100*shareConn, 100*shareSess, 100*sharePin)
 }
 
@@ -296,5 +292,96 @@ func TestFailedProbeMakesReplicaIneligible(t *testing.T) {
 	time.Sleep(time.Second)
 	if on := readsOn(t, db, rec, 40); on["node2"] != 0 {
 		t.Fatalf("cut-off replica served %d reads", on["node2"])
+	}
+}
+
+// syncBuffer is a goroutine-safe log sink.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  []byte
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.b = append(s.b, p...)
+	return len(p), nil
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return string(s.b)
+}
+
+// TestWatermarkAcrossFailover: a session's last write was acknowledged on
+// the old primary's timeline. After the failover nobody can tell whether it
+// survived: pgrouted says so, reads it from the new primary, and goes back
+// to the replicas once the new timeline's position is known.
+func TestWatermarkAcrossFailover(t *testing.T) {
+	ctx := testCtx(t)
+	restore(t)
+	mustExec(t, ctx, cluster.Primary(), "CREATE TABLE IF NOT EXISTS across (id int)")
+	replicated(t, ctx)
+	cfg, err := pgrouted.ParseConfig(cluster.DSN() + "&pgrouted_probe_interval=100ms&pgrouted_names=" + names())
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &syncBuffer{}
+	cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	rec := &routes{}
+	cfg.OnRoute = rec.record
+	conn, err := pgrouted.NewConnector(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := sql.OpenDB(conn)
+	defer db.Close()
+	s := pgrouted.NewSession()
+	sctx := pgrouted.WithSession(ctx, s)
+	if _, err := db.ExecContext(sctx, "INSERT INTO across VALUES (1)"); err != nil {
+		t.Fatal(err)
+	}
+	replicated(t, ctx)
+	if err := cluster.Node(0).Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := cluster.Node(1).Promote(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := cluster.Node(2).Follow(ctx, cluster.Node(1)); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for conn.Topology().Primary != "node1" {
+		if time.Now().After(deadline) {
+			t.Fatalf("new primary not seen: %+v", conn.Topology())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	var n int
+	if err := db.QueryRowContext(sctx, "SELECT count(*) FROM across").Scan(&n); err != nil || n != 1 {
+		t.Fatalf("read after the failover: %d, %v", n, err)
+	}
+	evs := rec.snapshot()
+	if last := evs[len(evs)-1]; !last.Primary || last.Endpoint != "node1" || last.Reason != pgrouted.ReasonPositionUnknown {
+		t.Fatalf("first read after the failover: %+v, want the new primary (position-unknown)", last.Decision)
+	}
+	if conn.Stats().TimelineResets == 0 || !strings.Contains(logs.String(), "may have been lost") {
+		t.Fatalf("the possible loss was not reported: stats %+v, logs %q", conn.Stats(), logs.String())
+	}
+	// It does not keep reads off the replicas for ever.
+	for {
+		if err := db.QueryRowContext(sctx, "SELECT count(*) FROM across").Scan(&n); err != nil || n != 1 {
+			t.Fatalf("read: %d, %v", n, err)
+		}
+		evs := rec.snapshot()
+		if last := evs[len(evs)-1]; !last.Primary {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("reads of the session never went back to a replica")
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

