@@ -1,0 +1,210 @@
+package promcollector
+
+import (
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/pgrouted/pgrouted"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Source is what a [Collector] reads: *pgrouted.Connector implements it.
+type Source interface {
+	Stats() pgrouted.Stats
+	Topology() pgrouted.Snapshot
+}
+
+var _ Source = (*pgrouted.Connector)(nil)
+
+// Option configures a [Collector].
+type Option func(*options)
+
+type options struct {
+	constLabels prometheus.Labels
+}
+
+// ConstLabels adds labels with fixed values to every metric, to tell apart
+// several Connectors registered in one registry.
+func ConstLabels(l prometheus.Labels) Option {
+	return func(o *options) { o.constLabels = l }
+}
+
+// Collector is a prometheus.Collector over a Connector's Stats and Topology.
+// Build it with [New]; it is safe for concurrent scrapes.
+type Collector struct {
+	src Source
+
+	statements, fallbacks, routeErrors, readOnlyRetries, replicaRetries    *prometheus.Desc
+	failovers, conflicts, epoch, lease                                     *prometheus.Desc
+	role, current, healthy, circuitOpen, rtt, lagBytes, lagBound, inflight *prometheus.Desc
+	poolConns, poolMax                                                     *prometheus.Desc
+}
+
+var _ prometheus.Collector = (*Collector)(nil)
+
+// ops are the statement kinds exported for every endpoint.
+var ops = []string{pgrouted.OpRead, pgrouted.OpWrite, pgrouted.OpTx, pgrouted.OpLock}
+
+// fallbackReasons are the reasons a read runs on the primary, exported at 0
+// before they happen.
+var fallbackReasons = []string{
+	pgrouted.ReasonNoReplicas, pgrouted.ReasonUnhealthy, pgrouted.ReasonBehind,
+	pgrouted.ReasonSaturated, pgrouted.ReasonPositionUnknown, pgrouted.ReasonReplicaFailed,
+}
+
+// errorReasons are the reasons a statement cannot run, exported at 0 before
+// they happen.
+var errorReasons = append(append([]string(nil), fallbackReasons[:5]...), pgrouted.ReasonWriteOnReplica, pgrouted.ReasonNoPrimary)
+
+// roles are the values of HostInfo.Role.
+var roles = []string{"primary", "standby", "unknown"}
+
+// New returns a Collector over src, usually a *pgrouted.Connector. Register
+// it with prometheus.MustRegister or a prometheus.Registry.
+func New(src Source, opts ...Option) *Collector {
+	var o options
+	for _, f := range opts {
+		f(&o)
+	}
+	d := func(name, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc("pgrouted_"+name, help, labels, o.constLabels)
+	}
+	return &Collector{
+		src:             src,
+		statements:      d("statements_total", "Statements run, per endpoint (host name) and op (read, write, tx, lock).", "endpoint", "op"),
+		fallbacks:       d("fallbacks_total", "Reads that ran on the primary because no replica could serve them, per reason.", "reason"),
+		routeErrors:     d("route_errors_total", "Statements that could not run (no replica, no primary, write forced to a replica), per reason.", "reason"),
+		readOnlyRetries: d("read_only_retries_total", "Statements a replica refused with SQLSTATE 25006 (read_only_sql_transaction) that ran again on the primary."),
+		replicaRetries:  d("replica_retries_total", "Reads that ran on another host after their replica's connection failed before any row."),
+		failovers:       d("failovers_total", "Changes of primary seen (primary epochs after the first)."),
+		conflicts:       d("conflicting_primaries_total", "Observations of two or more hosts out of recovery with no strictly higher timeline among them (no primary: fail closed)."),
+		epoch:           d("primary_epoch", "Primary epoch: increments each time the primary becomes another host."),
+		lease:           d("primary_lease_remaining_seconds", "How long the current primary stays trusted without a new successful probe; 0 when there is no trusted primary."),
+		role:            d("role", "1 for the role the host's last successful probe saw (primary, standby, unknown), 0 for the others; see pgrouted_healthy.", "endpoint", "role"),
+		current:         d("current_primary", "1 for the host writes go to now (the primary with a valid lease), 0 for the others.", "endpoint"),
+		healthy:         d("healthy", "1 when the host's last probe succeeded, else 0.", "endpoint"),
+		circuitOpen:     d("circuit_open", "1 while the host's circuit breaker is open (no statement is sent to it), else 0.", "endpoint"),
+		rtt:             d("probe_rtt_seconds", "Exponentially weighted moving average of the host's probe round trip; absent while unknown.", "endpoint"),
+		lagBytes:        d("replica_lag_bytes", "WAL bytes a standby has yet to replay to reach the primary's last probed position; absent while unknown.", "endpoint"),
+		lagBound:        d("replica_lag_bound_seconds", "Upper bound on a standby's staleness, from the primary's WAL position history (no clock synchronisation needed); absent while unknown.", "endpoint"),
+		inflight:        d("inflight_reads", "Reads running on the host now through this Connector.", "endpoint"),
+		poolConns:       d("replica_pool_connections", "Connections of the host's replica pool, per state (idle, acquired).", "endpoint", "state"),
+		poolMax:         d("replica_pool_max_connections", "Size of the host's replica pool.", "endpoint"),
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{
+		c.statements, c.fallbacks, c.routeErrors, c.readOnlyRetries, c.replicaRetries,
+		c.failovers, c.conflicts, c.epoch, c.lease,
+		c.role, c.current, c.healthy, c.circuitOpen, c.rtt, c.lagBytes, c.lagBound, c.inflight,
+		c.poolConns, c.poolMax,
+	} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector. It reads the Source's Stats and
+// Topology once.
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	st := c.src.Stats()
+	top := c.src.Topology()
+	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+	}
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+
+	// Statements: every host of the topology with every op, and any other
+	// endpoint Stats names.
+	endpoints := make([]string, 0, len(top.Hosts))
+	seen := map[string]bool{}
+	for _, h := range top.Hosts {
+		if !seen[h.Name] {
+			seen[h.Name] = true
+			endpoints = append(endpoints, h.Name)
+		}
+	}
+	for _, e := range sortedKeys(st.Statements) {
+		if !seen[e] {
+			seen[e] = true
+			endpoints = append(endpoints, e)
+		}
+	}
+	for _, e := range endpoints {
+		byOp := st.Statements[e]
+		for _, op := range withExtra(ops, byOp) {
+			counter(c.statements, byOp[op], e, op)
+		}
+	}
+	for _, r := range withExtra(fallbackReasons, st.Fallbacks) {
+		counter(c.fallbacks, st.Fallbacks[r], r)
+	}
+	for _, r := range withExtra(errorReasons, st.RouteErrors) {
+		counter(c.routeErrors, st.RouteErrors[r], r)
+	}
+	counter(c.readOnlyRetries, st.ReadOnlyRetries)
+	counter(c.replicaRetries, st.ReplicaRetries)
+	counter(c.failovers, st.Failovers)
+	counter(c.conflicts, top.ConflictingPrimaries)
+	gauge(c.epoch, float64(top.Epoch))
+	gauge(c.lease, top.LeaseRemainingMs/1e3)
+
+	for _, h := range top.Hosts {
+		for _, r := range withExtra(roles, map[string]uint64{h.Role: 1}) {
+			gauge(c.role, boolf(h.Role == r), h.Name, r)
+		}
+		gauge(c.current, boolf(top.Primary != "" && h.Name == top.Primary), h.Name)
+		gauge(c.healthy, boolf(h.Healthy), h.Name)
+		gauge(c.circuitOpen, boolf(h.Circuit == "open"), h.Name)
+		if h.RTTMs > 0 {
+			gauge(c.rtt, msToSeconds(h.RTTMs), h.Name)
+		}
+		if h.ByteLag != nil {
+			gauge(c.lagBytes, float64(*h.ByteLag), h.Name)
+		}
+		if h.LagBoundMs != nil {
+			gauge(c.lagBound, msToSeconds(*h.LagBoundMs), h.Name)
+		}
+		gauge(c.inflight, float64(h.InflightReads), h.Name)
+		gauge(c.poolConns, float64(h.Pool.Idle), h.Name, "idle")
+		gauge(c.poolConns, float64(h.Pool.Acquired), h.Name, "acquired")
+		gauge(c.poolMax, float64(h.Pool.Max), h.Name)
+	}
+}
+
+func boolf(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func msToSeconds(ms float64) float64 {
+	return ms * float64(time.Millisecond) / float64(time.Second)
+}
+
+// withExtra returns known followed by the keys of m that known lacks,
+// sorted, so that every known value is exported and none is lost.
+func withExtra[V any](known []string, m map[string]V) []string {
+	out := known
+	extra := false
+	for _, k := range sortedKeys(m) {
+		if k == "" || slices.Contains(known, k) {
+			continue
+		}
+		if !extra {
+			out = append([]string(nil), known...)
+			extra = true
+		}
+		out = append(out, k)
+	}
+	return out
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	return slices.Sorted(maps.Keys(m))
+}

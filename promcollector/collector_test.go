@@ -1,0 +1,212 @@
+package promcollector_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/pgrouted/pgrouted"
+	"github.com/pgrouted/pgrouted/promcollector"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// fake is a Source with fixed answers.
+type fake struct {
+	st  pgrouted.Stats
+	top pgrouted.Snapshot
+}
+
+func (f *fake) Stats() pgrouted.Stats       { return f.st }
+func (f *fake) Topology() pgrouted.Snapshot { return f.top }
+
+func u64(v uint64) *uint64   { return &v }
+func f64(v float64) *float64 { return &v }
+
+func fixed() *fake {
+	return &fake{
+		st: pgrouted.Stats{
+			Statements: map[string]map[string]uint64{
+				"east": {"write": 7, "tx": 2},
+				"west": {"read": 40},
+			},
+			Fallbacks:       map[string]uint64{"behind": 3},
+			RouteErrors:     map[string]uint64{"no-primary": 1, "some-future-reason": 2},
+			ReadOnlyRetries: 4,
+			ReplicaRetries:  5,
+			Failovers:       1,
+		},
+		top: pgrouted.Snapshot{
+			Primary:              "east",
+			Epoch:                2,
+			LeaseRemainingMs:     1500,
+			ConflictingPrimaries: 6,
+			Hosts: []pgrouted.HostInfo{
+				{Name: "east", Address: "10.0.0.1:5432", Role: "primary", Healthy: true, Circuit: "closed", RTTMs: 2,
+					Pool: pgrouted.PoolInfo{Total: 0, Max: 4}},
+				{Name: "west", Address: "10.0.0.2:5432", Role: "standby", Healthy: true, Circuit: "closed", RTTMs: 250,
+					ByteLag: u64(8192), LagBoundMs: f64(1250), InflightReads: 3,
+					Pool: pgrouted.PoolInfo{Total: 3, Idle: 1, Acquired: 2, Max: 4}},
+				{Name: "south", Address: "10.0.0.3:5432", Role: "unknown", Circuit: "open", LastError: "connection refused"},
+			},
+		},
+	}
+}
+
+// TestCollectFixed checks every metric's name, labels, type and value
+// against a fixed Source.
+func TestCollectFixed(t *testing.T) {
+	c := promcollector.New(fixed())
+	want := `
+# HELP pgrouted_circuit_open 1 while the host's circuit breaker is open (no statement is sent to it), else 0.
+# TYPE pgrouted_circuit_open gauge
+pgrouted_circuit_open{endpoint="east"} 0
+pgrouted_circuit_open{endpoint="south"} 1
+pgrouted_circuit_open{endpoint="west"} 0
+# HELP pgrouted_conflicting_primaries_total Observations of two or more hosts out of recovery with no strictly higher timeline among them (no primary: fail closed).
+# TYPE pgrouted_conflicting_primaries_total counter
+pgrouted_conflicting_primaries_total 6
+# HELP pgrouted_current_primary 1 for the host writes go to now (the primary with a valid lease), 0 for the others.
+# TYPE pgrouted_current_primary gauge
+pgrouted_current_primary{endpoint="east"} 1
+pgrouted_current_primary{endpoint="south"} 0
+pgrouted_current_primary{endpoint="west"} 0
+# HELP pgrouted_failovers_total Changes of primary seen (primary epochs after the first).
+# TYPE pgrouted_failovers_total counter
+pgrouted_failovers_total 1
+# HELP pgrouted_fallbacks_total Reads that ran on the primary because no replica could serve them, per reason.
+# TYPE pgrouted_fallbacks_total counter
+pgrouted_fallbacks_total{reason="behind"} 3
+pgrouted_fallbacks_total{reason="no-replicas"} 0
+pgrouted_fallbacks_total{reason="position-unknown"} 0
+pgrouted_fallbacks_total{reason="replica-failed"} 0
+pgrouted_fallbacks_total{reason="saturated"} 0
+pgrouted_fallbacks_total{reason="unhealthy"} 0
+# HELP pgrouted_healthy 1 when the host's last probe succeeded, else 0.
+# TYPE pgrouted_healthy gauge
+pgrouted_healthy{endpoint="east"} 1
+pgrouted_healthy{endpoint="south"} 0
+pgrouted_healthy{endpoint="west"} 1
+# HELP pgrouted_inflight_reads Reads running on the host now through this Connector.
+# TYPE pgrouted_inflight_reads gauge
+pgrouted_inflight_reads{endpoint="east"} 0
+pgrouted_inflight_reads{endpoint="south"} 0
+pgrouted_inflight_reads{endpoint="west"} 3
+# HELP pgrouted_primary_epoch Primary epoch: increments each time the primary becomes another host.
+# TYPE pgrouted_primary_epoch gauge
+pgrouted_primary_epoch 2
+# HELP pgrouted_primary_lease_remaining_seconds How long the current primary stays trusted without a new successful probe; 0 when there is no trusted primary.
+# TYPE pgrouted_primary_lease_remaining_seconds gauge
+pgrouted_primary_lease_remaining_seconds 1.5
+# HELP pgrouted_probe_rtt_seconds Exponentially weighted moving average of the host's probe round trip; absent while unknown.
+# TYPE pgrouted_probe_rtt_seconds gauge
+pgrouted_probe_rtt_seconds{endpoint="east"} 0.002
+pgrouted_probe_rtt_seconds{endpoint="west"} 0.25
+# HELP pgrouted_read_only_retries_total Statements a replica refused with SQLSTATE 25006 (read_only_sql_transaction) that ran again on the primary.
+# TYPE pgrouted_read_only_retries_total counter
+pgrouted_read_only_retries_total 4
+# HELP pgrouted_replica_lag_bound_seconds Upper bound on a standby's staleness, from the primary's WAL position history (no clock synchronisation needed); absent while unknown.
+# TYPE pgrouted_replica_lag_bound_seconds gauge
+pgrouted_replica_lag_bound_seconds{endpoint="west"} 1.25
+# HELP pgrouted_replica_lag_bytes WAL bytes a standby has yet to replay to reach the primary's last probed position; absent while unknown.
+# TYPE pgrouted_replica_lag_bytes gauge
+pgrouted_replica_lag_bytes{endpoint="west"} 8192
+# HELP pgrouted_replica_pool_connections Connections of the host's replica pool, per state (idle, acquired).
+# TYPE pgrouted_replica_pool_connections gauge
+pgrouted_replica_pool_connections{endpoint="east",state="acquired"} 0
+pgrouted_replica_pool_connections{endpoint="east",state="idle"} 0
+pgrouted_replica_pool_connections{endpoint="south",state="acquired"} 0
+pgrouted_replica_pool_connections{endpoint="south",state="idle"} 0
+pgrouted_replica_pool_connections{endpoint="west",state="acquired"} 2
+pgrouted_replica_pool_connections{endpoint="west",state="idle"} 1
+# HELP pgrouted_replica_pool_max_connections Size of the host's replica pool.
+# TYPE pgrouted_replica_pool_max_connections gauge
+pgrouted_replica_pool_max_connections{endpoint="east"} 4
+pgrouted_replica_pool_max_connections{endpoint="south"} 0
+pgrouted_replica_pool_max_connections{endpoint="west"} 4
+# HELP pgrouted_replica_retries_total Reads that ran on another host after their replica's connection failed before any row.
+# TYPE pgrouted_replica_retries_total counter
+pgrouted_replica_retries_total 5
+# HELP pgrouted_role 1 for the role the host's last successful probe saw (primary, standby, unknown), 0 for the others; see pgrouted_healthy.
+# TYPE pgrouted_role gauge
+pgrouted_role{endpoint="east",role="primary"} 1
+pgrouted_role{endpoint="east",role="standby"} 0
+pgrouted_role{endpoint="east",role="unknown"} 0
+pgrouted_role{endpoint="south",role="primary"} 0
+pgrouted_role{endpoint="south",role="standby"} 0
+pgrouted_role{endpoint="south",role="unknown"} 1
+pgrouted_role{endpoint="west",role="primary"} 0
+pgrouted_role{endpoint="west",role="standby"} 1
+pgrouted_role{endpoint="west",role="unknown"} 0
+# HELP pgrouted_route_errors_total Statements that could not run (no replica, no primary, write forced to a replica), per reason.
+# TYPE pgrouted_route_errors_total counter
+pgrouted_route_errors_total{reason="behind"} 0
+pgrouted_route_errors_total{reason="no-primary"} 1
+pgrouted_route_errors_total{reason="no-replicas"} 0
+pgrouted_route_errors_total{reason="position-unknown"} 0
+pgrouted_route_errors_total{reason="saturated"} 0
+pgrouted_route_errors_total{reason="some-future-reason"} 2
+pgrouted_route_errors_total{reason="unhealthy"} 0
+pgrouted_route_errors_total{reason="write-on-replica"} 0
+# HELP pgrouted_statements_total Statements run, per endpoint (host name) and op (read, write, tx, lock).
+# TYPE pgrouted_statements_total counter
+pgrouted_statements_total{endpoint="east",op="lock"} 0
+pgrouted_statements_total{endpoint="east",op="read"} 0
+pgrouted_statements_total{endpoint="east",op="tx"} 2
+pgrouted_statements_total{endpoint="east",op="write"} 7
+pgrouted_statements_total{endpoint="south",op="lock"} 0
+pgrouted_statements_total{endpoint="south",op="read"} 0
+pgrouted_statements_total{endpoint="south",op="tx"} 0
+pgrouted_statements_total{endpoint="south",op="write"} 0
+pgrouted_statements_total{endpoint="west",op="lock"} 0
+pgrouted_statements_total{endpoint="west",op="read"} 40
+pgrouted_statements_total{endpoint="west",op="tx"} 0
+pgrouted_statements_total{endpoint="west",op="write"} 0
+`
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestLint: names, units and help texts follow Prometheus conventions, and
+// a pedantic registry finds Describe and Collect consistent.
+func TestLint(t *testing.T) {
+	c := promcollector.New(fixed())
+	problems, err := testutil.CollectAndLint(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("lint: %s: %s", p.Metric, p.Text)
+	}
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(c)
+	if _, err := reg.Gather(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestConstLabels: two Connectors live in one registry when told apart.
+func TestConstLabels(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(promcollector.New(fixed(), promcollector.ConstLabels(prometheus.Labels{"db": "orders"})))
+	reg.MustRegister(promcollector.New(fixed(), promcollector.ConstLabels(prometheus.Labels{"db": "users"})))
+	n, err := testutil.GatherAndCount(reg, "pgrouted_primary_epoch")
+	if err != nil || n != 2 {
+		t.Fatalf("pgrouted_primary_epoch series: %d, %v", n, err)
+	}
+	if err := prometheus.NewRegistry().Register(promcollector.New(fixed())); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestEmptySource: a Connector that has not probed anything yet exports
+// the global series and nothing per host.
+func TestEmptySource(t *testing.T) {
+	c := promcollector.New(&fake{})
+	if n := testutil.CollectAndCount(c, "pgrouted_role", "pgrouted_statements_total"); n != 0 {
+		t.Fatalf("%d per-host series without hosts", n)
+	}
+	if n := testutil.CollectAndCount(c, "pgrouted_primary_epoch", "pgrouted_fallbacks_total"); n != 1+6 {
+		t.Fatalf("%d global series", n)
+	}
+}

@@ -1,0 +1,54 @@
+// Package promcollector exports what a pgrouted [pgrouted.Connector] sees
+// and counts as Prometheus metrics. It is a separate package so that
+// applications that do not use Prometheus do not import its client.
+//
+//	conn, err := pgrouted.NewConnector(cfg)
+//	...
+//	db := sql.OpenDB(conn)
+//	prometheus.MustRegister(promcollector.New(conn))
+//	http.Handle("/metrics", promhttp.Handler())
+//
+// The [Collector] reads [pgrouted.Connector.Stats] and
+// [pgrouted.Connector.Topology] once per scrape: it keeps no state, starts no
+// goroutine and adds nothing to the statements' path. Every metric is named
+// pgrouted_…; per-host metrics carry the label endpoint, the host's name
+// (from pgrouted_names, else host:port).
+//
+// # Metrics
+//
+// Counters, since the Connector started:
+//
+//	pgrouted_statements_total{endpoint,op}      statements run, op = read, write, tx, lock
+//	pgrouted_fallbacks_total{reason}            reads that ran on the primary because no replica could serve them
+//	pgrouted_route_errors_total{reason}         statements that could not run (ErrNoReplica, ErrNoPrimary, ...)
+//	pgrouted_read_only_retries_total            statements a replica refused with SQLSTATE 25006, run again on the primary
+//	pgrouted_replica_retries_total              reads that ran elsewhere after their replica's connection failed
+//	pgrouted_failovers_total                    changes of primary seen
+//	pgrouted_conflicting_primaries_total        observations of two primaries with no strictly higher timeline
+//
+// Gauges, now:
+//
+//	pgrouted_primary_epoch                      increments each time the primary becomes another host
+//	pgrouted_primary_lease_remaining_seconds    how long the primary stays trusted without a new probe
+//	pgrouted_role{endpoint,role}                1 for the role the host's last successful probe saw (primary, standby, unknown)
+//	pgrouted_current_primary{endpoint}          1 for the host writes go to now, 0 for the others
+//	pgrouted_healthy{endpoint}                  1 when the host's last probe succeeded
+//	pgrouted_circuit_open{endpoint}             1 while the host's circuit breaker is open
+//	pgrouted_probe_rtt_seconds{endpoint}        probe round trip EWMA (absent while unknown)
+//	pgrouted_replica_lag_bytes{endpoint}        WAL bytes a standby is behind the primary (absent while unknown)
+//	pgrouted_replica_lag_bound_seconds{endpoint} upper bound on a standby's staleness (absent while unknown)
+//	pgrouted_inflight_reads{endpoint}           reads running on the host now
+//	pgrouted_replica_pool_connections{endpoint,state}  the host's replica pool: state = idle, acquired
+//	pgrouted_replica_pool_max_connections{endpoint}    the replica pool's size
+//
+// A host that stops answering keeps the role it was last seen in, with
+// pgrouted_healthy 0: an old primary that was stopped still shows role
+// "primary", and pgrouted_current_primary says which host takes the writes.
+//
+// Every op and every known reason is exported from the start, at 0, so that
+// rate() and alerts see a series before its first event. Nothing exported
+// holds a password: host names, addresses and counts only.
+//
+// Two Connectors in one registry need distinguishing labels:
+// New(conn, ConstLabels(prometheus.Labels{"db": "orders"})).
+package promcollector
