@@ -1,0 +1,79 @@
+// Command pgrouted shows pgrouted at work: a demo on a local replicated
+// PostgreSQL, and what the driver sees of a real cluster.
+//
+//	pgrouted demo [--duration 45s] [--replicas 2] [--no-color] [--json]
+//	pgrouted topology [--watch] [--json] [--no-color] [--timeout 10s] DSN
+//	pgrouted explain [--json] [--timeout 10s] DSN QUERY
+//	pgrouted help [COMMAND]
+//
+// Flags may come before or after the arguments; "--" ends them. Errors go to
+// stderr. No password from a DSN is ever printed: the driver's errors and
+// snapshots hold none, and the command masks the DSN's password in anything
+// it writes as well.
+//
+// # demo
+//
+// demo starts a primary and --replicas streaming replicas from the
+// PostgreSQL server binaries on this machine (package testcluster: a
+// temporary directory, free loopback ports), opens them through a
+// [pgrouted.Connector] with Config.OnRoute and Config.Logger hooks, and runs a
+// mixed workload: writers that read each write back at once, users whose
+// pgrouted.Session travels as a text token from one request to the next,
+// plain reads, read-only transactions that check a write made just before,
+// and read-write transactions. Over --duration it plays a story:
+//
+//  1. normal routing: writes on the primary, reads on the replicas;
+//  2. replay paused on a replica (pg_wal_replay_pause) until its staleness
+//     bound passes pgrouted_max_lag (2s) and reads leave it; then resumed;
+//  3. a replica killed with SIGKILL: its circuit opens, reads go on; then
+//     started again;
+//  4. a failover: the primary stopped, a replica promoted, the others
+//     following it; writes wait for the new primary and resume there.
+//
+// On a terminal the table is redrawn every second (endpoint, role, circuit,
+// lag in bytes and as a time bound, probe round trip, reads, writes and
+// transaction statements served), with the phase, a progress bar and the
+// recent events: the driver's log lines, one per topology event, and the
+// story's steps. Without a terminal, or with --no-color, it prints plain
+// snapshots every 5 seconds and at each phase. With --json stdout holds only
+// the final [Summary], as JSON; events go to stderr.
+//
+// The summary counts statements, the share of reads replicas served, the
+// read-your-writes checks and the stale reads among them, errors, and the
+// time writes were unavailable during the failover. An error is a failed
+// statement, except a write or a transaction cut off inside a fault window
+// (from the kill of a replica to 2s after it is back; from the stop of the
+// primary to 2s after the first write on the new one): a server went away
+// under it, and no driver can replay a write or a transaction that may have
+// run, so those are counted apart, as interrupted. A failed autocommit read
+// is always an error: pgrouted retries reads elsewhere.
+//
+// Ctrl-C stops the workload, removes the cluster and prints the summary so
+// far. Nothing is installed: without PostgreSQL the demo fails and names the
+// command that installs it (make demo, from a checkout, installs it first
+// when run as root, as make test does).
+//
+// # topology
+//
+// topology starts pgrouted's probers on DSN, waits until every host answered
+// its first probe (or --timeout) and prints what the driver sees, from
+// [pgrouted.Connector.Topology]: the primary, its epoch and lease, and per
+// host the role, circuit, timeline, replay LSN, lag, lag bound, round trip,
+// sync state, reads in flight, pool and last probe error. --watch prints it
+// every second until Ctrl-C; --json prints the snapshot as JSON.
+//
+// # explain
+//
+// explain prints where QUERY would run now and why,
+// [pgrouted.Connector.Explain], after the first probes: as from a fresh
+// process, in autocommit mode with no write before it. The query is not run.
+//
+// # Exit status
+//
+//	0    success (topology: a host answered; demo: 0 stale reads, 0 errors,
+//	     writes resumed on the new primary)
+//	1    failure: no host answered, explain's query cannot run now, the demo
+//	     found a stale read or an error or could not start (PostgreSQL missing)
+//	2    usage error: unknown command, bad flag, missing argument, invalid DSN
+//	130  the demo was interrupted (Ctrl-C, SIGTERM)
+package main

@@ -1,0 +1,243 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/url"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/pgrouted/pgrouted"
+)
+
+// roleCell says what a host is now, as the connector sees it: the primary
+// it sends writes to, a replica, or down. A host that stopped answering
+// keeps its last role in the snapshot; here it is "down".
+func roleCell(h pgrouted.HostInfo, top pgrouted.Snapshot) cell {
+	switch {
+	case top.Primary != "" && h.Name == top.Primary:
+		return cell{"primary", green}
+	case !h.Healthy && h.LastError == "" && h.Role == "unknown":
+		return cell{"probing", dim}
+	case !h.Healthy && h.Role == "primary":
+		return cell{"down (was primary)", red}
+	case !h.Healthy:
+		return cell{"down", red}
+	case h.Role == "primary":
+		// Out of recovery, but not the primary the connector trusts: its
+		// lease ran out, or two hosts claim to be primary.
+		return cell{"primary (not trusted)", yellow}
+	case h.Role == "standby":
+		return cell{"replica", ""}
+	}
+	return cell{h.Role, dim}
+}
+
+func circuitCell(h pgrouted.HostInfo) cell {
+	if h.Circuit == "open" {
+		return cell{"open", red}
+	}
+	return cell{h.Circuit, ""}
+}
+
+// lagCells are a standby's byte lag and staleness bound; the bound is
+// yellow when it is over maxLag (0: no budget), that is when reads that
+// need a fresh replica leave it.
+func lagCells(h pgrouted.HostInfo, maxLag time.Duration) (bytes, bound cell) {
+	bytes, bound = cell{"-", dim}, cell{"-", dim}
+	if h.ByteLag != nil {
+		bytes = cell{formatBytes(*h.ByteLag), ""}
+	}
+	if h.LagBoundMs != nil {
+		bound = cell{formatMs(*h.LagBoundMs), ""}
+		if maxLag > 0 && *h.LagBoundMs > float64(maxLag)/float64(time.Millisecond) {
+			bound.color = yellow
+		}
+	}
+	return bytes, bound
+}
+
+func rttCell(h pgrouted.HostInfo) cell {
+	if h.RTTMs <= 0 {
+		return cell{"-", dim}
+	}
+	return cell{formatMs(h.RTTMs), ""}
+}
+
+// behind reports whether a standby's staleness bound is over maxLag.
+func behind(h pgrouted.HostInfo, maxLag time.Duration) bool {
+	return maxLag > 0 && h.Healthy && h.Role == "standby" && h.LagBoundMs != nil &&
+		*h.LagBoundMs > float64(maxLag)/float64(time.Millisecond)
+}
+
+// topologyTable is the table of `pgrouted topology`: every field of each
+// host.
+func topologyTable(top pgrouted.Snapshot, maxLag time.Duration) *table {
+	t := &table{
+		header: []string{"HOST", "ADDRESS", "ROLE", "CIRCUIT", "TIMELINE", "REPLAY LSN", "LAG", "LAG BOUND", "RTT", "SYNC", "READS NOW", "POOL", "LAST ERROR"},
+		right:  map[int]bool{4: true, 6: true, 7: true, 8: true, 10: true},
+	}
+	for _, h := range top.Hosts {
+		lb, lt := lagCells(h, maxLag)
+		tl := cell{"-", dim}
+		if h.Timeline > 0 {
+			tl = cell{fmt.Sprint(h.Timeline), ""}
+		}
+		replay := cell{"-", dim}
+		if h.ReplayLSN != "" {
+			replay = cell{h.ReplayLSN, ""}
+		}
+		sync := cell{"-", dim}
+		if h.SyncState != "" {
+			sync = cell{h.SyncState, ""}
+		}
+		pool := fmt.Sprintf("%d/%d/%d", h.Pool.Acquired, h.Pool.Total, h.Pool.Max)
+		errc := cell{"", ""}
+		if h.LastError != "" {
+			errc = cell{truncate(oneLine(h.LastError), 60), red}
+		}
+		t.rows = append(t.rows, []cell{
+			{h.Name, bold}, {h.Address, ""}, roleCell(h, top), circuitCell(h), tl, replay, lb, lt,
+			rttCell(h), sync, {fmt.Sprint(h.InflightReads), ""}, {pool, ""}, errc,
+		})
+	}
+	return t
+}
+
+// topologyHeader is the line above the table: the primary, its epoch and
+// lease, and conflicts.
+func topologyHeader(top pgrouted.Snapshot) string {
+	var b strings.Builder
+	if top.Primary == "" {
+		b.WriteString("primary: none")
+	} else {
+		fmt.Fprintf(&b, "primary: %s", top.Primary)
+	}
+	fmt.Fprintf(&b, " (epoch %d", top.Epoch)
+	if top.LeaseRemainingMs > 0 {
+		fmt.Fprintf(&b, ", lease %s", formatMs(top.LeaseRemainingMs))
+	}
+	b.WriteString(")")
+	if top.ConflictingPrimaries > 0 {
+		fmt.Fprintf(&b, "; conflicting primaries seen %d times", top.ConflictingPrimaries)
+	}
+	return b.String()
+}
+
+// openConnector parses dsn and starts a Connector on it. A parse error is
+// the caller's to report as a usage error (exitUsage); the error never
+// holds the password.
+func openConnector(dsn string) (*pgrouted.Connector, *pgrouted.Config, error) {
+	cfg, err := pgrouted.ParseConfig(dsn)
+	if err != nil {
+		return nil, nil, err
+	}
+	conn, err := pgrouted.NewConnector(cfg)
+	if err != nil {
+		return nil, cfg, err
+	}
+	return conn, cfg, nil
+}
+
+// probed reports whether every host of top was probed once: it answered
+// (its role is known) or its probe failed (LastError).
+func probed(top pgrouted.Snapshot) bool {
+	for _, h := range top.Hosts {
+		if h.Role == "unknown" && h.LastError == "" {
+			return false
+		}
+	}
+	return len(top.Hosts) > 0
+}
+
+// waitProbed waits until every host was probed once, or timeout, or ctx
+// ends; it returns the last snapshot and whether every host was probed.
+func waitProbed(ctx context.Context, conn *pgrouted.Connector, timeout time.Duration) (pgrouted.Snapshot, bool) {
+	deadline := time.Now().Add(timeout)
+	for {
+		top := conn.Topology()
+		if probed(top) {
+			// A moment more for the primary's lease and the standbys'
+			// positions, which need the primary's probe too.
+			if top.Primary != "" || time.Now().After(deadline) {
+				return top, true
+			}
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return top, probed(top)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// maxLagOf is cfg's time budget, 0 when it has none (or a byte budget).
+func maxLagOf(cfg *pgrouted.Config) time.Duration {
+	if cfg == nil {
+		return 0
+	}
+	if d, ok := cfg.MaxLag.Time(); ok {
+		return d
+	}
+	return 0
+}
+
+// secretsOf returns the passwords a DSN holds or leads to (PGPASSWORD, a
+// passfile), so that the output can be scrubbed of them whatever happens.
+// cfg may be nil when the DSN did not parse.
+func secretsOf(dsn string, cfg *pgrouted.Config) []string {
+	var out []string
+	add := func(s string) {
+		// Very short "passwords" would garble the output when masked.
+		if len(s) >= 3 {
+			out = append(out, s)
+		}
+	}
+	if cfg != nil {
+		for _, h := range cfg.Hosts {
+			if h.ConnConfig != nil {
+				add(h.ConnConfig.Password)
+			}
+		}
+	}
+	if m := urlPassword.FindStringSubmatch(dsn); m != nil {
+		add(m[1])
+		if u, err := url.PathUnescape(m[1]); err == nil {
+			add(u)
+		}
+	}
+	for _, m := range kvPassword.FindAllStringSubmatch(dsn, -1) {
+		v := m[1]
+		if strings.HasPrefix(v, "'") && strings.HasSuffix(v, "'") && len(v) >= 2 {
+			v = strings.ReplaceAll(v[1:len(v)-1], `\'`, `'`)
+		}
+		add(v)
+	}
+	return out
+}
+
+var (
+	urlPassword = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9+.-]*://[^:@/?#]*:([^@]*)@`)
+	kvPassword  = regexp.MustCompile(`(?:^|\s)password\s*=\s*('(?:[^'\\]|\\.)*'|\S+)`)
+)
+
+// redactor writes through to w with every secret masked.
+type redactor struct {
+	w       io.Writer
+	secrets []string
+}
+
+func (r *redactor) Write(p []byte) (int, error) {
+	s := string(p)
+	for _, sec := range r.secrets {
+		s = strings.ReplaceAll(s, sec, "xxxxx")
+	}
+	if _, err := io.WriteString(r.w, s); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
