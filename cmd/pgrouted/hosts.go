@@ -76,7 +76,7 @@ func behind(h pgrouted.HostInfo, maxLag time.Duration) bool {
 // host.
 func topologyTable(top pgrouted.Snapshot, maxLag time.Duration) *table {
 	t := &table{
-		header: []string{"HOST", "ADDRESS", "ROLE", "CIRCUIT", "TIMELINE", "REPLAY LSN", "LAG", "LAG BOUND", "RTT", "SYNC", "READS NOW", "POOL", "LAST ERROR"},
+		header: []string{"HOST", "ADDRESS", "ROLE", "CIRCUIT", "TIMELINE", "REPLAY LSN", "LAG", "LAG BOUND", "RTT", "SYNC", "READS NOW", "POOL"},
 		right:  map[int]bool{4: true, 6: true, 7: true, 8: true, 10: true},
 	}
 	for _, h := range top.Hosts {
@@ -94,16 +94,28 @@ func topologyTable(top pgrouted.Snapshot, maxLag time.Duration) *table {
 			sync = cell{h.SyncState, ""}
 		}
 		pool := fmt.Sprintf("%d/%d/%d", h.Pool.Acquired, h.Pool.Total, h.Pool.Max)
-		errc := cell{"", ""}
-		if h.LastError != "" {
-			errc = cell{truncate(oneLine(h.LastError), 60), red}
-		}
 		t.rows = append(t.rows, []cell{
 			{h.Name, bold}, {h.Address, ""}, roleCell(h, top), circuitCell(h), tl, replay, lb, lt,
-			rttCell(h), sync, {fmt.Sprint(h.InflightReads), ""}, {pool, ""}, errc,
+			rttCell(h), sync, {fmt.Sprint(h.InflightReads), ""}, {pool, ""},
 		})
 	}
 	return t
+}
+
+// probeErrors lists the hosts whose last probe failed, with the error, one
+// line each.
+func probeErrors(top pgrouted.Snapshot, color bool) string {
+	var b strings.Builder
+	for _, h := range top.Hosts {
+		if h.LastError != "" {
+			line := fmt.Sprintf("%s: %s", h.Name, oneLine(h.LastError))
+			if color {
+				line = paint(red, line)
+			}
+			b.WriteString(line + "\n")
+		}
+	}
+	return b.String()
 }
 
 // topologyHeader is the line above the table: the primary, its epoch and
@@ -158,12 +170,10 @@ func waitProbed(ctx context.Context, conn *pgrouted.Connector, timeout time.Dura
 	deadline := time.Now().Add(timeout)
 	for {
 		top := conn.Topology()
-		if probed(top) {
-			// A moment more for the primary's lease and the standbys'
-			// positions, which need the primary's probe too.
-			if top.Primary != "" || time.Now().After(deadline) {
-				return top, true
-			}
+		if probed(top) && (top.Primary != "" || !primaryUp(top)) {
+			// When a host answered as primary, wait for its lease too:
+			// the standbys' lag needs the primary's position.
+			return top, true
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			return top, probed(top)
@@ -173,6 +183,16 @@ func waitProbed(ctx context.Context, conn *pgrouted.Connector, timeout time.Dura
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// primaryUp reports whether a host answered its last probe as a primary.
+func primaryUp(top pgrouted.Snapshot) bool {
+	for _, h := range top.Hosts {
+		if h.Healthy && h.Role == "primary" {
+			return true
+		}
+	}
+	return false
 }
 
 // maxLagOf is cfg's time budget, 0 when it has none (or a byte budget).

@@ -111,7 +111,11 @@ func renderTopology(top pgrouted.Snapshot, maxLag time.Duration, color bool) str
 	if color {
 		head = paint(bold, head)
 	}
-	return head + "\n" + topologyTable(top, maxLag).render(color)
+	out := head + "\n" + topologyTable(top, maxLag).render(color)
+	if errs := probeErrors(top, color); errs != "" {
+		out += "last probe errors:\n" + errs
+	}
+	return out
 }
 
 // redraw returns the ANSI sequence that moves the cursor up over the lines

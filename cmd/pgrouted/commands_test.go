@@ -1,0 +1,166 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pgrouted/pgrouted"
+)
+
+func TestUsage(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		args     []string
+		code     int
+		stdout   string // substring
+		stderr   string // substring
+		noStdout bool
+	}{
+		{args: nil, code: exitUsage, stderr: "Usage:", noStdout: true},
+		{args: []string{"help"}, code: exitOK, stdout: "pgrouted demo"},
+		{args: []string{"--help"}, code: exitOK, stdout: "Exit codes"},
+		{args: []string{"bogus"}, code: exitUsage, stderr: `unknown command "bogus"`, noStdout: true},
+		{args: []string{"help", "topology"}, code: exitOK, stdout: "--watch"},
+		{args: []string{"demo", "--help"}, code: exitOK, stdout: "--duration"},
+		{args: []string{"explain", "-h"}, code: exitOK, stdout: "Usage: pgrouted explain"},
+		{args: []string{"topology"}, code: exitUsage, stderr: "want one DSN", noStdout: true},
+		{args: []string{"topology", "a", "b"}, code: exitUsage, stderr: "want one DSN", noStdout: true},
+		{args: []string{"explain", "postgres://h/db"}, code: exitUsage, stderr: "want a DSN and a query", noStdout: true},
+		{args: []string{"topology", "--bogus", "postgres://h/db"}, code: exitUsage, stderr: "flag provided but not defined", noStdout: true},
+		{args: []string{"demo", "--duration", "5s"}, code: exitUsage, stderr: "too short", noStdout: true},
+		{args: []string{"demo", "--replicas", "0"}, code: exitUsage, stderr: "want 1 to", noStdout: true},
+		{args: []string{"demo", "extra"}, code: exitUsage, stderr: "unexpected argument", noStdout: true},
+	} {
+		code, out, errs := runCmd(t, ctx, tc.args...)
+		if code != tc.code || !strings.Contains(out, tc.stdout) || !strings.Contains(errs, tc.stderr) || (tc.noStdout && out != "") {
+			t.Errorf("pgrouted %q: exit %d (want %d)\nstdout:\n%s\nstderr:\n%s", tc.args, code, tc.code, out, errs)
+		}
+	}
+}
+
+func TestParseFlagsInterleaved(t *testing.T) {
+	for _, tc := range []struct {
+		args  []string
+		watch bool
+		pos   []string
+	}{
+		{[]string{"dsn"}, false, []string{"dsn"}},
+		{[]string{"--watch", "dsn"}, true, []string{"dsn"}},
+		{[]string{"dsn", "--watch"}, true, []string{"dsn"}},
+		{[]string{"dsn", "--", "--watch"}, false, []string{"dsn", "--watch"}},
+		{[]string{"--", "-x", "--watch"}, false, []string{"-x", "--watch"}},
+		{[]string{"--watch", "--", "-- comment\nSELECT 1"}, true, []string{"-- comment\nSELECT 1"}},
+		{[]string{"a", "--watch=false", "b"}, false, []string{"a", "b"}},
+	} {
+		fs := newFlags("t", "t", "", &strings.Builder{})
+		watch := fs.Bool("watch", false, "")
+		pos, _, ok := parseFlags(fs, tc.args, &strings.Builder{})
+		if !ok || *watch != tc.watch || strings.Join(pos, "|") != strings.Join(tc.pos, "|") {
+			t.Errorf("%q: watch %v, pos %q, ok %v; want %v, %q", tc.args, *watch, pos, ok, tc.watch, tc.pos)
+		}
+	}
+}
+
+func TestTopologyCommand(t *testing.T) {
+	ctx := testCtx(t)
+	code, out, errs := runCmd(t, ctx, "topology", testDSN("pgrouted_max_lag=2s"))
+	if code != exitOK {
+		t.Fatalf("exit %d\n%s\n%s", code, out, errs)
+	}
+	t.Logf("\n%s", out)
+	for _, want := range []string{"primary: node0 (epoch 1", "pgrouted_max_lag 2s", "HOST", "LAG BOUND", "node1", "node2", "replica", cluster.Primary().Addr()} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+	if strings.Contains(out, "\x1b[") {
+		t.Errorf("ANSI codes in output that is not a terminal")
+	}
+
+	code, out, errs = runCmd(t, ctx, "topology", "--json", testDSN())
+	var top pgrouted.Snapshot
+	if code != exitOK || json.Unmarshal([]byte(out), &top) != nil {
+		t.Fatalf("exit %d, %q %s", code, out, errs)
+	}
+	if top.Primary != "node0" || len(top.Hosts) != 3 || top.Hosts[1].Role != "standby" || top.Hosts[1].ReplayLSN == "" {
+		t.Fatalf("snapshot %+v", top)
+	}
+}
+
+func TestTopologyWatch(t *testing.T) {
+	ctx, cancel := context.WithTimeout(testCtx(t), 3500*time.Millisecond)
+	defer cancel()
+	code, out, errs := runCmd(t, ctx, "topology", testDSN(), "--watch")
+	if code != exitOK {
+		t.Fatalf("exit %d\n%s\n%s", code, out, errs)
+	}
+	if n := strings.Count(out, "primary: node0"); n < 2 {
+		t.Fatalf("%d snapshots in 3.5s of --watch:\n%s", n, out)
+	}
+}
+
+// TestTopologyBadDSNs: an invalid DSN is a usage error that names the
+// problem; an unreachable cluster prints its table and fails; neither shows
+// the password.
+func TestTopologyBadDSNs(t *testing.T) {
+	ctx := testCtx(t)
+	code, out, errs := runCmd(t, ctx, "topology", "postgres://app:"+marker+"@db1,db2/app?pgrouted_max_lagg=2s")
+	if code != exitUsage || out != "" || !strings.Contains(errs, "pgrouted_max_lagg") {
+		t.Errorf("unknown key: exit %d\nstdout: %s\nstderr: %s", code, out, errs)
+	}
+	code, _, errs = runCmd(t, ctx, "explain", "host=db1 password='"+marker+"' pgrouted_select=fastest", "SELECT 1")
+	if code != exitUsage || !strings.Contains(errs, "pgrouted_select") {
+		t.Errorf("bad value: exit %d, %s", code, errs)
+	}
+	code, _, errs = runCmd(t, ctx, "topology", "postgres://app:"+marker+"@[::1/app")
+	if code != exitUsage || errs == "" {
+		t.Errorf("malformed URL: exit %d, %s", code, errs)
+	}
+	// Nothing listens on port 1.
+	code, out, errs = runCmd(t, ctx, "topology", "--timeout", "5s", "postgres://app:"+marker+"@127.0.0.1:1/app?connect_timeout=1&sslmode=disable")
+	if code != exitFailure || !strings.Contains(out, "down") || !strings.Contains(out, "primary: none") ||
+		!strings.Contains(out, "127.0.0.1:1: failed to connect") {
+		t.Errorf("unreachable: exit %d\nstdout: %s\nstderr: %s", code, out, errs)
+	}
+	t.Logf("unreachable:\n%s%s", out, errs)
+}
+
+func TestExplainCommand(t *testing.T) {
+	ctx := testCtx(t)
+	dsn := testDSN()
+	for _, tc := range []struct {
+		query  string
+		code   int
+		want   []string
+		primry bool
+	}{
+		{"SELECT * FROM pg_class", exitOK, []string{"op:       read", "(a replica)", "reason:   replica"}, false},
+		{"INSERT INTO t VALUES (1)", exitOK, []string{"op:       write", "node0 (the primary)", "reason:   write: the statement is not a read"}, true},
+		{"SELECT * FROM t FOR UPDATE", exitOK, []string{"op:       lock", "node0 (the primary)"}, true},
+		{"SET search_path = x", exitOK, []string{"session-state"}, true},
+		{"/* pgrouted:primary */ SELECT 1", exitOK, []string{"node0 (the primary)", "forced"}, true},
+		{"/* pgrouted:replica */ DELETE FROM t", exitFailure, []string{"write-on-replica", "error:", "runs on:  nowhere"}, false},
+	} {
+		code, out, errs := runCmd(t, ctx, "explain", dsn, tc.query)
+		if code != tc.code {
+			t.Errorf("%q: exit %d, want %d\n%s%s", tc.query, code, tc.code, out, errs)
+			continue
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(out, w) {
+				t.Errorf("%q: output lacks %q:\n%s", tc.query, w, out)
+			}
+		}
+	}
+	code, out, errs := runCmd(t, ctx, "explain", "--json", dsn, "--", "-- a comment\nSELECT 1")
+	var d struct {
+		pgrouted.Decision
+		Query string `json:"query"`
+	}
+	if code != exitOK || json.Unmarshal([]byte(out), &d) != nil || d.Op != "read" || d.Primary || d.Endpoint == "" {
+		t.Fatalf("--json: exit %d, %s %s", code, out, errs)
+	}
+}

@@ -1,0 +1,143 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pgrouted/pgrouted/testcluster"
+)
+
+// TestDemo runs `pgrouted demo --duration 20s --replicas 2 --json` in
+// process, on its own cluster, and checks the summary: no stale read, no
+// error (writes and transactions cut off inside the fault windows are
+// counted apart, as interrupted; see workload), replicas served reads, and
+// writes resumed on the promoted replica. It checks the driver's log lines
+// too: the topology events of the story, and far fewer lines than
+// statements.
+func TestDemo(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	began := time.Now()
+	code, out, errs := runCmd(t, ctx, "demo", "--duration", "20s", "--replicas", "2", "--json")
+	t.Logf("demo took %v; stderr:\n%s", time.Since(began).Round(time.Millisecond), errs)
+	var s Summary
+	if err := json.Unmarshal([]byte(out), &s); err != nil {
+		t.Fatalf("stdout is not one JSON summary: %v\n%s", err, out)
+	}
+	if code != exitOK || !s.OK {
+		t.Fatalf("exit %d, summary:\n%s", code, out)
+	}
+	if !s.Completed || s.StaleReads != 0 || s.Errors != 0 || s.Checks < 100 {
+		t.Errorf("completed %v, %d stale reads in %d checks, %d errors %q", s.Completed, s.StaleReads, s.Checks, s.Errors, s.ErrorSamples)
+	}
+	if s.ReplicaReads == 0 || s.Endpoints["node2"]["read"] == 0 {
+		t.Errorf("replicas served %d reads (node2: %d)", s.ReplicaReads, s.Endpoints["node2"]["read"])
+	}
+	if f := s.Failover; f == nil || f.From != "node0" || f.To != "node1" || f.WritesOnNewPrimary == 0 || f.UnavailableMs < 0 {
+		t.Errorf("failover %+v", s.Failover)
+	}
+	if s.Endpoints["node1"]["write"] == 0 || s.Failovers != 1 {
+		t.Errorf("writes on node1: %d; failovers seen %d", s.Endpoints["node1"]["write"], s.Failovers)
+	}
+	for w := range s.InterruptedWindows {
+		if w != "failover" && w != "node2 killed" {
+			t.Errorf("interrupted in an unknown window %q", w)
+		}
+	}
+	if len(s.Phases) != 7 {
+		t.Errorf("%d phases", len(s.Phases))
+	}
+	// Every event of the story is in the driver's log, once per change.
+	has := func(msg, event, host string) bool {
+		for _, e := range s.Events {
+			if e.Source == "pgrouted" && e.Message == msg && (event == "" || e.Attrs["event"] == event) && e.Attrs["host"] == host {
+				return true
+			}
+		}
+		return false
+	}
+	for _, want := range [][3]string{
+		{"pgrouted: topology", "primary-changed", "node0"},
+		{"pgrouted: topology", "host-down", "node2"},
+		{"pgrouted: circuit open", "", "node2"},
+		{"pgrouted: topology", "host-up", "node2"},
+		{"pgrouted: circuit closed", "", "node2"},
+		{"pgrouted: topology", "host-down", "node0"},
+		{"pgrouted: topology", "primary-changed", "node1"},
+	} {
+		if !has(want[0], want[1], want[2]) {
+			t.Errorf("no log line %q %s host=%s", want[0], want[1], want[2])
+		}
+	}
+	if s.LoggedLines == 0 || s.LoggedLines > 40 || uint64(s.LoggedLines)*100 > s.Statements {
+		t.Errorf("%d log lines for %d statements", s.LoggedLines, s.Statements)
+	}
+	if !strings.Contains(errs, "phase 6/7: failover") {
+		t.Errorf("events not on stderr with --json")
+	}
+	t.Logf("%d statements, %.0f%% of reads on replicas, %d checks, %d interrupted %v, writes unavailable %.0fms",
+		s.Statements, 100*s.ReplicaShare, s.Checks, s.Interrupted, s.InterruptedWindows, s.Failover.UnavailableMs)
+}
+
+// TestDemoWithoutPostgres: with no PostgreSQL binaries the demo fails at
+// once, installs nothing and says how to install them.
+func TestDemoWithoutPostgres(t *testing.T) {
+	t.Setenv(testcluster.EnvBinDir, t.TempDir())
+	code, out, errs := runCmd(t, context.Background(), "demo", "--no-color")
+	if code != exitFailure || !strings.Contains(errs, testcluster.InstallCommand) || !strings.Contains(errs, "make demo") {
+		t.Fatalf("exit %d\nstdout: %s\nstderr: %s", code, out, errs)
+	}
+}
+
+// TestDemoInterrupted: Ctrl-C during the story stops it, removes the
+// cluster and exits 130 with the summary so far.
+func TestDemoInterrupted(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	// The cluster goes in a directory of this test's own, which PostgreSQL
+	// (run as the postgres user when the test runs as root) can enter.
+	dir, err := os.MkdirTemp("", "pgrouted-demo-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	if err := os.Chmod(dir, 0o1777); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("TMPDIR", dir)
+	var code int
+	var out string
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		var o, e strings.Builder
+		code = run(ctx, []string{"demo", "--duration", "60s", "--json"}, &o, &e)
+		out = o.String()
+	}()
+	time.Sleep(8 * time.Second) // boot, then a few seconds of workload
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(60 * time.Second):
+		t.Fatal("the demo did not stop within 60s of Ctrl-C")
+	}
+	var s Summary
+	if err := json.Unmarshal([]byte(out), &s); err != nil && out != "" {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if code != exitInterrupted || (out != "" && (s.Completed || s.OK)) {
+		t.Fatalf("exit %d, summary %s", code, out)
+	}
+	if left, _ := filepath.Glob(filepath.Join(dir, "pgrouted-testcluster-*")); len(left) != 0 {
+		t.Errorf("cluster directory left behind: %v", left)
+	}
+	if procs, err := exec.Command("pgrep", "-af", dir+"/").Output(); err == nil && len(procs) > 0 {
+		t.Errorf("PostgreSQL processes left behind:\n%s", procs)
+	}
+}

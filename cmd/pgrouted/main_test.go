@@ -1,0 +1,90 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pgrouted/pgrouted/testcluster"
+)
+
+// cluster is a primary with two streaming replicas for the topology,
+// explain and logger tests, started once. The demo test starts its own,
+// as the command does.
+var cluster *testcluster.Cluster
+
+func TestMain(m *testing.M) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	c, err := testcluster.Start(ctx, testcluster.Options{
+		Replicas: 2,
+		Logf:     func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) },
+	})
+	cancel()
+	if err != nil {
+		// Never skip: say how to install PostgreSQL, and fail.
+		fmt.Fprintf(os.Stderr, "FAIL: cannot start the test cluster: %v\n", err)
+		os.Exit(1)
+	}
+	cluster = c
+	code := m.Run()
+	if err := c.Close(); err != nil {
+		fmt.Fprintf(os.Stderr, "FAIL: close the test cluster: %v\n", err)
+		code = 1
+	}
+	os.Exit(code)
+}
+
+func testCtx(t *testing.T) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func restore(t *testing.T) {
+	t.Helper()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		if err := cluster.Restore(ctx); err != nil {
+			t.Fatalf("restore cluster: %v", err)
+		}
+	})
+}
+
+// marker is a password that must never be printed. Trust authentication
+// ignores it.
+const marker = "hunter2marker"
+
+// testDSN is the cluster's DSN with the marker password and the hosts named
+// node0, node1, node2 (primary first).
+func testDSN(extra ...string) string {
+	names := []string{cluster.Primary().Name()}
+	for _, r := range cluster.Replicas() {
+		names = append(names, r.Name())
+	}
+	dsn := strings.Replace(cluster.DSN(), "postgres@", "postgres:"+marker+"@", 1) +
+		"&pgrouted_probe_interval=200ms&pgrouted_names=" + strings.Join(names, ",")
+	for _, e := range extra {
+		dsn += "&" + e
+	}
+	return dsn
+}
+
+// runCmd runs the command line in process and returns its exit code,
+// stdout and stderr. It fails the test if the marker password shows up.
+func runCmd(t *testing.T, ctx context.Context, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := run(ctx, args, &out, &errb)
+	for _, s := range []string{out.String(), errb.String()} {
+		if strings.Contains(s, marker) {
+			t.Fatalf("pgrouted %s printed the password:\n%s", args[0], s)
+		}
+	}
+	return code, out.String(), errb.String()
+}
