@@ -436,6 +436,10 @@ var cases = []dsnCase{
 		err: "target_session_attrs (standby) must be any or left out", key: "target_session_attrs"},
 	{name: "target_session_attrs any", dsn: "host=db1 target_session_attrs=any sslmode=disable",
 		hosts: plain("db1:5432")},
+	{name: "pgxpool key", dsn: "postgres://u:" + marker + "@db1,db2/app?pool_max_conns=10",
+		err: "pool_max_conns is a pgxpool setting", key: "pool_max_conns"},
+	{name: "pgxpool key keyword form", dsn: "host=db1 password=" + marker + " pool_min_conns=2 pool_max_conn_lifetime=1h",
+		err: "pool_max_conn_lifetime is a pgxpool setting", key: "pool_max_conn_lifetime"},
 
 	// pgx's own errors, with the password about.
 	{name: "pgx bad port", dsn: "postgres://u:" + marker + "@db1:notaport/db", err: "invalid port"},

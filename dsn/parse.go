@@ -328,6 +328,20 @@ func Parse(connString string) (*Config, error) {
 		routing = append(routing, s)
 	}
 
+	// pgxpool's own keys are not PostgreSQL's: pgx would send them to the
+	// server as run-time parameters, which it refuses at connect.
+	poolKeys := make([]string, 0, 1)
+	for k := range cc.RuntimeParams {
+		if strings.HasPrefix(k, "pool_") {
+			poolKeys = append(poolKeys, k)
+		}
+	}
+	if len(poolKeys) > 0 {
+		slices.Sort(poolKeys)
+		return nil, newError(sec, poolKeys[0], fmt.Sprintf(
+			"%s is a pgxpool setting, not a PostgreSQL one: pgrouted sizes its replica pools with pgrouted_replica_max_conns, and database/sql its own with (*sql.DB).SetMaxOpenConns", poolKeys[0]), nil)
+	}
+
 	if cc.ValidateConnect != nil {
 		v := lastValue(src, "target_session_attrs", "PGTARGETSESSIONATTRS")
 		return nil, newError(sec, "target_session_attrs", fmt.Sprintf(
