@@ -54,13 +54,13 @@ func (t *table) render(color bool) string {
 			}
 			pad := strings.Repeat(" ", width[i]-utf8.RuneCountInString(c.text))
 			text := c.text
+			if color && c.color != "" {
+				text = paint(c.color, text)
+			}
 			if t.right[i] {
 				text = pad + text
 			} else if i < len(cells)-1 {
 				text += pad
-			}
-			if color && c.color != "" {
-				text = paint(c.color, text)
 			}
 			if i > 0 {
 				sb.WriteString("  ")
