@@ -1,4 +1,4 @@
-// Package promcollector exports what a pgrouted [pgrouted.Connector] sees
+// Package promcollector exports what a [pgrouted.Connector] sees
 // and counts as Prometheus metrics. It is a separate package so that
 // applications that do not use Prometheus do not import its client.
 //
