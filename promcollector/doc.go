@@ -47,7 +47,7 @@
 //
 // Every op and every known reason is exported from the start, at 0, so that
 // rate() and alerts see a series before its first event. Nothing exported
-// holds a password: host names, addresses and counts only.
+// holds a password: host names and numbers only.
 //
 // Two Connectors in one registry need distinguishing labels:
 // New(conn, ConstLabels(prometheus.Labels{"db": "orders"})).
