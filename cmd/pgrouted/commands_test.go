@@ -19,11 +19,12 @@ func TestUsage(t *testing.T) {
 		stderr   string // substring
 		noStdout bool
 	}{
+		{args: []string{"demo", "--help"}, code: exitOK, stdout: "Usage: pgrouted demo", stderr: ""},
 		{args: nil, code: exitUsage, stderr: "Usage:", noStdout: true},
 		{args: []string{"help"}, code: exitOK, stdout: "pgrouted demo"},
 		{args: []string{"--help"}, code: exitOK, stdout: "Exit codes"},
 		{args: []string{"bogus"}, code: exitUsage, stderr: `unknown command "bogus"`, noStdout: true},
-		{args: []string{"help", "topology"}, code: exitOK, stdout: "--watch"},
+		{args: []string{"help", "topology"}, code: exitOK, stdout: "-watch"},
 		{args: []string{"demo", "--help"}, code: exitOK, stdout: "--duration"},
 		{args: []string{"explain", "-h"}, code: exitOK, stdout: "Usage: pgrouted explain"},
 		{args: []string{"topology"}, code: exitUsage, stderr: "want one DSN", noStdout: true},
@@ -35,6 +36,12 @@ func TestUsage(t *testing.T) {
 		{args: []string{"demo", "extra"}, code: exitUsage, stderr: "unexpected argument", noStdout: true},
 	} {
 		code, out, errs := runCmd(t, ctx, tc.args...)
+		if code == exitOK && errs != "" {
+			t.Errorf("pgrouted %q: stderr %q", tc.args, errs)
+		}
+		if strings.Count(out+errs, "Usage: pgrouted") > 1 {
+			t.Errorf("pgrouted %q: usage printed twice", tc.args)
+		}
 		if code != tc.code || !strings.Contains(out, tc.stdout) || !strings.Contains(errs, tc.stderr) || (tc.noStdout && out != "") {
 			t.Errorf("pgrouted %q: exit %d (want %d)\nstdout:\n%s\nstderr:\n%s", tc.args, code, tc.code, out, errs)
 		}
@@ -57,7 +64,7 @@ func TestParseFlagsInterleaved(t *testing.T) {
 	} {
 		fs := newFlags("t", "t", "", &strings.Builder{})
 		watch := fs.Bool("watch", false, "")
-		pos, _, ok := parseFlags(fs, tc.args, &strings.Builder{})
+		pos, _, ok := parseFlags(fs, tc.args, &strings.Builder{}, &strings.Builder{})
 		if !ok || *watch != tc.watch || strings.Join(pos, "|") != strings.Join(tc.pos, "|") {
 			t.Errorf("%q: watch %v, pos %q, ok %v; want %v, %q", tc.args, *watch, pos, ok, tc.watch, tc.pos)
 		}

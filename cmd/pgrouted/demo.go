@@ -60,7 +60,7 @@ resumed on the new primary; 1 otherwise, or when the cluster cannot start;
 	fs.IntVar(&opts.Replicas, "replicas", 2, fmt.Sprintf("number of streaming replicas (1 to %d)", maxDemoReplicas))
 	fs.BoolVar(&opts.NoColor, "no-color", false, "no colors and no cursor control: print plain snapshots")
 	fs.BoolVar(&opts.JSON, "json", false, "print only a JSON summary on stdout at the end (events go to stderr)")
-	pos, code, ok := parseFlags(fs, args, stdout)
+	pos, code, ok := parseFlags(fs, args, stdout, stderr)
 	if !ok {
 		return code
 	}

@@ -26,7 +26,7 @@ now (no primary, no replica for a forced replica read, a write forced to a
 replica); 2 on bad arguments or an invalid DSN.`, stderr)
 	asJSON := fs.Bool("json", false, "print the decision as JSON")
 	timeout := fs.Duration("timeout", 10*time.Second, "how long to wait for the first probes")
-	pos, code, ok := parseFlags(fs, args, stdout)
+	pos, code, ok := parseFlags(fs, args, stdout, stderr)
 	if !ok {
 		return code
 	}

@@ -113,8 +113,12 @@ func hasFlags(fs *flag.FlagSet) bool {
 // parseFlags parses args with fs, allowing flags after positional
 // arguments (pgrouted topology DSN --watch), and returns the positional
 // arguments. "--" ends the flags. On --help it prints the usage on stdout
-// and returns ok false with code exitOK; on a bad flag, code exitUsage.
-func parseFlags(fs *flag.FlagSet, args []string, stdout io.Writer) (pos []string, code int, ok bool) {
+// and returns ok false with code exitOK; on a bad flag it prints the error
+// and the usage on stderr and returns ok false with code exitUsage.
+func parseFlags(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) (pos []string, code int, ok bool) {
+	// The flag package would print the usage itself, on its output: it
+	// prints nothing, and this function prints where it belongs.
+	fs.SetOutput(io.Discard)
 	for len(args) > 0 {
 		if args[0] == "--" {
 			return append(pos, args[1:]...), exitOK, true
@@ -131,7 +135,7 @@ func parseFlags(fs *flag.FlagSet, args []string, stdout io.Writer) (pos []string
 			return nil, exitOK, false
 		}
 		if err != nil {
-			return nil, exitUsage, false
+			return nil, usageError(fs, stderr, "%v", err), false
 		}
 		rest := fs.Args()
 		if n := len(args) - len(rest); n > 0 && args[n-1] == "--" {

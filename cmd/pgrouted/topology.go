@@ -28,7 +28,7 @@ an invalid DSN.`, stderr)
 	asJSON := fs.Bool("json", false, "print the snapshot as JSON (with --watch, one JSON object per line)")
 	noColor := fs.Bool("no-color", false, "no colors and no cursor control, even on a terminal")
 	timeout := fs.Duration("timeout", 10*time.Second, "how long to wait for the first probes")
-	pos, code, ok := parseFlags(fs, args, stdout)
+	pos, code, ok := parseFlags(fs, args, stdout, stderr)
 	if !ok {
 		return code
 	}
