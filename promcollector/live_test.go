@@ -90,9 +90,12 @@ func open(t *testing.T) (*sql.DB, *pgrouted.Connector, *prometheus.Registry) {
 	t.Cleanup(func() { db.Close() })
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(promcollector.New(conn))
-	waitFor(t, 15*time.Second, "reads routed to a replica", func() bool {
+	// The first probes are done: the primary is known (else a failover
+	// right away would be the first primary this Connector sees, epoch 1),
+	// and reads go to a replica.
+	waitFor(t, 15*time.Second, "the primary known and reads routed to a replica", func() bool {
 		d, err := conn.Explain(context.Background(), "SELECT 1")
-		return err == nil && !d.Primary && d.Endpoint != ""
+		return err == nil && !d.Primary && d.Endpoint != "" && conn.Topology().Primary == cluster.Primary().Name()
 	})
 	return db, conn, reg
 }
