@@ -1,10 +1,18 @@
 # pgrouted: the two commands a newcomer needs.
 #
+#   make demo   a local primary with two streaming replicas, a workload
+#               through pgrouted, a scripted story (a paused replica, a killed
+#               one, a failover) and what pgrouted did
 #   make test   the whole test suite, with -race, against real local
-#               PostgreSQL clusters (installs PostgreSQL when it is missing
-#               and this runs as root with apt-get; otherwise says how)
+#               PostgreSQL clusters
+#
+# Both install PostgreSQL when it is missing and this runs as root with
+# apt-get; otherwise they say which command to run.
 
-.PHONY: test postgres vet fmt
+.PHONY: demo test postgres vet fmt
+
+demo: postgres
+	go run ./cmd/pgrouted demo
 
 test: postgres
 	./scripts/test.sh

@@ -311,7 +311,10 @@ func (c *Connector) watch(events <-chan topology.Event) {
 		if c.cfg.Logger == nil {
 			continue
 		}
-		attrs := []any{"event", e.Kind.String(), "epoch", e.Epoch}
+		attrs := []any{"event", e.Kind.String()}
+		if e.Kind != topology.EventHostUp && e.Kind != topology.EventHostDown {
+			attrs = append(attrs, "epoch", e.Epoch)
+		}
 		if e.Host != "" {
 			attrs = append(attrs, "host", e.Host)
 		}
