@@ -34,6 +34,7 @@ func fixed() *fake {
 			ReadOnlyRetries: 4,
 			ReplicaRetries:  5,
 			Failovers:       1,
+			TimelineResets:  8,
 		},
 		top: pgrouted.Snapshot{
 			Primary:              "east",
@@ -147,6 +148,9 @@ pgrouted_route_errors_total{reason="saturated"} 0
 pgrouted_route_errors_total{reason="some-future-reason"} 2
 pgrouted_route_errors_total{reason="unhealthy"} 0
 pgrouted_route_errors_total{reason="write-on-replica"} 0
+# HELP pgrouted_timeline_resets_total Read-your-writes positions given up because they were written on a timeline older than the primary's (a failover may have lost them): reads went to the primary until a position on the new timeline was known.
+# TYPE pgrouted_timeline_resets_total counter
+pgrouted_timeline_resets_total 8
 # HELP pgrouted_statements_total Statements run, per endpoint (host name) and op (read, write, tx, lock).
 # TYPE pgrouted_statements_total counter
 pgrouted_statements_total{endpoint="east",op="lock"} 0

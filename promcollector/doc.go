@@ -25,6 +25,7 @@
 //	pgrouted_replica_retries_total              reads that ran elsewhere after their replica's connection failed
 //	pgrouted_failovers_total                    changes of primary seen
 //	pgrouted_conflicting_primaries_total        observations of two primaries with no strictly higher timeline
+//	pgrouted_timeline_resets_total              read-your-writes positions of an older timeline given up after a failover
 //
 // Gauges, now:
 //
