@@ -339,7 +339,7 @@ func (cn *conn) runOnReplicas(ctx context.Context, p *plan, ev *RouteEvent, cl *
 		next := pick{host: -1}
 		if attempt == 0 {
 			s := cn.c.top.Snapshot()
-			if rc, err := cn.c.readCtx(ctx, s); err == nil {
+			if rc, err := cn.c.readCtx(ctx, s, true); err == nil {
 				next = cn.c.pickReplica(s, rc, true, host)
 			}
 		}

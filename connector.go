@@ -107,6 +107,9 @@ type Connector struct {
 	booted atomic.Bool
 	// counters are behind Stats.
 	counters counters
+	// loggedTimeline is the last timeline for which a possible loss of
+	// writes was logged.
+	loggedTimeline atomic.Uint32
 
 	logDone chan struct{}
 	closeMu sync.Mutex
@@ -256,7 +259,11 @@ func (c *Connector) circuitChanged(ch circuit.Change) {
 		}
 	}
 	if c.cfg.Logger != nil {
-		c.cfg.Logger.Warn("pgrouted: circuit "+ch.To.String(), "host", ch.Name, "source", ch.Source.String(), "failures", ch.Failures)
+		level := slog.LevelWarn
+		if ch.To == circuit.Closed {
+			level = slog.LevelInfo
+		}
+		c.cfg.Logger.Log(context.Background(), level, "pgrouted: circuit "+ch.To.String(), "host", ch.Name, "source", ch.Source.String(), "failures", ch.Failures)
 	}
 }
 

@@ -99,14 +99,15 @@ func open(t testing.TB, extra ...string) (*sql.DB, *pgrouted.Connector, *routes)
 	return db, conn, rec
 }
 
-// waitReplicaRoute waits until a plain read would go to a replica: the
-// probes know the roles and the replicas hold the connector's writes.
+// waitReplicaRoute waits until a plain read would go to a replica and the
+// primary is known: the probes know the roles and the replicas hold the
+// connector's writes.
 func waitReplicaRoute(t testing.TB, conn *pgrouted.Connector) {
 	t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		d, err := conn.Explain(context.Background(), "SELECT 1")
-		if err == nil && !d.Primary && d.Endpoint != "" {
+		if err == nil && !d.Primary && d.Endpoint != "" && conn.Topology().Primary != "" {
 			return
 		}
 		if time.Now().After(deadline) {

@@ -33,7 +33,10 @@ type Snapshot struct {
 type HostInfo struct {
 	Name    string `json:"name"`
 	Address string `json:"address"`
-	// Role is "primary", "standby" or "unknown".
+	// Role is what the last successful probe saw: "primary", "standby",
+	// or "unknown" before any. It stays when probes fail: a stopped old
+	// primary still says "primary" (with Healthy false); the Snapshot's
+	// Primary names the authoritative one.
 	Role string `json:"role"`
 	// Healthy is true when the last probe succeeded.
 	Healthy bool `json:"healthy"`
@@ -85,7 +88,8 @@ func (c *Connector) Topology() Snapshot {
 	}
 	var primaryInsert lagmeter.LSN
 	if s.Primary >= 0 {
-		primaryInsert = s.Hosts[s.Primary].InsertLSN
+		p := &s.Hosts[s.Primary]
+		primaryInsert = p.Layout.RecordEnd(p.InsertLSN)
 	}
 	for i := range s.Hosts {
 		h := &s.Hosts[i]

@@ -77,7 +77,7 @@ func (c *Connector) plan(ctx context.Context, r sqlclass.Result, onPrimary, adva
 		return p
 	}
 	s := c.top.Snapshot()
-	rc, err := c.readCtx(ctx, s)
+	rc, err := c.readCtx(ctx, s, advance)
 	if err != nil {
 		p.err = err
 		return p
@@ -136,7 +136,9 @@ type readCtx struct {
 	forced bool // forced to a replica: a saturated one still serves
 }
 
-func (c *Connector) readCtx(ctx context.Context, s *topology.Snapshot) (readCtx, error) {
+// With commit false (Explain) it changes nothing: what it learns about the
+// caller's position stays local.
+func (c *Connector) readCtx(ctx context.Context, s *topology.Snapshot, commit bool) (readCtx, error) {
 	rc := readCtx{ctx: ctx, mark: &c.writes, budget: c.budget, now: time.Now(), forced: routeFrom(ctx) == Replica}
 	if sess := sessionFrom(ctx); sess != nil {
 		rc.mark = &sess.m
@@ -160,10 +162,16 @@ func (c *Connector) readCtx(ctx context.Context, s *topology.Snapshot) (readCtx,
 			// becomes unknown (reads go to the primary, which shows what
 			// survived) until a primary probe sent from now on supplies a
 			// position on the new timeline.
+			if !commit {
+				next := *rc.st
+				next.wm, next.unknown, next.unknownAt = lagmeter.Watermark{}, true, rc.now
+				return rc.with(&next), nil
+			}
 			rc.st = rc.mark.expire(rc.st, rc.now)
 			c.counters.timelineResets.Add(1)
-			if c.cfg.Logger != nil {
-				c.cfg.Logger.Warn("pgrouted: a write acknowledged before a failover may have been lost; reading from the primary until the new timeline's position is known",
+			// One line per new timeline, not one per request.
+			if last := c.loggedTimeline.Load(); p.Timeline > last && c.loggedTimeline.CompareAndSwap(last, p.Timeline) && c.cfg.Logger != nil {
+				c.cfg.Logger.Warn("pgrouted: writes acknowledged before a failover may have been lost; reading them from the primary until the new timeline's position is known",
 					"watermark", w.String(), "timeline", p.Timeline)
 			}
 		}
@@ -173,10 +181,21 @@ func (c *Connector) readCtx(ctx context.Context, s *topology.Snapshot) (readCtx,
 		// read a position at or after that write.
 		p := &s.Hosts[s.Primary]
 		if p.InsertLSN != 0 && p.SystemID != 0 && p.Timeline != 0 && p.LastSuccess.After(rc.st.unknownAt) {
-			rc.st = rc.mark.resolve(rc.st, lagmeter.Watermark{SystemID: p.SystemID, Timeline: p.Timeline, LSN: p.Layout.RecordEnd(p.InsertLSN)})
+			w := lagmeter.Watermark{SystemID: p.SystemID, Timeline: p.Timeline, LSN: p.Layout.RecordEnd(p.InsertLSN)}
+			if !commit {
+				next := *rc.st
+				next.unknown, next.wm = false, later(rc.st.wm, w)
+				return rc.with(&next), nil
+			}
+			rc.st = rc.mark.resolve(rc.st, w)
 		}
 	}
 	return rc, nil
+}
+
+func (rc readCtx) with(st *markState) readCtx {
+	rc.st = st
+	return rc
 }
 
 // clusterSystemID is the system identifier the probes read, or 0.

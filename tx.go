@@ -75,7 +75,7 @@ func (cn *conn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, 
 	}
 	if onReplica {
 		snap := cn.c.top.Snapshot()
-		rc, err := cn.c.readCtx(ctx, snap)
+		rc, err := cn.c.readCtx(ctx, snap, true)
 		if err != nil {
 			return fail(err)
 		}

@@ -285,6 +285,29 @@ func (c *Cluster) initdb(ctx context.Context, n *Node) error {
 	return nil
 }
 
+// movePort gives node n a new free port, and points its fault point and
+// every replication link that led to the old one at it.
+func (c *Cluster) movePort(n *Node) error {
+	ports, err := freePorts(1)
+	if err != nil {
+		return err
+	}
+	old := n.pgAddr()
+	n.port = ports[0]
+	if err := n.fault.setUpstream(n.pgAddr()); err != nil {
+		return err
+	}
+	for _, m := range c.nodes {
+		if m.link.upstream() == old {
+			if err := m.link.setUpstream(n.pgAddr()); err != nil {
+				return err
+			}
+		}
+	}
+	c.opts.Logf("testcluster: %s: port taken, moved from %s to %s", n.name, old, n.pgAddr())
+	return nil
+}
+
 // waitStreaming waits until every replica streams from primary.
 func (c *Cluster) waitStreaming(ctx context.Context, primary *Node, replicas []*Node) error {
 	for _, r := range replicas {

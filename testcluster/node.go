@@ -208,10 +208,21 @@ func (n *Node) Running() bool {
 // Start starts the node's server and waits until it accepts connections.
 func (n *Node) Start(ctx context.Context) error {
 	began := time.Now()
-	err := n.c.run.run(ctx, "pg_ctl", "start", "-w", "-t", "120", "-D", n.dataDir, "-l", n.logFile,
-		"-o", fmt.Sprintf("-p %d -c cluster_name=%s", n.port, n.name))
-	if err != nil {
-		return fmt.Errorf("%w\n%s", err, n.logTail())
+	for attempt := 0; ; attempt++ {
+		err := n.c.run.run(ctx, "pg_ctl", "start", "-w", "-t", "120", "-D", n.dataDir, "-l", n.logFile,
+			"-o", fmt.Sprintf("-p %d -c cluster_name=%s", n.port, n.name))
+		if err == nil {
+			break
+		}
+		tail := n.logTail()
+		if attempt < 3 && strings.Contains(tail, "could not bind") {
+			// Another process took the free port picked for this node
+			// (clusters of parallel test binaries): move to a new one.
+			if perr := n.c.movePort(n); perr == nil {
+				continue
+			}
+		}
+		return fmt.Errorf("%w\n%s", err, tail)
 	}
 	n.c.opts.Logf("testcluster: %s started on %s (postgres on %s) in %s", n.name, n.Addr(), n.pgAddr(), time.Since(began).Round(time.Millisecond))
 	return nil
