@@ -164,9 +164,12 @@ func NewConnector(cfg *Config) (*Connector, error) {
 			return nil, fmt.Errorf("pgrouted: circuit for %s: %w", h.Name, err)
 		}
 		c.breakers = append(c.breakers, b)
-		// No data connection, nor pgx's cancel request after a broken
-		// query, dials a host whose circuit is open: it would only wait
-		// for a host known not to answer.
+		// A primary session may be needed the moment the host answers
+		// again: it dials whatever the circuit says.
+		c.primary = append(c.primary, stdlib.GetConnector(*pc.ConnConfig.Copy()))
+		// No replica connection, nor pgx's cancel request after a broken
+		// read, dials a host whose circuit is open: it would only wait for
+		// a host known not to answer.
 		dial := pc.ConnConfig.DialFunc
 		name := h.Name
 		pc.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -182,7 +185,6 @@ func NewConnector(cfg *Config) (*Connector, error) {
 		}
 		c.pools = append(c.pools, pool)
 		c.replicas = append(c.replicas, stdlib.GetPoolConnector(pool))
-		c.primary = append(c.primary, stdlib.GetConnector(*pc.ConnConfig.Copy()))
 	}
 	top, err := topology.New(th, topology.Options{
 		Interval: own.ProbeInterval,
@@ -399,6 +401,7 @@ func (c *Connector) wrote(ctx context.Context, host int, lsn lagmeter.LSN) {
 // waitPrimary returns the primary's index and epoch, waiting until deadline
 // for one with a valid lease.
 func (c *Connector) waitPrimary(ctx context.Context, op string, deadline time.Time) (int, uint64, error) {
+	var kicked time.Time
 	for {
 		s := c.top.Snapshot()
 		now := time.Now()
@@ -407,6 +410,15 @@ func (c *Connector) waitPrimary(ctx context.Context, op string, deadline time.Ti
 		}
 		if !now.Before(deadline) {
 			return -1, 0, &RouteError{Op: op, Reason: ReasonNoPrimary}
+		}
+		if now.Sub(kicked) >= 200*time.Millisecond {
+			// A statement is waiting for a primary: probe every host now,
+			// whatever backoff their circuits are in, so that one that
+			// came back (or was promoted) is seen at once.
+			kicked = now
+			for i := range s.Hosts {
+				c.top.ProbeNow(i)
+			}
 		}
 		if err := sleepCtx(ctx, min(20*time.Millisecond, deadline.Sub(now))); err != nil {
 			return -1, 0, err
