@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -597,5 +598,49 @@ func TestFindBinDirMissing(t *testing.T) {
 	_, err = testcluster.Start(context.Background(), testcluster.Options{})
 	if !errors.Is(err, testcluster.ErrNoPostgres) {
 		t.Fatalf("Start without binaries: %v, want ErrNoPostgres", err)
+	}
+}
+
+// TestStartCancelled: a context that ends during the boot stops it
+// promptly, and nothing is left behind.
+func TestStartCancelled(t *testing.T) {
+	// A directory the PostgreSQL user can enter when the test runs as root.
+	dir, err := os.MkdirTemp("", "pgrouted-cancel-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	if err := os.Chmod(dir, 0o1777); err != nil {
+		t.Fatal(err)
+	}
+	cancelled := 0
+	for _, after := range []time.Duration{300 * time.Millisecond, 1500 * time.Millisecond, 2500 * time.Millisecond} {
+		ctx, cancel := context.WithTimeout(context.Background(), after)
+		began := time.Now()
+		c, err := testcluster.Start(ctx, testcluster.Options{Replicas: 2, Dir: dir})
+		ctxErr := ctx.Err()
+		cancel()
+		if err == nil {
+			c.Close()
+			continue // it booted in time: nothing to test at this delay
+		}
+		if ctxErr == nil {
+			t.Fatalf("Start failed, but not because its context ended: %v", err)
+		}
+		cancelled++
+		t.Logf("boot cancelled after %v: returned after %v", after, time.Since(began).Round(time.Millisecond))
+		if took := time.Since(began); took > after+20*time.Second {
+			t.Fatalf("a boot cancelled after %v returned after %v", after, took)
+		}
+		left, _ := filepath.Glob(filepath.Join(dir, "pgrouted-testcluster-*"))
+		if len(left) != 0 {
+			t.Fatalf("cancelled after %v: left %v", after, left)
+		}
+	}
+	if out, err := exec.Command("pgrep", "-af", dir+"/").Output(); err == nil && len(out) > 0 {
+		t.Fatalf("processes left behind:\n%s", out)
+	}
+	if cancelled == 0 {
+		t.Fatal("every boot finished before its context ended: nothing was tested")
 	}
 }

@@ -64,6 +64,12 @@ func (r *runner) command(ctx context.Context, name string, args ...string) *exec
 	cmd.Dir = r.dir
 	cmd.Env = r.env
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: r.cred}
+	// When ctx ends, kill the program's whole process group (pg_basebackup
+	// forks a WAL streaming child that holds its output open), and do not
+	// wait for the output for ever. A postmaster started by pg_ctl has
+	// its own session and is not in the group.
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 5 * time.Second
 	return cmd
 }
 
