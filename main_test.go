@@ -107,7 +107,9 @@ func waitReplicaRoute(t testing.TB, conn *pgrouted.Connector) {
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		d, err := conn.Explain(context.Background(), "SELECT 1")
-		if err == nil && !d.Primary && d.Endpoint != "" && conn.Topology().Primary != "" {
+		// "replica-check" is not enough: the check may still send the
+		// read to the primary.
+		if err == nil && !d.Primary && d.Reason == pgrouted.ReasonReplica && conn.Topology().Primary != "" {
 			return
 		}
 		if time.Now().After(deadline) {
