@@ -80,9 +80,18 @@ func TestLoggerOneLinePerTopologyEvent(t *testing.T) {
 		tx.Commit()
 		db.ExecContext(pgrouted.WithRoute(ctx, pgrouted.Replica), "DELETE FROM logt") // a route error
 	}
-	if ls := lines(); len(ls) != before {
+	// None per statement. (A probe that times out on a busy machine is a
+	// topology event, and may log its line meanwhile.)
+	if ls := lines(); len(ls) > before+4 {
 		t.Fatalf("%d lines logged for 200 statements:\n%s", len(ls)-before, dump(ls[before:]))
+	} else {
+		for _, e := range ls[before:] {
+			if !strings.HasPrefix(e.Message, "pgrouted: topology") && !strings.HasPrefix(e.Message, "pgrouted: circuit") {
+				t.Fatalf("a line that is not a topology event:\n%s", dump(ls[before:]))
+			}
+		}
 	}
+	before = len(lines())
 
 	// A replica killed and started again: down, circuit open; up, circuit
 	// closed; once each.
@@ -90,7 +99,9 @@ func TestLoggerOneLinePerTopologyEvent(t *testing.T) {
 	if err := node2.Kill(ctx); err != nil {
 		t.Fatal(err)
 	}
+	// Count from here: on a busy machine a boot probe may time out too.
 	waitLines("node2 down and its circuit open", func(ls []Event) bool {
+		ls = ls[before:]
 		return count(ls, "pgrouted: topology", "host-down", "node2") == 1 && count(ls, "pgrouted: circuit open", "", "node2") == 1
 	})
 	time.Sleep(2 * time.Second) // failed probes go on: no more lines
@@ -98,7 +109,8 @@ func TestLoggerOneLinePerTopologyEvent(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitLines("node2 up and its circuit closed", func(ls []Event) bool {
-		return count(ls, "pgrouted: topology", "host-up", "node2") == 2 && count(ls, "pgrouted: circuit closed", "", "node2") == 1
+		ls = ls[before:]
+		return count(ls, "pgrouted: topology", "host-up", "node2") == 1 && count(ls, "pgrouted: circuit closed", "", "node2") == 1
 	})
 	time.Sleep(time.Second)
 	ls := lines()[before:]
