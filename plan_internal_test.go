@@ -1,8 +1,14 @@
 package pgrouted
 
 import (
+	"context"
+	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/pgrouted/pgrouted/circuit"
+	"github.com/pgrouted/pgrouted/lagmeter"
 
 	"github.com/pgrouted/pgrouted/dsn"
 	"github.com/pgrouted/pgrouted/topology"
@@ -96,4 +102,59 @@ type errTestContext struct{}
 func (errTestContext) Error() string { return "context canceled" }
 func (errTestContext) Is(target error) bool {
 	return target.Error() == "context canceled"
+}
+
+// benchConnector is a Connector over n healthy, caught-up standbys (and a
+// primary), enough for pickReplica.
+func benchConnector(b *testing.B, policy dsn.SelectPolicy, n int) (*Connector, *topology.Snapshot) {
+	c := &Connector{inflight: make([]hostFlight, n+1), known: make([]atomic.Pointer[knownReplay], n+1), maxConns: 4, history: lagmeter.NewHistory(0)}
+	c.cfg.Config.Select = policy
+	c.cfg.Consistency = dsn.ConsistencySession
+	c.cfg.LatencyWindow = 20 * time.Millisecond
+	s := &topology.Snapshot{Primary: 0, Lease: time.Minute, Confirmed: time.Now()}
+	for i := 0; i <= n; i++ {
+		name := fmt.Sprintf("h%d", i)
+		c.hosts = append(c.hosts, dsn.Host{Name: name, Weight: 1 + i%3})
+		br, err := circuit.New(name, circuit.Config{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		c.breakers = append(c.breakers, br)
+		h := topology.HostState{Name: name, Role: topology.RoleStandby, Healthy: true, RTT: time.Duration(1+i%5) * time.Millisecond, SystemID: 7, Timeline: 1, ReplayLSN: 1 << 30}
+		if i == 0 {
+			h.Role, h.ReplayLSN, h.InsertLSN = topology.RolePrimary, 0, 1<<30
+		}
+		s.Hosts = append(s.Hosts, h)
+	}
+	c.writes.wrote(lagmeter.Watermark{SystemID: 7, Timeline: 1, LSN: 1 << 29}, time.Now())
+	return c, s
+}
+
+// BenchmarkPickReplica: the whole eligibility check and choice of a read's
+// replica among 3 and 32 standbys, per strategy.
+func BenchmarkPickReplica(b *testing.B) {
+	for _, policy := range []dsn.SelectPolicy{dsn.SelectRoundRobin, dsn.SelectWeighted, dsn.SelectLeastInflight, dsn.SelectNearest, dsn.SelectRandom} {
+		for _, n := range []int{3, 32} {
+			b.Run(fmt.Sprintf("%s/%d", policy, n), func(b *testing.B) {
+				c, s := benchConnector(b, policy, n)
+				rc := readCtx{ctx: context.Background(), mark: &c.writes, st: c.writes.load(), now: time.Now()}
+				b.ReportAllocs()
+				for b.Loop() {
+					if p := c.pickReplica(s, rc, true, -1); p.host < 1 {
+						b.Fatalf("no replica: %+v", p)
+					}
+				}
+			})
+		}
+	}
+}
+
+func TestPickReplicaAllocatesNothing(t *testing.T) {
+	for _, policy := range []dsn.SelectPolicy{dsn.SelectRoundRobin, dsn.SelectWeighted, dsn.SelectLeastInflight, dsn.SelectNearest, dsn.SelectRandom} {
+		c, s := benchConnector(&testing.B{}, policy, 32)
+		rc := readCtx{ctx: context.Background(), mark: &c.writes, st: c.writes.load(), now: time.Now()}
+		if n := testing.AllocsPerRun(200, func() { c.pickReplica(s, rc, true, -1) }); n != 0 {
+			t.Errorf("%s: %v allocations per pick", policy, n)
+		}
+	}
 }

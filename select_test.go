@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -12,20 +13,26 @@ import (
 	"time"
 
 	"github.com/pgrouted/pgrouted"
+	"github.com/pgrouted/pgrouted/testcluster"
 )
 
-// TestKilledReplicaCostsNoRead: reads go on without an error while a replica
-// is killed, its circuit opens and no read goes to it; after a restart a
-// successful probe closes the circuit and it serves reads again.
+// TestKilledReplicaCostsNoRead: 16 readers for 20s; a replica is killed
+// with SIGKILL: no read fails, its circuit opens, the other replica takes
+// the reads; once restarted, a good probe brings it back. Read latency
+// percentiles are logged for each phase.
 func TestKilledReplicaCostsNoRead(t *testing.T) {
 	ctx := testCtx(t)
 	restore(t)
-	db, _, rec := open(t)
+	db, conn, rec := open(t)
+	db.SetMaxIdleConns(16)
 	waitReads(t, db, rec, 10*time.Second, "reads on node2", func(on map[string]int) bool { return on["node2"] > 0 })
+	var phase atomic.Int32 // 0 before, 1 killed, 2 restarted
+	var mu sync.Mutex
+	lat := [3][]time.Duration{}
 	var errs, reads atomic.Int64
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	for g := 0; g < 4; g++ {
+	for g := 0; g < 16; g++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -35,33 +42,124 @@ func TestKilledReplicaCostsNoRead(t *testing.T) {
 					return
 				default:
 				}
+				began := time.Now()
 				var one int
-				if err := db.QueryRowContext(ctx, "SELECT 1").Scan(&one); err != nil {
+				err := db.QueryRowContext(ctx, "SELECT 1").Scan(&one)
+				d := time.Since(began)
+				if err != nil {
 					errs.Add(1)
 					t.Logf("read error: %v", err)
 				}
 				reads.Add(1)
+				mu.Lock()
+				ph := phase.Load()
+				lat[ph] = append(lat[ph], d)
+				mu.Unlock()
 			}
 		}()
 	}
-	time.Sleep(300 * time.Millisecond)
+	time.Sleep(5 * time.Second)
+	phase.Store(1)
 	if err := cluster.Node(2).Kill(ctx); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(time.Second)
+	opened := false
+	for end := time.Now().Add(9 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		if h := conn.Topology().Hosts[2]; h.Name == "node2" && h.Circuit == "open" {
+			opened = true
+		}
+	}
+	if !opened {
+		t.Error("node2's circuit did not open while it was down")
+	}
+	if on := readsOn(t, db, rec, 40); on["node2"] != 0 || on["node1"] == 0 {
+		t.Errorf("while node2 is down, reads went to %v", on)
+	}
+	if err := cluster.Node(2).Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	phase.Store(2)
+	waitReads(t, db, rec, 15*time.Second, "node2 back", func(on map[string]int) bool { return on["node2"] > 0 })
+	time.Sleep(4 * time.Second)
 	close(stop)
 	wg.Wait()
 	if errs.Load() != 0 {
 		t.Fatalf("%d of %d reads failed while a replica was killed", errs.Load(), reads.Load())
 	}
-	if on := readsOn(t, db, rec, 40); on["node2"] != 0 {
-		t.Fatalf("killed replica still chosen: %v", on)
+	if h := conn.Topology().Hosts[2]; h.Circuit != "closed" {
+		t.Fatalf("node2's circuit after the restart: %+v", h)
 	}
-	if err := cluster.Node(2).Start(ctx); err != nil {
+	for i, name := range []string{"before", "node2 killed", "after restart"} {
+		t.Logf("%-14s %6d reads  p50 %v  p99 %v", name, len(lat[i]), pct(lat[i], 50), pct(lat[i], 99))
+	}
+}
+
+// pct returns the p-th percentile of ds.
+func pct(ds []time.Duration, p int) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := append([]time.Duration(nil), ds...)
+	slices.Sort(s)
+	return s[min(len(s)-1, len(s)*p/100)]
+}
+
+// TestBlackholedReplicaHoldsReadsOnce: a replica whose network swallows
+// everything holds each reader at most once, until its circuit opens and the
+// reads stuck on it are interrupted; no read waits longer than the connect
+// timeout.
+func TestBlackholedReplicaHoldsReadsOnce(t *testing.T) {
+	ctx := testCtx(t)
+	restore(t)
+	db, _, rec := open(t, "connect_timeout=2")
+	waitReads(t, db, rec, 10*time.Second, "reads on node2", func(on map[string]int) bool { return on["node2"] > 0 })
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	slow := map[int]int{}
+	var worst time.Duration
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				began := time.Now()
+				var one int
+				if err := db.QueryRowContext(ctx, "SELECT 1").Scan(&one); err != nil {
+					t.Errorf("read: %v", err)
+					return
+				}
+				d := time.Since(began)
+				mu.Lock()
+				worst = max(worst, d)
+				if d > 200*time.Millisecond {
+					slow[g]++
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	time.Sleep(time.Second)
+	if err := cluster.Node(2).Fault().Blackhole(); err != nil {
 		t.Fatal(err)
 	}
-	waitReads(t, db, rec, 15*time.Second, "node2 back", func(on map[string]int) bool { return on["node2"] > 0 })
-	t.Logf("%d reads, none failed, while node2 was killed and came back", reads.Load())
+	time.Sleep(6 * time.Second)
+	close(stop)
+	wg.Wait()
+	t.Logf("slowest read %v; readers held (>200ms): %v", worst.Round(time.Millisecond), slow)
+	if worst > 2*time.Second {
+		t.Errorf("a read waited %v, longer than the 2s connect timeout", worst)
+	}
+	for g, n := range slow {
+		if n > 1 {
+			t.Errorf("reader %d was held %d times by one blackholed replica", g, n)
+		}
+	}
 }
 
 func TestSelectionPolicies(t *testing.T) {
@@ -112,7 +210,7 @@ func TestSelectionPolicies(t *testing.T) {
 		}
 	})
 	t.Run("latency", func(t *testing.T) {
-		if err := cluster.Node(1).Fault().Latency(40 * time.Millisecond); err != nil {
+		if err := cluster.Node(1).Fault().Latency(30 * time.Millisecond); err != nil {
 			t.Fatal(err)
 		}
 		defer cluster.Node(1).Fault().Latency(0)
@@ -142,7 +240,7 @@ func TestSelectionPolicies(t *testing.T) {
 			}
 			on := readsOn(t, db, rec, 40)
 			if (on["node1"] > 0) != tc.both {
-				t.Fatalf("%v with node1 40ms slower: reads went to %v", tc.params, on)
+				t.Fatalf("%v with node1 30ms slower: reads went to %v", tc.params, on)
 			}
 			_ = conn
 		}
@@ -263,4 +361,38 @@ func TestStrictBoot(t *testing.T) {
 	if err := lenient.QueryRowContext(ctx, "SELECT 1").Scan(&one); err != nil {
 		t.Fatalf("without strict boot, an unreachable host broke a read: %v", err)
 	}
+}
+
+// TestWeightedOverThreeReplicas: weights 1,2,3 over 6000 reads serve 1/6,
+// 2/6 and 3/6 of them, within 2 percentage points.
+func TestWeightedOverThreeReplicas(t *testing.T) {
+	ctx := testCtx(t)
+	c, err := testcluster.Start(ctx, testcluster.Options{Replicas: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	cfg, err := pgrouted.ParseConfig(c.DSN() + "&pgrouted_probe_interval=100ms&pgrouted_select=weighted&pgrouted_latency_window=off" +
+		"&pgrouted_names=p,r1,r2,r3&pgrouted_weights=1,1,2,3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &routes{}
+	cfg.OnRoute = rec.record
+	conn, err := pgrouted.NewConnector(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := sql.OpenDB(conn)
+	defer db.Close()
+	waitReplicaRoute(t, conn)
+	on := readsOn(t, db, rec, 6000)
+	total := on["r1"] + on["r2"] + on["r3"]
+	for name, want := range map[string]float64{"r1": 1.0 / 6, "r2": 2.0 / 6, "r3": 3.0 / 6} {
+		got := float64(on[name]) / float64(total)
+		if got < want-0.02 || got > want+0.02 {
+			t.Errorf("%s served %.1f%% of reads, want %.1f%% ± 2", name, 100*got, 100*want)
+		}
+	}
+	t.Logf("weights 1,2,3 over %d reads: %v", total, on)
 }
