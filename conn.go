@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pgrouted/pgrouted/circuit"
@@ -33,6 +34,11 @@ type conn struct {
 	pinned bool
 	tx     *tx  // the open database/sql transaction, if any
 	bad    bool // the connection must be discarded
+
+	// descs are the descriptions of the statements run by execPositioned
+	// on the primary session, and eqb encodes their arguments.
+	descs map[string]*pgconn.StatementDescription
+	eqb   pgx.ExtendedQueryBuilder
 
 	ownsConnector bool // opened by Driver.Open: Close closes the Connector
 }
@@ -110,6 +116,7 @@ func (cn *conn) closePrimary() {
 		cn.primary.Close()
 		cn.primary = nil
 	}
+	cn.descs = nil
 }
 
 // readOnly25006 reports a "read-only transaction" refusal: the statement
@@ -226,7 +233,21 @@ func (cn *conn) runOnPrimary(ctx context.Context, p *plan, r sqlclass.Result, ev
 			// session state with its first statements.
 			cn.pinned = true
 		}
-		err = cl.on(ctx, sc)
+		// An autocommit write that can be pipelined with the read of the
+		// position after its commit costs one round trip.
+		positioned, pos := cn.positioned(r, cl), lagmeter.LSN(0)
+		if positioned {
+			var tag pgconn.CommandTag
+			if sc.Conn().IsClosed() {
+				err = driver.ErrBadConn
+			} else if tag, pos, err = cn.execPositioned(ctx, sc, cl.query, cl.args); err == nil {
+				cl.res = driver.RowsAffected(tag.RowsAffected())
+			} else if pgconn.SafeToRetry(err) {
+				err = driver.ErrBadConn
+			}
+		} else {
+			err = cl.on(ctx, sc)
+		}
 		if err != nil && sc.Conn().IsClosed() {
 			// The primary session broke. A read, or a statement that was
 			// never sent (ErrBadConn), may run again once the topology has
@@ -246,6 +267,10 @@ func (cn *conn) runOnPrimary(ctx context.Context, p *plan, r sqlclass.Result, ev
 			}
 			if errors.Is(err, driver.ErrBadConn) {
 				cn.bad = true
+			} else if p.class != sqlclass.Read {
+				// The answer was lost: the write may have committed, at
+				// a position nobody read.
+				cn.c.wrote(ctx, host, 0)
 			}
 			return err
 		}
@@ -273,9 +298,18 @@ func (cn *conn) runOnPrimary(ctx context.Context, p *plan, r sqlclass.Result, ev
 				cl.rows = &wroteRows{Rows: cl.rows.(*stdlib.Rows), cn: cn, ctx: ctx, host: cn.host}
 				return nil
 			}
-			// Committed (autocommit, or COMMIT): raise the watermark, even
-			// after an error, since part of a string may have run.
-			cn.c.wrote(ctx, cn.host, cn.insertLSN(ctx))
+			switch {
+			case positioned && err == nil:
+				cn.c.wrote(ctx, cn.host, pos)
+			case positioned:
+				// One statement failed in its own transaction: nothing
+				// committed.
+			default:
+				// Committed (autocommit, or COMMIT): raise the watermark,
+				// even after an error, since part of a string may have
+				// run.
+				cn.c.wrote(ctx, cn.host, cn.insertLSN(ctx))
+			}
 		}
 		return err
 	}

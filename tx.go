@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pgrouted/pgrouted/dsn"
 	"github.com/pgrouted/pgrouted/internal/sqlclass"
@@ -177,13 +178,23 @@ func (t *tx) run(ctx context.Context, r sqlclass.Result, cl *call, began time.Ti
 // read-your-writes watermark moves to the primary's position.
 func (t *tx) Commit() error {
 	began := time.Now()
-	err := t.inner.Commit()
+	cn := t.cn
+	if !t.wrote || cn.primary == nil || cn.c.cfg.Consistency != dsn.ConsistencySession {
+		err := t.inner.Commit()
+		t.end(began, "COMMIT", err)
+		return err
+	}
+	// One round trip: COMMIT, then the position after it.
+	pos, err := cn.commitPositioned(t.ctx)
 	t.end(began, "COMMIT", err)
-	if t.wrote && t.cn.primary != nil {
-		// Raised even when COMMIT failed: a lost answer may hide a commit.
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(t.ctx), 5*time.Second)
-		t.cn.c.wrote(t.ctx, t.host, t.cn.insertLSN(ctx))
-		cancel()
+	switch {
+	case err == nil:
+		cn.c.wrote(t.ctx, t.host, pos)
+	case errors.Is(err, pgx.ErrTxCommitRollback) || isPgError(err):
+		// The server refused the commit: nothing was written.
+	default:
+		// A lost answer may hide a commit, at a position nobody read.
+		cn.c.wrote(t.ctx, t.host, 0)
 	}
 	return err
 }
