@@ -14,10 +14,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	toxiproxy "github.com/Shopify/toxiproxy/v2"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/rs/zerolog"
 )
 
 // Options configure a cluster. The zero value is one primary and no replica,
@@ -82,7 +78,6 @@ type Cluster struct {
 	verStr  string
 	base    string
 	run     *runner
-	proxies *toxiproxy.ApiServer
 	nodes   []*Node
 
 	watchdog     *exec.Cmd
@@ -165,16 +160,16 @@ func (c *Cluster) boot(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	c.proxies = toxiproxy.NewServer(toxiproxy.NewMetricsContainer(prometheus.NewRegistry()), zerolog.Nop())
 	for i := 0; i < n; i++ {
 		node := &Node{c: c, index: i, name: "node" + strconv.Itoa(i), port: ports[i]}
 		node.dataDir = filepath.Join(c.base, node.name)
 		node.logFile = filepath.Join(c.base, node.name+".log")
-		if node.fault, err = c.newFault(node.name, node.pgAddr()); err != nil {
+		if node.fault, err = newFault(node.name, node.pgAddr()); err != nil {
 			return err
 		}
 		// The replication link of every node starts pointed at the primary.
-		if node.link, err = c.newFault(node.name+"-replication", net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0]))); err != nil {
+		if node.link, err = newFault(node.name+"-replication", net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0]))); err != nil {
+			node.fault.stop() // Close only stops the faults of listed nodes
 			return err
 		}
 		c.nodes = append(c.nodes, node)
@@ -222,14 +217,6 @@ func (c *Cluster) boot(ctx context.Context) error {
 		return err
 	}
 	return c.waitStreaming(ctx, primary, c.nodes[1:])
-}
-
-func (c *Cluster) newFault(name, upstream string) (*Fault, error) {
-	p := toxiproxy.NewProxy(c.proxies, name, "127.0.0.1:0", upstream)
-	if err := p.Start(); err != nil {
-		return nil, fmt.Errorf("testcluster: start fault point %s: %w", name, err)
-	}
-	return &Fault{proxy: p}, nil
 }
 
 // initdb creates the primary's data directory and its configuration.

@@ -339,7 +339,7 @@ func TestFaultLatency(t *testing.T) {
 		t.Fatal(err)
 	}
 	with := rtt(t, ctx, conn)
-	// The toxic holds every reply back at least 30ms: a lower bound, not a
+	// The fault point holds every reply back at least 30ms: a lower bound, not a
 	// timing of our own code.
 	if with < 30*time.Millisecond {
 		t.Fatalf("round trip with 30ms latency took %v", with)
