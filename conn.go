@@ -196,7 +196,7 @@ func (cn *conn) run(ctx context.Context, cl *call) error {
 		return cn.tx.run(ctx, r, cl, began)
 	}
 	p := cn.c.plan(ctx, r, cn.pinned || cn.inSQLTx(), true)
-	ev := RouteEvent{Decision: Decision{Op: p.op, Reason: p.reason}, Query: cl.query}
+	ev := RouteEvent{Decision: Decision{Op: p.op, Reason: p.reason}, Query: cl.query, WriteLost: p.lost}
 	defer func() {
 		ev.Duration = time.Since(began)
 		cn.c.report(ev)
@@ -412,7 +412,8 @@ func (cn *conn) borrow(ctx context.Context, host int, check bool, wm lagmeter.Wa
 	if !check {
 		return sc, nil
 	}
-	h := cn.c.top.Snapshot().Hosts[host]
+	snap := cn.c.top.Snapshot()
+	h := snap.Hosts[host]
 	var text *string
 	if err := sc.Conn.Conn().QueryRow(ctx, "SELECT pg_last_wal_replay_lsn()::text").Scan(&text); err != nil {
 		sc.giveBack()
@@ -420,7 +421,7 @@ func (cn *conn) borrow(ctx context.Context, host int, check bool, wm lagmeter.Wa
 	}
 	if text != nil {
 		if lsn, err := lagmeter.ParseLSN(*text); err == nil && lsn != 0 {
-			ok, _ := wm.ReachedBy(lagmeter.Position{SystemID: h.SystemID, Timeline: h.Timeline, Replay: lsn}, maxLSN)
+			ok, _ := wm.ReachedBy(lagmeter.Position{SystemID: h.SystemID, Timeline: h.Timeline, Replay: lsn}, switchPoint(snap, wm.Timeline))
 			cn.c.noteReplay(host, h.Conn, lsn)
 			if ok {
 				return sc, nil

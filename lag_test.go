@@ -4,8 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"log/slog"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -312,76 +310,4 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return string(s.b)
-}
-
-// TestWatermarkAcrossFailover: a session's last write was acknowledged on
-// the old primary's timeline. After the failover nobody can tell whether it
-// survived: pgrouted says so, reads it from the new primary, and goes back
-// to the replicas once the new timeline's position is known.
-func TestWatermarkAcrossFailover(t *testing.T) {
-	ctx := testCtx(t)
-	restore(t)
-	mustExec(t, ctx, cluster.Primary(), "CREATE TABLE IF NOT EXISTS across (id int)")
-	replicated(t, ctx)
-	cfg, err := pgrouted.ParseConfig(cluster.DSN() + "&pgrouted_probe_interval=100ms&pgrouted_names=" + names())
-	if err != nil {
-		t.Fatal(err)
-	}
-	logs := &syncBuffer{}
-	cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
-	rec := &routes{}
-	cfg.OnRoute = rec.record
-	conn, err := pgrouted.NewConnector(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	db := sql.OpenDB(conn)
-	defer db.Close()
-	s := pgrouted.NewSession()
-	sctx := pgrouted.WithSession(ctx, s)
-	if _, err := db.ExecContext(sctx, "INSERT INTO across VALUES (1)"); err != nil {
-		t.Fatal(err)
-	}
-	replicated(t, ctx)
-	if err := cluster.Node(0).Stop(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := cluster.Node(1).Promote(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := cluster.Node(2).Follow(ctx, cluster.Node(1)); err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(15 * time.Second)
-	for conn.Topology().Primary != "node1" {
-		if time.Now().After(deadline) {
-			t.Fatalf("new primary not seen: %+v", conn.Topology())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	var n int
-	if err := db.QueryRowContext(sctx, "SELECT count(*) FROM across").Scan(&n); err != nil || n != 1 {
-		t.Fatalf("read after the failover: %d, %v", n, err)
-	}
-	evs := rec.snapshot()
-	if last := evs[len(evs)-1]; !last.Primary || last.Endpoint != "node1" || last.Reason != pgrouted.ReasonPositionUnknown {
-		t.Fatalf("first read after the failover: %+v, want the new primary (position-unknown)", last.Decision)
-	}
-	if conn.Stats().TimelineResets == 0 || !strings.Contains(logs.String(), "may have been lost") {
-		t.Fatalf("the possible loss was not reported: stats %+v, logs %q", conn.Stats(), logs.String())
-	}
-	// It does not keep reads off the replicas for ever.
-	for {
-		if err := db.QueryRowContext(sctx, "SELECT count(*) FROM across").Scan(&n); err != nil || n != 1 {
-			t.Fatalf("read: %d, %v", n, err)
-		}
-		evs := rec.snapshot()
-		if last := evs[len(evs)-1]; !last.Primary {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("reads of the session never went back to a replica")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }

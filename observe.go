@@ -167,6 +167,14 @@ type Stats struct {
 	// pgrouted stopped claiming read-your-writes for it (see
 	// Config.Logger, which says so).
 	TimelineResets uint64 `json:"timelineResets"`
+	// LostWrites counts the read-your-writes positions (the connector's or
+	// a Session's) found past the point where the new primary's timeline
+	// history left theirs: writes acknowledged before a failover that the
+	// new primary does not have. Each is also reported by the RouteEvent of
+	// the read that found it (WriteLost) and logged. Telling needs the
+	// timeline history file (see package topology); without it such a
+	// write counts in TimelineResets.
+	LostWrites uint64 `json:"lostWrites"`
 }
 
 // opIndex and reasonIndex number the ops and reasons counted.
@@ -206,6 +214,7 @@ type counters struct {
 	retries    atomic.Uint64
 
 	timelineResets atomic.Uint64
+	lostWrites     atomic.Uint64
 }
 
 // count records one reported statement.
@@ -247,6 +256,7 @@ func (c *Connector) Stats() Stats {
 		ReadOnlyRetries: k.fallbacks[reasonRetry25006Index].Load(),
 		ReplicaRetries:  k.retries.Load(),
 		TimelineResets:  k.timelineResets.Load(),
+		LostWrites:      k.lostWrites.Load(),
 	}
 	if e := c.top.Snapshot().Epoch; e > 1 {
 		st.Failovers = e - 1

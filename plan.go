@@ -23,6 +23,7 @@ type plan struct {
 	check   bool               // verify the replica's position before reading
 	wm      lagmeter.Watermark // what the check must find
 	err     error              // the statement cannot run
+	lost    bool               // the caller's last write was found lost in a failover
 }
 
 func opOf(c sqlclass.Class) string {
@@ -82,6 +83,7 @@ func (c *Connector) plan(ctx context.Context, r sqlclass.Result, onPrimary, adva
 		p.err = err
 		return p
 	}
+	p.lost = rc.lost
 	pk := c.pickReplica(s, rc, advance, -1)
 	if pk.host >= 0 {
 		p.host, p.reason, p.check, p.wm = pk.host, ReasonReplica, pk.check, pk.wm
@@ -119,12 +121,18 @@ func (p *plan) decision(c *Connector) Decision {
 // maxStackCandidates bounds the candidates kept on the stack.
 const maxStackCandidates = 32
 
-// maxLSN stands for "the watermark's timeline is in the replica's history
-// up to any position" in Watermark.ReachedBy: a replica that follows the
-// current primary's timeline and has replayed past a write of an older
-// timeline shows it, unless the failover lost it, in which case the primary
-// does not show it either. pgrouted does not read timeline history files.
-const maxLSN = ^lagmeter.LSN(0)
+// switchPoint is where the current primary's timeline history left
+// timeline tli, or 0 when it is not known: a replica on a newer timeline
+// than a watermark is then not known to hold it (see
+// lagmeter.Watermark.ReachedBy). Once a primary on the newer timeline is
+// known, readCtx has moved the watermark to its timeline already.
+func switchPoint(s *topology.Snapshot, tli uint32) lagmeter.LSN {
+	if s.Primary < 0 {
+		return 0
+	}
+	sp, _ := lagmeter.SwitchPoint(s.Hosts[s.Primary].Switches, tli)
+	return sp
+}
 
 // readCtx is what the eligibility of a read depends on beyond the topology.
 type readCtx struct {
@@ -134,6 +142,7 @@ type readCtx struct {
 	budget lagmeter.Budget
 	now    time.Time
 	forced bool // forced to a replica: a saturated one still serves
+	lost   bool // the caller's last write was found lost in a failover
 }
 
 // With commit false (Explain) it changes nothing: what it learns about the
@@ -156,24 +165,7 @@ func (c *Connector) readCtx(ctx context.Context, s *topology.Snapshot, commit bo
 	if w := rc.st.wm; !w.IsZero() && s.Primary >= 0 {
 		p := &s.Hosts[s.Primary]
 		if p.SystemID == w.SystemID && p.Timeline > w.Timeline {
-			// The last write was acknowledged on an older timeline: the
-			// failover since may have lost it, and without the timeline
-			// history nobody can tell. Claim nothing for it: its position
-			// becomes unknown (reads go to the primary, which shows what
-			// survived) until a primary probe sent from now on supplies a
-			// position on the new timeline.
-			if !commit {
-				next := *rc.st
-				next.wm, next.unknown, next.unknownAt = lagmeter.Watermark{}, true, rc.now
-				return rc.with(&next), nil
-			}
-			rc.st = rc.mark.expire(rc.st, rc.now)
-			c.counters.timelineResets.Add(1)
-			// One line per new timeline, not one per request.
-			if last := c.loggedTimeline.Load(); p.Timeline > last && c.loggedTimeline.CompareAndSwap(last, p.Timeline) && c.cfg.Logger != nil {
-				c.cfg.Logger.Warn("pgrouted: writes acknowledged before a failover may have been lost; reading them from the primary until the new timeline's position is known",
-					"watermark", w.String(), "timeline", p.Timeline)
-			}
+			rc = c.crossTimeline(rc, p, w, commit)
 		}
 	}
 	if rc.st.unknown && s.Primary >= 0 {
@@ -191,6 +183,62 @@ func (c *Connector) readCtx(ctx context.Context, s *topology.Snapshot, commit bo
 		}
 	}
 	return rc, nil
+}
+
+// crossTimeline handles a read-your-writes position w written on an older
+// timeline than the primary p's: a failover happened since.
+//
+//   - w at or before the point where p's history left w's timeline (known
+//     exactly from the timeline history file, or as a lower bound from the
+//     replay position p had reached as a standby): the write survived; w
+//     moves to p's timeline, where the same position holds it.
+//   - w past the exact switch point: the write is not in the new history;
+//     it was lost with the old primary. pgrouted says so (RouteEvent.WriteLost,
+//     Stats.LostWrites, a warning in the log) and requires what survived:
+//     the switch point, on p's timeline.
+//   - otherwise nobody can tell: the position becomes unknown (reads go to
+//     the primary, which shows what survived) until a primary probe sent
+//     from now on supplies a position on the new timeline, with a warning
+//     that the write may have been lost.
+func (c *Connector) crossTimeline(rc readCtx, p *topology.HostState, w lagmeter.Watermark, commit bool) readCtx {
+	sp, exact := lagmeter.SwitchPoint(p.Switches, w.Timeline)
+	if !exact && p.SwitchFloor.Timeline == w.Timeline {
+		sp = p.SwitchFloor.LSN
+	}
+	next := *rc.st
+	switch {
+	case sp != 0 && w.LSN <= sp:
+		next.wm = lagmeter.Watermark{SystemID: w.SystemID, Timeline: p.Timeline, LSN: w.LSN}
+	case exact:
+		next.wm = lagmeter.Watermark{SystemID: w.SystemID, Timeline: p.Timeline, LSN: sp}
+		rc.lost = true
+	default:
+		next.wm, next.unknown, next.unknownAt = lagmeter.Watermark{}, true, rc.now
+	}
+	if !commit {
+		return rc.with(&next)
+	}
+	st, won := rc.mark.swap(rc.st, &next)
+	rc.st = st
+	if !won {
+		return rc
+	}
+	switch {
+	case rc.lost:
+		c.counters.lostWrites.Add(1)
+		if c.cfg.Logger != nil {
+			c.cfg.Logger.Warn("pgrouted: a write acknowledged before a failover is not in the new primary's history: it was lost with the old primary",
+				"watermark", w.String(), "switchPoint", sp.String(), "timeline", p.Timeline)
+		}
+	case next.unknown:
+		c.counters.timelineResets.Add(1)
+		// One line per new timeline, not one per request.
+		if last := c.loggedTimeline.Load(); p.Timeline > last && c.loggedTimeline.CompareAndSwap(last, p.Timeline) && c.cfg.Logger != nil {
+			c.cfg.Logger.Warn("pgrouted: writes acknowledged before a failover may have been lost; reading them from the primary until the new timeline's position is known",
+				"watermark", w.String(), "timeline", p.Timeline)
+		}
+	}
+	return rc
 }
 
 func (rc readCtx) with(st *markState) readCtx {
@@ -275,7 +323,7 @@ func (c *Connector) pickReplica(s *topology.Snapshot, rc readCtx, advance bool, 
 			unknown = true
 			continue
 		}
-		ok, why := wm.ReachedBy(pos, maxLSN)
+		ok, why := wm.ReachedBy(pos, switchPoint(s, wm.Timeline))
 		switch {
 		case ok:
 			cand = append(cand, i)

@@ -167,6 +167,12 @@ type RouteEvent struct {
 	// Retried is true when the statement ran again elsewhere after a
 	// replica failed or refused it.
 	Retried bool
+	// WriteLost is true on the read that found the caller's last write
+	// (the connector's, or its Session's) missing from the new primary's
+	// history after a failover: the old primary acknowledged it, and it was
+	// lost with it. From then on read-your-writes covers what survived.
+	// See Stats.LostWrites.
+	WriteLost bool
 }
 
 type maxLagKey struct{}

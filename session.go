@@ -143,16 +143,14 @@ func (m *mark) resolve(st *markState, w lagmeter.Watermark) *markState {
 	return m.load()
 }
 
-// expire turns a watermark of an older timeline into an unknown position
-// since now (see readCtx).
-func (m *mark) expire(st *markState, now time.Time) *markState {
-	next := *st
-	next.wm = lagmeter.Watermark{}
-	next.unknown, next.unknownAt = true, now
-	if m.p.CompareAndSwap(st, &next) {
-		return &next
+// swap replaces st by next (see Connector.crossTimeline) and reports
+// whether it did; when another goroutine changed the mark first, it returns
+// the mark as that one left it.
+func (m *mark) swap(st, next *markState) (*markState, bool) {
+	if m.p.CompareAndSwap(st, next) {
+		return next, true
 	}
-	return m.load()
+	return m.load(), false
 }
 
 // later returns the watermark that implies the other: the same history's

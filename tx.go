@@ -80,6 +80,7 @@ func (cn *conn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, 
 		if err != nil {
 			return fail(err)
 		}
+		ev.WriteLost = rc.lost
 		pk := cn.c.pickReplica(snap, rc, true, -1)
 		host, reason := pk.host, pk.reason
 		if host >= 0 {

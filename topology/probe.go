@@ -48,6 +48,7 @@ type result struct {
 	layout     lagmeter.WALLayout
 	conn       uint64 // the probe connection's incarnation
 	sync       []SyncStandby
+	switches   []lagmeter.TimelineSwitch // the history of timeline, when read
 }
 
 // prober owns one host's probe connection; it runs in its own goroutine,
@@ -60,6 +61,12 @@ type prober struct {
 	systemID uint64
 	layout   lagmeter.WALLayout
 	failures int
+
+	// historyOf is the timeline whose history file the prober tried to
+	// read last (once per timeline: a role without the privilege is not
+	// asked again), and switches what it read.
+	historyOf uint32
+	switches  []lagmeter.TimelineSwitch
 }
 
 func (p *prober) run() {
@@ -181,7 +188,32 @@ func (p *prober) probe(parent context.Context) (res result) {
 	}
 	res.systemID = p.systemID
 	res.layout = p.layout
+	if !res.inRecovery && res.timeline > 1 {
+		if res.timeline != p.historyOf {
+			p.historyOf, p.switches = res.timeline, p.readHistory(ctx, res.timeline)
+		}
+		res.switches = p.switches
+	}
 	return res
+}
+
+// readHistory reads the timeline history file of a primary's timeline: the
+// switch points that tell which writes of older timelines survived the
+// promotions. It needs the privilege to read server files (superuser,
+// pg_read_server_files, or EXECUTE on pg_read_file granted); without it
+// the answer is nil and the driver knows only a lower bound of the switch
+// point (see HostState.SwitchFloor).
+func (p *prober) readHistory(ctx context.Context, tli uint32) []lagmeter.TimelineSwitch {
+	sql := fmt.Sprintf("SELECT pg_read_file('pg_wal/%08X.history')", tli)
+	results, err := p.conn.Exec(ctx, sql).ReadAll()
+	if err != nil || len(results) != 1 || len(results[0].Rows) != 1 || results[0].Rows[0][0] == nil {
+		return nil
+	}
+	h, err := lagmeter.ParseTimelineHistory(string(results[0].Rows[0][0]))
+	if err != nil {
+		return nil
+	}
+	return h
 }
 
 func parseRole(row [][]byte, res *result) error {

@@ -86,6 +86,18 @@ type HostState struct {
 	// connection (a standby's replay position) no longer holds.
 	Conn uint64 `json:"-"`
 
+	// Switches is the timeline history of a primary on a timeline after
+	// the first: where each earlier timeline was left. It is read from the
+	// history file, which needs the privilege to read server files; nil
+	// when unknown.
+	Switches []lagmeter.TimelineSwitch `json:"switches,omitempty"`
+
+	// SwitchFloor is a lower bound of a promoted host's switch point,
+	// known without any privilege: the replay position last probed on its
+	// old timeline before it was seen out of recovery. Zero when it was not
+	// seen as a standby first.
+	SwitchFloor lagmeter.TimelineSwitch `json:"-"`
+
 	// SyncState is the standby's sync_state in the primary's
 	// pg_stat_replication ("sync", "async", "potential", "quorum"), matched
 	// by the standby's application_name equal to the host's Name; empty

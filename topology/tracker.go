@@ -75,7 +75,13 @@ func (tr *tracker) apply(r result) {
 		} else {
 			h.RTT = time.Duration(ewmaWeight*float64(r.rtt) + (1-ewmaWeight)*float64(h.RTT))
 		}
+		if !r.inRecovery && h.Role == RoleStandby && h.Timeline != 0 && r.timeline > h.Timeline && h.ReplayLSN != 0 {
+			// Promoted: everything it had replayed of its old timeline
+			// is in the new one's history.
+			h.SwitchFloor = lagmeter.TimelineSwitch{Timeline: h.Timeline, LSN: h.ReplayLSN}
+		}
 		h.Timeline = r.timeline
+		h.Switches = r.switches
 		h.Conn = r.conn
 		if r.systemID != 0 {
 			h.SystemID = r.systemID

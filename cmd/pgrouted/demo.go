@@ -36,10 +36,10 @@ const (
 	maxDemoReplicas = 5
 )
 
-// demoCmd is `pgrouted demo [--duration 30s] [--replicas 2] [--no-color]
+// demoCmd is `pgrouted demo [--duration 20s] [--replicas 2] [--no-color]
 // [--json]`.
 func demoCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("demo", "demo [--duration 30s] [--replicas 2] [--no-color] [--json]",
+	fs := newFlags("demo", "demo [--duration 20s] [--replicas 2] [--no-color] [--json]",
 		`Boot a local PostgreSQL primary with streaming replicas (from the PostgreSQL
 server binaries on this machine, in a temporary directory, on free loopback
 ports), open it through pgrouted, run a mixed workload (writes read back at
@@ -56,7 +56,7 @@ Exit status: 0 when the summary shows 0 stale reads and 0 errors and writes
 resumed on the new primary; 1 otherwise, or when the cluster cannot start;
 2 on bad arguments; 130 when interrupted.`, stderr)
 	opts := demoOptions{MaxLag: 2 * time.Second, Think: 20 * time.Millisecond}
-	fs.DurationVar(&opts.Duration, "duration", 30*time.Second, fmt.Sprintf("length of the story, from the first statement (at least %v)", minDemoDuration))
+	fs.DurationVar(&opts.Duration, "duration", 20*time.Second, fmt.Sprintf("length of the story, from the first statement (at least %v)", minDemoDuration))
 	fs.IntVar(&opts.Replicas, "replicas", 2, fmt.Sprintf("number of streaming replicas (1 to %d)", maxDemoReplicas))
 	fs.BoolVar(&opts.NoColor, "no-color", false, "no colors and no cursor control: print plain snapshots")
 	fs.BoolVar(&opts.JSON, "json", false, "print only a JSON summary on stdout at the end (events go to stderr)")

@@ -1,7 +1,7 @@
 // Command pgrouted shows pgrouted at work: a demo on a local replicated
 // PostgreSQL, and what the driver sees of a real cluster.
 //
-//	pgrouted demo [--duration 30s] [--replicas 2] [--no-color] [--json]
+//	pgrouted demo [--duration 20s] [--replicas 2] [--no-color] [--json]
 //	pgrouted topology [--watch] [--json] [--no-color] [--timeout 10s] DSN
 //	pgrouted explain [--json] [--timeout 10s] DSN QUERY
 //	pgrouted help [COMMAND]

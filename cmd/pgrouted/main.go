@@ -66,7 +66,7 @@ func usage(w io.Writer) {
 	fmt.Fprint(w, `pgrouted: see where a pgrouted DSN sends each statement, and watch it work.
 
 Usage:
-  pgrouted demo [--duration 30s] [--replicas 2] [--no-color] [--json]
+  pgrouted demo [--duration 20s] [--replicas 2] [--no-color] [--json]
       Boot a local PostgreSQL primary with streaming replicas, run a mixed
       workload through pgrouted, and walk through a replica falling behind,
       a replica crash and a failover, with a live table and a summary.

@@ -1,0 +1,221 @@
+package pgrouted_test
+
+import (
+	"context"
+	"database/sql"
+	"log/slog"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pgrouted/pgrouted"
+)
+
+// failoverDB opens a connector on the cluster as user (the cluster's own,
+// a superuser, when empty), with a recorder and a log buffer.
+func failoverDB(t *testing.T, user string) (*sql.DB, *pgrouted.Connector, *routes, *syncBuffer) {
+	t.Helper()
+	dsn := cluster.DSN() + "&pgrouted_probe_interval=100ms&pgrouted_names=" + names()
+	if user != "" {
+		u, err := url.Parse(dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		u.User = url.User(user)
+		dsn = u.String()
+	}
+	cfg, err := pgrouted.ParseConfig(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &syncBuffer{}
+	cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	rec := &routes{}
+	cfg.OnRoute = rec.record
+	conn, err := pgrouted.NewConnector(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := sql.OpenDB(conn)
+	t.Cleanup(func() { db.Close() })
+	waitReplicaRoute(t, conn)
+	return db, conn, rec, logs
+}
+
+// failOver kills node0, promotes node1, points node2 at it and waits until
+// the connector sees node1 as the primary.
+func failOver(t *testing.T, ctx context.Context, conn *pgrouted.Connector) {
+	t.Helper()
+	if err := cluster.Node(0).Kill(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := cluster.Node(1).Promote(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := cluster.Node(2).Follow(ctx, cluster.Node(1)); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for conn.Topology().Primary != "node1" {
+		if time.Now().After(deadline) {
+			t.Fatalf("new primary not seen: %+v", conn.Topology())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// lastRead returns the last read's event.
+func lastRead(t *testing.T, rec *routes) pgrouted.RouteEvent {
+	t.Helper()
+	evs := rec.snapshot()
+	for i := len(evs) - 1; i >= 0; i-- {
+		if evs[i].Op == pgrouted.OpRead {
+			return evs[i]
+		}
+	}
+	t.Fatal("no read recorded")
+	return pgrouted.RouteEvent{}
+}
+
+// untilReplica reads until a read of the session runs on a replica, checking
+// what it sees each time: the gate never stays closed for ever.
+func untilReplica(t *testing.T, ctx context.Context, db *sql.DB, rec *routes, query string, want int) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		var n int
+		if err := db.QueryRowContext(ctx, query).Scan(&n); err != nil || n != want {
+			t.Fatalf("%s: %d, %v; want %d", query, n, err, want)
+		}
+		if !lastRead(t, rec).Primary {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("reads of the session never went back to a replica")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestWriteThatSurvivedAFailover: a session's write reached the standby
+// that was then promoted. The new timeline's history says the write is in
+// it: read-your-writes carries over to the new timeline, nothing is
+// reported lost, and reads go on to a replica that has it.
+func TestWriteThatSurvivedAFailover(t *testing.T) {
+	ctx := testCtx(t)
+	restore(t)
+	mustExec(t, ctx, cluster.Primary(), "CREATE TABLE IF NOT EXISTS survived (id int)")
+	replicated(t, ctx)
+	db, conn, rec, logs := failoverDB(t, "")
+	s := pgrouted.NewSession()
+	sctx := pgrouted.WithSession(ctx, s)
+	if _, err := db.ExecContext(sctx, "INSERT INTO survived VALUES (1)"); err != nil {
+		t.Fatal(err)
+	}
+	replicated(t, ctx)
+	failOver(t, ctx, conn)
+	var n int
+	if err := db.QueryRowContext(sctx, "SELECT count(*) FROM survived").Scan(&n); err != nil || n != 1 {
+		t.Fatalf("read after the failover: %d, %v", n, err)
+	}
+	if ev := lastRead(t, rec); ev.WriteLost || ev.Reason == pgrouted.ReasonPositionUnknown {
+		t.Fatalf("first read after the failover: %+v (lost %v): the history shows the write survived", ev.Decision, ev.WriteLost)
+	}
+	untilReplica(t, sctx, db, rec, "SELECT count(*) FROM survived", 1)
+	if st := conn.Stats(); st.LostWrites != 0 || st.TimelineResets != 0 || strings.Contains(logs.String(), "lost") {
+		t.Fatalf("a write that survived was reported: stats %+v, logs %q", st, logs.String())
+	}
+}
+
+// TestLostWriteIsReported: the old primary acknowledged a session's write
+// that no standby received, then died; the promoted standby's history
+// leaves the old timeline before that write. pgrouted tells the
+// application (RouteEvent.WriteLost on the read that found it,
+// Stats.LostWrites, a warning), claims nothing for the lost write, and does
+// not keep reads off the replicas.
+func TestLostWriteIsReported(t *testing.T) {
+	ctx := testCtx(t)
+	restore(t)
+	mustExec(t, ctx, cluster.Primary(), "CREATE TABLE IF NOT EXISTS lost (id int)")
+	replicated(t, ctx)
+	db, conn, rec, logs := failoverDB(t, "")
+	for _, r := range []int{1, 2} {
+		if err := cluster.Node(r).ReplicationFault().Blackhole(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := pgrouted.NewSession()
+	sctx := pgrouted.WithSession(ctx, s)
+	if _, err := db.ExecContext(sctx, "INSERT INTO lost VALUES (1)"); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []int{1, 2} {
+		if err := cluster.Node(r).ReplicationFault().Heal(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	failOver(t, ctx, conn)
+	var n int
+	if err := db.QueryRowContext(sctx, "SELECT count(*) FROM lost").Scan(&n); err != nil || n != 0 {
+		t.Fatalf("read after the failover: %d, %v; want 0 (the write is gone)", n, err)
+	}
+	if ev := lastRead(t, rec); !ev.WriteLost {
+		t.Fatalf("the read after the failover did not report the lost write: %+v", ev)
+	}
+	if st := conn.Stats(); st.LostWrites != 1 || !strings.Contains(logs.String(), "was lost with the old primary") {
+		t.Fatalf("lost write not reported: stats %+v, logs %q", st, logs.String())
+	}
+	untilReplica(t, sctx, db, rec, "SELECT count(*) FROM lost", 0)
+	if ev := lastRead(t, rec); ev.WriteLost {
+		t.Fatal("the loss is reported once, not on every read")
+	}
+}
+
+// TestWatermarkAcrossFailoverWithoutHistory: a role that may not read the
+// timeline history file cannot tell whether a write past the promoted
+// standby's last known position survived. pgrouted says it may have been
+// lost, reads it from the new primary, and goes back to the replicas once
+// the new timeline's position is known.
+func TestWatermarkAcrossFailoverWithoutHistory(t *testing.T) {
+	ctx := testCtx(t)
+	restore(t)
+	mustExec(t, ctx, cluster.Primary(), `DO $$ BEGIN
+		IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'plain') THEN CREATE ROLE plain LOGIN; END IF;
+	END $$`)
+	mustExec(t, ctx, cluster.Primary(), "GRANT pg_monitor TO plain")
+	mustExec(t, ctx, cluster.Primary(), "CREATE TABLE IF NOT EXISTS across (id int)")
+	mustExec(t, ctx, cluster.Primary(), "GRANT ALL ON across TO plain")
+	replicated(t, ctx)
+	db, conn, rec, logs := failoverDB(t, "plain")
+	for _, r := range []int{1, 2} {
+		if err := cluster.Node(r).ReplicationFault().Blackhole(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := pgrouted.NewSession()
+	sctx := pgrouted.WithSession(ctx, s)
+	if _, err := db.ExecContext(sctx, "INSERT INTO across VALUES (1)"); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []int{1, 2} {
+		if err := cluster.Node(r).ReplicationFault().Heal(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	failOver(t, ctx, conn)
+	if sw := conn.Topology(); strings.Contains(logs.String(), "was lost") {
+		t.Fatalf("a role without the history claimed to know: %+v", sw)
+	}
+	var n int
+	if err := db.QueryRowContext(sctx, "SELECT count(*) FROM across").Scan(&n); err != nil || n != 0 {
+		t.Fatalf("read after the failover: %d, %v", n, err)
+	}
+	if ev := lastRead(t, rec); !ev.Primary || ev.Endpoint != "node1" || ev.Reason != pgrouted.ReasonPositionUnknown || ev.WriteLost {
+		t.Fatalf("first read after the failover: %+v (lost %v), want the new primary (position-unknown)", ev.Decision, ev.WriteLost)
+	}
+	if conn.Stats().TimelineResets == 0 || !strings.Contains(logs.String(), "may have been lost") {
+		t.Fatalf("the possible loss was not reported: stats %+v, logs %q", conn.Stats(), logs.String())
+	}
+	untilReplica(t, sctx, db, rec, "SELECT count(*) FROM across", 0)
+}
