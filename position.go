@@ -23,16 +23,13 @@ const maxDescriptions = 256
 
 // positioned reports whether a statement about to run on the primary session
 // in autocommit mode can run pipelined with the read of the WAL position
-// that follows its commit (see execPositioned): one statement that writes,
-// an exec (no rows to stream), under session consistency, with pgx's
-// default extended-protocol modes and no pgx option among its arguments.
+// that follows its commit (see execPositioned): one INSERT, UPDATE, DELETE,
+// MERGE or data-modifying WITH (not COPY, DDL, CALL or DO, which the
+// ordinary path runs as pgx does), an exec (no rows to stream), under
+// session consistency, with pgx's default extended-protocol modes and no pgx
+// option among its arguments.
 func (cn *conn) positioned(r sqlclass.Result, cl *call) bool {
-	if cl.isQuery || r.Statements != 1 || cn.c.cfg.Consistency != dsn.ConsistencySession || cn.inSQLTx() {
-		return false
-	}
-	switch r.Class {
-	case sqlclass.Write, sqlclass.Unknown, sqlclass.Lock:
-	default:
+	if cl.isQuery || !r.DML || cn.c.cfg.Consistency != dsn.ConsistencySession || cn.inSQLTx() {
 		return false
 	}
 	switch cn.c.hosts[cn.host].ConnConfig.DefaultQueryExecMode {

@@ -135,6 +135,12 @@ type Result struct {
 	// 1 for a multi-statement string.
 	Statements int
 
+	// DML is true when the input is a single INSERT, UPDATE, DELETE or
+	// MERGE statement, or a single WITH statement that modifies data: a
+	// write that runs in any transaction context and answers like a query
+	// (no COPY sub-protocol, no transaction control).
+	DML bool
+
 	// seen has bit 1<<c set for every class c of some statement.
 	seen uint8
 }

@@ -22,6 +22,7 @@ func Classify(sql string) Result {
 		if r2.Statements > r.Statements {
 			r.Statements = r2.Statements
 		}
+		r.DML = r.DML && r2.DML && r.Statements == 1
 	}
 	return r
 }
@@ -48,6 +49,7 @@ type stmt struct {
 	nonEmpty bool
 
 	read    bool // a read: look for DML, INTO and FOR UPDATE
+	dml     bool // starts with INSERT, UPDATE, DELETE, MERGE or WITH
 	create  bool // a CREATE: look for pg_temp
 	analyze bool // EXPLAIN ANALYZE: the explained statement runs
 
@@ -98,6 +100,7 @@ func (c *classifier) endStmt() {
 		c.res.Statements++
 		c.res.seen |= 1 << st.class
 		c.res.Class = c.res.Class.max(st.class)
+		c.res.DML = c.res.Statements == 1 && st.dml && st.class == Write
 	}
 	*st = stmt{}
 }
@@ -252,13 +255,17 @@ func (c *classifier) dispatch(kw keyword) {
 	case kwSelect, kwValues, kwTable, kwWith:
 		st.class = Read
 		st.read = true
+		st.dml = kw == kwWith
 	case kwShow:
 		st.class = Read
 		st.ph = phIgnore
 	case kwExplain:
 		st.class = Read
 		st.ph = phExplain
-	case kwInsert, kwUpdate, kwDelete, kwMerge, kwWrite, kwAnalyze:
+	case kwInsert, kwUpdate, kwDelete, kwMerge:
+		st.class = Write
+		st.dml = true
+	case kwWrite, kwAnalyze:
 		st.class = Write
 	case kwLock:
 		st.class = Lock

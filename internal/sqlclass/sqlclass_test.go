@@ -431,6 +431,29 @@ func TestClassifyStatements(t *testing.T) {
 	}
 }
 
+func TestClassifyDML(t *testing.T) {
+	for sql, want := range map[string]bool{
+		"INSERT INTO t VALUES ($1)":                                    true,
+		"/* c */ update t set a = 1;":                                  true,
+		"DELETE FROM t RETURNING id":                                   true,
+		"MERGE INTO t USING s ON t.id = s.id WHEN MATCHED THEN DELETE": true,
+		"WITH d AS (DELETE FROM t RETURNING *) SELECT * FROM d":        true,
+		"WITH x AS (SELECT 1) SELECT * FROM x":                         false, // a read
+		"COPY t FROM STDIN":                                            false,
+		"CALL p()":                                                     false,
+		"CREATE TABLE t (id int)":                                      false,
+		"INSERT INTO t VALUES (1); INSERT INTO t VALUES (2)":           false,
+		"INSERT INTO t SELECT pg_advisory_lock(1)":                     false, // session state
+		"BEGIN":               false,
+		"SELECT nextval('s')": false,
+		"INSERT INTO t VALUES ('a\\'); DROP TABLE t; --')": false,
+	} {
+		if got := Classify(sql).DML; got != want {
+			t.Errorf("Classify(%q).DML = %v, want %v", sql, got, want)
+		}
+	}
+}
+
 func TestClassOrder(t *testing.T) {
 	order := []Class{Read, Write, Unknown, Lock, Tx, Session}
 	for i := 1; i < len(order); i++ {
