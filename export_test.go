@@ -1,0 +1,7 @@
+package pgrouted
+
+// Unexported functions that the external tests (package pgrouted_test) use.
+var (
+	ResultFormats = resultFormats
+	NewResultRows = newResultRows
+)
