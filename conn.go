@@ -9,7 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pgrouted/pgrouted/circuit"
@@ -34,11 +33,6 @@ type conn struct {
 	pinned bool
 	tx     *tx  // the open database/sql transaction, if any
 	bad    bool // the connection must be discarded
-
-	// descs are the descriptions of the statements run by execPositioned
-	// on the primary session, and eqb encodes their arguments.
-	descs map[string]*pgconn.StatementDescription
-	eqb   pgx.ExtendedQueryBuilder
 
 	ownsConnector bool // opened by Driver.Open: Close closes the Connector
 }
@@ -116,7 +110,6 @@ func (cn *conn) closePrimary() {
 		cn.primary.Close()
 		cn.primary = nil
 	}
-	cn.descs = nil
 }
 
 // readOnly25006 reports a "read-only transaction" refusal: the statement
@@ -150,6 +143,7 @@ type call struct {
 	query   string
 	args    []driver.NamedValue
 	isQuery bool
+	single  bool // one statement (see sqlclass.Result.Statements)
 	rows    driver.Rows
 	res     driver.Result
 }
@@ -192,6 +186,7 @@ func (cn *conn) run(ctx context.Context, cl *call) error {
 	}
 	began := time.Now()
 	r := sqlclass.Classify(cl.query)
+	cl.single = r.Statements == 1
 	if cn.tx != nil {
 		return cn.tx.run(ctx, r, cl, began)
 	}
@@ -238,11 +233,23 @@ func (cn *conn) runOnPrimary(ctx context.Context, p *plan, r sqlclass.Result, ev
 		positioned, pos := cn.positioned(r, cl), lagmeter.LSN(0)
 		if positioned {
 			var tag pgconn.CommandTag
-			if sc.Conn().IsClosed() {
+			switch {
+			case sc.Conn().IsClosed():
 				err = driver.ErrBadConn
-			} else if tag, pos, err = cn.execPositioned(ctx, sc, cl.query, cl.args); err == nil {
-				cl.res = driver.RowsAffected(tag.RowsAffected())
-			} else if pgconn.SafeToRetry(err) {
+			case cl.isQuery:
+				// INSERT … RETURNING: the statement commits once its rows
+				// are all sent; the position after it is read when they
+				// are closed.
+				host := cn.host
+				cl.rows, err = cn.queryPositioned(ctx, sc, cl.query, cl.args, func(pos lagmeter.LSN, werr error) {
+					cn.c.wroteAfter(ctx, host, pos, werr)
+				})
+			default:
+				if tag, pos, err = cn.execPositioned(ctx, sc, cl.query, cl.args); err == nil {
+					cl.res = driver.RowsAffected(tag.RowsAffected())
+				}
+			}
+			if err != nil && pgconn.SafeToRetry(err) {
 				err = driver.ErrBadConn
 			}
 		} else {
@@ -291,19 +298,16 @@ func (cn *conn) runOnPrimary(ctx context.Context, p *plan, r sqlclass.Result, ev
 			continue
 		}
 		if p.class != sqlclass.Read && !cn.inSQLTx() {
-			if err == nil && cl.rows != nil {
-				// INSERT … RETURNING and the like: the statement commits
-				// once its rows are all sent, and the session is busy until
-				// they are closed; raise the watermark then.
-				cl.rows = &wroteRows{Rows: cl.rows.(*stdlib.Rows), cn: cn, ctx: ctx, host: cn.host}
-				return nil
-			}
 			switch {
-			case positioned && err == nil:
-				cn.c.wrote(ctx, cn.host, pos)
+			case positioned && cl.isQuery:
+				// Raised when the rows are closed.
 			case positioned:
-				// One statement failed in its own transaction: nothing
-				// committed.
+				cn.c.wroteAfter(ctx, cn.host, pos, err)
+			case err == nil && cl.rows != nil:
+				// A statement returning rows: it commits once its rows are
+				// all sent, and the session is busy until they are closed;
+				// raise the watermark then.
+				cl.rows = &wroteRows{Rows: cl.rows.(*stdlib.Rows), cn: cn, ctx: ctx, host: cn.host}
 			default:
 				// Committed (autocommit, or COMMIT): raise the watermark,
 				// even after an error, since part of a string may have
@@ -435,6 +439,17 @@ func (cn *conn) borrow(ctx context.Context, host int, check bool, wm lagmeter.Wa
 // runOnReplica borrows a connection from host's pool and runs cl on it.
 // Rows keep the connection until they are closed.
 func (cn *conn) runOnReplica(ctx context.Context, host int, p *plan, cl *call) error {
+	if p.check && cn.pipelinable(host, cl) {
+		sc, err := cn.borrow(ctx, host, false, p.wm)
+		if err != nil {
+			return err
+		}
+		if err := cn.readChecked(ctx, sc, host, p.wm, cl); err != nil {
+			sc.giveBack()
+			return err
+		}
+		return nil
+	}
 	sc, err := cn.borrow(ctx, host, p.check, p.wm)
 	if err != nil {
 		return err
@@ -497,13 +512,18 @@ func (r *wroteRows) Close() error {
 // one of the host's in-flight reads until it is given back.
 type borrowed struct {
 	*stdlib.Conn
-	c    *Connector
-	host int
+	c     *Connector
+	host  int
+	given bool
 }
 
 // giveBack returns the connection to its pool (the pool drops it if it
-// broke).
+// broke). Later calls do nothing.
 func (b *borrowed) giveBack() {
+	if b.given {
+		return
+	}
+	b.given = true
 	b.c.inflight[b.host].remove(b)
 	b.Conn.Close()
 }

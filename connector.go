@@ -3,6 +3,7 @@ package pgrouted
 import (
 	"context"
 	"database/sql/driver"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -11,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pgrouted/pgrouted/circuit"
@@ -107,6 +109,9 @@ type Connector struct {
 	booted atomic.Bool
 	// counters are behind Stats.
 	counters counters
+	// descs are statement descriptions for the pipelined paths.
+	descs descCache
+
 	// loggedTimeline is the last timeline for which a possible loss of
 	// writes was logged.
 	loggedTimeline atomic.Uint32
@@ -395,6 +400,20 @@ func (c *Connector) wrote(ctx context.Context, host int, lsn lagmeter.LSN) {
 	c.writes.wrote(w, now)
 	if s := sessionFrom(ctx); s != nil {
 		s.m.wrote(w, now)
+	}
+}
+
+// wroteAfter raises the watermarks after one statement (or COMMIT) read
+// its position pipelined: to pos when it succeeded; not at all when the
+// server refused it (nothing committed); to an unknown position when the
+// connection failed under it (the answer was lost, not the commit).
+func (c *Connector) wroteAfter(ctx context.Context, host int, pos lagmeter.LSN, err error) {
+	switch {
+	case err == nil:
+		c.wrote(ctx, host, pos)
+	case isPgError(err) || errors.Is(err, pgx.ErrTxCommitRollback) || errors.Is(err, driver.ErrBadConn):
+	default:
+		c.wrote(ctx, host, 0)
 	}
 }
 

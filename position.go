@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql/driver"
 	"errors"
+	"sync"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -25,11 +27,10 @@ const maxDescriptions = 256
 // in autocommit mode can run pipelined with the read of the WAL position
 // that follows its commit (see execPositioned): one INSERT, UPDATE, DELETE,
 // MERGE or data-modifying WITH (not COPY, DDL, CALL or DO, which the
-// ordinary path runs as pgx does), an exec (no rows to stream), under
-// session consistency, with pgx's default extended-protocol modes and no pgx
+// ordinary path runs as pgx does), under session consistency, with pgx's default extended-protocol modes and no pgx
 // option among its arguments.
 func (cn *conn) positioned(r sqlclass.Result, cl *call) bool {
-	if cl.isQuery || !r.DML || cn.c.cfg.Consistency != dsn.ConsistencySession || cn.inSQLTx() {
+	if !r.DML || cn.c.cfg.Consistency != dsn.ConsistencySession || cn.inSQLTx() {
 		return false
 	}
 	switch cn.c.hosts[cn.host].ConnConfig.DefaultQueryExecMode {
@@ -48,41 +49,100 @@ func (cn *conn) positioned(r sqlclass.Result, cl *call) bool {
 	return true
 }
 
+// descCache holds statement descriptions for the pipelined paths, shared
+// by every connection of the connector: all hosts are physical copies of
+// one cluster, so a description read on one holds on the others. Past
+// maxDescriptions entries it starts over.
+type descCache struct {
+	m atomic.Pointer[sync.Map]
+	n atomic.Int64
+}
+
+func (d *descCache) get(query string) *pgconn.StatementDescription {
+	if m := d.m.Load(); m != nil {
+		if v, ok := m.Load(query); ok {
+			return v.(*pgconn.StatementDescription)
+		}
+	}
+	return nil
+}
+
+func (d *descCache) put(query string, sd *pgconn.StatementDescription) {
+	m := d.m.Load()
+	if m == nil || d.n.Add(1) > maxDescriptions {
+		m = new(sync.Map)
+		d.m.Store(m)
+		d.n.Store(1)
+	}
+	m.Store(query, sd)
+}
+
+func (d *descCache) drop(query string) {
+	if m := d.m.Load(); m != nil {
+		m.Delete(query)
+	}
+}
+
+// encoded is a statement ready for SendQueryParams.
+type encoded struct {
+	query   string
+	oids    []uint32
+	params  [][]byte
+	formats []int16
+	results []int16 // result formats, as stdlib asks for them
+}
+
+// encode describes query on pc (once per connector: see descCache) and
+// encodes args as pgx does for a described statement
+// (QueryExecModeCacheDescribe). A statement without arguments whose rows
+// are not wanted is sent as is.
+func (c *Connector) encode(ctx context.Context, pc *pgx.Conn, query string, args []driver.NamedValue, rows bool) (encoded, error) {
+	e := encoded{query: query}
+	if len(args) == 0 && !rows {
+		return e, nil
+	}
+	sd := c.descs.get(query)
+	if sd == nil {
+		var err error
+		if sd, err = pc.PgConn().Prepare(ctx, "", query, nil); err != nil {
+			return e, err
+		}
+		c.descs.put(query, sd)
+	}
+	vals := make([]any, len(args))
+	for i, a := range args {
+		vals[i] = a.Value
+	}
+	var eqb pgx.ExtendedQueryBuilder
+	if err := eqb.Build(pc.TypeMap(), sd, vals); err != nil {
+		return e, err
+	}
+	e.oids, e.params, e.formats = sd.ParamOIDs, eqb.ParamValues, eqb.ParamFormats
+	if rows {
+		e.results = resultFormats(sd.Fields)
+	}
+	return e, nil
+}
+
+func (e *encoded) send(pl *pgconn.Pipeline) {
+	pl.SendQueryParams(e.query, e.params, e.oids, e.formats, e.results)
+}
+
 // execPositioned runs one statement on the primary session in autocommit
 // mode and reads the WAL insert position after its commit, in one round
 // trip: a pipeline of the statement, a Sync (which commits its implicit
-// transaction), the position query and a second Sync. Arguments are encoded
-// as pgx does for a described statement (QueryExecModeCacheDescribe); the
-// description of a statement is read once per session.
+// transaction), the position query and a second Sync.
 //
 // pos is 0 when the statement failed (nothing committed) or the position
 // could not be read.
 func (cn *conn) execPositioned(ctx context.Context, sc *stdlib.Conn, query string, args []driver.NamedValue) (tag pgconn.CommandTag, pos lagmeter.LSN, err error) {
 	pc := sc.Conn()
-	var oids []uint32
-	cn.eqb.ParamValues, cn.eqb.ParamFormats, cn.eqb.ResultFormats = cn.eqb.ParamValues[:0], cn.eqb.ParamFormats[:0], cn.eqb.ResultFormats[:0]
-	if len(args) > 0 {
-		sd := cn.descs[query]
-		if sd == nil {
-			if sd, err = pc.PgConn().Prepare(ctx, "", query, nil); err != nil {
-				return tag, 0, err
-			}
-			if len(cn.descs) >= maxDescriptions || cn.descs == nil {
-				cn.descs = make(map[string]*pgconn.StatementDescription)
-			}
-			cn.descs[query] = sd
-		}
-		vals := make([]any, len(args))
-		for i, a := range args {
-			vals[i] = a.Value
-		}
-		if err := cn.eqb.Build(pc.TypeMap(), sd, vals); err != nil {
-			return tag, 0, err
-		}
-		oids = sd.ParamOIDs
+	e, err := cn.c.encode(ctx, pc, query, args, false)
+	if err != nil {
+		return tag, 0, err
 	}
 	pl := pc.PgConn().StartPipeline(ctx)
-	pl.SendQueryParams(query, cn.eqb.ParamValues, oids, cn.eqb.ParamFormats, cn.eqb.ResultFormats)
+	e.send(pl)
 	pl.SendPipelineSync()
 	pl.SendQueryParams(insertPositionSQL, nil, nil, nil, nil)
 	pl.SendPipelineSync()
@@ -91,6 +151,19 @@ func (cn *conn) execPositioned(ctx context.Context, sc *stdlib.Conn, query strin
 		return tag, 0, err
 	}
 	tag, err = pipelinedResult(pl, nil)
+	pos, err = finishPositioned(pl, err)
+	if isPgError(err) {
+		// The statement may no longer match its description (a column
+		// changed type): describe it again next time.
+		cn.c.descs.drop(query)
+	}
+	return tag, pos, err
+}
+
+// finishPositioned reads the position query and its Sync after a statement
+// whose outcome was err, and ends the pipeline. pos is 0 when err is not
+// nil.
+func finishPositioned(pl *pgconn.Pipeline, err error) (lagmeter.LSN, error) {
 	var text string
 	if err == nil || isPgError(err) {
 		_, perr := pipelinedResult(pl, &text)
@@ -102,15 +175,86 @@ func (cn *conn) execPositioned(ctx context.Context, sc *stdlib.Conn, query strin
 		err = cerr
 	}
 	if err != nil {
-		if isPgError(err) {
-			// The statement may no longer match its description (a
-			// column changed type): describe it again next time.
-			delete(cn.descs, query)
-		}
-		return tag, 0, err
+		return 0, err
 	}
-	pos, _ = lagmeter.ParseLSN(text)
-	return tag, pos, nil
+	pos, _ := lagmeter.ParseLSN(text)
+	return pos, nil
+}
+
+// queryPositioned is execPositioned for a statement that returns rows
+// (INSERT … RETURNING): its rows stream to the caller, and once they are
+// closed the position after the commit is read from the same pipeline and
+// handed to done with the statement's outcome (see Connector.wroteAfter).
+func (cn *conn) queryPositioned(ctx context.Context, sc *stdlib.Conn, query string, args []driver.NamedValue, done func(lagmeter.LSN, error)) (driver.Rows, error) {
+	pc := sc.Conn()
+	e, err := cn.c.encode(ctx, pc, query, args, true)
+	if err != nil {
+		return nil, err
+	}
+	pl := pc.PgConn().StartPipeline(ctx)
+	e.send(pl)
+	pl.SendPipelineSync()
+	pl.SendQueryParams(insertPositionSQL, nil, nil, nil, nil)
+	pl.SendPipelineSync()
+	if err := pl.Flush(); err != nil {
+		pl.Close()
+		return nil, err
+	}
+	rr, err := nextResult(pl)
+	if err != nil {
+		if isPgError(err) {
+			cn.c.descs.drop(query)
+		}
+		if serr := finishSync(pl, err); serr != nil {
+			err = serr
+		}
+		finishPositioned(pl, err)
+		return nil, err
+	}
+	return newResultRows(pc.TypeMap(), rr, func(rerr error) error {
+		if serr := finishSync(pl, rerr); serr != nil && rerr == nil {
+			rerr = serr
+		}
+		pos, perr := finishPositioned(pl, rerr)
+		if rerr == nil && perr != nil {
+			rerr = perr
+		}
+		if isPgError(rerr) {
+			cn.c.descs.drop(query)
+		}
+		done(pos, rerr)
+		return rerr
+	})
+}
+
+// nextResult reads the next query's result reader from pl.
+func nextResult(pl *pgconn.Pipeline) (*pgconn.ResultReader, error) {
+	res, err := pl.GetResults()
+	if err != nil {
+		return nil, err
+	}
+	rr, ok := res.(*pgconn.ResultReader)
+	if !ok {
+		return nil, errors.New("pgrouted: pipeline: unexpected result")
+	}
+	return rr, nil
+}
+
+// finishSync reads the Sync that ends a pipeline segment after a query
+// whose outcome was err. It returns the error that ended the connection,
+// if that is what happened.
+func finishSync(pl *pgconn.Pipeline, err error) error {
+	if err != nil && !isPgError(err) {
+		return err // the connection broke: nothing more to read
+	}
+	res, serr := pl.GetResults()
+	if serr != nil && !isPgError(serr) {
+		return serr
+	}
+	if _, ok := res.(*pgconn.PipelineSync); !ok && serr == nil {
+		return errors.New("pgrouted: pipeline: expected a sync")
+	}
+	return nil
 }
 
 // pipelinedResult reads one query and the Sync after it from pl: the

@@ -58,6 +58,7 @@ type resultRows struct {
 	columns  []string
 	convert  []valueFunc
 	done     func(error) error
+	loaded   bool  // rr holds a row Next has not returned yet
 	rrClosed bool  // rr is closed (by Next at the end, or by Close)
 	rrErr    error // the error of closing rr
 	closed   bool  // Close ran done
@@ -78,7 +79,13 @@ var (
 // error of closing rr (nil when fine, including after reading every row);
 // what done returns is what Close returns. done is called even when rr
 // reported an error.
-func newResultRows(m *pgtype.Map, rr *pgconn.ResultReader, done func(error) error) driver.Rows {
+//
+// Like stdlib's QueryContext, it reads the first row at once, so that a
+// statement failing before its first row (a unique violation of an
+// INSERT … RETURNING, an error of the first row) fails here, not at the
+// first Next: the rows are then closed (done has run) and the error is
+// returned.
+func newResultRows(m *pgtype.Map, rr *pgconn.ResultReader, done func(error) error) (driver.Rows, error) {
 	fields := append([]pgconn.FieldDescription(nil), rr.FieldDescriptions()...)
 	r := &resultRows{
 		m:       m,
@@ -92,7 +99,19 @@ func newResultRows(m *pgtype.Map, rr *pgconn.ResultReader, done func(error) erro
 		r.columns[i] = fd.Name
 		r.convert[i] = newValueFunc(m, fd)
 	}
-	return r
+	if rr.NextRow() {
+		r.loaded = true
+		return r, nil
+	}
+	r.closeReader()
+	if r.rrErr != nil {
+		err := r.rrErr
+		if cerr := r.Close(); cerr != nil {
+			err = cerr
+		}
+		return nil, err
+	}
+	return r, nil
 }
 
 // newValueFunc returns the converter of a column, as stdlib's
@@ -223,7 +242,9 @@ func (r *resultRows) ColumnTypeScanType(index int) reflect.Type {
 // Next reads the next row into dest. After the last row it closes the
 // reader and returns the error of the query, or io.EOF.
 func (r *resultRows) Next(dest []driver.Value) error {
-	if r.rrClosed || !r.rr.NextRow() {
+	if r.loaded {
+		r.loaded = false // the first row, read by newResultRows
+	} else if r.rrClosed || !r.rr.NextRow() {
 		r.closeReader()
 		if r.rrErr != nil {
 			return r.rrErr

@@ -120,7 +120,8 @@ type doneRecord struct {
 // pipelineRows sends q with args in a pipeline, Parse-Bind-Describe-Execute
 // then Sync, with stdlib's result formats, and returns NewResultRows over its
 // result. Its done reads the PipelineSync and closes the pipeline.
-func pipelineRows(t *testing.T, ctx context.Context, sc *stdlib.Conn, rec *doneRecord, q string, args ...any) driver.Rows {
+// mustRows is the same for a query that does not fail before its first row.
+func pipelineRows(t *testing.T, ctx context.Context, sc *stdlib.Conn, rec *doneRecord, q string, args ...any) (driver.Rows, error) {
 	t.Helper()
 	pgConn := sc.Conn().PgConn()
 	m := sc.Conn().TypeMap()
@@ -144,11 +145,13 @@ func pipelineRows(t *testing.T, ctx context.Context, sc *stdlib.Conn, rec *doneR
 	if err != nil {
 		pl.Close()
 		t.Fatalf("pipeline results: %v", err)
+		return nil, err
 	}
 	rr, ok := res.(*pgconn.ResultReader)
 	if !ok {
 		pl.Close()
 		t.Fatalf("pipeline results: %T, want *pgconn.ResultReader", res)
+		return nil, err
 	}
 	return pgrouted.NewResultRows(m, rr, func(err error) error {
 		rec.calls++
@@ -177,6 +180,15 @@ func sameValue(a, b driver.Value) bool {
 
 // compareSnapshots reports where got (the pipeline route) differs from want
 // (stdlib's).
+func mustRows(t *testing.T, ctx context.Context, sc *stdlib.Conn, rec *doneRecord, q string, args ...any) driver.Rows {
+	t.Helper()
+	rows, err := pipelineRows(t, ctx, sc, rec, q, args...)
+	if err != nil {
+		t.Fatalf("NewResultRows: %v", err)
+	}
+	return rows
+}
+
 func compareSnapshots(t *testing.T, got, want rowsSnapshot) {
 	t.Helper()
 	if !reflect.DeepEqual(got.columns, want.columns) {
@@ -221,7 +233,7 @@ func differential(t *testing.T, ctx context.Context, sc *stdlib.Conn, q string, 
 	t.Helper()
 	want := stdlibRows(t, ctx, sc, q, args...)
 	var rec doneRecord
-	got := snapshot(t, pipelineRows(t, ctx, sc, &rec, q, args...))
+	got := snapshot(t, mustRows(t, ctx, sc, &rec, q, args...))
 	compareSnapshots(t, got, want)
 	if rec.calls != 1 || rec.plErr != nil {
 		t.Errorf("done: %d calls, pipeline error %v", rec.calls, rec.plErr)
@@ -386,7 +398,7 @@ func TestResultRowsNoAliasing(t *testing.T) {
 	ctx := testCtx(t)
 	sc := resultRowsConn(t, ctx)
 	var rec doneRecord
-	rows := pipelineRows(t, ctx, sc, &rec, `SELECT convert_to(repeat(chr(64+i), 500), 'UTF8') AS by,
+	rows := mustRows(t, ctx, sc, &rec, `SELECT convert_to(repeat(chr(64+i), 500), 'UTF8') AS by,
 		json_build_object('k', repeat(chr(64+i), 500)) AS js, jsonb_build_object('k', repeat(chr(64+i), 500)) AS jsb,
 		xmlelement(name x, repeat(chr(64+i), 500)) AS x, repeat(chr(64+i), 500) AS tx
 		FROM generate_series(1,20) i`)
@@ -451,7 +463,7 @@ func TestResultRowsClose(t *testing.T) {
 
 	t.Run("after the last row", func(t *testing.T) {
 		var rec doneRecord
-		rows := pipelineRows(t, ctx, sc, &rec, `SELECT i, i::text AS s FROM generate_series(1,3) i`)
+		rows := mustRows(t, ctx, sc, &rec, `SELECT i, i::text AS s FROM generate_series(1,3) i`)
 		for range 3 {
 			if err := next(rows); err != nil {
 				t.Fatal(err)
@@ -482,7 +494,7 @@ func TestResultRowsClose(t *testing.T) {
 
 	t.Run("before the last row", func(t *testing.T) {
 		var rec doneRecord
-		rows := pipelineRows(t, ctx, sc, &rec, `SELECT i FROM generate_series(1,1000) i`)
+		rows := mustRows(t, ctx, sc, &rec, `SELECT i FROM generate_series(1,1000) i`)
 		if err := next(rows); err != nil {
 			t.Fatal(err)
 		}
@@ -497,27 +509,42 @@ func TestResultRowsClose(t *testing.T) {
 
 	t.Run("unread", func(t *testing.T) {
 		var rec doneRecord
-		rows := pipelineRows(t, ctx, sc, &rec, `SELECT i FROM generate_series(1,10) i`)
+		rows := mustRows(t, ctx, sc, &rec, `SELECT i FROM generate_series(1,10) i`)
 		closeTwice(t, rows, &rec, nil)
 	})
 
 	t.Run("done's error", func(t *testing.T) {
 		boom := errors.New("boom")
 		rec := doneRecord{returns: boom}
-		rows := pipelineRows(t, ctx, sc, &rec, `SELECT 1`)
+		rows := mustRows(t, ctx, sc, &rec, `SELECT 1`)
 		closeTwice(t, rows, &rec, boom)
 		if rec.err != nil {
 			t.Errorf("done(%v), want done(nil)", rec.err)
 		}
 	})
 
+	// A query failing before its first row fails at once, as through
+	// stdlib's QueryContext, with its rows closed.
+	t.Run("error before the first row", func(t *testing.T) {
+		const q = `SELECT 1/(i-1) AS q FROM generate_series(1,5) i`
+		_, want := sc.QueryContext(ctx, q, nil)
+		var rec doneRecord
+		rows, err := pipelineRows(t, ctx, sc, &rec, q)
+		var pgErr *pgconn.PgError
+		if rows != nil || !errors.As(err, &pgErr) || pgErr.Code != "22012" || !sameCode(err, want) {
+			t.Fatalf("NewResultRows: %v, %v; want division by zero, as stdlib's %v", rows, err, want)
+		}
+		if rec.calls != 1 || rec.err != pgErr || rec.plErr != nil {
+			t.Fatalf("done: %d calls with %v (pipeline %v), want 1 with the error", rec.calls, rec.err, rec.plErr)
+		}
+	})
+
 	for _, c := range []struct{ name, q string }{
 		{"error mid-stream", `SELECT 1/(3-i) AS q FROM generate_series(1,5) i`},
-		{"error in the first row", `SELECT 1/(i-1) AS q FROM generate_series(1,5) i`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var rec doneRecord
-			rows := pipelineRows(t, ctx, sc, &rec, c.q)
+			rows := mustRows(t, ctx, sc, &rec, c.q)
 			var err error
 			n := 0
 			for ; ; n++ {

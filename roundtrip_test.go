@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
+	"fmt"
 	"net"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/pgrouted/pgrouted"
 )
@@ -15,7 +17,7 @@ import (
 // leaving out the topology's probe connections: a round trip starts each
 // time the client writes after it has read.
 type wire struct {
-	addr  string
+	addrs map[string]bool
 	mu    sync.Mutex
 	conns []*countedConn
 }
@@ -23,6 +25,7 @@ type wire struct {
 type countedConn struct {
 	net.Conn
 	w      *wire
+	addr   string
 	probe  bool // its startup message names the probe's application
 	read   bool // the last operation was a read
 	writes int  // bursts of writes that followed a read: round trips
@@ -52,10 +55,10 @@ func (c *countedConn) Read(b []byte) (int, error) {
 func (w *wire) dial(next func(context.Context, string, string) (net.Conn, error)) func(context.Context, string, string) (net.Conn, error) {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		nc, err := next(ctx, network, addr)
-		if err != nil || addr != w.addr {
+		if err != nil || !w.addrs[addr] {
 			return nc, err
 		}
-		c := &countedConn{Conn: nc, w: w}
+		c := &countedConn{Conn: nc, w: w, addr: addr}
 		w.mu.Lock()
 		w.conns = append(w.conns, c)
 		w.mu.Unlock()
@@ -63,17 +66,45 @@ func (w *wire) dial(next func(context.Context, string, string) (net.Conn, error)
 	}
 }
 
-// trips returns the round trips of the data connections so far.
-func (w *wire) trips() int {
+// trips returns the round trips so far of the data connections to addr.
+func (w *wire) trips(addr string) int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	n := 0
 	for _, c := range w.conns {
-		if !c.probe {
+		if !c.probe && c.addr == addr {
 			n += c.writes
 		}
 	}
 	return n
+}
+
+// counting opens a connector whose connections to the cluster's nodes are
+// counted, with a recorder, extra DSN parameters added.
+func counting(t *testing.T, extra string) (*sql.DB, *pgrouted.Connector, *wire, *routes) {
+	t.Helper()
+	cfg, err := pgrouted.ParseConfig(cluster.DSN() + "&pgrouted_names=" + names() + extra)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &wire{addrs: map[string]bool{}}
+	for _, n := range cluster.Nodes() {
+		w.addrs[n.Addr()] = true
+	}
+	for i := range cfg.Hosts {
+		cc := cfg.Hosts[i].ConnConfig
+		cc.DialFunc = w.dial(cc.DialFunc)
+	}
+	rec := &routes{}
+	cfg.OnRoute = rec.record
+	conn, err := pgrouted.NewConnector(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := sql.OpenDB(conn)
+	t.Cleanup(func() { db.Close() })
+	waitReplicaRoute(t, conn)
+	return db, conn, w, rec
 }
 
 // TestWritesReadTheirPositionInTheSameRoundTrip: an autocommit write and the
@@ -83,25 +114,8 @@ func (w *wire) trips() int {
 // replicas.
 func TestWritesReadTheirPositionInTheSameRoundTrip(t *testing.T) {
 	ctx := testCtx(t)
-	cfg, err := pgrouted.ParseConfig(cluster.DSN() + "&pgrouted_probe_interval=100ms&pgrouted_names=" + names())
-	if err != nil {
-		t.Fatal(err)
-	}
-	w := &wire{addr: cluster.Primary().Addr()}
-	for i := range cfg.Hosts {
-		cc := cfg.Hosts[i].ConnConfig
-		next := cc.DialFunc
-		cc.DialFunc = w.dial(next)
-	}
-	rec := &routes{}
-	cfg.OnRoute = rec.record
-	conn, err := pgrouted.NewConnector(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	db := sql.OpenDB(conn)
-	defer db.Close()
-	waitReplicaRoute(t, conn)
+	db, _, w, rec := counting(t, "&pgrouted_probe_interval=100ms")
+	primary := cluster.Primary().Addr()
 	if _, err := db.ExecContext(ctx, "CREATE TABLE IF NOT EXISTS roundtrips (id int PRIMARY KEY, v text)"); err != nil {
 		t.Fatal(err)
 	}
@@ -127,11 +141,11 @@ func TestWritesReadTheirPositionInTheSameRoundTrip(t *testing.T) {
 
 	check := func(what string, want int, do func() error) {
 		t.Helper()
-		before := w.trips()
+		before := w.trips(primary)
 		if err := do(); err != nil {
 			t.Fatalf("%s: %v", what, err)
 		}
-		if got := w.trips() - before; got != want {
+		if got := w.trips(primary) - before; got != want {
 			t.Errorf("%s: %d round trips to the primary, want %d", what, got, want)
 		}
 	}
@@ -180,11 +194,121 @@ func TestWritesReadTheirPositionInTheSameRoundTrip(t *testing.T) {
 	})
 	readBack(1, "b")
 
-	var onReplica int
+	var reads, onReplica int
 	for _, e := range rec.snapshot() {
-		if e.Op == pgrouted.OpRead && !e.Primary {
-			onReplica++
+		if e.Op == pgrouted.OpRead {
+			reads++
+			if !e.Primary {
+				onReplica++
+			}
 		}
 	}
-	t.Logf("%d of 7 reads back served by replicas", onReplica)
+	t.Logf("%d of %d reads served by replicas", onReplica, reads)
+}
+
+// TestInsertReturningReadsItsPositionInTheSameRoundTrip: an autocommit
+// INSERT … RETURNING streams its rows, and the position after its commit
+// comes in the same round trip, read when the rows are closed.
+func TestInsertReturningReadsItsPositionInTheSameRoundTrip(t *testing.T) {
+	ctx := testCtx(t)
+	db, _, w, _ := counting(t, "&pgrouted_probe_interval=100ms")
+	primary := cluster.Primary().Addr()
+	if _, err := db.ExecContext(ctx, "CREATE TABLE IF NOT EXISTS returning_rt (id bigserial PRIMARY KEY, v text, at timestamptz DEFAULT now(), b bytea)"); err != nil {
+		t.Fatal(err)
+	}
+	c, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	insert := func(v string) (int64, time.Time, []byte) {
+		t.Helper()
+		var id int64
+		var at time.Time
+		var b []byte
+		if err := c.QueryRowContext(ctx, "INSERT INTO returning_rt (v, b) VALUES ($1, $2) RETURNING id, at, b", v, []byte(v)).Scan(&id, &at, &b); err != nil {
+			t.Fatal(err)
+		}
+		return id, at, b
+	}
+	insert("warm")
+	for i := 0; i < 5; i++ {
+		before := w.trips(primary)
+		id, at, b := insert(fmt.Sprint("v", i))
+		if got := w.trips(primary) - before; got != 1 {
+			t.Errorf("INSERT … RETURNING: %d round trips to the primary, want 1", got)
+		}
+		if id == 0 || at.IsZero() || string(b) != fmt.Sprint("v", i) {
+			t.Errorf("returned %d, %v, %q", id, at, b)
+		}
+		var v string
+		if err := c.QueryRowContext(ctx, "SELECT v FROM returning_rt WHERE id = $1", id).Scan(&v); err != nil || v != fmt.Sprint("v", i) {
+			t.Fatalf("read back %d: %q, %v", id, v, err)
+		}
+	}
+	// A failing INSERT … RETURNING raises nothing and the session goes on.
+	if rows, err := c.QueryContext(ctx, "INSERT INTO returning_rt (id, v) VALUES (1, 'dup') RETURNING id"); err == nil {
+		rows.Close()
+		t.Error("duplicate key: no error from QueryContext")
+	}
+	insert("after")
+}
+
+// TestCheckedReadCostsOneRoundTrip: when the last probe cannot prove that a
+// replica holds the caller's write, its position is checked in the same
+// round trip as the read, on the connection that serves it.
+func TestCheckedReadCostsOneRoundTrip(t *testing.T) {
+	ctx := testCtx(t)
+	// Probes far apart: right after a write, only the check can tell.
+	// One connection per replica pool: the read is counted on a
+	// connection already open.
+	db, _, w, rec := counting(t, "&pgrouted_probe_interval=5s&pgrouted_latency_window=off&pgrouted_replica_max_conns=1")
+	if _, err := db.ExecContext(ctx, "CREATE TABLE IF NOT EXISTS checked_rt (id int PRIMARY KEY, v text)"); err != nil {
+		t.Fatal(err)
+	}
+	checked, seen := 0, map[string]bool{}
+	for i := 0; i < 12; i++ {
+		if _, err := db.ExecContext(ctx, "INSERT INTO checked_rt (id, v) VALUES ($1, $2)", i, "x"); err != nil {
+			t.Fatal(err)
+		}
+		replicated(t, ctx)
+		before := map[string]int{}
+		for _, n := range cluster.Replicas() {
+			before[n.Name()] = w.trips(n.Addr())
+		}
+		var v string
+		if err := db.QueryRowContext(ctx, "SELECT v FROM checked_rt WHERE id = $1", i).Scan(&v); err != nil || v != "x" {
+			t.Fatalf("read back %d: %q, %v", i, v, err)
+		}
+		ev := lastRead(t, rec)
+		if ev.Primary || ev.Reason != pgrouted.ReasonCheck {
+			t.Logf("read %d: %s on %s: not a checked replica read", i, ev.Reason, ev.Endpoint)
+			continue
+		}
+		got := w.trips(cluster.Node(nodeIndex(t, ev.Endpoint)).Addr()) - before[ev.Endpoint]
+		// The first read on a replica may open its connection, and the
+		// first use of the statement reads its description.
+		if !seen[ev.Endpoint] {
+			seen[ev.Endpoint] = true
+			continue
+		}
+		checked++
+		if got != 1 {
+			t.Errorf("read %d checked on %s: %d round trips, want 1", i, ev.Endpoint, got)
+		}
+	}
+	if checked < 2 {
+		t.Fatalf("only %d reads were checked on a replica: the test did not exercise the check", checked)
+	}
+}
+
+func nodeIndex(t *testing.T, name string) int {
+	t.Helper()
+	for i, n := range cluster.Nodes() {
+		if n.Name() == name {
+			return i
+		}
+	}
+	t.Fatalf("no node %s", name)
+	return -1
 }

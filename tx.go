@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pgrouted/pgrouted/dsn"
 	"github.com/pgrouted/pgrouted/internal/sqlclass"
@@ -188,15 +187,7 @@ func (t *tx) Commit() error {
 	// One round trip: COMMIT, then the position after it.
 	pos, err := cn.commitPositioned(t.ctx)
 	t.end(began, "COMMIT", err)
-	switch {
-	case err == nil:
-		cn.c.wrote(t.ctx, t.host, pos)
-	case errors.Is(err, pgx.ErrTxCommitRollback) || isPgError(err):
-		// The server refused the commit: nothing was written.
-	default:
-		// A lost answer may hide a commit, at a position nobody read.
-		cn.c.wrote(t.ctx, t.host, 0)
-	}
+	cn.c.wroteAfter(t.ctx, t.host, pos, err)
 	return err
 }
 
