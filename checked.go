@@ -66,6 +66,14 @@ func (cn *conn) readChecked(ctx context.Context, b *borrowed, host int, wm lagme
 		return errNotCaughtUp
 	}
 	pc := b.Conn.Conn()
+	if cn.c.descs.get(cl.query) == nil {
+		// The statement must be described first, and a replica that lacks
+		// the caller's writes may fail to (a table the caller just
+		// created): check it on its own this once.
+		if err := cn.checkReplay(ctx, b, host, wm); err != nil {
+			return err
+		}
+	}
 	e, err := cn.c.encode(ctx, pc, cl.query, cl.args, true)
 	if err != nil {
 		return err

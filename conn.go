@@ -413,27 +413,35 @@ func (cn *conn) borrow(ctx context.Context, host int, check bool, wm lagmeter.Wa
 		return nil, err
 	}
 	sc := cn.c.inflight[host].add(dc.(*stdlib.Conn), cn.c, host)
-	if !check {
-		return sc, nil
+	if check {
+		if err := cn.checkReplay(ctx, sc, host, wm); err != nil {
+			sc.giveBack()
+			return nil, err
+		}
 	}
+	return sc, nil
+}
+
+// checkReplay reads the replica's replay position on b, refreshes what the
+// connector knows of the replica with it, and returns errNotCaughtUp when
+// the replica lacks the caller's writes (wm).
+func (cn *conn) checkReplay(ctx context.Context, b *borrowed, host int, wm lagmeter.Watermark) error {
 	snap := cn.c.top.Snapshot()
 	h := snap.Hosts[host]
 	var text *string
-	if err := sc.Conn.Conn().QueryRow(ctx, "SELECT pg_last_wal_replay_lsn()::text").Scan(&text); err != nil {
-		sc.giveBack()
-		return nil, err
+	if err := b.Conn.Conn().QueryRow(ctx, "SELECT pg_last_wal_replay_lsn()::text").Scan(&text); err != nil {
+		return err
 	}
 	if text != nil {
 		if lsn, err := lagmeter.ParseLSN(*text); err == nil && lsn != 0 {
 			ok, _ := wm.ReachedBy(lagmeter.Position{SystemID: h.SystemID, Timeline: h.Timeline, Replay: lsn}, switchPoint(snap, wm.Timeline))
 			cn.c.noteReplay(host, h.Conn, lsn)
 			if ok {
-				return sc, nil
+				return nil
 			}
 		}
 	}
-	sc.giveBack()
-	return nil, errNotCaughtUp
+	return errNotCaughtUp
 }
 
 // runOnReplica borrows a connection from host's pool and runs cl on it.

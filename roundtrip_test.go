@@ -312,3 +312,36 @@ func nodeIndex(t *testing.T, name string) int {
 	t.Fatalf("no node %s", name)
 	return -1
 }
+
+// TestReadOfATableJustCreated: the first read of a statement must be
+// described before it can be pipelined with the replica's position check;
+// a replica that has not replayed the CREATE TABLE yet cannot describe it,
+// so it is checked first and the read runs where the table is.
+func TestReadOfATableJustCreated(t *testing.T) {
+	ctx := testCtx(t)
+	restore(t)
+	db, _, rec := open(t)
+	for _, r := range cluster.Replicas() {
+		if err := r.ReplicationFault().Latency(200 * time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 0; i < 4; i++ {
+		table := fmt.Sprintf("just_created_%d", i)
+		if _, err := db.ExecContext(ctx, "DROP TABLE IF EXISTS "+table); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.ExecContext(ctx, "CREATE TABLE "+table+" (id int, v text)"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.ExecContext(ctx, "INSERT INTO "+table+" VALUES ($1, $2)", i, "x"); err != nil {
+			t.Fatal(err)
+		}
+		var v string
+		if err := db.QueryRowContext(ctx, "SELECT v FROM "+table+" WHERE id = $1", i).Scan(&v); err != nil || v != "x" {
+			t.Fatalf("read of %s right after creating it: %q, %v", table, v, err)
+		}
+		ev := lastRead(t, rec)
+		t.Logf("%s: read on %s (%s)", table, ev.Endpoint, ev.Reason)
+	}
+}
