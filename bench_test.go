@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"testing"
+	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib"
 	"github.com/pgrouted/pgrouted"
@@ -85,5 +86,72 @@ func BenchmarkDecision(b *testing.B) {
 			b.Fatal(err)
 		}
 		i++
+	}
+}
+
+// BenchmarkWrite is an autocommit INSERT (with and without RETURNING) and a
+// transaction (BEGIN, INSERT, COMMIT) through pgrouted, which reads the
+// position after each commit pipelined with it, next to the same through
+// pgx's own database/sql driver, which reads nothing. Both go through the
+// primary's fault point with 2 ms of latency, so that round trips show:
+// compare the two with benchstat.
+func BenchmarkWrite(b *testing.B) {
+	ctx := context.Background()
+	p := cluster.Primary()
+	if err := p.Exec(ctx, "CREATE TABLE IF NOT EXISTS bench_write (id bigserial PRIMARY KEY, v text)"); err != nil {
+		b.Fatal(err)
+	}
+	if err := p.Fault().Latency(2 * time.Millisecond); err != nil {
+		b.Fatal(err)
+	}
+	defer p.Fault().Heal()
+	work := map[string]func(*sql.DB) error{
+		"insert": func(db *sql.DB) error {
+			_, err := db.ExecContext(ctx, "INSERT INTO bench_write (v) VALUES ($1)", "x")
+			return err
+		},
+		"insert-returning": func(db *sql.DB) error {
+			var id int64
+			return db.QueryRowContext(ctx, "INSERT INTO bench_write (v) VALUES ($1) RETURNING id", "x").Scan(&id)
+		},
+		"tx": func(db *sql.DB) error {
+			tx, err := db.BeginTx(ctx, nil)
+			if err != nil {
+				return err
+			}
+			if _, err := tx.ExecContext(ctx, "INSERT INTO bench_write (v) VALUES ($1)", "x"); err != nil {
+				tx.Rollback()
+				return err
+			}
+			return tx.Commit()
+		},
+	}
+	for _, name := range []string{"insert", "insert-returning", "tx"} {
+		for _, driverName := range []string{"pgx-stdlib", "pgrouted"} {
+			b.Run("op="+name+"/driver="+driverName, func(b *testing.B) {
+				dsn := p.DSN()
+				if driverName == "pgrouted" {
+					dsn = cluster.DSN() + "&pgrouted_probe_interval=100ms"
+				} else {
+					driverName = "pgx"
+				}
+				db, err := sql.Open(driverName, dsn)
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer db.Close()
+				db.SetMaxIdleConns(1)
+				db.SetMaxOpenConns(1)
+				if err := work[name](db); err != nil {
+					b.Fatal(err)
+				}
+				b.ResetTimer()
+				for b.Loop() {
+					if err := work[name](db); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
 	}
 }
