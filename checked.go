@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/pgrouted/pgrouted/lagmeter"
 )
@@ -29,24 +28,10 @@ func checkSQL(lsn lagmeter.LSN) string {
 func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
 
 // pipelinable reports whether a read can be sent in a pgconn pipeline
-// (see readChecked): one statement, pgx's default extended-protocol modes,
-// no pgx option among its arguments.
+// (see readChecked): one statement that returns rows, and see
+// Connector.pipelineOK.
 func (cn *conn) pipelinable(host int, cl *call) bool {
-	if !cl.isQuery || !cl.single {
-		return false
-	}
-	switch cn.c.hosts[host].ConnConfig.DefaultQueryExecMode {
-	case pgx.QueryExecModeCacheStatement, pgx.QueryExecModeCacheDescribe:
-	default:
-		return false
-	}
-	if len(cl.args) > 0 {
-		switch cl.args[0].Value.(type) {
-		case pgx.QueryExecMode, pgx.QueryRewriter, pgx.QueryResultFormats, pgx.QueryResultFormatsByOID:
-			return false
-		}
-	}
-	return true
+	return cl.isQuery && cl.single && cn.c.pipelineOK(host, cl.args)
 }
 
 // readChecked runs a read on a borrowed replica connection after checking,

@@ -25,21 +25,10 @@ func failoverDB(t *testing.T, user string) (*sql.DB, *pgrouted.Connector, *route
 		u.User = url.User(user)
 		dsn = u.String()
 	}
-	cfg, err := pgrouted.ParseConfig(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
 	logs := &syncBuffer{}
-	cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
-	rec := &routes{}
-	cfg.OnRoute = rec.record
-	conn, err := pgrouted.NewConnector(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	db := sql.OpenDB(conn)
-	t.Cleanup(func() { db.Close() })
-	waitReplicaRoute(t, conn)
+	db, conn, rec := openDSN(t, dsn, func(cfg *pgrouted.Config) {
+		cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	})
 	return db, conn, rec, logs
 }
 

@@ -83,12 +83,23 @@ func open(t testing.TB, extra ...string) (*sql.DB, *pgrouted.Connector, *routes)
 	for _, e := range extra {
 		dsn += "&" + e
 	}
+	return openDSN(t, dsn, nil)
+}
+
+// openDSN opens a *sql.DB through a Connector on dsn, with an OnRoute
+// recorder, after tweak (when not nil) changed the parsed Config. It waits
+// until reads go to a replica; the DB is closed when the test ends.
+func openDSN(t testing.TB, dsn string, tweak func(*pgrouted.Config)) (*sql.DB, *pgrouted.Connector, *routes) {
+	t.Helper()
 	cfg, err := pgrouted.ParseConfig(dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
 	rec := &routes{}
 	cfg.OnRoute = rec.record
+	if tweak != nil {
+		tweak(cfg)
+	}
 	conn, err := pgrouted.NewConnector(cfg)
 	if err != nil {
 		t.Fatal(err)

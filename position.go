@@ -33,15 +33,23 @@ func (cn *conn) positioned(r sqlclass.Result, cl *call) bool {
 	if !r.DML || cn.c.cfg.Consistency != dsn.ConsistencySession || cn.inSQLTx() {
 		return false
 	}
-	switch cn.c.hosts[cn.host].ConnConfig.DefaultQueryExecMode {
+	return cn.c.pipelineOK(cn.host, cl.args)
+}
+
+// pipelineOK reports whether a statement with args for host may be sent
+// through a pgconn pipeline, encoded as pgx does for a described statement:
+// not when the user chose how statements are sent (the simple protocol,
+// exec without describe) in the connection string or with a pgx option
+// among the arguments. Those keep pgx's own path, at the price of a round
+// trip.
+func (c *Connector) pipelineOK(host int, args []driver.NamedValue) bool {
+	switch c.hosts[host].ConnConfig.DefaultQueryExecMode {
 	case pgx.QueryExecModeCacheStatement, pgx.QueryExecModeCacheDescribe:
 	default:
-		// The user chose how statements are sent (simple protocol, exec
-		// without describe): keep it, at the price of a round trip.
 		return false
 	}
-	if len(cl.args) > 0 {
-		switch cl.args[0].Value.(type) {
+	if len(args) > 0 {
+		switch args[0].Value.(type) {
 		case pgx.QueryExecMode, pgx.QueryRewriter, pgx.QueryResultFormats, pgx.QueryResultFormatsByOID:
 			return false
 		}
@@ -141,13 +149,8 @@ func (cn *conn) execPositioned(ctx context.Context, sc *stdlib.Conn, query strin
 	if err != nil {
 		return tag, 0, err
 	}
-	pl := pc.PgConn().StartPipeline(ctx)
-	e.send(pl)
-	pl.SendPipelineSync()
-	pl.SendQueryParams(insertPositionSQL, nil, nil, nil, nil)
-	pl.SendPipelineSync()
-	if err := pl.Flush(); err != nil {
-		pl.Close()
+	pl, err := startPositioned(ctx, pc, &e)
+	if err != nil {
 		return tag, 0, err
 	}
 	tag, err = pipelinedResult(pl, nil)
@@ -158,6 +161,21 @@ func (cn *conn) execPositioned(ctx context.Context, sc *stdlib.Conn, query strin
 		cn.c.descs.drop(query)
 	}
 	return tag, pos, err
+}
+
+// startPositioned sends e and the position query, each followed by a Sync,
+// in a pipeline on pc.
+func startPositioned(ctx context.Context, pc *pgx.Conn, e *encoded) (*pgconn.Pipeline, error) {
+	pl := pc.PgConn().StartPipeline(ctx)
+	e.send(pl)
+	pl.SendPipelineSync()
+	pl.SendQueryParams(insertPositionSQL, nil, nil, nil, nil)
+	pl.SendPipelineSync()
+	if err := pl.Flush(); err != nil {
+		pl.Close()
+		return nil, err
+	}
+	return pl, nil
 }
 
 // finishPositioned reads the position query and its Sync after a statement
@@ -191,13 +209,8 @@ func (cn *conn) queryPositioned(ctx context.Context, sc *stdlib.Conn, query stri
 	if err != nil {
 		return nil, err
 	}
-	pl := pc.PgConn().StartPipeline(ctx)
-	e.send(pl)
-	pl.SendPipelineSync()
-	pl.SendQueryParams(insertPositionSQL, nil, nil, nil, nil)
-	pl.SendPipelineSync()
-	if err := pl.Flush(); err != nil {
-		pl.Close()
+	pl, err := startPositioned(ctx, pc, &e)
+	if err != nil {
 		return nil, err
 	}
 	rr, err := nextResult(pl)

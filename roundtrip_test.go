@@ -83,27 +83,16 @@ func (w *wire) trips(addr string) int {
 // counted, with a recorder, extra DSN parameters added.
 func counting(t *testing.T, extra string) (*sql.DB, *pgrouted.Connector, *wire, *routes) {
 	t.Helper()
-	cfg, err := pgrouted.ParseConfig(cluster.DSN() + "&pgrouted_names=" + names() + extra)
-	if err != nil {
-		t.Fatal(err)
-	}
 	w := &wire{addrs: map[string]bool{}}
 	for _, n := range cluster.Nodes() {
 		w.addrs[n.Addr()] = true
 	}
-	for i := range cfg.Hosts {
-		cc := cfg.Hosts[i].ConnConfig
-		cc.DialFunc = w.dial(cc.DialFunc)
-	}
-	rec := &routes{}
-	cfg.OnRoute = rec.record
-	conn, err := pgrouted.NewConnector(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	db := sql.OpenDB(conn)
-	t.Cleanup(func() { db.Close() })
-	waitReplicaRoute(t, conn)
+	db, conn, rec := openDSN(t, cluster.DSN()+"&pgrouted_names="+names()+extra, func(cfg *pgrouted.Config) {
+		for i := range cfg.Hosts {
+			cc := cfg.Hosts[i].ConnConfig
+			cc.DialFunc = w.dial(cc.DialFunc)
+		}
+	})
 	return db, conn, w, rec
 }
 

@@ -202,27 +202,16 @@ func TestSelectionPolicies(t *testing.T) {
 		}
 	})
 	t.Run("custom", func(t *testing.T) {
-		cfg, err := pgrouted.ParseConfig(cluster.DSN() + "&pgrouted_probe_interval=100ms&pgrouted_names=" + names())
-		if err != nil {
-			t.Fatal(err)
-		}
 		var calls atomic.Int64
-		cfg.Select = func(_ context.Context, cs []pgrouted.Candidate) string {
-			calls.Add(1)
-			if len(cs) < 2 {
-				panic("Select called with fewer than two candidates")
+		db, _, rec := openDSN(t, cluster.DSN()+"&pgrouted_probe_interval=100ms&pgrouted_names="+names(), func(cfg *pgrouted.Config) {
+			cfg.Select = func(_ context.Context, cs []pgrouted.Candidate) string {
+				calls.Add(1)
+				if len(cs) < 2 {
+					panic("Select called with fewer than two candidates")
+				}
+				return "node2"
 			}
-			return "node2"
-		}
-		rec := &routes{}
-		cfg.OnRoute = rec.record
-		conn, err := pgrouted.NewConnector(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		db := sql.OpenDB(conn)
-		defer db.Close()
-		waitReplicaRoute(t, conn)
+		})
 		// Every read that asked Select went to node2 (a read with a single
 		// eligible replica does not ask).
 		if on := readsOn(t, db, rec, 30); int64(on["node2"]) < calls.Load() || calls.Load() < 20 {
