@@ -54,6 +54,26 @@ func failOver(t *testing.T, ctx context.Context, conn *pgrouted.Connector) {
 	}
 }
 
+// writeNoStandbyGets runs a write through db that the old primary
+// acknowledges and no standby receives: the replication links are cut
+// while it runs.
+func writeNoStandbyGets(t *testing.T, ctx context.Context, db *sql.DB, write string) {
+	t.Helper()
+	for _, r := range cluster.Replicas() {
+		if err := r.ReplicationFault().Blackhole(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := db.ExecContext(ctx, write); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range cluster.Replicas() {
+		if err := r.ReplicationFault().Heal(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // lastRead returns the last read's event.
 func lastRead(t *testing.T, rec *routes) pgrouted.RouteEvent {
 	t.Helper()
@@ -129,21 +149,8 @@ func TestLostWriteIsReported(t *testing.T) {
 	mustExec(t, ctx, cluster.Primary(), "CREATE TABLE IF NOT EXISTS lost (id int)")
 	replicated(t, ctx)
 	db, conn, rec, logs := failoverDB(t, "")
-	for _, r := range []int{1, 2} {
-		if err := cluster.Node(r).ReplicationFault().Blackhole(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	s := pgrouted.NewSession()
-	sctx := pgrouted.WithSession(ctx, s)
-	if _, err := db.ExecContext(sctx, "INSERT INTO lost VALUES (1)"); err != nil {
-		t.Fatal(err)
-	}
-	for _, r := range []int{1, 2} {
-		if err := cluster.Node(r).ReplicationFault().Heal(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	sctx := pgrouted.WithSession(ctx, pgrouted.NewSession())
+	writeNoStandbyGets(t, sctx, db, "INSERT INTO lost VALUES (1)")
 	failOver(t, ctx, conn)
 	var n int
 	if err := db.QueryRowContext(sctx, "SELECT count(*) FROM lost").Scan(&n); err != nil || n != 0 {
@@ -177,21 +184,8 @@ func TestWatermarkAcrossFailoverWithoutHistory(t *testing.T) {
 	mustExec(t, ctx, cluster.Primary(), "GRANT ALL ON across TO plain")
 	replicated(t, ctx)
 	db, conn, rec, logs := failoverDB(t, "plain")
-	for _, r := range []int{1, 2} {
-		if err := cluster.Node(r).ReplicationFault().Blackhole(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	s := pgrouted.NewSession()
-	sctx := pgrouted.WithSession(ctx, s)
-	if _, err := db.ExecContext(sctx, "INSERT INTO across VALUES (1)"); err != nil {
-		t.Fatal(err)
-	}
-	for _, r := range []int{1, 2} {
-		if err := cluster.Node(r).ReplicationFault().Heal(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	sctx := pgrouted.WithSession(ctx, pgrouted.NewSession())
+	writeNoStandbyGets(t, sctx, db, "INSERT INTO across VALUES (1)")
 	failOver(t, ctx, conn)
 	if sw := conn.Topology(); strings.Contains(logs.String(), "was lost") {
 		t.Fatalf("a role without the history claimed to know: %+v", sw)
