@@ -59,6 +59,29 @@
 // triggers an immediate probe, and an autocommit write that it refused runs
 // again once the topology has moved.
 //
+// # Read-your-writes
+//
+// After each committed write (an autocommit statement, or the COMMIT of a
+// read-write transaction) the connector reads the primary's WAL insert
+// position, pipelined with the write or the COMMIT so that it costs no
+// extra round trip, and raises its watermark, or a [Session]'s under
+// [WithSession]. A replica serves a read only when its replay position is
+// known to be at or past the watermark: from its last probe, or else from a
+// check of its replay position sent in one pipeline with the read, on the
+// connection that serves it (a replica found behind skips the read, which
+// then runs on the primary).
+//
+// A watermark is (system identifier, timeline, LSN). After a failover, one
+// of an older timeline is compared with the switch point in the new
+// primary's timeline history: at or before it the write survived and
+// read-your-writes carries over; past it the old primary acknowledged a
+// write that was lost with it, and [RouteEvent].WriteLost,
+// [Stats].LostWrites and a warning through [Config].Logger say so. Reading
+// the history file needs a role allowed to read server files; without it a
+// write the promoted standby was not seen to replay cannot be told apart,
+// and reads of it go to the new primary until the new timeline's position
+// is known ([Stats].TimelineResets).
+//
 // # Observing
 //
 // [Config].OnRoute receives a [RouteEvent] for every statement, and
