@@ -138,6 +138,8 @@ func (p *prober) probe(parent context.Context) (res result) {
 		p.conn = conn
 		p.incarn++
 		p.systemID = 0
+		// Another server may answer now: read its history again.
+		p.historyOf, p.switches = 0, nil
 	}
 	res.conn = p.incarn
 	sql := probeRoleSQL + ";\n" + probeTimelineSQL

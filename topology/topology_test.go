@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/pgrouted/pgrouted/lagmeter"
 	"github.com/pgrouted/pgrouted/testcluster"
 	"github.com/pgrouted/pgrouted/topology"
 	"go.uber.org/goleak"
@@ -196,9 +197,22 @@ func TestFailoverFollowed(t *testing.T) {
 	if s.Epoch != s0.Epoch+1 {
 		t.Fatalf("epoch = %d, want %d", s.Epoch, s0.Epoch+1)
 	}
-	if h := s.Hosts[s.Index("node1")]; h.Timeline != s0.Hosts[s0.Index("node0")].Timeline+1 {
+	oldTL := s0.Hosts[s0.Index("node0")].Timeline
+	h := s.Hosts[s.Index("node1")]
+	if h.Timeline != oldTL+1 {
 		t.Fatalf("new primary's timeline = %d", h.Timeline)
 	}
+	// Its timeline history says where it left the old timeline: at or
+	// after what it was last seen to replay as a standby, which is the
+	// lower bound known without the history.
+	sp, ok := lagmeter.SwitchPoint(h.Switches, oldTL)
+	if !ok || sp == 0 {
+		t.Fatalf("new primary's history %v lacks timeline %d", h.Switches, oldTL)
+	}
+	if f := h.SwitchFloor; f.Timeline != oldTL || f.LSN == 0 || f.LSN > sp {
+		t.Fatalf("switch floor %+v, switch point %v", f, sp)
+	}
+	t.Logf("timeline %d left at %v (last replay seen %v)", oldTL, sp, h.SwitchFloor.LSN)
 	if h := s.Hosts[s.Index("node0")]; h.Healthy {
 		t.Fatalf("stopped node0 still healthy: %+v", h)
 	}
