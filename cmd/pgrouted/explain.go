@@ -45,7 +45,7 @@ replica); 2 on bad arguments or an invalid DSN.`, stderr)
 		return exitFailure
 	}
 	defer conn.Close()
-	if _, all := waitProbed(ctx, conn, *timeout); !all {
+	if _, all := waitProbed(ctx, conn, *timeout, cfg.ProbeInterval); !all {
 		fmt.Fprintf(stderr, "pgrouted explain: not every host answered its first probe within %v\n", *timeout)
 	}
 	d, err := conn.Explain(ctx, query)

@@ -166,14 +166,28 @@ func probed(top pgrouted.Snapshot) bool {
 
 // waitProbed waits until every host was probed once, or timeout, or ctx
 // ends; it returns the last snapshot and whether every host was probed.
-func waitProbed(ctx context.Context, conn *pgrouted.Connector, timeout time.Duration) (pgrouted.Snapshot, bool) {
+// When a host answered as primary it waits for its lease too: the
+// standbys' lag needs the primary's position. When no primary is known and
+// some host's probe failed, it gives the probes a few more intervals (a
+// busy host may just have been slow to answer the first one) before it
+// settles for no primary.
+func waitProbed(ctx context.Context, conn *pgrouted.Connector, timeout, interval time.Duration) (pgrouted.Snapshot, bool) {
 	deadline := time.Now().Add(timeout)
+	var failedSince time.Time
 	for {
 		top := conn.Topology()
-		if probed(top) && (top.Primary != "" || !primaryUp(top)) {
-			// When a host answered as primary, wait for its lease too:
-			// the standbys' lag needs the primary's position.
-			return top, true
+		if probed(top) {
+			switch {
+			case top.Primary != "":
+				return top, true
+			case primaryUp(top):
+			case !anyFailed(top):
+				return top, true // every host answered: none is a primary
+			case failedSince.IsZero():
+				failedSince = time.Now()
+			case time.Since(failedSince) >= 3*interval:
+				return top, true
+			}
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			return top, probed(top)
@@ -183,6 +197,16 @@ func waitProbed(ctx context.Context, conn *pgrouted.Connector, timeout time.Dura
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// anyFailed reports whether some host's last probe failed.
+func anyFailed(top pgrouted.Snapshot) bool {
+	for _, h := range top.Hosts {
+		if !h.Healthy {
+			return true
+		}
+	}
+	return false
 }
 
 // primaryUp reports whether a host answered its last probe as a primary.

@@ -49,7 +49,7 @@ an invalid DSN.`, stderr)
 		return exitFailure
 	}
 	defer conn.Close()
-	top, all := waitProbed(ctx, conn, *timeout)
+	top, all := waitProbed(ctx, conn, *timeout, cfg.ProbeInterval)
 	if !all {
 		fmt.Fprintf(stderr, "pgrouted topology: not every host answered its first probe within %v\n", *timeout)
 	}
