@@ -359,14 +359,19 @@ func TestReplicationLatencyDelaysReplay(t *testing.T) {
 	restore(t)
 	p, r := shared.Primary(), shared.Replicas()[0]
 	mustExec(t, ctx, p, "CREATE TABLE IF NOT EXISTS replat (id int)")
-	if err := r.ReplicationFault().Latency(300 * time.Millisecond); err != nil {
+	// Long enough that the three connections the checks below open, on a
+	// busy machine, cannot cover it.
+	const latency = 3 * time.Second
+	if err := r.ReplicationFault().Latency(latency); err != nil {
 		t.Fatal(err)
 	}
 	mustExec(t, ctx, p, "INSERT INTO replat VALUES (1)")
+	committed := time.Now()
 	lsn, _ := p.CurrentLSN(ctx)
 	// Right after the commit, the delayed replica cannot have it yet.
-	if replay, err := r.ReplayLSN(ctx); err != nil || replay >= lsn {
-		t.Fatalf("replica with 300ms replication latency already replayed %v >= %v (%v)", replay, lsn, err)
+	replay, err := r.ReplayLSN(ctx)
+	if err != nil || (replay >= lsn && time.Since(committed) < latency) {
+		t.Fatalf("replica with %v replication latency already replayed %v >= %v (%v)", latency, replay, lsn, err)
 	}
 	if err := r.WaitReplayed(ctx, lsn); err != nil {
 		t.Fatal(err)
