@@ -35,6 +35,7 @@ func fixed() *fake {
 			ReplicaRetries:  5,
 			Failovers:       1,
 			TimelineResets:  8,
+			LostWrites:      9,
 		},
 		top: pgrouted.Snapshot{
 			Primary:              "east",
@@ -148,6 +149,9 @@ pgrouted_route_errors_total{reason="saturated"} 0
 pgrouted_route_errors_total{reason="some-future-reason"} 2
 pgrouted_route_errors_total{reason="unhealthy"} 0
 pgrouted_route_errors_total{reason="write-on-replica"} 0
+# HELP pgrouted_lost_writes_total Read-your-writes positions found past the point where the new primary's timeline history left theirs: writes the old primary acknowledged and a failover lost.
+# TYPE pgrouted_lost_writes_total counter
+pgrouted_lost_writes_total 9
 # HELP pgrouted_timeline_resets_total Read-your-writes positions given up because they were written on a timeline older than the primary's (a failover may have lost them): reads went to the primary until a position on the new timeline was known.
 # TYPE pgrouted_timeline_resets_total counter
 pgrouted_timeline_resets_total 8
