@@ -32,23 +32,42 @@ func failoverDB(t *testing.T, user string) (*sql.DB, *pgrouted.Connector, *route
 	return db, conn, rec, logs
 }
 
-// failOver kills node0, promotes node1, points node2 at it and waits until
-// the connector sees node1 as the primary.
-func failOver(t *testing.T, ctx context.Context, conn *pgrouted.Connector) {
+// failOver kills node0, heals the replication links, promotes node1,
+// points node2 at it (rebuilt from node1 with rebuild) and waits until the
+// connector sees node1 as the primary.
+func failOver(t *testing.T, ctx context.Context, conn *pgrouted.Connector, rebuild bool) {
 	t.Helper()
 	if err := cluster.Node(0).Kill(ctx); err != nil {
 		t.Fatal(err)
 	}
+	for _, r := range cluster.Replicas() {
+		if err := r.ReplicationFault().Heal(); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if err := cluster.Node(1).Promote(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := cluster.Node(2).Follow(ctx, cluster.Node(1)); err != nil {
+	// After a write only the old primary had, node2 may hold WAL past the
+	// switch point (what the old primary sent it while the links were
+	// being cut) and could not follow: rebuild it then.
+	follow := cluster.Node(2).Follow
+	if rebuild {
+		follow = cluster.Node(2).Rejoin
+	}
+	if err := follow(ctx, cluster.Node(1)); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(15 * time.Second)
-	for conn.Topology().Primary != "node1" {
+	for {
+		top := conn.Topology()
+		if top.Primary == "node1" {
+			if h := top.Hosts[2]; h.Name == "node2" && h.Healthy && h.Role == "standby" {
+				return
+			}
+		}
 		if time.Now().After(deadline) {
-			t.Fatalf("new primary not seen: %+v", conn.Topology())
+			t.Fatalf("node1 primary and node2 its standby not seen: %+v", top)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -56,7 +75,7 @@ func failOver(t *testing.T, ctx context.Context, conn *pgrouted.Connector) {
 
 // writeNoStandbyGets runs a write through db that the old primary
 // acknowledges and no standby receives: the replication links are cut
-// while it runs.
+// before it runs, and failOver heals them once the primary is dead.
 func writeNoStandbyGets(t *testing.T, ctx context.Context, db *sql.DB, write string) {
 	t.Helper()
 	for _, r := range cluster.Replicas() {
@@ -67,11 +86,8 @@ func writeNoStandbyGets(t *testing.T, ctx context.Context, db *sql.DB, write str
 	if _, err := db.ExecContext(ctx, write); err != nil {
 		t.Fatal(err)
 	}
-	for _, r := range cluster.Replicas() {
-		if err := r.ReplicationFault().Heal(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	// The links stay cut until failOver has killed the primary: healed
+	// before, a standby could still fetch the write from it.
 }
 
 // lastRead returns the last read's event.
@@ -114,7 +130,7 @@ func untilReplica(t *testing.T, ctx context.Context, db *sql.DB, rec *routes, qu
 func TestWriteThatSurvivedAFailover(t *testing.T) {
 	ctx := testCtx(t)
 	restore(t)
-	mustExec(t, ctx, cluster.Primary(), "CREATE TABLE IF NOT EXISTS survived (id int)")
+	mustExec(t, ctx, cluster.Primary(), "DROP TABLE IF EXISTS survived; CREATE TABLE survived (id int)")
 	replicated(t, ctx)
 	db, conn, rec, logs := failoverDB(t, "")
 	s := pgrouted.NewSession()
@@ -123,7 +139,7 @@ func TestWriteThatSurvivedAFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	replicated(t, ctx)
-	failOver(t, ctx, conn)
+	failOver(t, ctx, conn, false)
 	var n int
 	if err := db.QueryRowContext(sctx, "SELECT count(*) FROM survived").Scan(&n); err != nil || n != 1 {
 		t.Fatalf("read after the failover: %d, %v", n, err)
@@ -146,12 +162,12 @@ func TestWriteThatSurvivedAFailover(t *testing.T) {
 func TestLostWriteIsReported(t *testing.T) {
 	ctx := testCtx(t)
 	restore(t)
-	mustExec(t, ctx, cluster.Primary(), "CREATE TABLE IF NOT EXISTS lost (id int)")
+	mustExec(t, ctx, cluster.Primary(), "DROP TABLE IF EXISTS lost; CREATE TABLE lost (id int)")
 	replicated(t, ctx)
 	db, conn, rec, logs := failoverDB(t, "")
 	sctx := pgrouted.WithSession(ctx, pgrouted.NewSession())
 	writeNoStandbyGets(t, sctx, db, "INSERT INTO lost VALUES (1)")
-	failOver(t, ctx, conn)
+	failOver(t, ctx, conn, true)
 	var n int
 	if err := db.QueryRowContext(sctx, "SELECT count(*) FROM lost").Scan(&n); err != nil || n != 0 {
 		t.Fatalf("read after the failover: %d, %v; want 0 (the write is gone)", n, err)
@@ -180,13 +196,13 @@ func TestWatermarkAcrossFailoverWithoutHistory(t *testing.T) {
 		IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'plain') THEN CREATE ROLE plain LOGIN; END IF;
 	END $$`)
 	mustExec(t, ctx, cluster.Primary(), "GRANT pg_monitor TO plain")
-	mustExec(t, ctx, cluster.Primary(), "CREATE TABLE IF NOT EXISTS across (id int)")
+	mustExec(t, ctx, cluster.Primary(), "DROP TABLE IF EXISTS across; CREATE TABLE across (id int)")
 	mustExec(t, ctx, cluster.Primary(), "GRANT ALL ON across TO plain")
 	replicated(t, ctx)
 	db, conn, rec, logs := failoverDB(t, "plain")
 	sctx := pgrouted.WithSession(ctx, pgrouted.NewSession())
 	writeNoStandbyGets(t, sctx, db, "INSERT INTO across VALUES (1)")
-	failOver(t, ctx, conn)
+	failOver(t, ctx, conn, true)
 	if sw := conn.Topology(); strings.Contains(logs.String(), "was lost") {
 		t.Fatalf("a role without the history claimed to know: %+v", sw)
 	}
