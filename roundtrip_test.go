@@ -105,7 +105,7 @@ func TestWritesReadTheirPositionInTheSameRoundTrip(t *testing.T) {
 	ctx := testCtx(t)
 	db, _, w, rec := counting(t, "&pgrouted_probe_interval=100ms")
 	primary := cluster.Primary().Addr()
-	if _, err := db.ExecContext(ctx, "CREATE TABLE IF NOT EXISTS roundtrips (id int PRIMARY KEY, v text)"); err != nil {
+	if _, err := db.ExecContext(ctx, "DROP TABLE IF EXISTS roundtrips; CREATE TABLE roundtrips (id int PRIMARY KEY, v text)"); err != nil {
 		t.Fatal(err)
 	}
 	c, err := db.Conn(ctx)
@@ -252,7 +252,7 @@ func TestCheckedReadCostsOneRoundTrip(t *testing.T) {
 	// One connection per replica pool: the read is counted on a
 	// connection already open.
 	db, _, w, rec := counting(t, "&pgrouted_probe_interval=5s&pgrouted_latency_window=off&pgrouted_replica_max_conns=1")
-	if _, err := db.ExecContext(ctx, "CREATE TABLE IF NOT EXISTS checked_rt (id int PRIMARY KEY, v text)"); err != nil {
+	if _, err := db.ExecContext(ctx, "DROP TABLE IF EXISTS checked_rt; CREATE TABLE checked_rt (id int PRIMARY KEY, v text)"); err != nil {
 		t.Fatal(err)
 	}
 	checked, seen := 0, map[string]bool{}
