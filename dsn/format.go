@@ -159,6 +159,9 @@ func appendRouting(raw string, pairs []kvPair) string {
 		raw = raw[:len(raw)-1]
 	}
 	b.WriteString(raw)
+	if kvEndsEmpty(raw) {
+		b.WriteString("''") // else the appended key would be its value
+	}
 	for _, kv := range pairs {
 		if b.Len() > 0 {
 			b.WriteByte(' ')
@@ -166,6 +169,39 @@ func appendRouting(raw string, pairs []kvPair) string {
 		b.WriteString(kv.key + "=" + quoteKV(kv.value))
 	}
 	return b.String()
+}
+
+// kvEndsEmpty reports whether s, a keyword/value connection string that pgx
+// accepted, ends with a key and '=' and nothing else ("dbname="): a key
+// whose value is empty, and would be whatever follows. It walks the pairs
+// as pgconn's parseKeywordValueSettings does (libpq's syntax).
+func kvEndsEmpty(s string) bool {
+	s = strings.TrimLeft(s, kvSpace)
+	for s != "" {
+		eq := strings.IndexByte(s, '=')
+		if eq < 0 {
+			return false
+		}
+		s = strings.TrimLeft(s[eq+1:], kvSpace)
+		if s == "" {
+			return true
+		}
+		end, stop := 0, func(c byte) bool { return strings.IndexByte(kvSpace, c) >= 0 }
+		if s[0] == '\'' {
+			end, stop = 1, func(c byte) bool { return c == '\'' }
+		}
+		for end < len(s) && !stop(s[end]) {
+			if s[end] == '\\' {
+				end++
+			}
+			end++
+		}
+		if s[0] == '\'' {
+			end++ // the closing quote
+		}
+		s = strings.TrimLeft(s[min(end, len(s)):], kvSpace)
+	}
+	return false
 }
 
 // urlQueryStart returns the index in p, what follows the scheme of a
