@@ -36,7 +36,11 @@
 // routing key changed since (the last of a repeated key wins), or, for a
 // Config built in code, a string written from the hosts' configurations.
 // [Config.Redacted] (and [Config.String]) does the same with every password
-// masked. [Config.Validate] holds a Config built in code to the rules Parse
+// masked. These two read no more of a string than its outline: where a
+// URL's userinfo and query are, whether a keyword/value string ends on an
+// empty value (which an appended key would become) or on a backslash. The
+// fuzz test holds what they write to pgx's reading of it.
+// [Config.Validate] holds a Config built in code to the rules Parse
 // applies.
 //
 // Errors are a [*ParseError], which names the key at fault and never shows a
