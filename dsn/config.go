@@ -197,7 +197,9 @@ type Host struct {
 	// sslmode=allow), and the credentials, TLS settings and runtime
 	// parameters that the connection string gives every host. No pgrouted_
 	// key is among its RuntimeParams. Its ConnString is the connection
-	// string less its pgrouted_ keys, all hosts and the password included.
+	// string as given to [Parse], all hosts, pgrouted_ keys and the password
+	// included (as pgxpool leaves its pool_ keys in its own): pgx does not
+	// parse it again, and neither should anyone else.
 	ConnConfig *pgx.ConnConfig
 }
 
@@ -275,9 +277,9 @@ type Config struct {
 	// unreachable (pgrouted_strict_boot, default [DefaultStrictBoot]).
 	StrictBoot bool
 
-	// src is the connection string the Config was parsed from, less its
-	// pgrouted_ keys; nil for a Config built in code. A pointer, so that
-	// fmt's %v of a Config can never print the password it holds.
+	// src is the connection string the Config was parsed from; nil for a
+	// Config built in code. A pointer, so that fmt's %v of a Config can
+	// never print the password it holds.
 	src *source
 }
 

@@ -8,18 +8,40 @@
 //	postgres://app:secret@db1:5432,db2:5433,[::1]:5434/app?sslmode=verify-full&pgrouted_max_lag=2s
 //	host=db1,db2,/var/run/postgresql port=5432 dbname=app pgrouted_select=nearest
 //
-// [Parse] takes every pgrouted_ key out, lets pgx parse the rest (so PG*
-// environment variables, the passfile, the service file and the TLS
-// settings mean what they mean to pgx and libpq), and returns a [Config]:
-// one [Host] per server, each with a complete pgx configuration of its own,
-// and the routing settings, typed, with defaults from package-level
-// variables such as [DefaultProbeInterval]. The keys and their defaults are
-// listed in the documentation of [Parse].
+// # How a connection string is parsed
+//
+// [Parse] reads no syntax of its own. It gives the whole string to pgx's
+// [github.com/jackc/pgx/v5.ParseConfig], so PG* environment variables, the
+// passfile, the service file and the TLS settings mean what they mean to
+// pgx and libpq, and the string is accepted or refused exactly as pgx
+// accepts or refuses it. pgx keeps every key it does not know as a
+// run-time parameter; Parse lifts the pgrouted_ keys out of those, as
+// pgxpool lifts its pool_ keys, so that none is sent to the server. Then it
+// splits pgx's one configuration into one [Host] per server: pgx lists a
+// connection attempt per host, or two under sslmode=prefer and allow (with
+// and without TLS, same host and port), in Host/Port/TLSConfig and
+// Fallbacks; each pair stays together, as the host's own Fallbacks. So
+// every host has a complete pgx configuration of its own, and
+// pgrouted_names and pgrouted_weights count the hosts of the connection
+// string, not pgx's attempts. The routing settings come out typed, with
+// defaults from package-level variables such as [DefaultProbeInterval]; the
+// keys and their defaults are listed in the documentation of [Parse].
+//
+// One consequence: a host's ConnConfig.ConnString is the connection string
+// as given, pgrouted_ keys included, as a pgxpool.Config's keeps its pool_
+// keys. pgx does not read it again.
 //
 // [Format] writes a Config back as a connection string that parses to an
-// equal Config; [Config.Redacted] (and [Config.String]) does the same with
-// every password masked. [Config.Validate] holds a Config built in code to
-// the rules Parse applies.
+// equal Config: the string it was parsed from, as given, followed by any
+// routing key changed since (the last of a repeated key wins), or, for a
+// Config built in code, a string written from the hosts' configurations.
+// [Config.Redacted] (and [Config.String]) does the same with every password
+// masked. These two read no more of a string than its outline: where a
+// URL's userinfo and query are, whether a keyword/value string ends on an
+// empty value (which an appended key would become) or on a backslash. The
+// fuzz test holds what they write to pgx's reading of it.
+// [Config.Validate] holds a Config built in code to the rules Parse
+// applies.
 //
 // Errors are a [*ParseError], which names the key at fault and never shows a
 // password:

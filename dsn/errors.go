@@ -43,17 +43,25 @@ const minSecret = 4
 
 // secrets is the set of strings that must not appear in an error text:
 // every password candidate of one connection string.
-type secrets map[string]struct{}
+type secrets struct {
+	set map[string]struct{}
+	// short tells that a candidate was too short to scrub.
+	short bool
+}
 
 // add records v, unless it is too short to scrub.
 func (s *secrets) add(v string) {
-	if len(v) < minSecret {
+	switch {
+	case v == "":
+		return
+	case len(v) < minSecret:
+		s.short = true
 		return
 	}
-	if *s == nil {
-		*s = make(secrets)
+	if s.set == nil {
+		s.set = make(map[string]struct{})
 	}
-	(*s)[v] = struct{}{}
+	s.set[v] = struct{}{}
 }
 
 // addRaw records v as written and decoded: percent-decoded and with
@@ -68,10 +76,20 @@ func (s *secrets) addRaw(v string) {
 // replacement cannot remove them all (a secret made of the mask's own
 // letters), it returns fallback instead.
 func (s secrets) scrub(text, fallback string) string {
-	if len(s) == 0 {
-		return text
+	if masked, ok := s.mask(text); ok {
+		return masked
 	}
-	sorted := slices.Collect(maps.Keys(s))
+	return fallback
+}
+
+// mask returns text with every secret replaced by [mask], and whether that
+// removed them all (it does not for a secret made of the mask's own
+// letters).
+func (s secrets) mask(text string) (string, bool) {
+	if len(s.set) == 0 {
+		return text, true
+	}
+	sorted := slices.Collect(maps.Keys(s.set))
 	slices.SortFunc(sorted, func(a, b string) int { // longest first
 		if len(a) != len(b) {
 			return len(b) - len(a)
@@ -83,20 +101,27 @@ func (s secrets) scrub(text, fallback string) string {
 	}
 	for _, v := range sorted {
 		if strings.Contains(text, v) {
-			return fallback
+			return "", false
 		}
 	}
-	return text
+	return text, true
 }
 
 // newSecrets gathers every password candidate of connString, leniently, so
 // that malformed input is covered too: it over-collects rather than miss
-// one. Candidates only ever cause over-redaction.
+// one. Candidates only ever cause over-redaction. The passwords of the
+// environment are among them.
 func newSecrets(connString string) secrets {
-	var s secrets
+	s := stringSecrets(connString)
 	for _, env := range []string{"PGPASSWORD", "PGSSLPASSWORD"} {
 		s.add(os.Getenv(env))
 	}
+	return s
+}
+
+// stringSecrets is newSecrets without the environment.
+func stringSecrets(connString string) secrets {
+	var s secrets
 	collectKVSecrets(connString, &s)
 	if p, ok := cutScheme(connString); ok {
 		collectURLSecrets(p, &s)
@@ -201,4 +226,73 @@ func newError(sec secrets, key, msg string, err error) *ParseError {
 		fallback = "invalid value of " + key
 	}
 	return &ParseError{Key: key, msg: sec.scrub(msg, sec.scrub(fallback, "invalid value")), err: err}
+}
+
+// kvSpace is the whitespace of keyword/value syntax.
+const kvSpace = " \t\n\r\v\f"
+
+// cutScheme returns what follows the scheme when s is a URL, as pgx decides
+// it (case-sensitively).
+func cutScheme(s string) (string, bool) {
+	if p, ok := strings.CutPrefix(s, "postgresql://"); ok {
+		return p, true
+	}
+	return strings.CutPrefix(s, "postgres://")
+}
+
+// unescapeKV applies keyword/value syntax's backslash rule: a backslash is
+// dropped and the byte after it taken literally; one at the very end is
+// dropped.
+func unescapeKV(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	b.Grow(len(s))
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' {
+			i++
+			if i == len(s) {
+				break
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// uriDecodeLenient decodes what percent-encoding it can and passes the rest
+// through; it is for finding secrets, in malformed input too.
+func uriDecodeLenient(raw string) string {
+	if !strings.Contains(raw, "%") {
+		return strings.Trim(raw, " ")
+	}
+	raw = strings.Trim(raw, " ")
+	var b strings.Builder
+	b.Grow(len(raw))
+	for i := 0; i < len(raw); i++ {
+		if raw[i] == '%' && i+2 < len(raw) {
+			hi, ok1 := unhex(raw[i+1])
+			lo, ok2 := unhex(raw[i+2])
+			if ok1 && ok2 {
+				b.WriteByte(hi<<4 | lo)
+				i += 2
+				continue
+			}
+		}
+		b.WriteByte(raw[i])
+	}
+	return b.String()
+}
+
+func unhex(c byte) (byte, bool) {
+	switch {
+	case c >= '0' && c <= '9':
+		return c - '0', true
+	case c >= 'a' && c <= 'f':
+		return c - 'a' + 10, true
+	case c >= 'A' && c <= 'F':
+		return c - 'A' + 10, true
+	}
+	return 0, false
 }

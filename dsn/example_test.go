@@ -46,7 +46,9 @@ func ExampleFormat() {
 		return
 	}
 	cfg.ProbeInterval = cfg.ProbeInterval / 2
-	fmt.Println(dsn.Format(cfg)) // pgrouted_lease is at its default: left out
+	cfg.Select = dsn.SelectRandom
+	// The string as given, then the keys changed since: the last one wins.
+	fmt.Println(dsn.Format(cfg))
 	// Output:
-	// host=db1,db2 user=app sslmode=disable pgrouted_probe_interval=500ms pgrouted_select=nearest
+	// host=db1,db2 user=app sslmode=disable pgrouted_select=nearest pgrouted_lease=10s pgrouted_probe_interval=500ms pgrouted_select=random
 }

@@ -12,7 +12,8 @@ import (
 // FuzzParse is seeded with every DSN of the table (and testdata/fuzz). For
 // any input it checks that Parse does not panic, returns a *ParseError,
 // agrees with pgx on what parses and what each host connects to, formats
-// to a string that parses back to an equal Config, and never shows a
+// to a string that parses back to an equal Config (also after routing
+// settings are changed in code), and never shows a
 // password: the input's own, and the marker put in each password position
 // in front of the input.
 func FuzzParse(f *testing.F) {
@@ -49,6 +50,26 @@ func FuzzParse(f *testing.F) {
 			}
 			if diff := diffConfig(cfg, back); diff != "" {
 				t.Fatalf("Format→Parse differs: %s\nformatted: %q", diff, formatted)
+			}
+
+			// Changed in code: Format appends the changed keys to the
+			// string as given, and they must win when it is parsed again.
+			changed := cfg.Clone()
+			changed.StrictBoot = !changed.StrictBoot
+			changed.Select = SelectNearest
+			changed.Hosts[0].Name = "fz 0"
+			if changed.Validate() == nil {
+				formatted := Format(changed)
+				back, err := Parse(formatted)
+				if err != nil {
+					t.Fatalf("Parse(Format) of a changed Config = %v\nformatted: %q", err, formatted)
+				}
+				if diff := diffConfig(changed, back); diff != "" {
+					t.Fatalf("Format→Parse of a changed Config differs: %s\nformatted: %q", diff, formatted)
+				}
+				if p := whole.Password; len(p) >= minSecret && strings.Contains(changed.Redacted(), p) {
+					t.Fatalf("Redacted shows the password %q: %q", p, changed.Redacted())
+				}
 			}
 		}
 

@@ -2,7 +2,7 @@ package dsn
 
 import (
 	"fmt"
-	"os"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -206,13 +206,33 @@ func oneOf[T ~string](v T, valid ...T) string {
 }
 
 func lookupSpec(key string) *keySpec {
-	for i := range specs {
-		if specs[i].key == key {
-			return &specs[i]
-		}
+	if i := specIndex(key); i >= 0 {
+		return &specs[i]
 	}
 	return nil
 }
+
+// specIndex returns the index of key in specs, or -1.
+func specIndex(key string) int {
+	for i := range specs {
+		if specs[i].key == key {
+			return i
+		}
+	}
+	return -1
+}
+
+// routingPrefix starts every pgrouted key. It is matched ignoring case, so
+// that PGROUTED_MAX_LAG is reported as a misspelt key rather than sent to
+// the server as a run-time parameter.
+const routingPrefix = "pgrouted_"
+
+func isRoutingKey(k string) bool {
+	return len(k) >= len(routingPrefix) && strings.EqualFold(k[:len(routingPrefix)], routingPrefix)
+}
+
+// setting is one pgrouted_ key = value, as pgx decoded it.
+type setting struct{ key, value string }
 
 // nearestKey returns the valid key that key most likely misspells: the
 // first that key begins (pgrouted_probe → pgrouted_probe_interval), else
@@ -243,13 +263,17 @@ func nearestKey(key string) string {
 // (host=h1,h2 port=5432,5433 dbname=db ...), with the pgrouted_ keys among
 // its parameters.
 //
-// Every pgrouted_ key is taken out first, and pgx's [pgx.ParseConfig] parses
-// the rest: per-host ports, unix socket directories, PG* environment
-// variables, the passfile, the service file, sslmode and the TLS files for
-// every host, connect_timeout, application_name and runtime parameters all
-// mean what they mean to pgx and libpq. pgrouted_ keys found in a service
-// file apply where the connection string does not set them. Like libpq, the
-// last of a repeated key wins.
+// pgx's [pgx.ParseConfig] parses the whole string, so per-host ports, unix
+// socket directories, PG* environment variables, the passfile, the service
+// file, sslmode and the TLS files for every host, connect_timeout,
+// application_name and runtime parameters all mean what they mean to pgx
+// and libpq. pgx keeps the keys it does not know as run-time parameters;
+// Parse takes every pgrouted_ key out of them (as pgxpool takes out its
+// pool_ keys), so pgrouted_ keys found in a service file apply where the
+// connection string does not set them, and like libpq the last of a
+// repeated key wins. When several keys are wrong, the error is about an
+// unknown key first, then about the first key in the order of the table
+// below.
 //
 // The keys, their values and defaults:
 //
@@ -292,41 +316,32 @@ func nearestKey(key string) string {
 // [Config.Validate].
 func Parse(connString string) (*Config, error) {
 	sec := newSecrets(connString)
-	src, routing, err := split(connString)
-	if err != nil {
-		// pgx rejects what the split rejects: let it say why.
-		_, perr := pgx.ParseConfig(connString)
-		if perr == nil {
-			return nil, newError(sec, "", "cannot split the connection string", err)
-		}
-		return nil, newError(sec, "", pgxDetail(perr), perr)
-	}
-	cc, err := pgx.ParseConfig(src.String(false))
+	cc, err := pgx.ParseConfig(connString)
 	if err != nil {
 		return nil, newError(sec, "", pgxDetail(err), err)
 	}
 	sec.add(cc.Password)
 
-	// Service-file keys reach pgx's RuntimeParams; take them out, and let
-	// the connection string's own keys win over them.
-	last := make(map[string]int, len(routing)) // key → index of its last occurrence
-	for i, s := range routing {
-		last[s.key] = i
-	}
-	var fromService []setting
+	// pgx keeps every key it does not know as a run-time parameter, whether
+	// the connection string or the service file gave it (the connection
+	// string's winning, and the last of a repeated key). Lift ours out, as
+	// pgxpool lifts its pool_ keys, so that none reaches the server.
+	routing := make([]setting, 0, len(cc.RuntimeParams))
 	for k, v := range cc.RuntimeParams {
 		if isRoutingKey(k) {
 			delete(cc.RuntimeParams, k)
-			if _, ok := last[k]; !ok {
-				fromService = append(fromService, setting{k, v})
-			}
+			routing = append(routing, setting{k, v})
 		}
 	}
-	slices.SortFunc(fromService, func(a, b setting) int { return strings.Compare(a.key, b.key) })
-	for _, s := range fromService {
-		last[s.key] = len(routing)
-		routing = append(routing, s)
-	}
+	// The map has no order: check unknown keys first, by name, then the
+	// known ones in table order, so that the error is always the same one.
+	slices.SortFunc(routing, func(a, b setting) int {
+		ia, ib := specIndex(a.key), specIndex(b.key)
+		if ia != ib {
+			return ia - ib
+		}
+		return strings.Compare(a.key, b.key)
+	})
 
 	// pgxpool's own keys are not PostgreSQL's: pgx would send them to the
 	// server as run-time parameters, which it refuses at connect.
@@ -343,17 +358,14 @@ func Parse(connString string) (*Config, error) {
 	}
 
 	if cc.ValidateConnect != nil {
-		v := lastValue(src, "target_session_attrs", "PGTARGETSESSIONATTRS")
 		return nil, newError(sec, "target_session_attrs", fmt.Sprintf(
-			"target_session_attrs (%s) must be any or left out: pgrouted finds the primary and the replicas itself, and this check would refuse connections to one or the other", v), nil)
+			"target_session_attrs%s must be any or left out: pgrouted finds the primary and the replicas itself, and this check would refuse connections to one or the other",
+			targetSessionAttrs(cc.ValidateConnect)), nil)
 	}
 
 	cfg := defaultConfig()
 	var names, weights *setting
 	for i, s := range routing {
-		if last[s.key] != i {
-			continue // a later one wins
-		}
 		spec := lookupSpec(s.key)
 		switch {
 		case spec == nil:
@@ -399,14 +411,15 @@ func Parse(connString string) (*Config, error) {
 		}
 	}
 
-	src.addrs = make([]string, len(cfg.Hosts))
-	for i, h := range cfg.Hosts {
-		src.addrs[i] = h.Addr
-	}
-	cfg.src = src
 	if err := cfg.validate(sec); err != nil {
 		return nil, err
 	}
+	src := &source{raw: connString, parsed: *cfg}
+	src.parsed.Hosts = make([]Host, len(cfg.Hosts))
+	for i, h := range cfg.Hosts {
+		src.parsed.Hosts[i] = Host{Name: h.Name, Addr: h.Addr, Weight: h.Weight}
+	}
+	cfg.src = src
 	return cfg, nil
 }
 
@@ -425,28 +438,25 @@ func splitList(v string) []string {
 	return list
 }
 
-// lastValue returns the value the connection string gives key, else the
-// environment variable's, else a note that it came from a service file.
-func lastValue(src *source, key, env string) string {
-	v, found := "", false
-	for _, p := range src.pairs {
-		if p.key == key {
-			v, found = p.value, true
+// targetSessionAttrs returns " (value)" for the check pgx made of a
+// target_session_attrs value, or "" for one it does not know.
+func targetSessionAttrs(check pgconn.ValidateConnectFunc) string {
+	p := reflect.ValueOf(check).Pointer()
+	for _, v := range []struct {
+		value string
+		check pgconn.ValidateConnectFunc
+	}{
+		{"read-write", pgconn.ValidateConnectTargetSessionAttrsReadWrite},
+		{"read-only", pgconn.ValidateConnectTargetSessionAttrsReadOnly},
+		{"primary", pgconn.ValidateConnectTargetSessionAttrsPrimary},
+		{"standby", pgconn.ValidateConnectTargetSessionAttrsStandby},
+		{"prefer-standby", pgconn.ValidateConnectTargetSessionAttrsPreferStandby},
+	} {
+		if reflect.ValueOf(v.check).Pointer() == p {
+			return " (" + v.value + ")"
 		}
 	}
-	for _, q := range src.query {
-		if q.key == key {
-			_, raw, _ := strings.Cut(q.raw, "=")
-			v, found = uriDecodeLenient(raw), true
-		}
-	}
-	if found {
-		return v
-	}
-	if v := os.Getenv(env); v != "" {
-		return v
-	}
-	return "set in the service file"
+	return ""
 }
 
 // splitHosts turns pgx's one configuration for all hosts into one for each

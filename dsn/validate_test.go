@@ -179,9 +179,22 @@ func TestRedacted(t *testing.T) {
 			"postgres://app:xxxxx@db1,db2/app?sslmode=disable&pgrouted_max_lag=2s"},
 		{"postgres://app:" + marker + "%40x@db1/app?sslpassword=" + marker + "&pass%77ord=" + marker + "&sslmode=disable",
 			"postgres://app:xxxxx@db1/app?sslpassword=xxxxx&pass%77ord=xxxxx&sslmode=disable"},
+		// Keyword/value syntax is not taken apart again: the password is
+		// masked by its value, where it stands, and its quotes stay. (The
+		// hand tokenizer Parse had before rewrote it as password=xxxxx.)
 		{"host=db1 password='" + marker + " two' sslmode=disable pgrouted_names=one",
-			"host=db1 password=xxxxx sslmode=disable pgrouted_names=one"},
+			"host=db1 password='xxxxx' sslmode=disable pgrouted_names=one"},
+		{"host=db1 password = " + marker + `\ two sslmode=disable`,
+			"host=db1 password = xxxxx sslmode=disable"},
 		{"postgres://app@db1/app?sslmode=disable", "postgres://app@db1/app?sslmode=disable"},
+		// In a URL the password's place is known, whatever its length.
+		{"postgres://app:pw@db1/app?sslmode=disable&password=pw&x=pw", "postgres://app:xxxxx@db1/app?sslmode=disable&password=xxxxx&x=pw"},
+		{"postgres://app:" + marker + "@db1/app?application_name=a@b&sslmode=disable",
+			"postgres://app:xxxxx@db1/app?application_name=a@b&sslmode=disable"},
+		// A password too short to mask by its value in keyword/value
+		// syntax: the string is written from the hosts.
+		{"host=db1 user=app password=pw sslmode=disable pgrouted_select=random",
+			"host=db1 port=5432 user=app password=xxxxx sslmode=disable pgrouted_select=random"},
 	} {
 		cfg, err := Parse(tc.dsn)
 		if err != nil {
@@ -305,5 +318,67 @@ func TestNearestKey(t *testing.T) {
 		if got := nearestKey(in); got != want {
 			t.Errorf("nearestKey(%.40q) = %s, want %s", in, got, want)
 		}
+	}
+}
+
+// TestFormatChanged: a parsed Config whose routing settings were changed in
+// code formats as the string it was parsed from, then the changed keys,
+// which override the string's own; the result parses back to it.
+func TestFormatChanged(t *testing.T) {
+	for _, tc := range []struct {
+		name, dsn string
+		change    func(*Config)
+		want      string
+	}{
+		{"kv back to a default", "host=db1 sslmode=disable pgrouted_select=nearest",
+			func(c *Config) { c.Select = SelectRoundRobin },
+			"host=db1 sslmode=disable pgrouted_select=nearest pgrouted_select=round-robin"},
+		{"kv unchanged", "host=db1 sslmode=disable pgrouted_select=nearest", func(*Config) {},
+			"host=db1 sslmode=disable pgrouted_select=nearest"},
+		{"kv trailing backslash", "host=db1 sslmode=disable password=" + marker + `\`,
+			func(c *Config) { c.Consistency = ConsistencyEventual },
+			"host=db1 sslmode=disable password=" + marker + " pgrouted_consistency=eventual"},
+		{"kv escaped trailing backslash", "host=db1 sslmode=disable password=" + marker + `\\`,
+			func(c *Config) { c.Consistency = ConsistencyEventual },
+			"host=db1 sslmode=disable password=" + marker + `\\ pgrouted_consistency=eventual`},
+		{"kv empty last value", "host=db1 sslmode=disable application_name = ", func(c *Config) { c.StrictBoot = true },
+			"host=db1 sslmode=disable application_name = '' pgrouted_strict_boot=true"},
+		{"kv escaped end as the last value", `host=db1 sslmode=disable application_name=\`, func(c *Config) { c.StrictBoot = true },
+			"host=db1 sslmode=disable application_name='' pgrouted_strict_boot=true"},
+		{"kv names", "host=db1,db2 sslmode=disable", func(c *Config) { c.Hosts[1].Name = "rack b" },
+			"host=db1,db2 sslmode=disable pgrouted_names='db1:5432,rack b'"},
+		{"url without query", "postgres://db1,db2/app", func(c *Config) { c.Hosts[0].Name = "a b" },
+			"postgres://db1,db2/app?pgrouted_names=a%20b,db2:5432"},
+		{"url with query", "postgres://db1/app?sslmode=disable&pgrouted_lease=5s", func(c *Config) { c.Lease = 10 * time.Second },
+			"postgres://db1/app?sslmode=disable&pgrouted_lease=5s&pgrouted_lease=10s"},
+		{"url empty query", "postgres://db1/app?", func(c *Config) { c.StrictBoot = true },
+			"postgres://db1/app?pgrouted_strict_boot=true"},
+		{"url query ends with &", "postgres://db1/app?sslmode=disable&", func(c *Config) { c.StrictBoot = true },
+			"postgres://db1/app?sslmode=disable&pgrouted_strict_boot=true"},
+		{"url query without path", "postgres://db1,[::1]:5433?sslmode=disable", func(c *Config) { c.StrictBoot = true },
+			"postgres://db1,[::1]:5433?sslmode=disable&pgrouted_strict_boot=true"},
+		{"url ? in the password", "postgres://u:" + marker + "?x@db1/app", func(c *Config) { c.StrictBoot = true },
+			"postgres://u:" + marker + "?x@db1/app?pgrouted_strict_boot=true"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			isolateEnv(t, nil)
+			cfg, err := Parse(tc.dsn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc.change(cfg)
+			got := Format(cfg)
+			if got != tc.want {
+				t.Errorf("Format\n got %s\nwant %s", redactMarker(got), redactMarker(tc.want))
+			}
+			back, err := Parse(got)
+			if err != nil {
+				t.Fatalf("Parse(Format): %v", err)
+			}
+			if diff := diffConfig(cfg, back); diff != "" {
+				t.Error(diff)
+			}
+			checkNoPassword(t, cfg)
+		})
 	}
 }
