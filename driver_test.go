@@ -355,7 +355,9 @@ func TestFailoverUnderLoad(t *testing.T) {
 	var wg sync.WaitGroup
 	var halted sync.Once
 	halt := func() { halted.Do(func() { close(stop); wg.Wait() }) }
-	defer halt()
+	// On failure, the workers stop at once, even one stuck in a read.
+	wctx, cancelWork := context.WithCancel(ctx)
+	defer func() { cancelWork(); halt() }()
 	for w := 0; w < 4; w++ {
 		wg.Add(2)
 		go func() {
@@ -368,7 +370,7 @@ func TestFailoverUnderLoad(t *testing.T) {
 				}
 				afterStop := stopped.Load()
 				var port int
-				err := db.QueryRowContext(ctx, "INSERT INTO fo (w) VALUES ($1) RETURNING inet_server_port()", w).Scan(&port)
+				err := db.QueryRowContext(wctx, "INSERT INTO fo (w) VALUES ($1) RETURNING inet_server_port()", w).Scan(&port)
 				if err != nil {
 					writeErrs.Add(1)
 					time.Sleep(5 * time.Millisecond)
@@ -392,7 +394,7 @@ func TestFailoverUnderLoad(t *testing.T) {
 				default:
 				}
 				var n int
-				if err := db.QueryRowContext(ctx, "SELECT count(*) FROM fo").Scan(&n); err != nil {
+				if err := db.QueryRowContext(wctx, "SELECT count(*) FROM fo").Scan(&n); err != nil {
 					readErrs.Add(1)
 					t.Logf("read error: %v", err)
 				} else {
