@@ -354,14 +354,22 @@ func TestIdlePrimaryKeepsReplicasEligible(t *testing.T) {
 
 func TestFailedProbeMakesReplicaIneligible(t *testing.T) {
 	restore(t)
-	db, _, rec := open(t, "pgrouted_max_lag=5s")
+	db, conn, rec := open(t, "pgrouted_max_lag=5s")
 	waitReads(t, db, rec, 10*time.Second, "reads on node2", func(on map[string]int) bool { return on["node2"] > 0 })
 	if err := cluster.Node(2).Fault().Blackhole(); err != nil {
 		t.Fatal(err)
 	}
 	waitReads(t, db, rec, 10*time.Second, "node2 excluded", func(on map[string]int) bool { return on["node2"] == 0 && on["node1"] > 0 })
-	// And it stays out while its probes fail.
-	time.Sleep(time.Second)
+	// And it stays out while its probes fail: once they did, its circuit
+	// is open.
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if h := conn.Topology().Hosts[2]; h.Name == "node2" && !h.Healthy && h.Circuit == "open" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("15s after the blackhole, node2 is not seen failing: %+v", conn.Topology().Hosts[2])
+		}
+	}
 	if on := readsOn(t, db, rec, 40); on["node2"] != 0 {
 		t.Fatalf("cut-off replica served %d reads", on["node2"])
 	}
