@@ -3,6 +3,7 @@ package pgrouted_test
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"testing"
 	"time"
 
@@ -40,24 +41,13 @@ func BenchmarkSelectOne(b *testing.B) {
 		run(b, db)
 	})
 	b.Run("driver=pgrouted", func(b *testing.B) {
-		p := cluster.Primary()
-		dsn := "postgres://postgres@" + p.Addr() + "," + replica.Addr() + "/postgres?sslmode=disable&pgrouted_probe_interval=100ms"
-		cfg, err := pgrouted.ParseConfig(dsn)
-		if err != nil {
-			b.Fatal(err)
-		}
 		var onReplica, total int
-		cfg.OnRoute = func(e pgrouted.RouteEvent) {
+		conn := primaryAndReplica(b, func(e pgrouted.RouteEvent) {
 			total++
 			if !e.Primary {
 				onReplica++
 			}
-		}
-		conn, err := pgrouted.NewConnector(cfg)
-		if err != nil {
-			b.Fatal(err)
-		}
-		waitReplicaRoute(b, conn)
+		})
 		db := sql.OpenDB(conn)
 		defer db.Close()
 		run(b, db)
@@ -65,6 +55,59 @@ func BenchmarkSelectOne(b *testing.B) {
 			b.Fatalf("%d of %d reads ran on the primary", total-onReplica, total)
 		}
 	})
+}
+
+// primaryAndReplica returns a Connector on a DSN of the primary and the
+// first replica, with onRoute as its hook, once reads go to the replica.
+func primaryAndReplica(tb testing.TB, onRoute func(pgrouted.RouteEvent)) *pgrouted.Connector {
+	tb.Helper()
+	p, replica := cluster.Primary(), cluster.Replicas()[0]
+	dsn := "postgres://postgres@" + p.Addr() + "," + replica.Addr() + "/postgres?sslmode=disable&pgrouted_probe_interval=100ms"
+	cfg, err := pgrouted.ParseConfig(dsn)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	cfg.OnRoute = onRoute
+	conn, err := pgrouted.NewConnector(cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	waitReplicaRoute(tb, conn)
+	return conn
+}
+
+// TestSelectOneRunsOnTheReplica is BenchmarkSelectOne's premise, checked
+// where CI runs it: with a DSN of the primary and one replica, every
+// one-row SELECT runs on that replica, as the route events and the
+// servers' own statement logs say.
+func TestSelectOneRunsOnTheReplica(t *testing.T) {
+	ctx := testCtx(t)
+	rec := &routes{}
+	conn := primaryAndReplica(t, rec.record)
+	db := sql.OpenDB(conn)
+	defer db.Close()
+	db.SetMaxIdleConns(4)
+	replica := cluster.Replicas()[0]
+	marker := fmt.Sprintf("bench-premise-%d", time.Now().UnixNano())
+	const n = 200
+	for i := 0; i < n; i++ {
+		var one int
+		if err := db.QueryRowContext(ctx, "SELECT 1 /* "+marker+" */").Scan(&one); err != nil {
+			t.Fatal(err)
+		}
+	}
+	evs := rec.snapshot()
+	if len(evs) != n {
+		t.Fatalf("%d route events for %d reads", len(evs), n)
+	}
+	for _, e := range evs {
+		if e.Op != pgrouted.OpRead || e.Primary || e.Endpoint != replica.Addr() || e.Err != nil {
+			t.Fatalf("a read did not run on the replica %s: %+v", replica.Addr(), e)
+		}
+	}
+	if on := ranOn(t, marker); len(on) != 1 || on[0] != replica.Name() {
+		t.Fatalf("the reads ran on %v, want only %s", on, replica.Name())
+	}
 }
 
 // BenchmarkDecision is the routing decision alone: classify the statement

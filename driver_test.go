@@ -1,8 +1,11 @@
 package pgrouted_test
 
 import (
+	"context"
 	"database/sql"
 	"errors"
+	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -33,7 +36,8 @@ func TestOpenByDriverName(t *testing.T) {
 }
 
 // TestReadYourWrites: writers insert a row and read it back at once through
-// the same *sql.DB while replication is delayed; no read may miss its row.
+// the same *sql.DB while replication is delayed; no read may miss its row,
+// and replicas serve the later reads of those rows (see replicaShare2).
 func TestReadYourWrites(t *testing.T) {
 	ctx := testCtx(t)
 	restore(t)
@@ -45,53 +49,9 @@ func TestReadYourWrites(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var misses, reads atomic.Int64
-	var wg sync.WaitGroup
-	deadline := time.Now().Add(5 * time.Second)
-	for w := 0; w < 8; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for n := 0; time.Now().Before(deadline); n++ {
-				if _, err := db.ExecContext(ctx, "INSERT INTO ryw (w, n) VALUES ($1, $2)", w, n); err != nil {
-					t.Error(err)
-					return
-				}
-				var got int
-				if err := db.QueryRowContext(ctx, "SELECT count(*) FROM ryw WHERE w = $1 AND n = $2", w, n).Scan(&got); err != nil {
-					t.Error(err)
-					return
-				}
-				reads.Add(1)
-				if got != 1 {
-					misses.Add(1)
-				}
-				// Reads of older rows can use the replicas.
-				if err := db.QueryRowContext(ctx, "SELECT count(*) FROM ryw WHERE w = $1", w).Scan(&got); err != nil {
-					t.Error(err)
-					return
-				}
-				reads.Add(1)
-				if got < n+1 {
-					misses.Add(1)
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	onReplica := 0
-	total := 0
-	for _, e := range rec.snapshot() {
-		if e.Op == pgrouted.OpRead {
-			total++
-			if !e.Primary {
-				onReplica++
-			}
-		}
-	}
-	t.Logf("%d reads, %d misses; %d of %d reads (%.0f%%) served by replicas", reads.Load(), misses.Load(), onReplica, total, 100*float64(onReplica)/float64(max(total, 1)))
-	if misses.Load() != 0 {
-		t.Fatalf("%d reads missed their own writes", misses.Load())
+	share := replicaShare(t, db, rec, "ryw", 5*time.Second, func(int) context.Context { return ctx })
+	if share < minReplicaShare {
+		t.Fatalf("replicas served %.0f%% of the reads they could serve, want at least %.0f%%", 100*share, 100*minReplicaShare)
 	}
 }
 
@@ -367,16 +327,37 @@ func TestFailoverUnderLoad(t *testing.T) {
 	replicated(t, ctx)
 	db, _, _ := open(t)
 	old, promoted, other := cluster.Node(0), cluster.Node(1), cluster.Node(2)
-	var demotedAt atomic.Int64 // unix nanos when the old primary was stopped
+	nodeOf := portNames(t)
+	// stopped is set once the old primary's Stop returned: a write issued
+	// after that cannot have run there.
+	var stopped atomic.Bool
 	type write struct {
-		at   time.Time
-		node string
+		at         time.Time // when its result came back (logged only)
+		node       string
+		afterStop  bool // issued after the old primary was stopped
+		unknownPos int  // the port when it names no node
 	}
 	var mu sync.Mutex
 	var writes []write
+	count := func(node string) int {
+		mu.Lock()
+		defer mu.Unlock()
+		n := 0
+		for _, w := range writes {
+			if w.node == node {
+				n++
+			}
+		}
+		return n
+	}
 	var writeErrs, readErrs, reads atomic.Int64
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
+	var halted sync.Once
+	halt := func() { halted.Do(func() { close(stop); wg.Wait() }) }
+	// On failure, the workers stop at once, even one stuck in a read.
+	wctx, cancelWork := context.WithCancel(ctx)
+	defer func() { cancelWork(); halt() }()
 	for w := 0; w < 4; w++ {
 		wg.Add(2)
 		go func() {
@@ -387,15 +368,20 @@ func TestFailoverUnderLoad(t *testing.T) {
 					return
 				default:
 				}
+				afterStop := stopped.Load()
 				var port int
-				err := db.QueryRowContext(ctx, "INSERT INTO fo (w) VALUES ($1) RETURNING inet_server_port()", w).Scan(&port)
+				err := db.QueryRowContext(wctx, "INSERT INTO fo (w) VALUES ($1) RETURNING inet_server_port()", w).Scan(&port)
 				if err != nil {
 					writeErrs.Add(1)
 					time.Sleep(5 * time.Millisecond)
 					continue
 				}
+				wr := write{at: time.Now(), node: nodeOf[port], afterStop: afterStop}
+				if wr.node == "" {
+					wr.unknownPos = port
+				}
 				mu.Lock()
-				writes = append(writes, write{time.Now(), nodeByPort(t, port).Name()})
+				writes = append(writes, wr)
 				mu.Unlock()
 			}
 		}()
@@ -408,7 +394,7 @@ func TestFailoverUnderLoad(t *testing.T) {
 				default:
 				}
 				var n int
-				if err := db.QueryRowContext(ctx, "SELECT count(*) FROM fo").Scan(&n); err != nil {
+				if err := db.QueryRowContext(wctx, "SELECT count(*) FROM fo").Scan(&n); err != nil {
 					readErrs.Add(1)
 					t.Logf("read error: %v", err)
 				} else {
@@ -417,11 +403,16 @@ func TestFailoverUnderLoad(t *testing.T) {
 			}
 		}()
 	}
-	time.Sleep(500 * time.Millisecond)
+	// The load runs on the old primary before the failover.
+	for deadline := time.Now().Add(30 * time.Second); count(old.Name()) < 20 || reads.Load() < 20; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("after 30s, %d writes on %s and %d reads: the load does not run", count(old.Name()), old.Name(), reads.Load())
+		}
+	}
 	if err := old.Stop(ctx); err != nil {
 		t.Fatal(err)
 	}
-	demotedAt.Store(time.Now().UnixNano())
+	stopped.Store(true)
 	if err := promoted.Promote(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -429,31 +420,19 @@ func TestFailoverUnderLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Writes go on for a while on the new primary.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		mu.Lock()
-		n := 0
-		for _, w := range writes {
-			if w.node == promoted.Name() {
-				n++
-			}
-		}
-		mu.Unlock()
-		if n >= 50 {
-			break
-		}
+	for deadline := time.Now().Add(30 * time.Second); count(promoted.Name()) < 50; time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("writes did not resume on %s", promoted.Name())
+			t.Fatalf("writes did not resume on %s within 30s: %d there", promoted.Name(), count(promoted.Name()))
 		}
-		time.Sleep(20 * time.Millisecond)
 	}
-	close(stop)
-	wg.Wait()
-	stoppedAt := time.Unix(0, demotedAt.Load())
+	halt()
 	var lastOld, firstNew time.Time
 	for _, w := range writes {
 		switch w.node {
 		case old.Name():
+			if w.afterStop {
+				t.Errorf("a write issued after %s was stopped succeeded there", old.Name())
+			}
 			if w.at.After(lastOld) {
 				lastOld = w.at
 			}
@@ -461,12 +440,11 @@ func TestFailoverUnderLoad(t *testing.T) {
 			if firstNew.IsZero() || w.at.Before(firstNew) {
 				firstNew = w.at
 			}
+		case "":
+			t.Errorf("a write ran on port %d, which is no node's", w.unknownPos)
 		default:
-			t.Fatalf("a write ran on %s", w.node)
+			t.Errorf("a write ran on %s", w.node)
 		}
-	}
-	if lastOld.After(stoppedAt) {
-		t.Fatalf("a write succeeded on the old primary after it was stopped")
 	}
 	t.Logf("writes unavailable for %v (last on the old primary to first on the new one); %d write errors during the failover; %d reads, %d read errors",
 		firstNew.Sub(lastOld).Round(time.Millisecond), writeErrs.Load(), reads.Load(), readErrs.Load())
@@ -479,14 +457,36 @@ func TestFailoverUnderLoad(t *testing.T) {
 	}
 }
 
+// portNames maps each node's direct port (inet_server_port()) to its name,
+// for goroutines, which must not call nodeByPort (it may t.Fatal).
+func portNames(t *testing.T) map[int]string {
+	t.Helper()
+	m := map[int]string{}
+	for _, n := range cluster.Nodes() {
+		_, p, err := net.SplitHostPort(n.DirectAddr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		port, err := strconv.Atoi(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m[port] = n.Name()
+	}
+	return m
+}
+
 // TestWritesWaitForAPrimary: with the primary down, a write waits up to
-// pgrouted_write_timeout; it succeeds when the primary comes back in time,
-// and fails with ErrNoPrimary when none does.
+// pgrouted_write_timeout; it fails with ErrNoPrimary when no primary comes
+// in time, and succeeds on the primary when it comes back in time. The
+// waiting write is issued once the connector sees no primary, and the
+// primary starts again only once that write is seen inside the driver,
+// still running.
 func TestWritesWaitForAPrimary(t *testing.T) {
 	ctx := testCtx(t)
 	restore(t)
 	mustExec(t, ctx, cluster.Primary(), "CREATE TABLE IF NOT EXISTS waitw (id int)")
-	db, _, _ := open(t, "pgrouted_write_timeout=15s")
+	db, conn, _ := open(t, "pgrouted_write_timeout=15s")
 	quick, _, _ := open(t, "pgrouted_write_timeout=500ms")
 	p := cluster.Primary()
 	if err := p.Stop(ctx); err != nil {
@@ -498,16 +498,58 @@ func TestWritesWaitForAPrimary(t *testing.T) {
 		t.Fatalf("write with the primary down and a 500ms write timeout: %v, want ErrNoPrimary", err)
 	}
 	t.Logf("write without a primary: %v", err)
-	done := make(chan error, 1)
+
+	// The connector knows there is no primary (its lease ran out).
+	for deadline := time.Now().Add(30 * time.Second); conn.Topology().Primary != ""; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("30s after the primary stopped, the connector still names a primary: %+v", conn.Topology())
+		}
+	}
+	if n := db.Stats().InUse; n != 0 {
+		t.Fatalf("%d connections in use before the write", n)
+	}
+	type result struct {
+		port int
+		err  error
+	}
+	done := make(chan result, 1)
 	go func() {
-		_, err := db.ExecContext(ctx, "INSERT INTO waitw VALUES (2)")
-		done <- err
+		var r result
+		r.err = db.QueryRowContext(ctx, "INSERT INTO waitw VALUES (2) RETURNING inet_server_port()").Scan(&r.port)
+		done <- r
 	}()
-	time.Sleep(time.Second)
+	// The write is in the driver (it holds the *sql.DB's only connection)
+	// and has not returned: it waits, with no primary.
+	for deadline := time.Now().Add(10 * time.Second); db.Stats().InUse == 0; time.Sleep(time.Millisecond) {
+		select {
+		case r := <-done:
+			t.Fatalf("with no primary, the write returned at once (port %d, %v): it did not wait", r.port, r.err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the write did not start within 10s")
+		}
+	}
+	if top := conn.Topology(); top.Primary != "" {
+		t.Fatalf("a primary while %s is stopped: %+v", p.Name(), top)
+	}
+	select {
+	case r := <-done:
+		t.Fatalf("with no primary, the write returned at once (port %d, %v): it did not wait", r.port, r.err)
+	default:
+	}
 	if err := p.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := <-done; err != nil {
-		t.Fatalf("a write waiting for the primary to come back: %v", err)
+	select {
+	case r := <-done:
+		if r.err != nil {
+			t.Fatalf("a write waiting for the primary to come back: %v", r.err)
+		}
+		if got := nodeByPort(t, r.port).Name(); got != p.Name() {
+			t.Fatalf("the waiting write ran on %s, want %s", got, p.Name())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the waiting write did not return within 30s of the primary's restart (write timeout 15s)")
 	}
 }

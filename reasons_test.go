@@ -37,8 +37,10 @@ func TestNoReplicaReasons(t *testing.T) {
 		}
 		db := sql.OpenDB(conn)
 		defer db.Close()
-		for conn.Topology().Primary == "" {
-			time.Sleep(10 * time.Millisecond)
+		for deadline := time.Now().Add(15 * time.Second); conn.Topology().Primary == ""; time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("no primary known 15s after opening a DSN of the primary alone: %+v", conn.Topology())
+			}
 		}
 		wantReason(t, ctx, db, pgrouted.ReasonNoReplicas)
 	})

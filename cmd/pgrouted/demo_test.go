@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -96,7 +97,8 @@ func TestDemoWithoutPostgres(t *testing.T) {
 }
 
 // TestDemoInterrupted: Ctrl-C during the story stops it, removes the
-// cluster and exits 130 with the summary so far.
+// cluster and exits 130 with the summary so far: not completed, not OK,
+// failure "interrupted", and the statements the workload ran.
 func TestDemoInterrupted(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -113,14 +115,30 @@ func TestDemoInterrupted(t *testing.T) {
 	t.Setenv("TMPDIR", dir)
 	var code int
 	var out string
+	var errb syncBuffer
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		var o, e strings.Builder
-		code = run(ctx, []string{"demo", "--duration", "60s", "--json"}, &o, &e)
+		var o strings.Builder
+		code = run(ctx, []string{"demo", "--duration", "60s", "--json"}, &o, &errb)
 		out = o.String()
 	}()
-	time.Sleep(8 * time.Second) // boot, then a few seconds of workload
+	// The story's second phase began: the cluster is up and the workload
+	// has run through the first. (With --json the events go to stderr.)
+	const running = "phase 2/7: "
+	boot := time.NewTimer(2 * time.Minute)
+	defer boot.Stop()
+	for !strings.Contains(errb.String(), running) {
+		select {
+		case <-done:
+			t.Fatalf("the demo ended before %q: exit %d\nstdout: %s\nstderr:\n%s", running, code, out, errb.String())
+		case <-boot.C:
+			cancel()
+			<-done
+			t.Fatalf("no %q on stderr within 2 minutes:\n%s", running, errb.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 	cancel()
 	select {
 	case <-done:
@@ -128,11 +146,14 @@ func TestDemoInterrupted(t *testing.T) {
 		t.Fatal("the demo did not stop within 60s of Ctrl-C")
 	}
 	var s Summary
-	if err := json.Unmarshal([]byte(out), &s); err != nil && out != "" {
-		t.Fatalf("%v: %s", err, out)
+	if err := json.Unmarshal([]byte(out), &s); err != nil {
+		t.Fatalf("stdout is not one JSON summary: %v\n%s", err, out)
 	}
-	if code != exitInterrupted || (out != "" && (s.Completed || s.OK)) {
-		t.Fatalf("exit %d, summary %s", code, out)
+	if code != exitInterrupted || s.Completed || s.OK || s.Failure != "interrupted" {
+		t.Fatalf("exit %d (want %d), summary %s", code, exitInterrupted, out)
+	}
+	if s.Statements == 0 || s.Reads == 0 || len(s.Phases) < 2 {
+		t.Errorf("the summary so far lacks the workload: %d statements, %d reads, %d phases", s.Statements, s.Reads, len(s.Phases))
 	}
 	if left, _ := filepath.Glob(filepath.Join(dir, "pgrouted-testcluster-*")); len(left) != 0 {
 		t.Errorf("cluster directory left behind: %v", left)
@@ -140,4 +161,22 @@ func TestDemoInterrupted(t *testing.T) {
 	if procs, err := exec.Command("pgrep", "-af", dir+"/").Output(); err == nil && len(procs) > 0 {
 		t.Errorf("PostgreSQL processes left behind:\n%s", procs)
 	}
+}
+
+// syncBuffer is a goroutine-safe io.Writer.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
