@@ -57,7 +57,7 @@ type Topology struct {
 
 	snap    atomic.Pointer[Snapshot]
 	changed atomic.Pointer[chan struct{}] // closed when the next snapshot is published
-	history *lagmeter.History // the primary's WAL positions, for staleness bounds
+	history *lagmeter.History             // the primary's WAL positions, for staleness bounds
 
 	results chan result
 	kicks   []chan struct{} // one per host: probe now
