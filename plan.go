@@ -266,14 +266,15 @@ func (c *Connector) pickReplica(s *topology.Snapshot, rc readCtx, advance bool, 
 			continue
 		}
 		standbys++
-		if !c.hosts[i].breaker.Allow() || i == skip {
+		hs := c.hosts[i]
+		if !hs.breaker.Allow() || i == skip {
 			continue
 		}
 		healthy++
 		if pinned {
 			continue
 		}
-		if !rc.forced && c.hosts[i].inflight() >= c.hosts[i].maxConns {
+		if !rc.forced && hs.inflight() >= hs.maxConns {
 			saturated++
 			continue
 		}
@@ -281,7 +282,7 @@ func (c *Connector) pickReplica(s *topology.Snapshot, rc readCtx, advance bool, 
 		if h.Healthy {
 			// A failed probe leaves the position unknown: the server may
 			// have restarted and gone back to its minimum recovery point.
-			pos.Replay = c.hosts[i].replay(h)
+			pos.Replay = hs.replay(h)
 		}
 		if ok, why := c.history.Check(pos, rc.budget, rc.now); !ok {
 			unknown = unknown || why == lagmeter.ReasonPositionUnknown
