@@ -121,8 +121,6 @@ func New(hosts []Host, opts Options) (*Topology, error) {
 		first.Hosts[i] = HostState{Name: h.Name, Addr: h.Addr}
 	}
 	t.snap.Store(first)
-	ch := make(chan struct{})
-	t.changed.Store(&ch)
 	tr := newTracker(t, first)
 	t.wg.Add(1 + len(hosts))
 	go func() {
@@ -153,14 +151,24 @@ func (t *Topology) Snapshot() *Snapshot { return t.snap.Load() }
 //	<-ch // a newer snapshot is out
 //
 // so that a wait for a condition on the snapshot needs no polling.
-func (t *Topology) Changed() <-chan struct{} { return *t.changed.Load() }
+func (t *Topology) Changed() <-chan struct{} {
+	for {
+		if ch := t.changed.Load(); ch != nil {
+			return *ch
+		}
+		ch := make(chan struct{})
+		t.changed.CompareAndSwap(nil, &ch)
+	}
+}
 
 // publish makes s the current snapshot and wakes whoever waits on
 // Changed.
 func (t *Topology) publish(s *Snapshot) {
 	t.snap.Store(s)
 	ch := make(chan struct{})
-	close(*t.changed.Swap(&ch))
+	if old := t.changed.Swap(&ch); old != nil {
+		close(*old)
+	}
 }
 
 // History is the current primary's WAL insert positions, one sample per
