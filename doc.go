@@ -40,14 +40,54 @@
 //     its whole life under pgrouted_readonly_tx=replica (the default).
 //     SERIALIZABLE read-only transactions run on the primary, since a hot
 //     standby cannot run them; isolation levels PostgreSQL lacks are refused.
+//     The replica of a read-only transaction is chosen by the same decision
+//     as a read's: the same check, fallback and forced routes.
 //   - [WithRoute] and a leading /* pgrouted:primary */ or /* pgrouted:replica */
 //     comment force the route. A write, lock or read-write transaction forced
 //     to a replica fails with [ErrWriteOnReplica] before anything is sent; a
-//     forced replica read never falls back to the primary.
+//     forced replica read never falls back to the primary, and runs on a
+//     replica even on a connection pinned by session state. A statement
+//     inside a transaction never leaves it, whatever route it is forced to.
 //   - A read that a replica refuses with SQLSTATE 25006 (it was not a read
 //     after all) runs once more on the primary, transparently. A read whose
 //     replica connection fails before any row runs on another eligible
 //     replica, then on the primary.
+//
+// # How a statement is routed
+//
+// The source files follow a statement through the driver, in this order:
+//
+//   - driver.go: sql.Open("pgrouted", dsn) parses the DSN into a [Config].
+//   - connector.go: the [Connector] holds the list of hosts and the
+//     topology probers; Connect hands database/sql a connection.
+//   - conn.go (and stmt.go for prepared statements): the driver.Conn
+//     surface. A statement is classified and handed on; a statement inside
+//     a database/sql transaction goes straight to tx.go.
+//   - plan.go: the one decision, for every statement, every read-only
+//     transaction and [Connector.Explain]: primary or replica, which
+//     replica, whether it must check its replay position first, whether
+//     it may fall back to the primary, and the reason.
+//   - watermark.go: what a read needs a replica to hold (the position of
+//     the caller's writes, across failovers); pick.go: which of the
+//     eligible replicas serves it (one picker per pgrouted_select policy,
+//     and Config.Select).
+//   - host.go: one host's pool, circuit breaker, known replay position and
+//     in-flight reads.
+//   - replica.go: the replica path. Borrow a connection, check the replay
+//     position on it when the plan says so (pipelined with the read), run,
+//     and on a connection failure try another replica, then fall back as
+//     the plan allows.
+//   - primary.go: the primary path. Open or reuse the primary session
+//     (waiting for a primary during a failover), run, read the WAL
+//     position after a write's commit in the same round trip
+//     (pipeline.go), and rerun an autocommit write that a demoted primary
+//     refused.
+//   - rows.go, resultrows.go: the rows returned; closing them gives the
+//     replica connection back or raises the watermark.
+//   - tx.go: BeginTx executes the plan's decision; statements inside the
+//     transaction run on its connection; COMMIT raises the watermark.
+//   - observe.go: every statement's [RouteEvent] is counted ([Stats]);
+//     [Connector.Topology] shows what the probes see.
 //
 // # Failover
 //

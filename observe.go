@@ -92,23 +92,23 @@ func (c *Connector) Topology() Snapshot {
 		primaryInsert = p.Layout.RecordEnd(p.InsertLSN)
 	}
 	for i := range s.Hosts {
-		h := &s.Hosts[i]
-		st := c.pools[i].Stat()
+		h, hs := &s.Hosts[i], c.hosts[i]
+		st := hs.pool.Stat()
 		hi := HostInfo{
 			Name:          h.Name,
 			Address:       h.Addr,
 			Role:          h.Role.String(),
 			Healthy:       h.Healthy,
-			Circuit:       c.breakers[i].State().String(),
+			Circuit:       hs.breaker.State().String(),
 			RTTMs:         ms(h.RTT),
 			Timeline:      h.Timeline,
 			SyncState:     h.SyncState,
-			InflightReads: c.inflight[i].n.Load(),
+			InflightReads: hs.inflight(),
 			Pool:          PoolInfo{Total: st.TotalConns(), Idle: st.IdleConns(), Acquired: st.AcquiredConns(), Max: st.MaxConns()},
 			LastError:     h.LastError,
 		}
 		if h.Role.String() == "standby" {
-			replay := c.replay(i, h)
+			replay := hs.replay(h)
 			if replay != 0 {
 				hi.ReplayLSN = replay.String()
 			}
@@ -206,12 +206,12 @@ func reasonIndex(reason string) int {
 	return -1
 }
 
-// counters are the lock-free counters behind Stats.
+// counters are the lock-free counters behind Stats, beside each host's
+// statement counters.
 type counters struct {
-	statements [][len(opNames)]atomic.Uint64 // per host
-	fallbacks  [numReasons]atomic.Uint64
-	errors     [numReasons]atomic.Uint64
-	retries    atomic.Uint64
+	fallbacks [numReasons]atomic.Uint64
+	errors    [numReasons]atomic.Uint64
+	retries   atomic.Uint64
 
 	timelineResets atomic.Uint64
 	lostWrites     atomic.Uint64
@@ -233,9 +233,9 @@ func (c *Connector) count(ev *RouteEvent) {
 	if ev.Endpoint == "" {
 		return
 	}
-	for i := range c.hosts {
-		if c.hosts[i].Name == ev.Endpoint {
-			k.statements[i][opIndex(ev.Op)].Add(1)
+	for _, h := range c.hosts {
+		if h.Name == ev.Endpoint {
+			h.statements[opIndex(ev.Op)].Add(1)
 			break
 		}
 	}
@@ -261,10 +261,10 @@ func (c *Connector) Stats() Stats {
 	if e := c.top.Snapshot().Epoch; e > 1 {
 		st.Failovers = e - 1
 	}
-	for i, h := range c.hosts {
+	for _, h := range c.hosts {
 		m := map[string]uint64{}
 		for j, op := range opNames {
-			if n := k.statements[i][j].Load(); n > 0 {
+			if n := h.statements[j].Load(); n > 0 {
 				m[op] = n
 			}
 		}

@@ -2,9 +2,7 @@ package pgrouted
 
 import (
 	"context"
-	"fmt"
-	"math/rand/v2"
-	"time"
+	"errors"
 
 	"github.com/pgrouted/pgrouted/dsn"
 	"github.com/pgrouted/pgrouted/internal/sqlclass"
@@ -12,7 +10,11 @@ import (
 	"github.com/pgrouted/pgrouted/topology"
 )
 
-// plan is the routing decision for one statement.
+// plan is the routing decision for one statement or one BEGIN: the host,
+// the check the replica must pass first, what may happen when the replica
+// cannot serve (fallback) and the reason. It is made by Connector.plan for
+// every statement, every read-only transaction and Explain, and executed
+// by the primary path (primary.go) or the replica path (replica.go).
 type plan struct {
 	op      string
 	class   sqlclass.Class
@@ -26,6 +28,22 @@ type plan struct {
 	lost    bool               // the caller's last write was found lost in a failover
 }
 
+// request is what a decision is asked about.
+type request struct {
+	r sqlclass.Result // the statement's classification
+
+	// begin is set for BeginTx (r is then ignored), with the transaction's
+	// read-only flag and whether it is SERIALIZABLE.
+	begin, readOnly, serializable bool
+
+	pinned bool // an earlier statement changed session state on the connection
+	inTx   bool // the connection is inside a transaction opened with SQL (BEGIN)
+}
+
+// errSerializableOnStandby explains why a SERIALIZABLE transaction forced
+// to a replica cannot run.
+var errSerializableOnStandby = errors.New("pgrouted: a SERIALIZABLE transaction cannot run on a replica: PostgreSQL does not support serializable isolation on a hot standby; use REPEATABLE READ, or let it run on the primary")
+
 func opOf(c sqlclass.Class) string {
 	switch c {
 	case sqlclass.Read:
@@ -38,13 +56,32 @@ func opOf(c sqlclass.Class) string {
 	return OpWrite
 }
 
-// plan decides where a statement of classification r runs. onPrimary is
-// true when the connection must stay on the primary (session state, or a
-// transaction opened with SQL). advance moves the round-robin position;
-// Explain does not.
-func (c *Connector) plan(ctx context.Context, r sqlclass.Result, onPrimary, advance bool) plan {
+// plan decides where q runs. The rules, in order:
+//
+//   - What must run on the primary (writes, locks, session state,
+//     transaction control, read-write transactions) runs there, and fails
+//     with ErrWriteOnReplica when forced to a replica.
+//   - A route forced to the primary (WithRoute, a comment) wins.
+//   - A statement inside a transaction opened with SQL never leaves it,
+//     whatever route it was forced to.
+//   - A connection pinned by session state stays on the primary, unless
+//     the route is forced to a replica.
+//   - A read-only transaction stays on the primary under
+//     pgrouted_readonly_tx=primary, or at SERIALIZABLE isolation (which a
+//     hot standby does not have; forced to a replica, it fails).
+//   - Otherwise an eligible replica (pickReplica) serves it. With none, it
+//     falls back to the primary, except when forced to a replica or under
+//     pgrouted_fallback=error: then it fails with ErrNoReplica. The replica
+//     path applies the same rule when the chosen replica fails its check
+//     or its connection (Connector.mayFallBack).
+//
+// advance moves the round-robin position; Explain does not.
+func (c *Connector) plan(ctx context.Context, q request, advance bool) plan {
 	route := routeFrom(ctx)
-	switch r.Hint {
+	if q.begin {
+		return c.planTx(ctx, q, route, advance)
+	}
+	switch q.r.Hint {
 	case sqlclass.HintPrimary:
 		route = Primary
 	case sqlclass.HintReplica:
@@ -52,14 +89,14 @@ func (c *Connector) plan(ctx context.Context, r sqlclass.Result, onPrimary, adva
 			route = Replica
 		}
 	}
-	p := plan{op: opOf(r.Class), class: r.Class, forced: route, host: -1}
-	if r.Class != sqlclass.Read {
+	p := plan{op: opOf(q.r.Class), class: q.r.Class, forced: route, host: -1}
+	if q.r.Class != sqlclass.Read {
 		if route == Replica {
 			p.err = &RouteError{Op: p.op, Reason: ReasonWriteOnReplica}
 			return p
 		}
 		p.primary = true
-		switch r.Class {
+		switch q.r.Class {
 		case sqlclass.Session:
 			p.reason = ReasonSessionState
 		case sqlclass.Tx:
@@ -73,33 +110,107 @@ func (c *Connector) plan(ctx context.Context, r sqlclass.Result, onPrimary, adva
 	case route == Primary:
 		p.primary, p.reason = true, ReasonForced
 		return p
-	case onPrimary && route != Replica:
+	case q.inTx:
+		p.primary, p.reason = true, ReasonInTx
+		return p
+	case q.pinned && route != Replica:
 		p.primary, p.reason = true, ReasonPinned
 		return p
 	}
+	c.planReplica(ctx, &p, advance)
+	return p
+}
+
+// planTx is plan for BeginTx.
+func (c *Connector) planTx(ctx context.Context, q request, route Route, advance bool) plan {
+	p := plan{op: OpTx, class: sqlclass.Tx, forced: route, host: -1, primary: true}
+	switch {
+	case !q.readOnly && route == Replica:
+		p.primary, p.reason = false, ReasonWriteOnReplica
+		p.err = &RouteError{Op: OpTx, Reason: ReasonWriteOnReplica}
+	case !q.readOnly:
+		p.reason = ReasonWrite
+		if route == Primary {
+			p.reason = ReasonForced
+		}
+	case route == Primary:
+		p.reason = ReasonForced
+	case q.inTx:
+		p.reason = ReasonInTx
+	case q.pinned && route != Replica:
+		p.reason = ReasonPinned
+	case route != Replica && c.cfg.ReadOnlyTx != dsn.ReadOnlyTxReplica:
+		p.reason = ReasonReadOnlyTx
+	case q.serializable && route == Replica:
+		p.primary, p.err = false, errSerializableOnStandby
+	case q.serializable:
+		p.reason = ReasonSerializableRO
+	default:
+		p.primary = false
+		c.planReplica(ctx, &p, advance)
+	}
+	return p
+}
+
+// planReplica completes p, a read or a read-only transaction that may run
+// on a replica, with the replica that serves it or, when none is eligible,
+// the fallback or the error.
+func (c *Connector) planReplica(ctx context.Context, p *plan, advance bool) {
 	s := c.top.Snapshot()
 	rc, err := c.readCtx(ctx, s, advance)
 	if err != nil {
 		p.err = err
-		return p
+		return
 	}
 	p.lost = rc.lost
 	pk := c.pickReplica(s, rc, advance, -1)
 	if pk.host >= 0 {
-		p.host, p.reason, p.check, p.wm = pk.host, ReasonReplica, pk.check, pk.wm
-		if pk.check {
-			p.reason = ReasonCheck
-		} else if route == Replica {
+		p.host, p.check, p.wm = pk.host, pk.check, pk.wm
+		switch {
+		case p.forced == Replica:
 			p.reason = ReasonForced
+			if pk.check && p.op != OpTx {
+				p.reason = ReasonCheck
+			}
+		case p.op == OpTx:
+			p.reason = ReasonReadOnlyTx
+		case pk.check:
+			p.reason = ReasonCheck
+		default:
+			p.reason = ReasonReplica
 		}
-		return p
+		return
 	}
-	if route == Replica || c.cfg.Fallback == dsn.FallbackError {
+	p.reason = pk.reason
+	if !c.mayFallBack(p) {
 		p.err = &RouteError{Op: p.op, Reason: pk.reason}
-		return p
+		return
 	}
-	p.primary, p.reason = true, pk.reason
-	return p
+	p.primary = true
+}
+
+// mayFallBack reports whether p, planned for a replica, may run on the
+// primary instead: not when forced to a replica, nor under
+// pgrouted_fallback=error.
+func (c *Connector) mayFallBack(p *plan) bool {
+	return p.forced != Replica && c.cfg.Fallback != dsn.FallbackError
+}
+
+// replan chooses another replica for p after the one it had (skip) failed:
+// the same eligibility as plan's, without skip. It reports false when
+// there is none.
+func (c *Connector) replan(ctx context.Context, p *plan, skip int) bool {
+	s := c.top.Snapshot()
+	rc, err := c.readCtx(ctx, s, true)
+	if err != nil {
+		return false
+	}
+	next := c.pickReplica(s, rc, true, skip)
+	if next.host < 0 {
+		return false
+	}
+	p.host, p.check, p.wm = next.host, next.check, next.wm
+	return true
 }
 
 // decision describes a plan for Explain and RouteEvent.
@@ -120,144 +231,6 @@ func (p *plan) decision(c *Connector) Decision {
 
 // maxStackCandidates bounds the candidates kept on the stack.
 const maxStackCandidates = 32
-
-// switchPoint is where the current primary's timeline history left
-// timeline tli, or 0 when it is not known: a replica on a newer timeline
-// than a watermark is then not known to hold it (see
-// lagmeter.Watermark.ReachedBy). Once a primary on the newer timeline is
-// known, readCtx has moved the watermark to its timeline already.
-func switchPoint(s *topology.Snapshot, tli uint32) lagmeter.LSN {
-	if s.Primary < 0 {
-		return 0
-	}
-	sp, _ := lagmeter.SwitchPoint(s.Hosts[s.Primary].Switches, tli)
-	return sp
-}
-
-// readCtx is what the eligibility of a read depends on beyond the topology.
-type readCtx struct {
-	ctx    context.Context
-	mark   *mark // the session's, or the connector's
-	st     *markState
-	budget lagmeter.Budget
-	now    time.Time
-	forced bool // forced to a replica: a saturated one still serves
-	lost   bool // the caller's last write was found lost in a failover
-}
-
-// With commit false (Explain) it changes nothing: what it learns about the
-// caller's position stays local.
-func (c *Connector) readCtx(ctx context.Context, s *topology.Snapshot, commit bool) (readCtx, error) {
-	rc := readCtx{ctx: ctx, mark: &c.writes, budget: c.budget, now: time.Now(), forced: routeFrom(ctx) == Replica}
-	if sess := sessionFrom(ctx); sess != nil {
-		rc.mark = &sess.m
-	}
-	if d, ok := ctx.Value(maxLagKey{}).(time.Duration); ok {
-		if d <= 0 {
-			d = -1
-		}
-		rc.budget = rc.budget.Min(lagmeter.Budget{MaxTime: d})
-	}
-	rc.st = rc.mark.load()
-	if sys := clusterSystemID(s); sys != 0 && !rc.st.wm.IsZero() && rc.st.wm.SystemID != sys && rc.mark != &c.writes {
-		return rc, fmt.Errorf("%w: the token names system %d, this cluster is %d", ErrForeignSession, rc.st.wm.SystemID, sys)
-	}
-	if w := rc.st.wm; !w.IsZero() && s.Primary >= 0 {
-		p := &s.Hosts[s.Primary]
-		if p.SystemID == w.SystemID && p.Timeline > w.Timeline {
-			rc = c.crossTimeline(rc, p, w, commit)
-		}
-	}
-	if rc.st.unknown && s.Primary >= 0 {
-		// A primary probe sent after the write position became unknown
-		// read a position at or after that write.
-		p := &s.Hosts[s.Primary]
-		if p.InsertLSN != 0 && p.SystemID != 0 && p.Timeline != 0 && p.LastSuccess.After(rc.st.unknownAt) {
-			w := lagmeter.Watermark{SystemID: p.SystemID, Timeline: p.Timeline, LSN: p.Layout.RecordEnd(p.InsertLSN)}
-			if !commit {
-				next := *rc.st
-				next.unknown, next.wm = false, later(rc.st.wm, w)
-				return rc.with(&next), nil
-			}
-			rc.st = rc.mark.resolve(rc.st, w)
-		}
-	}
-	return rc, nil
-}
-
-// crossTimeline handles a read-your-writes position w written on an older
-// timeline than the primary p's: a failover happened since.
-//
-//   - w at or before the point where p's history left w's timeline (known
-//     exactly from the timeline history file, or as a lower bound from the
-//     replay position p had reached as a standby): the write survived; w
-//     moves to p's timeline, where the same position holds it.
-//   - w past the exact switch point: the write is not in the new history;
-//     it was lost with the old primary. pgrouted says so (RouteEvent.WriteLost,
-//     Stats.LostWrites, a warning in the log) and requires what survived:
-//     the switch point, on p's timeline.
-//   - otherwise nobody can tell: the position becomes unknown (reads go to
-//     the primary, which shows what survived) until a primary probe sent
-//     from now on supplies a position on the new timeline, with a warning
-//     that the write may have been lost.
-func (c *Connector) crossTimeline(rc readCtx, p *topology.HostState, w lagmeter.Watermark, commit bool) readCtx {
-	sp, exact := lagmeter.SwitchPoint(p.Switches, w.Timeline)
-	if !exact && p.SwitchFloor.Timeline == w.Timeline {
-		sp = p.SwitchFloor.LSN
-	}
-	next := *rc.st
-	switch {
-	case sp != 0 && w.LSN <= sp:
-		next.wm = lagmeter.Watermark{SystemID: w.SystemID, Timeline: p.Timeline, LSN: w.LSN}
-	case exact:
-		next.wm = lagmeter.Watermark{SystemID: w.SystemID, Timeline: p.Timeline, LSN: sp}
-		rc.lost = true
-	default:
-		next.wm, next.unknown, next.unknownAt = lagmeter.Watermark{}, true, rc.now
-	}
-	if !commit {
-		return rc.with(&next)
-	}
-	st, won := rc.mark.swap(rc.st, &next)
-	rc.st = st
-	if !won {
-		return rc
-	}
-	switch {
-	case rc.lost:
-		c.counters.lostWrites.Add(1)
-		if c.cfg.Logger != nil {
-			c.cfg.Logger.Warn("pgrouted: a write acknowledged before a failover is not in the new primary's history: it was lost with the old primary",
-				"watermark", w.String(), "switchPoint", sp.String(), "timeline", p.Timeline)
-		}
-	case next.unknown:
-		c.counters.timelineResets.Add(1)
-		// One line per new timeline, not one per request.
-		if last := c.loggedTimeline.Load(); p.Timeline > last && c.loggedTimeline.CompareAndSwap(last, p.Timeline) && c.cfg.Logger != nil {
-			c.cfg.Logger.Warn("pgrouted: writes acknowledged before a failover may have been lost; reading them from the primary until the new timeline's position is known",
-				"watermark", w.String(), "timeline", p.Timeline)
-		}
-	}
-	return rc
-}
-
-func (rc readCtx) with(st *markState) readCtx {
-	rc.st = st
-	return rc
-}
-
-// clusterSystemID is the system identifier the probes read, or 0.
-func clusterSystemID(s *topology.Snapshot) uint64 {
-	if s.Primary >= 0 && s.Hosts[s.Primary].SystemID != 0 {
-		return s.Hosts[s.Primary].SystemID
-	}
-	for i := range s.Hosts {
-		if s.Hosts[i].SystemID != 0 {
-			return s.Hosts[i].SystemID
-		}
-	}
-	return 0
-}
 
 // pick is a replica choice: host, or -1 and reason; check asks the read to
 // verify the replica's replay position on its connection first, because the
@@ -293,14 +266,15 @@ func (c *Connector) pickReplica(s *topology.Snapshot, rc readCtx, advance bool, 
 			continue
 		}
 		standbys++
-		if !c.breakers[i].Allow() || i == skip {
+		hs := c.hosts[i]
+		if !hs.breaker.Allow() || i == skip {
 			continue
 		}
 		healthy++
 		if pinned {
 			continue
 		}
-		if !rc.forced && c.inflight[i].n.Load() >= c.maxConns {
+		if !rc.forced && hs.inflight() >= hs.maxConns {
 			saturated++
 			continue
 		}
@@ -308,7 +282,7 @@ func (c *Connector) pickReplica(s *topology.Snapshot, rc readCtx, advance bool, 
 		if h.Healthy {
 			// A failed probe leaves the position unknown: the server may
 			// have restarted and gone back to its minimum recovery point.
-			pos.Replay = c.replay(i, h)
+			pos.Replay = hs.replay(h)
 		}
 		if ok, why := c.history.Check(pos, rc.budget, rc.now); !ok {
 			unknown = unknown || why == lagmeter.ReasonPositionUnknown
@@ -349,149 +323,5 @@ func (c *Connector) pickReplica(s *topology.Snapshot, rc readCtx, advance bool, 
 		}
 		return pick{host: -1, reason: ReasonBehind}
 	}
-	return pick{host: c.choose(s, rc, cand, advance), check: checking, wm: wm}
-}
-
-// choose picks one of the candidate hosts by Config.Select or the
-// pgrouted_select policy. Round-robin and weighted advance a shared counter
-// (not when advance is false, for Explain); least-inflight and random draw
-// random numbers. None takes a lock.
-func (c *Connector) choose(s *topology.Snapshot, rc readCtx, cand []int, advance bool) int {
-	if len(cand) == 1 {
-		return cand[0]
-	}
-	if c.cfg.Select != nil && advance {
-		if i, ok := c.custom(s, rc, cand); ok {
-			return i
-		}
-	}
-	policy := c.cfg.Config.Select
-	if policy == dsn.SelectNearest {
-		best := cand[0]
-		for _, i := range cand[1:] {
-			if r := s.Hosts[i].RTT; r > 0 && (s.Hosts[best].RTT == 0 || r < s.Hosts[best].RTT) {
-				best = i
-			}
-		}
-		return best
-	}
-	cand = c.window(s, cand)
-	if len(cand) == 1 {
-		return cand[0]
-	}
-	counter := func() uint64 {
-		if advance {
-			return c.rr.Add(1) - 1
-		}
-		return c.rr.Load()
-	}
-	switch policy {
-	case dsn.SelectRandom:
-		return cand[rand.IntN(len(cand))]
-	case dsn.SelectLeastInflight:
-		// Power of two random choices on the in-flight count.
-		a := rand.IntN(len(cand))
-		b := rand.IntN(len(cand) - 1)
-		if b >= a {
-			b++
-		}
-		if c.inflight[cand[b]].n.Load() < c.inflight[cand[a]].n.Load() {
-			return cand[b]
-		}
-		return cand[a]
-	case dsn.SelectWeighted:
-		total := 0
-		for _, i := range cand {
-			total += c.hosts[i].Weight
-		}
-		// Interleave: step through the positions 0..total-1 by a stride
-		// coprime with total, so that a host of weight w gets w reads in
-		// every total, spread out rather than in a burst.
-		x := int((counter() * weightStride(total)) % uint64(total))
-		for _, i := range cand {
-			if x < c.hosts[i].Weight {
-				return i
-			}
-			x -= c.hosts[i].Weight
-		}
-		return cand[len(cand)-1]
-	}
-	return cand[counter()%uint64(len(cand))]
-}
-
-// window keeps the candidates whose round trip is within
-// pgrouted_latency_window of the fastest known one, and every candidate
-// when no round trip is known. It filters in place.
-func (c *Connector) window(s *topology.Snapshot, cand []int) []int {
-	w := c.cfg.LatencyWindow
-	if w < 0 {
-		return cand
-	}
-	var fastest time.Duration
-	for _, i := range cand {
-		if r := s.Hosts[i].RTT; r > 0 && (fastest == 0 || r < fastest) {
-			fastest = r
-		}
-	}
-	if fastest == 0 {
-		return cand
-	}
-	kept := cand[:0]
-	for _, i := range cand {
-		if r := s.Hosts[i].RTT; r == 0 || r <= fastest+w {
-			kept = append(kept, i)
-		}
-	}
-	return kept
-}
-
-// weightStride returns a stride coprime with total, near total·0.618, for
-// the weighted interleave.
-func weightStride(total int) uint64 {
-	if total <= 2 {
-		return 1
-	}
-	for k := total * 618 / 1000; k > 1; k-- {
-		if gcd(k, total) == 1 {
-			return uint64(k)
-		}
-	}
-	return 1
-}
-
-func gcd(a, b int) int {
-	for b != 0 {
-		a, b = b, a%b
-	}
-	return a
-}
-
-// custom asks Config.Select. A panic in it, or a name that is not a
-// candidate, leaves the choice to the policy.
-func (c *Connector) custom(s *topology.Snapshot, rc readCtx, cand []int) (host int, ok bool) {
-	defer func() {
-		if r := recover(); r != nil {
-			host, ok = -1, false
-			if c.cfg.Logger != nil {
-				c.cfg.Logger.Error("pgrouted: Config.Select panicked", "panic", fmt.Sprint(r))
-			}
-		}
-	}()
-	cs := make([]Candidate, len(cand))
-	var primaryInsert lagmeter.LSN
-	if s.Primary >= 0 {
-		primaryInsert = s.Hosts[s.Primary].InsertLSN
-	}
-	for k, i := range cand {
-		h := &s.Hosts[i]
-		lag, known := lagmeter.ByteLag(primaryInsert, c.replay(i, h))
-		cs[k] = Candidate{Name: h.Name, Weight: c.hosts[i].Weight, Inflight: c.inflight[i].n.Load(), RTT: h.RTT, ByteLag: lag, ByteLagKnown: known}
-	}
-	name := c.cfg.Select(rc.ctx, cs)
-	for k, i := range cand {
-		if cs[k].Name == name {
-			return i, true
-		}
-	}
-	return -1, false
+	return pick{host: c.choose(rc.ctx, s, cand, advance), check: checking, wm: wm}
 }

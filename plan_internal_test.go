@@ -3,7 +3,6 @@ package pgrouted
 import (
 	"context"
 	"fmt"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,21 +16,20 @@ import (
 // testConnector is a Connector with hosts of the given weights and RTTs,
 // for unit tests of the choice among candidates.
 func testConnector(policy dsn.SelectPolicy, window time.Duration, weights []int, rtts []time.Duration) (*Connector, *topology.Snapshot) {
-	c := &Connector{inflight: make([]hostFlight, len(weights))}
-	c.cfg.Config.Select = policy
-	c.cfg.LatencyWindow = window
+	c := &Connector{}
 	s := &topology.Snapshot{Primary: -1}
 	for i, w := range weights {
-		c.hosts = append(c.hosts, dsn.Host{Name: string(rune('a' + i)), Weight: w})
+		c.hosts = append(c.hosts, &host{Host: dsn.Host{Name: string(rune('a' + i)), Weight: w}, idx: i})
 		s.Hosts = append(s.Hosts, topology.HostState{Name: string(rune('a' + i)), RTT: rtts[i]})
 	}
+	c.picker = newPicker(policy, window, c.hosts, nil, nil)
 	return c, s
 }
 
 func counts(c *Connector, s *topology.Snapshot, n int, cand ...int) map[int]int {
 	got := map[int]int{}
 	for k := 0; k < n; k++ {
-		got[c.choose(s, readCtx{}, append([]int(nil), cand...), true)]++
+		got[c.choose(context.Background(), s, append([]int(nil), cand...), true)]++
 	}
 	return got
 }
@@ -46,7 +44,7 @@ func TestChoosePolicies(t *testing.T) {
 	c, s = testConnector(dsn.SelectWeighted, dsn.LatencyWindowOff, []int{5, 5}, []time.Duration{ms, ms})
 	run, last := 0, -1
 	for k := 0; k < 100; k++ {
-		h := c.choose(s, readCtx{}, []int{0, 1}, true)
+		h := c.choose(context.Background(), s, []int{0, 1}, true)
 		if h == last {
 			run++
 		} else {
@@ -61,8 +59,8 @@ func TestChoosePolicies(t *testing.T) {
 		t.Fatalf("round-robin: %v", got)
 	}
 	// Explain's view does not move the position.
-	before := c.choose(s, readCtx{}, []int{0, 1, 2}, false)
-	if again := c.choose(s, readCtx{}, []int{0, 1, 2}, false); again != before {
+	before := c.choose(context.Background(), s, []int{0, 1, 2}, false)
+	if again := c.choose(context.Background(), s, []int{0, 1, 2}, false); again != before {
 		t.Fatal("choose without advance moved")
 	}
 	c, s = testConnector(dsn.SelectNearest, 20*ms, []int{1, 1, 1}, []time.Duration{9 * ms, 3 * ms, 5 * ms})
@@ -80,7 +78,7 @@ func TestChoosePolicies(t *testing.T) {
 		t.Fatalf("round-robin without RTTs: %v", got)
 	}
 	c, s = testConnector(dsn.SelectLeastInflight, dsn.LatencyWindowOff, []int{1, 1}, []time.Duration{ms, ms})
-	c.inflight[0].n.Store(10)
+	c.hosts[0].flight.n.Store(10)
 	if got := counts(c, s, 100, 0, 1); got[1] != 100 {
 		t.Fatalf("least-inflight with host 0 busy: %v", got)
 	}
@@ -107,25 +105,23 @@ func (errTestContext) Is(target error) bool {
 // benchConnector is a Connector over n healthy, caught-up standbys (and a
 // primary), enough for pickReplica.
 func benchConnector(b *testing.B, policy dsn.SelectPolicy, n int) (*Connector, *topology.Snapshot) {
-	c := &Connector{inflight: make([]hostFlight, n+1), known: make([]atomic.Pointer[knownReplay], n+1), maxConns: 4, history: lagmeter.NewHistory(0)}
-	c.cfg.Config.Select = policy
+	c := &Connector{history: lagmeter.NewHistory(0)}
 	c.cfg.Consistency = dsn.ConsistencySession
-	c.cfg.LatencyWindow = 20 * time.Millisecond
 	s := &topology.Snapshot{Primary: 0, Lease: time.Minute, Confirmed: time.Now()}
 	for i := 0; i <= n; i++ {
 		name := fmt.Sprintf("h%d", i)
-		c.hosts = append(c.hosts, dsn.Host{Name: name, Weight: 1 + i%3})
 		br, err := circuit.New(name, circuit.Config{})
 		if err != nil {
 			b.Fatal(err)
 		}
-		c.breakers = append(c.breakers, br)
+		c.hosts = append(c.hosts, &host{Host: dsn.Host{Name: name, Weight: 1 + i%3}, idx: i, breaker: br, maxConns: 4})
 		h := topology.HostState{Name: name, Role: topology.RoleStandby, Healthy: true, RTT: time.Duration(1+i%5) * time.Millisecond, SystemID: 7, Timeline: 1, ReplayLSN: 1 << 30}
 		if i == 0 {
 			h.Role, h.ReplayLSN, h.InsertLSN = topology.RolePrimary, 0, 1<<30
 		}
 		s.Hosts = append(s.Hosts, h)
 	}
+	c.picker = newPicker(policy, 20*time.Millisecond, c.hosts, nil, nil)
 	c.writes.wrote(lagmeter.Watermark{SystemID: 7, Timeline: 1, LSN: 1 << 29}, time.Now())
 	return c, s
 }

@@ -5,10 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync/atomic"
 	"time"
-
-	"github.com/pgrouted/pgrouted/lagmeter"
 )
 
 // Session is one user's read-your-writes state: the WAL position of their
@@ -87,89 +84,4 @@ func (s *Session) UnmarshalText(text []byte) error {
 	}
 	s.m.p.Store(st)
 	return nil
-}
-
-// mark is the position of the last writes of a Session or a Connector,
-// published as an immutable state.
-type mark struct {
-	p atomic.Pointer[markState]
-}
-
-type markState struct {
-	wm        lagmeter.Watermark
-	unknown   bool      // the last write's position could not be read
-	unknownAt time.Time // since when; a primary probe sent after it resolves it
-	lastWrite time.Time // for pgrouted_pin_after_write
-}
-
-var zeroMark = &markState{}
-
-func (m *mark) load() *markState {
-	if st := m.p.Load(); st != nil {
-		return st
-	}
-	return zeroMark
-}
-
-// wrote records a committed write at w (zero: its position is unknown).
-func (m *mark) wrote(w lagmeter.Watermark, now time.Time) {
-	for {
-		cur := m.p.Load()
-		next := &markState{lastWrite: now}
-		if cur != nil {
-			*next = *cur
-			next.lastWrite = now
-		}
-		if w.IsZero() {
-			next.unknown, next.unknownAt = true, now
-		} else {
-			next.wm = later(next.wm, w)
-		}
-		if m.p.CompareAndSwap(cur, next) {
-			return
-		}
-	}
-}
-
-// resolve replaces an unknown position by a safe one, once a primary probe
-// sent after it became unknown has read the primary's position.
-func (m *mark) resolve(st *markState, w lagmeter.Watermark) *markState {
-	next := *st
-	next.unknown = false
-	next.wm = later(st.wm, w)
-	if m.p.CompareAndSwap(st, &next) {
-		return &next
-	}
-	return m.load()
-}
-
-// swap replaces st by next (see Connector.crossTimeline) and reports
-// whether it did; when another goroutine changed the mark first, it returns
-// the mark as that one left it.
-func (m *mark) swap(st, next *markState) (*markState, bool) {
-	if m.p.CompareAndSwap(st, next) {
-		return next, true
-	}
-	return m.load(), false
-}
-
-// later returns the watermark that implies the other: the same history's
-// larger position, or the newer history's.
-func later(a, b lagmeter.Watermark) lagmeter.Watermark {
-	switch {
-	case a.IsZero():
-		return b
-	case b.IsZero():
-		return a
-	case a.SystemID != b.SystemID:
-		return b // the cluster was replaced: the newest write tells
-	case a.Timeline != b.Timeline:
-		if b.Timeline > a.Timeline {
-			return b
-		}
-		return a
-	case b.LSN > a.LSN:
-		return b
-	}
-	return a
 }

@@ -26,16 +26,15 @@ type tx struct {
 	tainted bool      // session state was changed on the borrowed connection
 }
 
-// errSerializableOnStandby explains why a SERIALIZABLE transaction forced
-// to a replica cannot run.
-var errSerializableOnStandby = errors.New("pgrouted: a SERIALIZABLE transaction cannot run on a replica: PostgreSQL does not support serializable isolation on a hot standby; use REPEATABLE READ, or let it run on the primary")
-
-// BeginTx implements driver.ConnBeginTx. Read-write transactions run on
-// the primary. A read-only one runs on one eligible replica for its whole
-// life when pgrouted_readonly_tx=replica (the default), except at
-// SERIALIZABLE isolation, which a hot standby does not support and which
-// therefore runs on the primary. Isolation levels PostgreSQL does not have
-// (write committed, linearizable) are refused.
+// BeginTx implements driver.ConnBeginTx. Where the transaction runs is
+// the connector's decision (Connector.plan), made by the rules of an
+// autocommit read: read-write transactions run on the primary; a
+// read-only one runs on one eligible replica for its whole life when
+// pgrouted_readonly_tx=replica (the default), except at SERIALIZABLE
+// isolation, which a hot standby does not support and which therefore runs
+// on the primary. BeginTx executes that decision, with the replica path's
+// check, retry elsewhere and fallback. Isolation levels PostgreSQL does not
+// have (write committed, linearizable) are refused.
 func (cn *conn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
 	if cn.bad {
 		return nil, driver.ErrBadConn
@@ -51,77 +50,41 @@ func (cn *conn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, 
 	default:
 		return nil, fmt.Errorf("pgrouted: isolation level %s is not supported by PostgreSQL", iso)
 	}
-	route := routeFrom(ctx)
-	ev := RouteEvent{Decision: Decision{Op: OpTx}, Query: "BEGIN"}
+	p := cn.c.plan(ctx, request{begin: true, readOnly: opts.ReadOnly, serializable: iso == sql.LevelSerializable, pinned: cn.pinned, inTx: cn.inSQLTx()}, true)
+	ev := RouteEvent{Decision: Decision{Op: OpTx, Reason: p.reason}, Query: "BEGIN", WriteLost: p.lost}
 	defer func() {
 		ev.Duration = time.Since(began)
 		cn.c.report(ev)
 	}()
-	fail := func(err error) (driver.Tx, error) {
-		ev.Err = err
+	if p.err != nil {
+		ev.Err = p.err
+		return nil, p.err
+	}
+	cl := call{query: "BEGIN", begin: &opts}
+	if !p.primary {
+		err := cn.runOnReplicas(ctx, &p, &ev, &cl)
+		if err == nil {
+			return cl.tx, nil
+		}
+		if !ev.Primary {
+			ev.Err = err
+			return nil, err
+		}
+		// The replicas failed: the primary runs it (ev says why).
+	}
+	t, err := cn.beginOnPrimary(ctx, &ev, opts)
+	ev.Err = err
+	if err != nil {
 		return nil, err
 	}
-	if !opts.ReadOnly && route == Replica {
-		ev.Reason = ReasonWriteOnReplica
-		return fail(&RouteError{Op: OpTx, Reason: ReasonWriteOnReplica})
-	}
-	onReplica := opts.ReadOnly && route != Primary && !cn.pinned && !cn.inSQLTx() &&
-		(route == Replica || cn.c.cfg.ReadOnlyTx == dsn.ReadOnlyTxReplica)
-	if onReplica && iso == sql.LevelSerializable {
-		if route == Replica {
-			return fail(errSerializableOnStandby)
-		}
-		onReplica, ev.Reason = false, ReasonSerializableRO
-	}
-	if onReplica {
-		snap := cn.c.top.Snapshot()
-		rc, err := cn.c.readCtx(ctx, snap, true)
-		if err != nil {
-			return fail(err)
-		}
-		ev.WriteLost = rc.lost
-		pk := cn.c.pickReplica(snap, rc, true, -1)
-		host, reason := pk.host, pk.reason
-		if host >= 0 {
-			t, err := cn.beginOnReplica(ctx, host, pk, opts)
-			if err == nil {
-				ev.Endpoint, ev.Reason = cn.c.hosts[host].Name, ReasonReadOnlyTx
-				if route == Replica {
-					ev.Reason = ReasonForced
-				}
-				return t, nil
-			}
-			switch {
-			case errors.Is(err, errNotCaughtUp):
-				reason = ReasonBehind
-				if route == Replica {
-					return fail(&RouteError{Op: OpTx, Reason: ReasonBehind})
-				}
-			case route == Replica || !replicaRetryable(err):
-				ev.Endpoint = cn.c.hosts[host].Name
-				return fail(err)
-			default:
-				reason = ReasonReplicaFailed
-				ev.Retried = true
-			}
-		}
-		if host < 0 && (route == Replica || cn.c.cfg.Fallback == dsn.FallbackError) {
-			ev.Reason = reason
-			return fail(&RouteError{Op: OpTx, Reason: reason})
-		}
-		ev.Reason = reason
-	}
-	if ev.Reason == "" {
-		ev.Reason = ReasonWrite
-		if route == Primary {
-			ev.Reason = ReasonForced
-		} else if opts.ReadOnly {
-			ev.Reason = ReasonReadOnlyTx
-		}
-	}
+	return t, nil
+}
+
+// beginOnPrimary opens a transaction on the primary session.
+func (cn *conn) beginOnPrimary(ctx context.Context, ev *RouteEvent, opts driver.TxOptions) (*tx, error) {
 	sc, err := cn.primaryConn(ctx, OpTx)
 	if err != nil {
-		return fail(err)
+		return nil, err
 	}
 	ev.Primary, ev.Endpoint = true, cn.c.hosts[cn.host].Name
 	inner, err := sc.BeginTx(ctx, opts)
@@ -130,24 +93,27 @@ func (cn *conn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, 
 			cn.closePrimary()
 			cn.bad = true
 		}
-		return fail(err)
+		return nil, err
 	}
 	cn.tx = &tx{cn: cn, ctx: ctx, inner: inner, host: cn.host, wrote: !opts.ReadOnly}
 	return cn.tx, nil
 }
 
-func (cn *conn) beginOnReplica(ctx context.Context, host int, pk pick, opts driver.TxOptions) (*tx, error) {
-	sc, err := cn.borrow(ctx, host, pk.check, pk.wm)
+// beginOnReplica opens the read-only transaction of cl on a connection
+// borrowed from h's pool, after the position check p asks for.
+func (cn *conn) beginOnReplica(ctx context.Context, h *host, p *plan, cl *call) error {
+	b, err := cn.borrow(ctx, h, p.check, p.wm)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	inner, err := sc.BeginTx(ctx, opts)
+	inner, err := b.BeginTx(ctx, *cl.begin)
 	if err != nil {
-		sc.giveBack()
-		return nil, err
+		b.giveBack()
+		return err
 	}
-	cn.tx = &tx{cn: cn, ctx: ctx, inner: inner, replica: sc, host: host}
-	return cn.tx, nil
+	cn.tx = &tx{cn: cn, ctx: ctx, inner: inner, replica: b, host: h.idx}
+	cl.tx = cn.tx
+	return nil
 }
 
 // run runs a statement inside the transaction, on its connection.

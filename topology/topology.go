@@ -56,7 +56,8 @@ type Topology struct {
 	opts  Options
 
 	snap    atomic.Pointer[Snapshot]
-	history *lagmeter.History // the primary's WAL positions, for staleness bounds
+	changed atomic.Pointer[chan struct{}] // closed when the next snapshot is published
+	history *lagmeter.History             // the primary's WAL positions, for staleness bounds
 
 	results chan result
 	kicks   []chan struct{} // one per host: probe now
@@ -120,6 +121,8 @@ func New(hosts []Host, opts Options) (*Topology, error) {
 		first.Hosts[i] = HostState{Name: h.Name, Addr: h.Addr}
 	}
 	t.snap.Store(first)
+	ch := make(chan struct{})
+	t.changed.Store(&ch)
 	tr := newTracker(t, first)
 	t.wg.Add(1 + len(hosts))
 	go func() {
@@ -139,6 +142,26 @@ func New(hosts []Host, opts Options) (*Topology, error) {
 // Snapshot returns the current picture of the cluster. It is one atomic
 // load: no lock, no allocation.
 func (t *Topology) Snapshot() *Snapshot { return t.snap.Load() }
+
+// Changed returns a channel that is closed when a snapshot newer than the
+// current one is published (after every probe result, and whenever a lease
+// is re-evaluated), or when the Topology is closed. Take the channel before
+// reading the snapshot it is about:
+//
+//	ch := t.Changed()
+//	if s := t.Snapshot(); ready(s) { ... }
+//	<-ch // a newer snapshot is out
+//
+// so that a wait for a condition on the snapshot needs no polling.
+func (t *Topology) Changed() <-chan struct{} { return *t.changed.Load() }
+
+// publish makes s the current snapshot and wakes whoever waits on
+// Changed.
+func (t *Topology) publish(s *Snapshot) {
+	t.snap.Store(s)
+	ch := make(chan struct{})
+	close(*t.changed.Swap(&ch))
+}
 
 // History is the current primary's WAL insert positions, one sample per
 // successful probe, for clock-free staleness bounds. The tracker resets it
@@ -165,6 +188,8 @@ func (t *Topology) Close() error {
 	t.closeOnce.Do(func() {
 		close(t.done)
 		t.wg.Wait()
+		// The last snapshot stays; whoever waits on it learns the end.
+		t.publish(t.snap.Load())
 		t.subMu.Lock()
 		for s := range t.subs {
 			close(s.ch)

@@ -453,3 +453,29 @@ func BenchmarkSnapshot(b *testing.B) {
 		}
 	}
 }
+
+// TestChangedWakesOnNewSnapshot: the channel from Changed closes when a
+// newer snapshot is out (here: the probe ProbeNow asked for, with an
+// interval of a minute), and at Close.
+func TestChangedWakesOnNewSnapshot(t *testing.T) {
+	top := start(t, hosts(t, "", 0, 1, 2), topology.Options{Interval: time.Minute})
+	waitFor(t, top, 10*time.Second, "first probes", rolesKnown)
+	ch := top.Changed()
+	before := top.Snapshot()
+	top.ProbeNow(1)
+	select {
+	case <-ch:
+	case <-time.After(20 * time.Second):
+		t.Fatal("no new snapshot within 20s of ProbeNow")
+	}
+	if top.Snapshot() == before {
+		t.Fatal("Changed closed, but the snapshot is the same")
+	}
+	ch = top.Changed()
+	top.Close()
+	select {
+	case <-ch:
+	default:
+		t.Fatal("Close did not close the channel from Changed")
+	}
+}

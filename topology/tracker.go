@@ -173,7 +173,7 @@ func (tr *tracker) publish(now time.Time) {
 			}
 		}
 	}
-	tr.t.snap.Store(s)
+	tr.t.publish(s)
 }
 
 // record appends the primary's probe to the WAL position history, first

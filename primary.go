@@ -1,0 +1,441 @@
+package pgrouted
+
+import (
+	"context"
+	"database/sql/driver"
+	"errors"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pgrouted/pgrouted/dsn"
+	"github.com/pgrouted/pgrouted/internal/sqlclass"
+	"github.com/pgrouted/pgrouted/lagmeter"
+)
+
+// This file is the primary path: the connection's primary session (opened
+// on the current primary, waiting for one during a failover), a statement
+// run on it, the WAL position read after a write's commit (pipelined with
+// the write), and the rerun of an autocommit write that a demoted primary
+// refused with SQLSTATE 25006.
+
+// primaryConn returns the primary session, opening it on the current
+// primary when needed and waiting up to pgrouted_write_timeout for one.
+func (cn *conn) primaryConn(ctx context.Context, op string) (*stdlib.Conn, error) {
+	if cn.bad {
+		return nil, driver.ErrBadConn
+	}
+	if cn.inSQLTx() {
+		// A transaction opened with SQL: stay on its session whatever
+		// happens; the server will tell.
+		return cn.primary, nil
+	}
+	deadline := time.Now().Add(cn.c.cfg.WriteTimeout)
+	var lastErr error
+	for {
+		idx, epoch, err := cn.c.waitPrimary(ctx, op, deadline)
+		if err != nil {
+			return nil, withCause(err, lastErr)
+		}
+		if cn.primary != nil && (epoch != cn.epoch || cn.primary.Conn().IsClosed()) {
+			cn.closePrimary()
+			if cn.pinned {
+				// The session state is gone with the old primary. Nothing
+				// was sent: database/sql may retry on a new connection.
+				cn.bad = true
+				return nil, driver.ErrBadConn
+			}
+		}
+		if cn.primary != nil {
+			return cn.primary, nil
+		}
+		h := cn.c.hosts[idx]
+		dc, err := h.sessions.Connect(ctx)
+		if err == nil {
+			sc := dc.(*stdlib.Conn)
+			// PostgreSQL 14+ reports in_hot_standby at connect: a standby
+			// is not the primary, whatever the last probe said.
+			if sc.Conn().PgConn().ParameterStatus("in_hot_standby") != "on" {
+				cn.primary, cn.host, cn.epoch = sc, idx, epoch
+				return sc, nil
+			}
+			sc.Close()
+			err = errors.New("pgrouted: " + h.Name + " is a hot standby (in_hot_standby=on)")
+		}
+		if ctx.Err() != nil {
+			return nil, err
+		}
+		// The primary may be failing over: probe it at once and wait for
+		// the topology to move, within the write timeout.
+		lastErr = err
+		cn.c.top.ProbeNow(idx)
+		werr := cn.c.waitChange(ctx, idx, epoch, op, deadline)
+		if werr == nil {
+			// Do not hammer a host that is down while its lease runs.
+			werr = sleepCtx(ctx, min(50*time.Millisecond, max(time.Until(deadline), 0)))
+		}
+		if werr != nil {
+			return nil, withCause(werr, lastErr)
+		}
+	}
+}
+
+// withCause attaches the last connection error to a RouteError.
+func withCause(err, cause error) error {
+	var re *RouteError
+	if cause != nil && errors.As(err, &re) {
+		re.cause = cause
+	}
+	return err
+}
+
+func (cn *conn) closePrimary() {
+	if cn.primary != nil {
+		cn.primary.Close()
+		cn.primary = nil
+	}
+}
+
+// waitPrimary returns the primary's index and epoch, waiting until deadline
+// for one with a valid lease. It wakes on each new topology snapshot.
+func (c *Connector) waitPrimary(ctx context.Context, op string, deadline time.Time) (int, uint64, error) {
+	var kicked time.Time
+	for {
+		changed := c.top.Changed()
+		s := c.top.Snapshot()
+		now := time.Now()
+		if s.LeaseValid(now) {
+			return s.Primary, s.Epoch, nil
+		}
+		if !now.Before(deadline) {
+			return -1, 0, &RouteError{Op: op, Reason: ReasonNoPrimary}
+		}
+		const rekick = 200 * time.Millisecond
+		if now.Sub(kicked) >= rekick {
+			// A statement is waiting for a primary: probe every host now,
+			// whatever backoff their circuits are in, so that one that
+			// came back (or was promoted) is seen at once; again after
+			// rekick if none was.
+			kicked = now
+			for i := range s.Hosts {
+				c.top.ProbeNow(i)
+			}
+		}
+		until := kicked.Add(rekick)
+		if deadline.Before(until) {
+			until = deadline
+		}
+		if err := c.awaitSnapshot(ctx, changed, until); err != nil {
+			return -1, 0, err
+		}
+	}
+}
+
+// waitChange waits until the snapshot has news of host idx (a probe sent
+// after now) or no longer names it the primary of epoch, or until deadline.
+func (c *Connector) waitChange(ctx context.Context, idx int, epoch uint64, op string, deadline time.Time) error {
+	first := c.top.Snapshot().Hosts[idx].LastProbe
+	for {
+		changed := c.top.Changed()
+		s := c.top.Snapshot()
+		if s.Primary != idx || s.Epoch != epoch || s.Hosts[idx].LastProbe.After(first) {
+			return nil
+		}
+		if !time.Now().Before(deadline) {
+			return &RouteError{Op: op, Reason: ReasonNoPrimary}
+		}
+		if err := c.awaitSnapshot(ctx, changed, deadline); err != nil {
+			return err
+		}
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// readOnly25006 reports a "read-only transaction" refusal: the statement
+// had no effect.
+func readOnly25006(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "25006"
+}
+
+// runOnPrimary runs a statement on the primary session, with the
+// bookkeeping that follows a write: it runs it once more when nothing can
+// have run (the session broke before, or a demoted primary refused it),
+// and raises the read-your-writes watermark after it.
+func (cn *conn) runOnPrimary(ctx context.Context, p *plan, r sqlclass.Result, ev *RouteEvent, cl *call) error {
+	for attempt := 0; ; attempt++ {
+		sc, err := cn.primaryConn(ctx, p.op)
+		if err != nil {
+			return err
+		}
+		ev.Primary, ev.Endpoint = true, cn.c.hosts[cn.host].Name
+		inTx := cn.inSQLTx()
+		if r.Has(sqlclass.Session) {
+			// Pin before running: even a failed string may have changed
+			// session state with its first statements.
+			cn.pinned = true
+		}
+		positioned := cn.positioned(r, cl)
+		pos, err := cn.execPrimary(ctx, sc, positioned, cl)
+		if err != nil {
+			if retry, stop := cn.primaryFailed(ctx, p, sc, err, inTx, attempt); retry {
+				ev.Retried = true
+				continue
+			} else if stop {
+				return err
+			}
+		}
+		if p.class != sqlclass.Read && !cn.inSQLTx() {
+			cn.raiseAfter(ctx, positioned, pos, cl, err)
+		}
+		return err
+	}
+}
+
+// execPrimary runs cl on the primary session sc: pipelined with the read
+// of the position after its commit when positioned (pos is then that
+// position, or 0; for a query, it is read when the rows are closed).
+func (cn *conn) execPrimary(ctx context.Context, sc *stdlib.Conn, positioned bool, cl *call) (pos lagmeter.LSN, err error) {
+	if !positioned {
+		return 0, cl.on(ctx, sc)
+	}
+	var tag pgconn.CommandTag
+	switch {
+	case sc.Conn().IsClosed():
+		err = driver.ErrBadConn
+	case cl.isQuery:
+		// INSERT … RETURNING: the statement commits once its rows are all
+		// sent; the position after it is read when they are closed.
+		host := cn.host
+		cl.rows, err = cn.queryPositioned(ctx, sc, cl.query, cl.args, func(pos lagmeter.LSN, werr error) {
+			cn.c.wroteAfter(ctx, host, pos, werr)
+		})
+	default:
+		if tag, pos, err = cn.execPositioned(ctx, sc, cl.query, cl.args); err == nil {
+			cl.res = driver.RowsAffected(tag.RowsAffected())
+		}
+	}
+	if err != nil && pgconn.SafeToRetry(err) {
+		err = driver.ErrBadConn
+	}
+	return pos, err
+}
+
+// primaryFailed handles the error of attempt on the primary session sc.
+// retry: the statement may run again (nothing can have run, and the
+// topology has moved). stop: the error is final, with its bookkeeping done.
+// Neither: an ordinary error (the server refused the statement).
+func (cn *conn) primaryFailed(ctx context.Context, p *plan, sc *stdlib.Conn, err error, inTx bool, attempt int) (retry, stop bool) {
+	host, epoch := cn.host, cn.epoch
+	switch {
+	case sc.Conn().IsClosed():
+		// The primary session broke. A read, or a statement that was
+		// never sent (ErrBadConn), may run again once the topology has
+		// looked at the host; a write that may have run may not.
+		cn.closePrimary()
+		cn.c.top.ProbeNow(host)
+		if cn.pinned || inTx {
+			cn.bad = true
+			return false, true
+		}
+		if attempt == 0 && ctx.Err() == nil && (p.class == sqlclass.Read || errors.Is(err, driver.ErrBadConn)) {
+			if cn.c.waitChange(ctx, host, epoch, p.op, time.Now().Add(cn.c.cfg.WriteTimeout)) == nil {
+				return true, false
+			}
+		}
+		if errors.Is(err, driver.ErrBadConn) {
+			cn.bad = true
+		} else if p.class != sqlclass.Read {
+			// The answer was lost: the write may have committed, at a
+			// position nobody read.
+			cn.c.wrote(ctx, host, 0)
+		}
+		return false, true
+	case readOnly25006(err) && p.class != sqlclass.Read:
+		// The host we believed primary is a standby now. In autocommit
+		// nothing ran: wait for the topology to follow, then retry once.
+		cn.c.top.ProbeNow(host)
+		cn.closePrimary()
+		if cn.pinned || inTx || attempt > 0 {
+			cn.bad = true
+			return false, true
+		}
+		if cn.c.waitChange(ctx, host, epoch, p.op, time.Now().Add(cn.c.cfg.WriteTimeout)) != nil {
+			return false, true
+		}
+		return true, false
+	}
+	return false, false
+}
+
+// raiseAfter raises the read-your-writes watermark after an autocommit
+// statement that is not a read ran on the primary with outcome err.
+func (cn *conn) raiseAfter(ctx context.Context, positioned bool, pos lagmeter.LSN, cl *call, err error) {
+	switch {
+	case positioned && cl.isQuery:
+		// Raised when the rows are closed.
+	case positioned:
+		cn.c.wroteAfter(ctx, cn.host, pos, err)
+	case err == nil && cl.rows != nil:
+		// A statement returning rows: it commits once its rows are all
+		// sent, and the session is busy until they are closed; raise the
+		// watermark then.
+		cl.rows = &wroteRows{Rows: cl.rows.(*stdlib.Rows), cn: cn, ctx: ctx, host: cn.host}
+	default:
+		// Committed (autocommit, or COMMIT): raise the watermark, even
+		// after an error, since part of a string may have run.
+		var pos lagmeter.LSN
+		if cn.primary != nil {
+			pos = cn.c.insertLSN(ctx, cn.primary.Conn())
+		}
+		cn.c.wrote(ctx, cn.host, pos)
+	}
+}
+
+// positioned reports whether a statement about to run on the primary session
+// in autocommit mode can run pipelined with the read of the WAL position
+// that follows its commit (see execPositioned): one INSERT, UPDATE, DELETE,
+// MERGE or data-modifying WITH (not COPY, DDL, CALL or DO, which the
+// ordinary path runs as pgx does), under session consistency, with pgx's
+// default extended-protocol modes and no pgx option among its arguments.
+func (cn *conn) positioned(r sqlclass.Result, cl *call) bool {
+	if !r.DML || cn.c.cfg.Consistency != dsn.ConsistencySession || cn.inSQLTx() {
+		return false
+	}
+	return cn.c.pipelineOK(cn.host, cl.args)
+}
+
+// execPositioned runs one statement on the primary session in autocommit
+// mode and reads the WAL insert position after its commit, in one round
+// trip: a pipeline of the statement, a Sync (which commits its implicit
+// transaction), the position query and a second Sync.
+//
+// pos is 0 when the statement failed (nothing committed) or the position
+// could not be read.
+func (cn *conn) execPositioned(ctx context.Context, sc *stdlib.Conn, query string, args []driver.NamedValue) (tag pgconn.CommandTag, pos lagmeter.LSN, err error) {
+	pc := sc.Conn()
+	e, err := cn.c.encode(ctx, pc, query, args, false)
+	if err != nil {
+		return tag, 0, err
+	}
+	pl, err := startPositioned(ctx, pc, &e)
+	if err != nil {
+		return tag, 0, err
+	}
+	tag, err = pipelinedResult(pl, nil)
+	pos, err = finishPositioned(pl, err)
+	if isPgError(err) {
+		// The statement may no longer match its description (a column
+		// changed type): describe it again next time.
+		cn.c.descs.drop(query)
+	}
+	return tag, pos, err
+}
+
+// startPositioned sends e and the position query, each followed by a Sync,
+// in a pipeline on pc.
+func startPositioned(ctx context.Context, pc *pgx.Conn, e *encoded) (*pgconn.Pipeline, error) {
+	pl := pc.PgConn().StartPipeline(ctx)
+	e.send(pl)
+	pl.SendPipelineSync()
+	pl.SendQueryParams(insertPositionSQL, nil, nil, nil, nil)
+	pl.SendPipelineSync()
+	if err := pl.Flush(); err != nil {
+		pl.Close()
+		return nil, err
+	}
+	return pl, nil
+}
+
+// finishPositioned reads the position query and its Sync after a statement
+// whose outcome was err, and ends the pipeline. pos is 0 when err is not
+// nil.
+func finishPositioned(pl *pgconn.Pipeline, err error) (lagmeter.LSN, error) {
+	var text string
+	if err == nil || isPgError(err) {
+		_, perr := pipelinedResult(pl, &text)
+		if !isPgError(perr) && perr != nil && err == nil {
+			err = perr
+		}
+	}
+	if cerr := pl.Close(); err == nil && cerr != nil && !isPgError(cerr) {
+		err = cerr
+	}
+	if err != nil {
+		return 0, err
+	}
+	pos, _ := lagmeter.ParseLSN(text)
+	return pos, nil
+}
+
+// queryPositioned is execPositioned for a statement that returns rows
+// (INSERT … RETURNING): its rows stream to the caller, and once they are
+// closed the position after the commit is read from the same pipeline and
+// handed to done with the statement's outcome (see Connector.wroteAfter).
+func (cn *conn) queryPositioned(ctx context.Context, sc *stdlib.Conn, query string, args []driver.NamedValue, done func(lagmeter.LSN, error)) (driver.Rows, error) {
+	pc := sc.Conn()
+	e, err := cn.c.encode(ctx, pc, query, args, true)
+	if err != nil {
+		return nil, err
+	}
+	pl, err := startPositioned(ctx, pc, &e)
+	if err != nil {
+		return nil, err
+	}
+	rr, err := nextResult(pl)
+	if err != nil {
+		if isPgError(err) {
+			cn.c.descs.drop(query)
+		}
+		if serr := finishSync(pl, err); serr != nil {
+			err = serr
+		}
+		finishPositioned(pl, err)
+		return nil, err
+	}
+	return newResultRows(pc.TypeMap(), rr, func(rerr error) error {
+		if serr := finishSync(pl, rerr); serr != nil && rerr == nil {
+			rerr = serr
+		}
+		pos, perr := finishPositioned(pl, rerr)
+		if rerr == nil && perr != nil {
+			rerr = perr
+		}
+		if isPgError(rerr) {
+			cn.c.descs.drop(query)
+		}
+		done(pos, rerr)
+		return rerr
+	})
+}
+
+// commitPositioned commits the primary session's transaction and reads the
+// WAL position after the commit in the same round trip. It mirrors pgx's
+// Tx.Commit: a transaction the server had to roll back gives
+// pgx.ErrTxCommitRollback, and a session left inside a transaction after an
+// error is closed.
+func (cn *conn) commitPositioned(ctx context.Context) (lagmeter.LSN, error) {
+	sc := cn.primary
+	tag, pos, err := cn.execPositioned(ctx, sc, "COMMIT", nil)
+	if err != nil {
+		if sc.Conn().PgConn().TxStatus() != 'I' {
+			_ = sc.Conn().Close(ctx)
+		}
+		return 0, err
+	}
+	if tag.String() == "ROLLBACK" {
+		return 0, pgx.ErrTxCommitRollback
+	}
+	return pos, nil
+}

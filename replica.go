@@ -1,0 +1,297 @@
+package pgrouted
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pgrouted/pgrouted/circuit"
+	"github.com/pgrouted/pgrouted/internal/sqlclass"
+	"github.com/pgrouted/pgrouted/lagmeter"
+	"github.com/pgrouted/pgrouted/topology"
+)
+
+// This file is the replica path: a read (or the BEGIN of a read-only
+// transaction) planned for a replica borrows a connection from that host's
+// pool, checks the replica's replay position on it first when the plan
+// asks, runs, and when the replica fails before any row, runs on another
+// eligible replica, then falls back as the plan allows.
+
+// runOnReplicas runs cl on the replica p planned. When the replica's
+// connection fails before any row, or the standby cancels the read for a
+// recovery conflict, it tries one other eligible replica. When a replica
+// refuses the statement with SQLSTATE 25006 (it was not a read after all),
+// is found behind by its check, or no replica could run it, it sets
+// ev.Primary and the caller runs it on the primary, unless the plan may
+// not fall back (Connector.mayFallBack): then it returns a RouteError.
+func (cn *conn) runOnReplicas(ctx context.Context, p *plan, ev *RouteEvent, cl *call) error {
+	for attempt := 0; ; attempt++ {
+		h := cn.c.hosts[p.host]
+		ev.Endpoint = h.Name
+		err := cn.runOnReplica(ctx, h, p, cl)
+		if err == nil {
+			h.breaker.ReportSuccess()
+			return nil
+		}
+		if circuit.Classify(ctx, err) == circuit.Failure {
+			h.breaker.ReportFailure()
+		}
+		if errors.Is(err, errNotCaughtUp) {
+			if !cn.c.mayFallBack(p) {
+				return &RouteError{Op: p.op, Reason: ReasonBehind}
+			}
+			ev.Primary, ev.Reason = true, ReasonBehind
+			return err
+		}
+		if readOnly25006(err) {
+			if p.forced == Replica {
+				return err
+			}
+			ev.Primary, ev.Retried, ev.Reason = true, true, ReasonRetry25006
+			p.class = sqlclass.Unknown // it wrote: raise the watermark after it runs
+			return err
+		}
+		if ctx.Err() != nil || !replicaRetryable(err) {
+			return err
+		}
+		cn.c.top.ProbeNow(h.idx)
+		ev.Retried = true
+		if attempt == 0 && cn.c.replan(ctx, p, h.idx) {
+			continue
+		}
+		if !cn.c.mayFallBack(p) {
+			return &RouteError{Op: p.op, Reason: ReasonUnhealthy, cause: err}
+		}
+		ev.Primary, ev.Reason = true, ReasonReplicaFailed
+		return err
+	}
+}
+
+// runOnReplica borrows a connection from h's pool and runs cl on it: a
+// statement, whose rows keep the connection until they are closed, or the
+// BEGIN of a read-only transaction, which keeps it until its end.
+func (cn *conn) runOnReplica(ctx context.Context, h *host, p *plan, cl *call) error {
+	if cl.begin != nil {
+		return cn.beginOnReplica(ctx, h, p, cl)
+	}
+	if p.check && cn.pipelinable(h.idx, cl) {
+		b, err := cn.borrow(ctx, h, false, p.wm)
+		if err != nil {
+			return err
+		}
+		if err := cn.readChecked(ctx, b, p.wm, cl); err != nil {
+			b.giveBack()
+			return err
+		}
+		return nil
+	}
+	b, err := cn.borrow(ctx, h, p.check, p.wm)
+	if err != nil {
+		return err
+	}
+	if err := cl.on(ctx, b.Conn); err != nil {
+		b.giveBack()
+		return err
+	}
+	if cl.rows != nil {
+		cl.rows = &replicaRows{Rows: cl.rows.(*stdlib.Rows), conn: b}
+	} else {
+		b.giveBack()
+	}
+	return nil
+}
+
+// replicaRetryable reports whether a read that failed on a replica before
+// returning any row may run elsewhere: the connection failed or could not
+// be had, the standby cancelled the read for a recovery conflict, or it is
+// shutting down or starting up. A read has no effect, so running it again
+// is harmless; what matters is that the caller saw nothing of it.
+func replicaRetryable(err error) bool {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		switch pe.Code {
+		case "40001", "40P01":
+			return strings.Contains(pe.Message, "conflict with recovery")
+		case "57P01", "57P02", "57P03":
+			return true
+		}
+		return false
+	}
+	return !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
+}
+
+// borrowed is a replica connection taken from a host's pool; it counts as
+// one of the host's in-flight reads until it is given back.
+type borrowed struct {
+	*stdlib.Conn
+	h     *host
+	given bool
+}
+
+// borrow takes a connection from h's pool. With check, it first checks the
+// replica's replay position on that connection (see checkReplica), and
+// gives it back with errNotCaughtUp when the replica lacks wm.
+func (cn *conn) borrow(ctx context.Context, h *host, check bool, wm lagmeter.Watermark) (*borrowed, error) {
+	dc, err := h.replicas.Connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	b := &borrowed{Conn: dc.(*stdlib.Conn), h: h}
+	h.flight.add(b)
+	if check {
+		if err := cn.checkReplica(ctx, b, wm); err != nil {
+			b.giveBack()
+			return nil, err
+		}
+	}
+	return b, nil
+}
+
+// giveBack returns the connection to its pool (the pool drops it if it
+// broke). Later calls do nothing.
+func (b *borrowed) giveBack() {
+	if b.given {
+		return
+	}
+	b.given = true
+	b.h.flight.remove(b)
+	b.Conn.Close()
+}
+
+// errNotCaughtUp: the replica's position check found it behind the
+// caller's writes.
+var errNotCaughtUp = errors.New("pgrouted: replica has not replayed the caller's writes")
+
+// behindMark starts the error a replica's position check raises when the
+// replica lacks the caller's writes; the replay position follows it.
+const behindMark = "pgrouted: replica behind at "
+
+// checkSQL is the check of a replica's replay position against a
+// watermark's position lsn: it answers the position when the replica has
+// replayed up to lsn, and fails otherwise, so that a read pipelined after
+// it in the same implicit transaction does not run. The error's text
+// carries the position (see behindMark); the failing cast depends on the
+// row, so the planner cannot fold it.
+func checkSQL(lsn lagmeter.LSN) string {
+	return fmt.Sprintf(`SELECT CASE WHEN r >= '%s' THEN r::text ELSE (%s || coalesce(r::text, 'none'))::pg_lsn::text END FROM pg_last_wal_replay_lsn() AS r`,
+		lsn, quoteLiteral(behindMark))
+}
+
+func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
+// mayReach reports whether a position on host st can hold wm at all: the
+// same system, and wm's timeline in the replica's history.
+func mayReach(s *topology.Snapshot, st *topology.HostState, wm lagmeter.Watermark) bool {
+	ok, _ := wm.ReachedBy(lagmeter.Position{SystemID: st.SystemID, Timeline: st.Timeline, Replay: ^lagmeter.LSN(0)}, switchPoint(s, wm.Timeline))
+	return ok
+}
+
+// checkReplica checks, with checkSQL sent alone on b, that the replica
+// has replayed up to wm, and returns errNotCaughtUp when it has not.
+func (cn *conn) checkReplica(ctx context.Context, b *borrowed, wm lagmeter.Watermark) error {
+	s := cn.c.top.Snapshot()
+	st := &s.Hosts[b.h.idx]
+	if !mayReach(s, st, wm) {
+		return errNotCaughtUp
+	}
+	rr := b.Conn.Conn().PgConn().ExecParams(ctx, checkSQL(wm.LSN), nil, nil, nil, nil)
+	return b.h.readCheck(rr, st.Conn)
+}
+
+// readCheck reads the answer of checkSQL from rr: nil when the replica has
+// the position, errNotCaughtUp when it is behind, or the error that ended
+// the query. The replay position it carries either way refreshes what is
+// known of the host (read while its probe connection was probeConn).
+func (h *host) readCheck(rr *pgconn.ResultReader, probeConn uint64) error {
+	var text string
+	for rr.NextRow() {
+		if v := rr.Values(); len(v) == 1 && v[0] != nil {
+			text = string(v[0])
+		}
+	}
+	_, err := rr.Close()
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && strings.Contains(pe.Message, behindMark) {
+		err = errNotCaughtUp
+		text = pe.Message[strings.Index(pe.Message, behindMark)+len(behindMark):]
+		text, _, _ = strings.Cut(text, `"`)
+	}
+	if lsn, perr := lagmeter.ParseLSN(text); perr == nil && lsn != 0 {
+		h.noteReplay(probeConn, lsn)
+	}
+	return err
+}
+
+// pipelinable reports whether a read can be sent in a pgconn pipeline
+// (see readChecked): one statement that returns rows, and see
+// Connector.pipelineOK.
+func (cn *conn) pipelinable(host int, cl *call) bool {
+	return cl.isQuery && cl.single && cn.c.pipelineOK(host, cl.args)
+}
+
+// readChecked runs a read on a borrowed replica connection after checking,
+// in the same round trip, that the replica has replayed up to wm: the check
+// and the read go in one pipeline, in one implicit transaction, the check
+// first; when the check fails the server skips the read and readChecked
+// returns errNotCaughtUp. On success cl.rows own b: closing them gives it
+// back; on error the caller gives it back (again: giveBack is idempotent).
+func (cn *conn) readChecked(ctx context.Context, b *borrowed, wm lagmeter.Watermark, cl *call) error {
+	s := cn.c.top.Snapshot()
+	st := &s.Hosts[b.h.idx]
+	if !mayReach(s, st, wm) {
+		return errNotCaughtUp
+	}
+	pc := b.Conn.Conn()
+	if cn.c.descs.get(cl.query) == nil {
+		// The statement must be described first, and a replica that lacks
+		// the caller's writes may fail to (a table the caller just
+		// created): check it on its own this once.
+		if err := cn.checkReplica(ctx, b, wm); err != nil {
+			return err
+		}
+	}
+	e, err := cn.c.encode(ctx, pc, cl.query, cl.args, true)
+	if err != nil {
+		return err
+	}
+	pl := pc.PgConn().StartPipeline(ctx)
+	pl.SendQueryParams(checkSQL(wm.LSN), nil, nil, nil, nil)
+	e.send(pl)
+	pl.SendPipelineSync()
+	if err := pl.Flush(); err != nil {
+		pl.Close()
+		return err
+	}
+	rr, err := nextResult(pl)
+	if err == nil {
+		err = b.h.readCheck(rr, st.Conn)
+	}
+	if err != nil {
+		pl.Close()
+		return err
+	}
+	if rr, err = nextResult(pl); err != nil {
+		if isPgError(err) {
+			cn.c.descs.drop(cl.query)
+		}
+		pl.Close()
+		return err
+	}
+	cl.rows, err = newResultRows(pc.TypeMap(), rr, func(rerr error) error {
+		if serr := finishSync(pl, rerr); serr != nil && rerr == nil {
+			rerr = serr
+		}
+		if cerr := pl.Close(); cerr != nil && rerr == nil && !isPgError(cerr) {
+			rerr = cerr
+		}
+		if isPgError(rerr) {
+			cn.c.descs.drop(cl.query)
+		}
+		b.giveBack()
+		return rerr
+	})
+	return err
+}

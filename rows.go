@@ -1,0 +1,53 @@
+package pgrouted
+
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5/stdlib"
+)
+
+// This file holds the two driver.Rows wrappers around pgx's rows, which
+// finish a statement's bookkeeping when the caller closes them. Rows read
+// from a pipeline are resultRows (resultrows.go).
+
+// replicaRows are rows from a borrowed replica connection, which goes back
+// to its pool when they are closed. Embedding *stdlib.Rows keeps its column
+// type methods.
+type replicaRows struct {
+	*stdlib.Rows
+	conn *borrowed
+}
+
+// Close implements driver.Rows.
+func (r *replicaRows) Close() error {
+	err := r.Rows.Close()
+	if r.conn != nil {
+		r.conn.giveBack()
+		r.conn = nil
+	}
+	return err
+}
+
+// wroteRows are the rows of an autocommit statement that wrote on the
+// primary: closing them raises the read-your-writes watermark.
+type wroteRows struct {
+	*stdlib.Rows
+	cn   *conn
+	ctx  context.Context
+	host int
+	done bool
+}
+
+// Close implements driver.Rows.
+func (r *wroteRows) Close() error {
+	err := r.Rows.Close()
+	if !r.done {
+		r.done = true
+		if r.cn.primary != nil && !r.cn.inSQLTx() {
+			r.cn.c.wrote(r.ctx, r.host, r.cn.c.insertLSN(r.ctx, r.cn.primary.Conn()))
+		} else {
+			r.cn.c.wrote(r.ctx, r.host, 0)
+		}
+	}
+	return err
+}

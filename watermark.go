@@ -1,0 +1,301 @@
+package pgrouted
+
+import (
+	"context"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/pgrouted/pgrouted/dsn"
+	"github.com/pgrouted/pgrouted/lagmeter"
+	"github.com/pgrouted/pgrouted/topology"
+)
+
+// This file is read-your-writes: the position of the last writes (of the
+// Connector, or of a Session) and how it moves after a commit, after a
+// failover, and when it is unknown; the position a read needs from a
+// replica follows from it (readCtx). The check of a replica's position on
+// its own connection is on the replica path (replica.go).
+
+// insertPositionSQL reads the primary's WAL insert position. Read after a
+// commit, it is at or after that commit's record.
+const insertPositionSQL = "SELECT pg_current_wal_insert_lsn()::text"
+
+// switchPoint is where the current primary's timeline history left
+// timeline tli, or 0 when it is not known: a replica on a newer timeline
+// than a watermark is then not known to hold it (see
+// lagmeter.Watermark.ReachedBy). Once a primary on the newer timeline is
+// known, readCtx has moved the watermark to its timeline already.
+func switchPoint(s *topology.Snapshot, tli uint32) lagmeter.LSN {
+	if s.Primary < 0 {
+		return 0
+	}
+	sp, _ := lagmeter.SwitchPoint(s.Hosts[s.Primary].Switches, tli)
+	return sp
+}
+
+// readCtx is what the eligibility of a read depends on beyond the topology.
+type readCtx struct {
+	ctx    context.Context
+	mark   *mark // the session's, or the connector's
+	st     *markState
+	budget lagmeter.Budget
+	now    time.Time
+	forced bool // forced to a replica: a saturated one still serves
+	lost   bool // the caller's last write was found lost in a failover
+}
+
+// With commit false (Explain) it changes nothing: what it learns about the
+// caller's position stays local.
+func (c *Connector) readCtx(ctx context.Context, s *topology.Snapshot, commit bool) (readCtx, error) {
+	rc := readCtx{ctx: ctx, mark: &c.writes, budget: c.budget, now: time.Now(), forced: routeFrom(ctx) == Replica}
+	if sess := sessionFrom(ctx); sess != nil {
+		rc.mark = &sess.m
+	}
+	if d, ok := ctx.Value(maxLagKey{}).(time.Duration); ok {
+		if d <= 0 {
+			d = -1
+		}
+		rc.budget = rc.budget.Min(lagmeter.Budget{MaxTime: d})
+	}
+	rc.st = rc.mark.load()
+	if sys := clusterSystemID(s); sys != 0 && !rc.st.wm.IsZero() && rc.st.wm.SystemID != sys && rc.mark != &c.writes {
+		return rc, fmt.Errorf("%w: the token names system %d, this cluster is %d", ErrForeignSession, rc.st.wm.SystemID, sys)
+	}
+	if w := rc.st.wm; !w.IsZero() && s.Primary >= 0 {
+		p := &s.Hosts[s.Primary]
+		if p.SystemID == w.SystemID && p.Timeline > w.Timeline {
+			rc = c.crossTimeline(rc, p, w, commit)
+		}
+	}
+	if rc.st.unknown && s.Primary >= 0 {
+		// A primary probe sent after the write position became unknown
+		// read a position at or after that write.
+		p := &s.Hosts[s.Primary]
+		if p.InsertLSN != 0 && p.SystemID != 0 && p.Timeline != 0 && p.LastSuccess.After(rc.st.unknownAt) {
+			w := lagmeter.Watermark{SystemID: p.SystemID, Timeline: p.Timeline, LSN: p.Layout.RecordEnd(p.InsertLSN)}
+			if !commit {
+				next := *rc.st
+				next.unknown, next.wm = false, later(rc.st.wm, w)
+				return rc.with(&next), nil
+			}
+			rc.st = rc.mark.resolve(rc.st, w)
+		}
+	}
+	return rc, nil
+}
+
+// crossTimeline handles a read-your-writes position w written on an older
+// timeline than the primary p's: a failover happened since.
+//
+//   - w at or before the point where p's history left w's timeline (known
+//     exactly from the timeline history file, or as a lower bound from the
+//     replay position p had reached as a standby): the write survived; w
+//     moves to p's timeline, where the same position holds it.
+//   - w past the exact switch point: the write is not in the new history;
+//     it was lost with the old primary. pgrouted says so (RouteEvent.WriteLost,
+//     Stats.LostWrites, a warning in the log) and requires what survived:
+//     the switch point, on p's timeline.
+//   - otherwise nobody can tell: the position becomes unknown (reads go to
+//     the primary, which shows what survived) until a primary probe sent
+//     from now on supplies a position on the new timeline, with a warning
+//     that the write may have been lost.
+func (c *Connector) crossTimeline(rc readCtx, p *topology.HostState, w lagmeter.Watermark, commit bool) readCtx {
+	sp, exact := lagmeter.SwitchPoint(p.Switches, w.Timeline)
+	if !exact && p.SwitchFloor.Timeline == w.Timeline {
+		sp = p.SwitchFloor.LSN
+	}
+	next := *rc.st
+	switch {
+	case sp != 0 && w.LSN <= sp:
+		next.wm = lagmeter.Watermark{SystemID: w.SystemID, Timeline: p.Timeline, LSN: w.LSN}
+	case exact:
+		next.wm = lagmeter.Watermark{SystemID: w.SystemID, Timeline: p.Timeline, LSN: sp}
+		rc.lost = true
+	default:
+		next.wm, next.unknown, next.unknownAt = lagmeter.Watermark{}, true, rc.now
+	}
+	if !commit {
+		return rc.with(&next)
+	}
+	st, won := rc.mark.swap(rc.st, &next)
+	rc.st = st
+	if !won {
+		return rc
+	}
+	switch {
+	case rc.lost:
+		c.counters.lostWrites.Add(1)
+		if c.cfg.Logger != nil {
+			c.cfg.Logger.Warn("pgrouted: a write acknowledged before a failover is not in the new primary's history: it was lost with the old primary",
+				"watermark", w.String(), "switchPoint", sp.String(), "timeline", p.Timeline)
+		}
+	case next.unknown:
+		c.counters.timelineResets.Add(1)
+		// One line per new timeline, not one per request.
+		if last := c.loggedTimeline.Load(); p.Timeline > last && c.loggedTimeline.CompareAndSwap(last, p.Timeline) && c.cfg.Logger != nil {
+			c.cfg.Logger.Warn("pgrouted: writes acknowledged before a failover may have been lost; reading them from the primary until the new timeline's position is known",
+				"watermark", w.String(), "timeline", p.Timeline)
+		}
+	}
+	return rc
+}
+
+func (rc readCtx) with(st *markState) readCtx {
+	rc.st = st
+	return rc
+}
+
+// clusterSystemID is the system identifier the probes read, or 0.
+func clusterSystemID(s *topology.Snapshot) uint64 {
+	if s.Primary >= 0 && s.Hosts[s.Primary].SystemID != 0 {
+		return s.Hosts[s.Primary].SystemID
+	}
+	for i := range s.Hosts {
+		if s.Hosts[i].SystemID != 0 {
+			return s.Hosts[i].SystemID
+		}
+	}
+	return 0
+}
+
+// wrote records a committed write on primary host at insert position lsn
+// (0: unknown), for the connector and for the session of ctx, if any.
+func (c *Connector) wrote(ctx context.Context, host int, lsn lagmeter.LSN) {
+	if c.cfg.Consistency != dsn.ConsistencySession {
+		return
+	}
+	var w lagmeter.Watermark
+	if lsn != 0 {
+		h := &c.top.Snapshot().Hosts[host]
+		if h.SystemID != 0 && h.Timeline != 0 {
+			w = lagmeter.Watermark{SystemID: h.SystemID, Timeline: h.Timeline, LSN: h.Layout.RecordEnd(lsn)}
+		}
+	}
+	now := time.Now()
+	c.writes.wrote(w, now)
+	if s := sessionFrom(ctx); s != nil {
+		s.m.wrote(w, now)
+	}
+}
+
+// wroteAfter raises the watermarks after one statement (or COMMIT) read
+// its position pipelined: to pos when it succeeded; not at all when the
+// server refused it (nothing committed); to an unknown position when the
+// connection failed under it (the answer was lost, not the commit).
+func (c *Connector) wroteAfter(ctx context.Context, host int, pos lagmeter.LSN, err error) {
+	switch {
+	case err == nil:
+		c.wrote(ctx, host, pos)
+	case isPgError(err) || errors.Is(err, pgx.ErrTxCommitRollback) || errors.Is(err, driver.ErrBadConn):
+	default:
+		c.wrote(ctx, host, 0)
+	}
+}
+
+// insertLSN reads the primary's WAL insert position on pc, a primary
+// session, after a commit: every commit this session made is at or before
+// it. 0 when it cannot be read, or when nobody needs it (eventual
+// consistency).
+func (c *Connector) insertLSN(ctx context.Context, pc *pgx.Conn) lagmeter.LSN {
+	if c.cfg.Consistency != dsn.ConsistencySession {
+		return 0
+	}
+	var s string
+	if err := pc.QueryRow(context.WithoutCancel(ctx), insertPositionSQL).Scan(&s); err != nil {
+		return 0
+	}
+	lsn, err := lagmeter.ParseLSN(s)
+	if err != nil {
+		return 0
+	}
+	return lsn
+}
+
+// mark is the position of the last writes of a Session or a Connector,
+// published as an immutable state.
+type mark struct {
+	p atomic.Pointer[markState]
+}
+
+type markState struct {
+	wm        lagmeter.Watermark
+	unknown   bool      // the last write's position could not be read
+	unknownAt time.Time // since when; a primary probe sent after it resolves it
+	lastWrite time.Time // for pgrouted_pin_after_write
+}
+
+var zeroMark = &markState{}
+
+func (m *mark) load() *markState {
+	if st := m.p.Load(); st != nil {
+		return st
+	}
+	return zeroMark
+}
+
+// wrote records a committed write at w (zero: its position is unknown).
+func (m *mark) wrote(w lagmeter.Watermark, now time.Time) {
+	for {
+		cur := m.p.Load()
+		next := &markState{lastWrite: now}
+		if cur != nil {
+			*next = *cur
+			next.lastWrite = now
+		}
+		if w.IsZero() {
+			next.unknown, next.unknownAt = true, now
+		} else {
+			next.wm = later(next.wm, w)
+		}
+		if m.p.CompareAndSwap(cur, next) {
+			return
+		}
+	}
+}
+
+// resolve replaces an unknown position by a safe one, once a primary probe
+// sent after it became unknown has read the primary's position.
+func (m *mark) resolve(st *markState, w lagmeter.Watermark) *markState {
+	next := *st
+	next.unknown = false
+	next.wm = later(st.wm, w)
+	if m.p.CompareAndSwap(st, &next) {
+		return &next
+	}
+	return m.load()
+}
+
+// swap replaces st by next (see Connector.crossTimeline) and reports
+// whether it did; when another goroutine changed the mark first, it returns
+// the mark as that one left it.
+func (m *mark) swap(st, next *markState) (*markState, bool) {
+	if m.p.CompareAndSwap(st, next) {
+		return next, true
+	}
+	return m.load(), false
+}
+
+// later returns the watermark that implies the other: the same history's
+// larger position, or the newer history's.
+func later(a, b lagmeter.Watermark) lagmeter.Watermark {
+	switch {
+	case a.IsZero():
+		return b
+	case b.IsZero():
+		return a
+	case a.SystemID != b.SystemID:
+		return b // the cluster was replaced: the newest write tells
+	case a.Timeline != b.Timeline:
+		if b.Timeline > a.Timeline {
+			return b
+		}
+		return a
+	case b.LSN > a.LSN:
+		return b
+	}
+	return a
+}
