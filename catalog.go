@@ -2,12 +2,26 @@ package pgrouted
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pgrouted/pgrouted/internal/sqlclass"
 )
+
+// This file is what the SQL text hides: the functions a statement calls
+// (the primary's catalog, read into a snapshot that classification uses
+// without allocating) and the statements a replica refused although they
+// looked like reads. See "Functions" in the package documentation.
+
+// catalogBootWait bounds how long a statement that calls a function waits
+// for the first snapshot of the catalog, instead of being taken for a call
+// of an unknown function (which pins its connection to the primary).
+var catalogBootWait = 5 * time.Second
 
 // catalogInterval is how often the function catalog is read again when
 // nothing asked for it sooner: functions created or altered by another
@@ -157,4 +171,106 @@ func readFunctions(ctx context.Context, pc *pgconn.PgConn) ([]sqlclass.FuncDef, 
 		return nil, err
 	}
 	return defs, nil
+}
+
+// parseFuncNames parses the function names of a pgrouted_*_functions key.
+func parseFuncNames(key string, list []string) ([]sqlclass.FuncName, error) {
+	var out []sqlclass.FuncName
+	for i, s := range list {
+		n, err := sqlclass.ParseFuncName(s)
+		if err != nil {
+			return nil, fmt.Errorf("pgrouted: %s: entry %d (%q): %v", key, i+1, s, err)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// loadCatalog reads the function catalog from the primary or, when there is
+// none, from any host that answers: a standby's catalog is a copy of the
+// primary's, a little behind at most, and a function it does not have yet
+// is unknown, which is safe.
+func (c *Connector) loadCatalog(ctx context.Context) ([]sqlclass.FuncDef, error) {
+	s := c.top.Snapshot()
+	order := make([]int, 0, len(c.hosts))
+	if s.Primary >= 0 {
+		order = append(order, s.Primary)
+	}
+	for _, healthy := range []bool{true, false} {
+		for i := range c.hosts {
+			if i != s.Primary && s.Hosts[i].Healthy == healthy {
+				order = append(order, i)
+			}
+		}
+	}
+	err := errors.New("no host")
+	for _, i := range order {
+		var defs []sqlclass.FuncDef
+		err = c.hosts[i].pool.AcquireFunc(ctx, func(pc *pgxpool.Conn) error {
+			var rerr error
+			defs, rerr = readFunctions(ctx, pc.Conn().PgConn())
+			return rerr
+		})
+		if err == nil {
+			return defs, nil
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return nil, err
+}
+
+// classify classifies query, judging the functions it calls by the
+// catalog's snapshot. Before the first snapshot every function is unknown:
+// a statement that calls one waits for it (catalogBootWait at most) rather
+// than pin its connection for a call of count(*).
+func (c *Connector) classify(ctx context.Context, query string) sqlclass.Result {
+	r := sqlclass.ClassifyWith(query, c.funcs.functions())
+	if r.Func == sqlclass.FuncUnknown && !c.funcs.isLoaded() && c.funcs.waitLoaded(ctx, catalogBootWait) {
+		r = sqlclass.ClassifyWith(query, c.funcs.functions())
+	}
+	return r
+}
+
+// maxRefused bounds the statements remembered as refused by a replica.
+const maxRefused = 256
+
+// refusedSet remembers the texts of statements that looked like reads and
+// that a replica refused with SQLSTATE 25006 (they wrote, through a
+// function the catalog did not know as VOLATILE, say): the next run of the
+// same text goes to the primary first, and pins. Lookups read one pointer
+// to an immutable map; adding copies it (rare, and bounded).
+type refusedSet struct {
+	m     atomic.Pointer[map[string]struct{}]
+	mu    sync.Mutex // serialises add
+	order []string   // oldest first, for eviction
+}
+
+// has reports whether q was refused before. It does not allocate.
+func (s *refusedSet) has(q string) bool {
+	m := s.m.Load()
+	if m == nil {
+		return false
+	}
+	_, ok := (*m)[q]
+	return ok
+}
+
+// add remembers q, forgetting the oldest text beyond maxRefused.
+func (s *refusedSet) add(q string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.has(q) {
+		return
+	}
+	s.order = append(s.order, q)
+	if len(s.order) > maxRefused {
+		s.order = s.order[len(s.order)-maxRefused:]
+	}
+	m := make(map[string]struct{}, len(s.order))
+	for _, o := range s.order {
+		m[o] = struct{}{}
+	}
+	s.m.Store(&m)
 }

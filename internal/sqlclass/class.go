@@ -141,6 +141,12 @@ type Result struct {
 	// (no COPY sub-protocol, no transaction control).
 	DML bool
 
+	// ChangesCatalog is true when a statement of the input may change the
+	// function catalog: CREATE, ALTER, DROP, and DO and CALL, whose code
+	// may run DDL. A caller that keeps a snapshot of the catalog reads it
+	// again after such a statement.
+	ChangesCatalog bool
+
 	// Func is what the user functions the input calls made of it, when it
 	// was classified by [ClassifyWith] with a catalog: [FuncNone] when no
 	// call changed its class.

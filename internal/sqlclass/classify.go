@@ -32,6 +32,7 @@ func ClassifyWith(sql string, fn *Functions) Result {
 			r.Statements = r2.Statements
 		}
 		r.DML = r.DML && r2.DML && r.Statements == 1
+		r.ChangesCatalog = r.ChangesCatalog || r2.ChangesCatalog
 		if r2.Func > r.Func {
 			r.Func, r.FuncStart, r.FuncEnd = r2.Func, r2.FuncStart, r2.FuncEnd
 		}
@@ -87,8 +88,9 @@ type stmt struct {
 	schemaStart int
 	schemaEnd   int
 
-	calls bool // a query or DML: the functions it calls are judged
-	depth int  // parentheses open in the body
+	calls   bool // a query or DML: the functions it calls are judged
+	catalog bool // CREATE, ALTER, DROP, DO or CALL: may change the catalog
+	depth   int  // parentheses open in the body
 	// withMask has bit d set while a WITH list is open at depth d, whose
 	// next word is a CTE name when cteNext is set; the column list after a
 	// CTE name is not a call.
@@ -141,6 +143,7 @@ func (c *classifier) endStmt() {
 		c.res.seen |= 1 << st.class
 		c.res.Class = c.res.Class.max(st.class)
 		c.res.DML = c.res.Statements == 1 && st.dml && st.class == Write
+		c.res.ChangesCatalog = c.res.ChangesCatalog || st.catalog
 		if st.fv > c.res.Func {
 			c.res.Func, c.res.FuncStart, c.res.FuncEnd = st.fv, st.fa, st.fb
 		}
@@ -156,7 +159,10 @@ func (c *classifier) token(k tokKind, a, b int) {
 		case tLParen:
 			// ((SELECT 1)): skip opening parentheses.
 		case tWord:
-			c.dispatch(keywordOf(c.lx.s[a:b]))
+			w := c.lx.s[a:b]
+			st.catalog = equalFold(w, "create") || equalFold(w, "alter") || equalFold(w, "drop") ||
+				equalFold(w, "do") || equalFold(w, "call")
+			c.dispatch(keywordOf(w))
 		default:
 			// Every statement starts with a key word: this one is not
 			// known, but its function calls are still looked at.

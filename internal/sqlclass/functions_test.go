@@ -262,3 +262,27 @@ func BenchmarkClassifyWith(b *testing.B) {
 		ClassifyWith(ormQueries[i%len(ormQueries)], fn)
 	}
 }
+
+func TestChangesCatalog(t *testing.T) {
+	for _, tt := range []struct {
+		sql  string
+		want bool
+	}{
+		{"CREATE FUNCTION f() RETURNS int LANGUAGE sql AS $$ SELECT 1 $$", true},
+		{"create or replace function f() returns int language sql as 'select 1'", true},
+		{"ALTER FUNCTION f() STABLE", true},
+		{"DROP FUNCTION f()", true},
+		{"CREATE EXTENSION pgcrypto", true},
+		{"DO $$BEGIN EXECUTE 'CREATE FUNCTION g() RETURNS int AS ''SELECT 1'' LANGUAGE sql'; END$$", true},
+		{"CALL p()", true},
+		{"SELECT 1; DROP TABLE t", true},
+		{"SELECT 'CREATE FUNCTION'", false},
+		{"INSERT INTO created (a) VALUES (1)", false},
+		{"SELECT create_time FROM t", false},
+		{"BEGIN", false},
+	} {
+		if got := Classify(tt.sql).ChangesCatalog; got != tt.want {
+			t.Errorf("Classify(%q).ChangesCatalog = %v, want %v", tt.sql, got, tt.want)
+		}
+	}
+}
