@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/stdlib"
-	"github.com/pgrouted/pgrouted/internal/sqlclass"
 )
 
 // conn is one database/sql connection: a primary session, opened when a
@@ -25,6 +24,11 @@ type conn struct {
 	pinned bool
 	tx     *tx  // the open database/sql transaction, if any
 	bad    bool // the connection must be discarded
+
+	// catalogPending is set when a statement that may change the function
+	// catalog ran inside a transaction: the catalog is read again once it
+	// ended.
+	catalogPending bool
 
 	ownsConnector bool // opened by Driver.Open: Close closes the Connector
 }
@@ -81,13 +85,16 @@ func (cn *conn) run(ctx context.Context, cl *call) error {
 		return driver.ErrBadConn
 	}
 	began := time.Now()
-	r := sqlclass.Classify(cl.query)
+	r := cn.c.classify(ctx, cl.query)
 	cl.single = r.Statements == 1
+	if r.ChangesCatalog || cn.catalogPending {
+		defer cn.catalogChanged()
+	}
 	if cn.tx != nil {
 		return cn.tx.run(ctx, r, cl, began)
 	}
-	p := cn.c.plan(ctx, request{r: r, pinned: cn.pinned, inTx: cn.inSQLTx()}, true)
-	ev := RouteEvent{Decision: Decision{Op: p.op, Reason: p.reason}, Query: cl.query, WriteLost: p.lost}
+	p := cn.c.plan(ctx, request{r: r, pinned: cn.pinned, inTx: cn.inSQLTx(), fn: r.FuncName(cl.query), refused: cn.c.refused.has(cl.query)}, true)
+	ev := RouteEvent{Decision: Decision{Op: p.op, Reason: p.reason, Function: p.fn}, Query: cl.query, WriteLost: p.lost}
 	defer func() {
 		ev.Duration = time.Since(began)
 		cn.c.report(ev)
@@ -107,6 +114,18 @@ func (cn *conn) run(ctx context.Context, cl *call) error {
 	err := cn.runOnPrimary(ctx, &p, r, &ev, cl)
 	ev.Err = err
 	return err
+}
+
+// catalogChanged asks for a new snapshot of the function catalog after a
+// statement that may have changed it, once no transaction hides the change
+// from other sessions.
+func (cn *conn) catalogChanged() {
+	if cn.tx != nil || cn.inSQLTx() {
+		cn.catalogPending = true
+		return
+	}
+	cn.catalogPending = false
+	cn.c.funcs.invalidate()
 }
 
 // PrepareContext implements driver.ConnPrepareContext. Nothing is sent:

@@ -12,7 +12,6 @@ import (
 
 	"github.com/pgrouted/pgrouted/circuit"
 	"github.com/pgrouted/pgrouted/dsn"
-	"github.com/pgrouted/pgrouted/internal/sqlclass"
 	"github.com/pgrouted/pgrouted/lagmeter"
 	"github.com/pgrouted/pgrouted/topology"
 )
@@ -92,6 +91,10 @@ type Connector struct {
 	counters counters
 	// descs are statement descriptions for the pipelined paths.
 	descs descCache
+	// funcs is the snapshot of the primary's functions that classification
+	// judges calls by; refused, the statements a replica refused (catalog.go).
+	funcs   *catalog
+	refused refusedSet
 
 	// loggedTimeline is the last timeline for which a possible loss of
 	// writes was logged.
@@ -113,7 +116,15 @@ func NewConnector(cfg *Config) (*Connector, error) {
 	if err := own.Config.Validate(); err != nil {
 		return nil, err
 	}
-	c := &Connector{cfg: own}
+	read, err := parseFuncNames("pgrouted_read_functions", own.ReadFunctions)
+	if err != nil {
+		return nil, err
+	}
+	write, err := parseFuncNames("pgrouted_write_functions", own.WriteFunctions)
+	if err != nil {
+		return nil, err
+	}
+	c := &Connector{cfg: own, funcs: newCatalog(read, write)}
 	if d, ok := own.MaxLag.Time(); ok {
 		c.budget.MaxTime = d
 	} else if n, ok := own.MaxLag.Bytes(); ok {
@@ -147,6 +158,7 @@ func NewConnector(cfg *Config) (*Connector, error) {
 	events, _ := top.Subscribe(64)
 	c.logDone = make(chan struct{})
 	go c.watch(events)
+	c.funcs.start(c.loadCatalog, DefaultConnectTimeout+5*time.Second, own.ProbeInterval)
 	return c, nil
 }
 
@@ -228,6 +240,7 @@ func (c *Connector) Close() error {
 		return nil
 	}
 	c.closed = true
+	c.funcs.close()
 	s := c.top.Snapshot()
 	c.top.Close()
 	if c.logDone != nil {
@@ -252,6 +265,10 @@ func (c *Connector) closePools() {
 func (c *Connector) watch(events <-chan topology.Event) {
 	defer close(c.logDone)
 	for e := range events {
+		if e.Kind == topology.EventPrimaryChanged {
+			// A new primary may be a server with another catalog.
+			c.funcs.invalidate()
+		}
 		if c.cfg.Logger == nil {
 			continue
 		}
@@ -279,7 +296,8 @@ func (c *Connector) watch(events <-chan topology.Event) {
 // Explain returns where query would run now, and why, without running it:
 // no side effect, and the round-robin position does not move.
 func (c *Connector) Explain(ctx context.Context, query string) (Decision, error) {
-	p := c.plan(ctx, request{r: sqlclass.Classify(query)}, false)
+	r := c.classify(ctx, query)
+	p := c.plan(ctx, request{r: r, fn: r.FuncName(query), refused: c.refused.has(query)}, false)
 	return p.decision(c), p.err
 }
 

@@ -63,6 +63,10 @@
 //   - conn.go (and stmt.go for prepared statements): the driver.Conn
 //     surface. A statement is classified and handed on; a statement inside
 //     a database/sql transaction goes straight to tx.go.
+//   - catalog.go: what the text hides. The functions a statement calls are
+//     judged by a snapshot of the primary's catalog (a VOLATILE or unknown
+//     user function sends it to the primary and pins the connection), and
+//     statements a replica refused before go to the primary first.
 //   - plan.go: the one decision, for every statement, every read-only
 //     transaction and [Connector.Explain]: primary or replica, which
 //     replica, whether it must check its replay position first, whether

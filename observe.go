@@ -175,6 +175,15 @@ type Stats struct {
 	// timeline history file (see package topology); without it such a
 	// write counts in TimelineResets.
 	LostWrites uint64 `json:"lostWrites"`
+	// FunctionRouted counts the statements that ran on the primary because
+	// of a function they call (ReasonVolatileFunction,
+	// ReasonUnknownFunction, ReasonWriteFunction) or because a replica
+	// refused the same text before (ReasonRefused).
+	FunctionRouted uint64 `json:"functionRouted"`
+	// FunctionPins counts the connections pinned to the primary by such a
+	// statement: from then on they serve every read from the primary,
+	// until database/sql closes them.
+	FunctionPins uint64 `json:"functionPins"`
 }
 
 // opIndex and reasonIndex number the ops and reasons counted.
@@ -215,6 +224,9 @@ type counters struct {
 
 	timelineResets atomic.Uint64
 	lostWrites     atomic.Uint64
+
+	catalogRouted atomic.Uint64 // statements sent to the primary by a function verdict
+	functionPins  atomic.Uint64 // connections pinned by a function verdict or a refused read
 }
 
 // count records one reported statement.
@@ -222,6 +234,10 @@ func (c *Connector) count(ev *RouteEvent) {
 	k := &c.counters
 	if ev.Retried && ev.Reason != ReasonRetry25006 {
 		k.retries.Add(1)
+	}
+	switch ev.Reason {
+	case ReasonVolatileFunction, ReasonUnknownFunction, ReasonWriteFunction, ReasonRefused:
+		k.catalogRouted.Add(1)
 	}
 	var re *RouteError
 	if ev.Err != nil && asRouteError(ev.Err, &re) {
@@ -254,6 +270,8 @@ func (c *Connector) Stats() Stats {
 		Fallbacks:       map[string]uint64{},
 		RouteErrors:     map[string]uint64{},
 		ReadOnlyRetries: k.fallbacks[reasonRetry25006Index].Load(),
+		FunctionRouted:  k.catalogRouted.Load(),
+		FunctionPins:    k.functionPins.Load(),
 		ReplicaRetries:  k.retries.Load(),
 		TimelineResets:  k.timelineResets.Load(),
 		LostWrites:      k.lostWrites.Load(),

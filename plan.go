@@ -26,6 +26,8 @@ type plan struct {
 	wm      lagmeter.Watermark // what the check must find
 	err     error              // the statement cannot run
 	lost    bool               // the caller's last write was found lost in a failover
+	pin     bool               // the connection stays on the primary after it (beyond a Session class)
+	fn      string             // the function that decided (see Decision.Function)
 }
 
 // request is what a decision is asked about.
@@ -38,6 +40,9 @@ type request struct {
 
 	pinned bool // an earlier statement changed session state on the connection
 	inTx   bool // the connection is inside a transaction opened with SQL (BEGIN)
+
+	fn      string // r.FuncName of the statement's text
+	refused bool   // a replica refused the same text before (SQLSTATE 25006)
 }
 
 // errSerializableOnStandby explains why a SERIALIZABLE transaction forced
@@ -89,17 +94,30 @@ func (c *Connector) plan(ctx context.Context, q request, advance bool) plan {
 			route = Replica
 		}
 	}
-	p := plan{op: opOf(q.r.Class), class: q.r.Class, forced: route, host: -1}
-	if q.r.Class != sqlclass.Read {
+	class := q.r.Class
+	if q.refused && class == sqlclass.Read {
+		// It wrote when it ran on a replica: its effects are not known.
+		class = sqlclass.Session
+	}
+	p := plan{op: opOf(class), class: class, forced: route, host: -1}
+	if class != sqlclass.Read {
 		if route == Replica {
 			p.err = &RouteError{Op: p.op, Reason: ReasonWriteOnReplica}
 			return p
 		}
 		p.primary = true
-		switch q.r.Class {
-		case sqlclass.Session:
+		switch {
+		case q.refused && q.r.Class == sqlclass.Read:
+			p.reason, p.pin = ReasonRefused, true
+		case q.r.Func == sqlclass.FuncVolatile:
+			p.reason, p.fn = ReasonVolatileFunction, q.fn
+		case q.r.Func == sqlclass.FuncUnknown:
+			p.reason, p.fn = ReasonUnknownFunction, q.fn
+		case q.r.Func == sqlclass.FuncWrite:
+			p.reason, p.fn = ReasonWriteFunction, q.fn
+		case class == sqlclass.Session:
 			p.reason = ReasonSessionState
-		case sqlclass.Tx:
+		case class == sqlclass.Tx:
 			p.reason = ReasonInTx
 		default:
 			p.reason = ReasonWrite
@@ -215,7 +233,7 @@ func (c *Connector) replan(ctx context.Context, p *plan, skip int) bool {
 
 // decision describes a plan for Explain and RouteEvent.
 func (p *plan) decision(c *Connector) Decision {
-	d := Decision{Op: p.op, Primary: p.primary, Reason: p.reason}
+	d := Decision{Op: p.op, Primary: p.primary, Reason: p.reason, Function: p.fn}
 	if p.err != nil {
 		return d
 	}

@@ -181,9 +181,12 @@ func (cn *conn) runOnPrimary(ctx context.Context, p *plan, r sqlclass.Result, ev
 		}
 		ev.Primary, ev.Endpoint = true, cn.c.hosts[cn.host].Name
 		inTx := cn.inSQLTx()
-		if r.Has(sqlclass.Session) {
+		if r.Has(sqlclass.Session) || p.pin {
 			// Pin before running: even a failed string may have changed
 			// session state with its first statements.
+			if !cn.pinned && (p.fn != "" || p.pin) {
+				cn.c.counters.functionPins.Add(1)
+			}
 			cn.pinned = true
 		}
 		positioned := cn.positioned(r, cl)

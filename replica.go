@@ -51,7 +51,12 @@ func (cn *conn) runOnReplicas(ctx context.Context, p *plan, ev *RouteEvent, cl *
 				return err
 			}
 			ev.Primary, ev.Retried, ev.Reason = true, true, ReasonRetry25006
-			p.class = sqlclass.Unknown // it wrote: raise the watermark after it runs
+			// It wrote, through something the text and the catalog did not
+			// show: raise the watermark after it runs, keep the connection
+			// on the primary (its effects are not known), and send the same
+			// text to the primary first from now on.
+			p.class, p.pin = sqlclass.Unknown, true
+			cn.c.refused.add(cl.query)
 			return err
 		}
 		if ctx.Err() != nil || !replicaRetryable(err) {

@@ -84,6 +84,11 @@ const (
 	ReasonWriteOnReplica = "write-on-replica" // a write, lock or read-write transaction was forced to a replica
 	ReasonNoPrimary      = "no-primary"       // no primary was known within pgrouted_write_timeout
 	ReasonReplicaFailed  = "replica-failed"   // the replica's connection failed before any row: the read ran elsewhere
+
+	ReasonVolatileFunction = "volatile-function" // the statement calls a VOLATILE user function (Decision.Function): it may write or change the session, so the primary, and the connection stays there
+	ReasonUnknownFunction  = "unknown-function"  // the statement calls a function the catalog does not know yet (Decision.Function): the primary, and the connection stays there
+	ReasonWriteFunction    = "write-function"    // the statement calls a function listed in pgrouted_write_functions (Decision.Function)
+	ReasonRefused          = "refused-before"    // a replica refused the same statement before (SQLSTATE 25006): the primary, and the connection stays there
 )
 
 // Sentinel errors, for errors.Is on a [*RouteError].
@@ -151,6 +156,10 @@ type Decision struct {
 	// Reason says why; see the Reason constants. When a read falls back
 	// to the primary, Reason says why no replica could serve it.
 	Reason string `json:"reason"`
+	// Function names the function that decided, when Reason is
+	// ReasonVolatileFunction, ReasonUnknownFunction or ReasonWriteFunction,
+	// as the statement writes it (without its schema).
+	Function string `json:"function,omitempty"`
 }
 
 // RouteEvent is reported to Config.OnRoute after every statement that

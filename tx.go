@@ -168,6 +168,9 @@ func (t *tx) Rollback() error {
 func (t *tx) end(began time.Time, query string, err error) {
 	cn := t.cn
 	t.release()
+	if cn.catalogPending {
+		cn.catalogChanged()
+	}
 	if errors.Is(err, driver.ErrBadConn) && t.replica == nil {
 		cn.closePrimary()
 		cn.bad = true

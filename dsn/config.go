@@ -1,6 +1,7 @@
 package dsn
 
 import (
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -277,6 +278,18 @@ type Config struct {
 	// unreachable (pgrouted_strict_boot, default [DefaultStrictBoot]).
 	StrictBoot bool
 
+	// ReadFunctions are functions, VOLATILE by their label, that only read:
+	// a statement calling them may run on a replica
+	// (pgrouted_read_functions, a comma list; default none). Each is a
+	// function name as SQL writes it, optionally schema-qualified (jitter,
+	// app.jitter, app."Jitter"); an unqualified one covers every schema.
+	ReadFunctions []string
+
+	// WriteFunctions are functions that must run on the primary whatever
+	// their label says (pgrouted_write_functions, a comma list, as
+	// ReadFunctions; default none). A statement calling one is a write.
+	WriteFunctions []string
+
 	// src is the connection string the Config was parsed from; nil for a
 	// Config built in code. A pointer, so that fmt's %v of a Config can
 	// never print the password it holds.
@@ -312,6 +325,8 @@ func (c *Config) Clone() *Config {
 		return nil
 	}
 	n := *c
+	n.ReadFunctions = slices.Clone(c.ReadFunctions)
+	n.WriteFunctions = slices.Clone(c.WriteFunctions)
 	if c.Hosts != nil {
 		n.Hosts = make([]Host, len(c.Hosts))
 		for i, h := range c.Hosts {

@@ -318,6 +318,15 @@ var cases = []dsnCase{
 		hosts: plain("db1:5432"), set: func(c *Config) { c.StrictBoot = true }},
 	{name: "strict_boot false", dsn: "host=db1 sslmode=disable pgrouted_strict_boot=0",
 		hosts: plain("db1:5432")},
+	{name: "function lists", dsn: `host=db1 sslmode=disable pgrouted_read_functions='jitter, app.roll' pgrouted_write_functions=app."Audit"`,
+		hosts: plain("db1:5432"), set: func(c *Config) {
+			c.ReadFunctions = []string{"jitter", "app.roll"}
+			c.WriteFunctions = []string{`app."Audit"`}
+		}},
+	{name: "function lists in a URL", dsn: "postgres://db1/app?sslmode=disable&pgrouted_write_functions=audit,app.log",
+		hosts: plain("db1:5432"), set: func(c *Config) { c.WriteFunctions = []string{"audit", "app.log"} }},
+	{name: "empty function list", dsn: "host=db1 sslmode=disable pgrouted_read_functions=''",
+		hosts: plain("db1:5432")},
 	{name: "every key at once", dsn: "postgres://app:" + marker + "@db1:5432,db2:5433,[::1]:5434/app?sslmode=disable" +
 		"&pgrouted_consistency=eventual&pgrouted_max_lag=16MB&pgrouted_probe_interval=0.5s&pgrouted_select=nearest" +
 		"&pgrouted_latency_window=5ms&pgrouted_weights=3,2,1&pgrouted_names=a,b,c&pgrouted_fallback=error" +
@@ -398,6 +407,8 @@ var cases = []dsnCase{
 		err: "pgrouted_circuit_max_backoff (0ms) must be greater than 0", key: keyCircuitMaxBackoff},
 	{name: "bad strict_boot", dsn: "host=db1 pgrouted_strict_boot=maybe",
 		err: "pgrouted_strict_boot (maybe) must be true or false", key: keyStrictBoot},
+	{name: "empty function entry", dsn: "host=db1 pgrouted_read_functions=a,,b",
+		err: "pgrouted_read_functions (a,,b) entry 2 is empty", key: keyReadFunctions},
 
 	// Weights and names.
 	{name: "weights count", dsn: "host=db1,db2,db3 pgrouted_weights=1,2",

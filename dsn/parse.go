@@ -30,6 +30,8 @@ const (
 	keyCircuitFailures   = "pgrouted_circuit_failures"
 	keyCircuitMaxBackoff = "pgrouted_circuit_max_backoff"
 	keyStrictBoot        = "pgrouted_strict_boot"
+	keyReadFunctions     = "pgrouted_read_functions"
+	keyWriteFunctions    = "pgrouted_write_functions"
 )
 
 // keySpec is how one pgrouted key is read, written and checked.
@@ -167,6 +169,36 @@ var specs = []keySpec{
 		},
 		get:   func(c *Config) string { return strconv.FormatBool(c.StrictBoot) },
 		check: func(*Config) string { return "" }},
+	funcListSpec(keyReadFunctions, func(c *Config) *[]string { return &c.ReadFunctions }),
+	funcListSpec(keyWriteFunctions, func(c *Config) *[]string { return &c.WriteFunctions }),
+}
+
+// funcListSpec is the keySpec of a comma list of function names. Their
+// syntax (name, schema.name, "Quoted") is checked where they are read as
+// SQL names, by the package that classifies statements; here each entry
+// must be non-empty and plain text.
+func funcListSpec(key string, field func(*Config) *[]string) keySpec {
+	return keySpec{key: key,
+		set: func(c *Config, v string) string {
+			*field(c) = nil
+			if v == "" {
+				return ""
+			}
+			*field(c) = splitList(v)
+			return ""
+		},
+		get: func(c *Config) string { return strings.Join(*field(c), ",") },
+		check: func(c *Config) string {
+			for i, n := range *field(c) {
+				if n == "" {
+					return fmt.Sprintf("entry %d is empty", i+1)
+				}
+				if strings.ContainsFunc(n, func(r rune) bool { return r < ' ' || r == ',' || r == 0x7f }) {
+					return fmt.Sprintf("entry %d (%q) must not hold commas or control characters", i+1, n)
+				}
+			}
+			return ""
+		}}
 }
 
 // durationSpec is the keySpec of a duration field; zeroOK tells whether 0
@@ -295,6 +327,8 @@ func nearestKey(key string) string {
 //	pgrouted_circuit_failures     whole number                             2
 //	pgrouted_circuit_max_backoff  duration                                 30s
 //	pgrouted_strict_boot          true | false                             false
+//	pgrouted_read_functions       comma list of function names             none
+//	pgrouted_write_functions      comma list of function names             none
 //
 // A duration is a number with the unit ms, s or m, fractions allowed (1.5s);
 // a bare number means milliseconds. A size is a number with the unit B, KB,

@@ -37,6 +37,7 @@ type Collector struct {
 
 	statements, fallbacks, routeErrors, readOnlyRetries, replicaRetries    *prometheus.Desc
 	failovers, conflicts, timelineResets, lostWrites, epoch, lease         *prometheus.Desc
+	functionRouted, functionPins                                           *prometheus.Desc
 	role, current, healthy, circuitOpen, rtt, lagBytes, lagBound, inflight *prometheus.Desc
 	poolConns, poolMax                                                     *prometheus.Desc
 }
@@ -79,6 +80,8 @@ func New(src Source, opts ...Option) *Collector {
 		replicaRetries:  d("replica_retries_total", "Reads that ran on another host after their replica's connection failed before any row."),
 		failovers:       d("failovers_total", "Changes of primary seen (primary epochs after the first)."),
 		conflicts:       d("conflicting_primaries_total", "Observations of two or more hosts out of recovery with no strictly higher timeline among them (no primary: fail closed)."),
+		functionRouted:  d("function_routed_total", "Statements sent to the primary because of a function they call (VOLATILE, unknown to the catalog, or listed in pgrouted_write_functions) or because a replica refused the same text before."),
+		functionPins:    d("function_pins_total", "Connections pinned to the primary by such a statement: they serve every read from the primary until database/sql closes them."),
 		lostWrites:      d("lost_writes_total", "Read-your-writes positions found past the point where the new primary's timeline history left theirs: writes the old primary acknowledged and a failover lost."),
 		timelineResets:  d("timeline_resets_total", "Read-your-writes positions given up because they were written on a timeline older than the primary's (a failover may have lost them): reads went to the primary until a position on the new timeline was known."),
 		epoch:           d("primary_epoch", "Primary epoch: increments each time the primary becomes another host."),
@@ -101,6 +104,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		c.statements, c.fallbacks, c.routeErrors, c.readOnlyRetries, c.replicaRetries,
 		c.failovers, c.conflicts, c.timelineResets, c.lostWrites, c.epoch, c.lease,
+		c.functionRouted, c.functionPins,
 		c.role, c.current, c.healthy, c.circuitOpen, c.rtt, c.lagBytes, c.lagBound, c.inflight,
 		c.poolConns, c.poolMax,
 	} {
@@ -154,6 +158,8 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.conflicts, top.ConflictingPrimaries)
 	counter(c.timelineResets, st.TimelineResets)
 	counter(c.lostWrites, st.LostWrites)
+	counter(c.functionRouted, st.FunctionRouted)
+	counter(c.functionPins, st.FunctionPins)
 	gauge(c.epoch, float64(top.Epoch))
 	gauge(c.lease, top.LeaseRemainingMs/1e3)
 

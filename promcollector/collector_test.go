@@ -36,6 +36,8 @@ func fixed() *fake {
 			Failovers:       1,
 			TimelineResets:  8,
 			LostWrites:      9,
+			FunctionRouted:  10,
+			FunctionPins:    11,
 		},
 		top: pgrouted.Snapshot{
 			Primary:              "east",
@@ -149,6 +151,12 @@ pgrouted_route_errors_total{reason="saturated"} 0
 pgrouted_route_errors_total{reason="some-future-reason"} 2
 pgrouted_route_errors_total{reason="unhealthy"} 0
 pgrouted_route_errors_total{reason="write-on-replica"} 0
+# HELP pgrouted_function_pins_total Connections pinned to the primary by such a statement: they serve every read from the primary until database/sql closes them.
+# TYPE pgrouted_function_pins_total counter
+pgrouted_function_pins_total 11
+# HELP pgrouted_function_routed_total Statements sent to the primary because of a function they call (VOLATILE, unknown to the catalog, or listed in pgrouted_write_functions) or because a replica refused the same text before.
+# TYPE pgrouted_function_routed_total counter
+pgrouted_function_routed_total 10
 # HELP pgrouted_lost_writes_total Read-your-writes positions found past the point where the new primary's timeline history left theirs: writes the old primary acknowledged and a failover lost.
 # TYPE pgrouted_lost_writes_total counter
 pgrouted_lost_writes_total 9

@@ -141,8 +141,32 @@ type Result struct {
 	// (no COPY sub-protocol, no transaction control).
 	DML bool
 
+	// ChangesCatalog is true when a statement of the input may change the
+	// function catalog: CREATE, ALTER, DROP, and DO and CALL, whose code
+	// may run DDL. A caller that keeps a snapshot of the catalog reads it
+	// again after such a statement.
+	ChangesCatalog bool
+
+	// Func is what the user functions the input calls made of it, when it
+	// was classified by [ClassifyWith] with a catalog: [FuncNone] when no
+	// call changed its class.
+	Func FuncVerdict
+
+	// FuncStart and FuncEnd locate, in the input, the name of the function
+	// behind Func (see [Result.FuncName]).
+	FuncStart, FuncEnd int
+
 	// seen has bit 1<<c set for every class c of some statement.
 	seen uint8
+}
+
+// FuncName returns the name of the function behind r.Func as the input
+// sql writes it (without its schema), or "" when r.Func is [FuncNone].
+func (r Result) FuncName(sql string) string {
+	if r.Func == FuncNone || r.FuncEnd > len(sql) || r.FuncStart > r.FuncEnd {
+		return ""
+	}
+	return sql[r.FuncStart:r.FuncEnd]
 }
 
 // Has reports whether some statement of the input is of class c. It tells a

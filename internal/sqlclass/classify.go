@@ -10,11 +10,20 @@ package sqlclass
 // read the text also as a server with standard_conforming_strings = off
 // would, and it returns the more dangerous of the two readings.
 func Classify(sql string) Result {
+	return ClassifyWith(sql, nil)
+}
+
+// ClassifyWith is [Classify] that also judges the functions the statement
+// calls by what fn knows of them (see "User functions" in the package
+// documentation). With a nil fn it is Classify. It does not allocate.
+func ClassifyWith(sql string, fn *Functions) Result {
 	var c classifier
+	c.fn = fn
 	c.run(sql, false)
 	r := c.res
 	if c.lx.backslashSeen && r.Class != Session {
 		var c2 classifier
+		c2.fn = fn
 		c2.run(sql, true)
 		r2 := c2.res
 		r.Class = r.Class.max(r2.Class)
@@ -23,6 +32,10 @@ func Classify(sql string) Result {
 			r.Statements = r2.Statements
 		}
 		r.DML = r.DML && r2.DML && r.Statements == 1
+		r.ChangesCatalog = r.ChangesCatalog || r2.ChangesCatalog
+		if r2.Func > r.Func {
+			r.Func, r.FuncStart, r.FuncEnd = r2.Func, r2.FuncStart, r2.FuncEnd
+		}
 	}
 	return r
 }
@@ -60,17 +73,46 @@ type stmt struct {
 	prev      tokKind // previous token in phBody, for function calls
 	prevStart int
 	prevEnd   int
+	prev2     tokKind // the token before prev
+	prev2At   int     // its span
+	prev2End  int
+
+	// What comes before the dotted name (a, a.b, a.b.c) that ends at prev:
+	// an alias list (AS t(…), FROM t x(…)), a type modifier
+	// (::numeric(10,2)) or the column list of INSERT INTO t (…) are not
+	// function calls.
+	before      tokKind
+	beforeStart int
+	beforeEnd   int
+	schemaKind  tokKind // tWord or tQIdent when the name is qualified
+	schemaStart int
+	schemaEnd   int
+
+	calls   bool // a query or DML: the functions it calls are judged
+	catalog bool // CREATE, ALTER, DROP, DO or CALL: may change the catalog
+	depth   int  // parentheses open in the body
+	// withMask has bit d set while a WITH list is open at depth d, whose
+	// next word is a CTE name when cteNext is set; the column list after a
+	// CTE name is not a call.
+	withMask uint64
+	cteNext  bool
+	cteAt    int // start of the last CTE name, or -1
+
+	fv     FuncVerdict // the most dangerous verdict on a call so far
+	fa, fb int         // the span of that function's name
 }
 
 type classifier struct {
 	lx  lexer
 	st  stmt
 	res Result
+	fn  *Functions
 }
 
 func (c *classifier) run(sql string, backslashQuotes bool) {
 	c.lx = lexer{s: sql, backslashQuotes: backslashQuotes}
 	c.res = Result{Class: Read}
+	c.st.cteAt = -1
 	for {
 		k, a, b := c.lx.next()
 		if k == tEOF {
@@ -101,8 +143,12 @@ func (c *classifier) endStmt() {
 		c.res.seen |= 1 << st.class
 		c.res.Class = c.res.Class.max(st.class)
 		c.res.DML = c.res.Statements == 1 && st.dml && st.class == Write
+		c.res.ChangesCatalog = c.res.ChangesCatalog || st.catalog
+		if st.fv > c.res.Func {
+			c.res.Func, c.res.FuncStart, c.res.FuncEnd = st.fv, st.fa, st.fb
+		}
 	}
-	*st = stmt{}
+	*st = stmt{cteAt: -1}
 }
 
 func (c *classifier) token(k tokKind, a, b int) {
@@ -113,7 +159,10 @@ func (c *classifier) token(k tokKind, a, b int) {
 		case tLParen:
 			// ((SELECT 1)): skip opening parentheses.
 		case tWord:
-			c.dispatch(keywordOf(c.lx.s[a:b]))
+			w := c.lx.s[a:b]
+			st.catalog = equalFold(w, "create") || equalFold(w, "alter") || equalFold(w, "drop") ||
+				equalFold(w, "do") || equalFold(w, "call")
+			c.dispatch(keywordOf(w))
 		default:
 			// Every statement starts with a key word: this one is not
 			// known, but its function calls are still looked at.
@@ -255,7 +304,11 @@ func (c *classifier) dispatch(kw keyword) {
 	case kwSelect, kwValues, kwTable, kwWith:
 		st.class = Read
 		st.read = true
+		st.calls = true
 		st.dml = kw == kwWith
+		if kw == kwWith {
+			st.openWith()
+		}
 	case kwShow:
 		st.class = Read
 		st.ph = phIgnore
@@ -265,6 +318,7 @@ func (c *classifier) dispatch(kw keyword) {
 	case kwInsert, kwUpdate, kwDelete, kwMerge:
 		st.class = Write
 		st.dml = true
+		st.calls = true
 	case kwWrite, kwAnalyze:
 		st.class = Write
 	case kwLock:
@@ -297,21 +351,149 @@ func (c *classifier) body(k tokKind, a, b int) {
 	case tLParen:
 		if st.prev == tWord || st.prev == tQIdent {
 			st.class = st.class.max(funcClass(s[st.prevStart:st.prevEnd]))
+			if c.fn != nil && st.calls {
+				c.call()
+			}
+		}
+		st.pendFor, st.pendInto = false, false
+		st.depth++
+	case tRParen:
+		if st.depth > 0 {
+			st.depth--
 		}
 		st.pendFor, st.pendInto = false, false
 	case tWord:
+		if c.fn != nil && st.calls {
+			c.withWord(s[a:b], a)
+		}
 		if st.read || st.create {
 			c.word(s[a:b])
 		}
 	case tQIdent:
+		if c.fn != nil && st.calls && st.cteNext && st.inWith() {
+			st.cteNext, st.cteAt = false, a
+		}
 		if (st.pendInto || st.create) && isPgTemp(s[a:b]) {
 			st.class = st.class.max(Session)
+		}
+		st.pendFor, st.pendInto = false, false
+	case tOther:
+		if s[a] == ',' && st.inWith() {
+			st.cteNext = true
 		}
 		st.pendFor, st.pendInto = false, false
 	default:
 		st.pendFor, st.pendInto = false, false
 	}
+	if k == tWord || k == tQIdent {
+		if st.prev == tOther && s[st.prevStart] == '.' && (st.prev2 == tWord || st.prev2 == tQIdent) {
+			// The next part of a dotted name: what came before it stays.
+			st.schemaKind, st.schemaStart, st.schemaEnd = st.prev2, st.prev2At, st.prev2End
+		} else {
+			st.before, st.beforeStart, st.beforeEnd = st.prev, st.prevStart, st.prevEnd
+			st.schemaKind = tEOF
+		}
+	}
+	st.prev2, st.prev2At, st.prev2End = st.prev, st.prevStart, st.prevEnd
 	st.prev, st.prevStart, st.prevEnd = k, a, b
+}
+
+// openWith notes a WITH list opened at the current depth.
+func (st *stmt) openWith() {
+	if st.depth < 64 {
+		st.withMask |= 1 << st.depth
+		st.cteNext = true
+	}
+}
+
+// inWith reports whether a WITH list is open at the current depth.
+func (st *stmt) inWith() bool {
+	return st.depth < 64 && st.withMask&(1<<st.depth) != 0
+}
+
+// withWord follows WITH lists: a WITH right after an opening parenthesis
+// opens one; in one, the word after WITH [RECURSIVE] or after a comma is a
+// CTE name, and the key word of the main statement closes it.
+func (c *classifier) withWord(w string, at int) {
+	st := &c.st
+	if st.prev == tLParen && equalFold(w, "with") {
+		st.openWith()
+		return
+	}
+	if !st.inWith() {
+		return
+	}
+	if st.cteNext {
+		if !equalFold(w, "recursive") {
+			st.cteNext, st.cteAt = false, at
+		}
+		return
+	}
+	switch keywordOf(w) {
+	case kwSelect, kwValues, kwTable, kwInsert, kwUpdate, kwDelete, kwMerge:
+		st.withMask &^= 1 << st.depth
+	}
+}
+
+// call judges a call of the function whose name ends at prev.
+func (c *classifier) call() {
+	st := &c.st
+	s := c.lx.s
+	if st.prevStart == st.cteAt {
+		return // WITH t(a, b) AS …: the columns of a CTE
+	}
+	switch st.before {
+	case tRParen, tQIdent:
+		return // FROM (SELECT …) s(a), FROM "t" x(a): an alias list
+	case tOther:
+		if b := s[st.beforeStart]; b == ':' || b == ']' {
+			return // x::numeric(10,2); f(…)[1] x(…) is not SQL
+		}
+	case tWord:
+		w := s[st.beforeStart:st.beforeEnd]
+		if equalFold(w, "as") || equalFold(w, "into") {
+			return // AS t(a, b), CAST(x AS t(3)), INSERT INTO t (a, b)
+		}
+		if !isKeyword(w) {
+			return // FROM t x(a, b): an alias list
+		}
+	}
+	var nameBuf, schemaBuf [maxIdentLen]byte
+	name := fold(nameBuf[:0], s[st.prevStart:st.prevEnd], st.prev == tQIdent)
+	var schema []byte
+	if st.schemaKind != tEOF {
+		schema = fold(schemaBuf[:0], s[st.schemaStart:st.schemaEnd], st.schemaKind == tQIdent)
+	}
+	if v := c.fn.judge(string(schema), string(name), st.prev == tWord); v > st.fv {
+		st.fv, st.fa, st.fb = v, st.prevStart, st.prevEnd
+		st.class = st.class.max(v.class())
+	}
+}
+
+// fold appends an identifier as PostgreSQL stores it to buf: an unquoted
+// one folded to lower case (ASCII), a quoted one with its doubled quotes
+// undone; both cut to maxIdentLen bytes. buf must have that capacity, so
+// that nothing is allocated.
+func fold(buf []byte, w string, quoted bool) []byte {
+	for i := 0; i < len(w) && len(buf) < maxIdentLen; i++ {
+		c := w[i]
+		switch {
+		case quoted && c == '"':
+			i++ // "" stands for "
+		case !quoted && c >= 'A' && c <= 'Z':
+			c += 'a' - 'A'
+		}
+		buf = append(buf, c)
+	}
+	return buf
+}
+
+// isKeyword reports whether w is a key word of PostgreSQL's grammar,
+// ignoring ASCII case.
+func isKeyword(w string) bool {
+	var buf [maxIdentLen]byte
+	_, ok := sqlKeywords[string(fold(buf[:0], w, false))]
+	return ok
 }
 
 // word looks at a word in the body of a read or a CREATE statement.

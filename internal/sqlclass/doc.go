@@ -46,7 +46,7 @@
 //   - [Write]: INSERT, UPDATE, DELETE, MERGE, COPY (both directions: COPY
 //     TO a server file writes, and COPY is not worth the risk), CREATE,
 //     ALTER, DROP, TRUNCATE, GRANT, REVOKE, COMMENT, VACUUM, ANALYZE,
-//     CLUSTER, REINDEX, REFRESH, CALL, DO, NOTIFY, CHECKPOINT, IMPORT,
+//     CLUSTER, REINDEX, REFRESH, NOTIFY, CHECKPOINT, IMPORT,
 //     SECURITY LABEL, REASSIGN, EXECUTE, FETCH, MOVE, CLOSE, SET LOCAL,
 //     SET CONSTRAINTS. (SET LOCAL and SET CONSTRAINTS last until the end of
 //     the transaction; outside one they only warn, so they do not pin.)
@@ -55,7 +55,8 @@
 //     SET TRANSACTION, PREPARE TRANSACTION (and COMMIT/ROLLBACK PREPARED).
 //   - [Session]: SET (but SET LOCAL, SET CONSTRAINTS, SET TRANSACTION
 //     above; SET SESSION CHARACTERISTICS is Session), RESET, DISCARD,
-//     PREPARE, DEALLOCATE, DECLARE, LISTEN, UNLISTEN, LOAD, and CREATE
+//     PREPARE, DEALLOCATE, DECLARE, LISTEN, UNLISTEN, LOAD, CALL and DO
+//     (the code they run may change the session), and CREATE
 //     [OR REPLACE] [GLOBAL|LOCAL] TEMP|TEMPORARY … or any CREATE that names
 //     the pg_temp schema. CREATE UNLOGGED is a plain [Write].
 //   - Anything else is [Unknown].
@@ -77,11 +78,15 @@
 // A call of one of these functions, in any statement but a plain EXPLAIN,
 // raises its class:
 //
-//   - [Session]: set_config (whether is_local is true or false), every
-//     pg_advisory_* and pg_try_advisory_* function (advisory locks succeed
-//     on a standby and lock nothing that matters there; the xact variants
-//     are included, conservatively), dblink_connect, dblink_connect_u,
-//     pg_replication_origin_session_*.
+//   - [Session]: set_config (whether is_local is true or false), setseed,
+//     every pg_advisory_* and pg_try_advisory_* function (advisory locks
+//     succeed on a standby and lock nothing that matters there; the xact
+//     variants are included, conservatively), the dblink family (dblink,
+//     dblink_exec, dblink_connect, dblink_open, …: named connections and
+//     cursors are session state, and remote statements may write),
+//     pg_replication_origin_session_*, and query_to_xml, query_to_xmlschema,
+//     query_to_xml_and_xmlschema, cursor_to_xml, cursor_to_xmlschema, which
+//     run a query given as text.
 //   - [Write]: nextval, setval; currval and lastval (they read state of the
 //     session that called nextval, which is on the primary); pg_notify;
 //     large objects: lo_creat, lo_create, lo_from_bytea, lo_import,
@@ -94,14 +99,41 @@
 //     pg_replication_slot_advance, pg_logical_slot_get_changes,
 //     pg_logical_slot_get_binary_changes, pg_logical_emit_message,
 //     pg_replication_origin_*, pg_backup_start, pg_backup_stop,
-//     pg_start_backup, pg_stop_backup; functions that act on the server
-//     they run on: pg_terminate_backend, pg_cancel_backend, pg_promote,
-//     pg_reload_conf, pg_rotate_logfile; dblink_exec.
+//     pg_start_backup, pg_stop_backup, pg_log_standby_snapshot,
+//     brin_summarize_range, brin_summarize_new_values,
+//     brin_desummarize_range, gin_clean_pending_list,
+//     pg_import_system_collations; functions that act on the server they
+//     run on: pg_terminate_backend, pg_cancel_backend, pg_promote,
+//     pg_reload_conf, pg_rotate_logfile, pg_stat_reset*,
+//     pg_stat_statements_reset, pg_log_backend_memory_contexts.
 //
-// What a user-defined function, a procedure or a DO block does inside is
-// invisible to a lexer; a write there fails on a replica with SQLSTATE 25006
-// (read_only_sql_transaction), which callers retry on the primary, but
-// session state set there (set_config, advisory locks) is not detected.
+// # User functions
+//
+// What a user-defined function does inside is invisible in the text: it
+// may write, or change the session (set_config, advisory locks). [Classify]
+// does not judge such calls; [ClassifyWith] judges them by a [Functions]
+// snapshot of the primary's catalog ([CatalogQuery]) and the functions
+// configured as reads or writes, in queries and DML (not in DDL, nor in a
+// plain EXPLAIN, which runs nothing):
+//
+//   - a call of a function configured as a write: [Write], [FuncWrite];
+//   - a call of a name of which some visible definition (in any schema, or
+//     in the schema the call names) is VOLATILE or a procedure, outside
+//     pg_catalog and information_schema (whose functions the list above
+//     judges), outside extensions known to be pure (uuid-ossp, pgcrypto,
+//     pg_trgm, …) and not configured as a read: [Session], [FuncVolatile];
+//   - a call of a name the catalog does not know (a function created since
+//     the snapshot, or no snapshot yet): [Session], [FuncUnknown];
+//   - otherwise (STABLE and IMMUTABLE definitions only) the call does not
+//     change the class.
+//
+// A word before a parenthesis is a call unless it is the syntax of SQL:
+// a key word (IN, EXISTS, COALESCE, CAST, FILTER, OVER, …) that the
+// catalog does not know as a function, the column list of a CTE
+// (WITH t(a, b) AS …) or of INSERT INTO t (…), an alias list (AS t(a),
+// FROM t x(a), FROM (…) s(a)), or a type modifier (::numeric(10,2)).
+// [Result.Func] says what the calls made of the statement, and
+// [Result.FuncName] names the function.
 //
 // # Several statements
 //

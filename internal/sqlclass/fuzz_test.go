@@ -14,11 +14,17 @@ import "testing"
 //   - likewise an advisory lock appended is Session, or the input is at
 //     least Unknown;
 //   - a read before s does not change the class of s;
-//   - a routing comment before s does not change its class.
+//   - a routing comment before s does not change its class;
+//   - a catalog only makes a statement more dangerous: ClassifyWith is at
+//     least Classify, and its FuncName lies within s.
 func FuzzClassify(f *testing.F) {
 	for _, tt := range classifyTests {
 		f.Add(tt.sql)
 	}
+	for _, tt := range functionTests {
+		f.Add(tt.sql)
+	}
+	fn := testFunctions(f, []string{"jitter"}, []string{"app.audit"})
 	f.Fuzz(func(t *testing.T, s string) {
 		r := Classify(s)
 		if r.Class >= numClasses || r.Hint > HintReplica || r.Statements < 0 {
@@ -42,6 +48,16 @@ func FuzzClassify(f *testing.F) {
 		}
 		if h := Classify("/* pgrouted:replica */ " + s); h.Class != r.Class {
 			t.Fatalf("Classify(hint + %q) = %v, Classify(%q) = %v", s, h.Class, s, r.Class)
+		}
+		w := ClassifyWith(s, fn)
+		if rank[w.Class] < rank[r.Class] || w.Statements != r.Statements || w.Hint != r.Hint {
+			t.Fatalf("ClassifyWith(%q) = %+v, Classify = %+v", s, w, r)
+		}
+		if w.Func != FuncNone && (w.FuncStart < 0 || w.FuncEnd > len(s) || w.FuncStart > w.FuncEnd) {
+			t.Fatalf("ClassifyWith(%q): function span [%d, %d) outside the input", s, w.FuncStart, w.FuncEnd)
+		}
+		if w.Func != FuncNone && rank[w.Class] < rank[w.Func.class()] {
+			t.Fatalf("ClassifyWith(%q) = %v with %v", s, w.Class, w.Func)
 		}
 	})
 }

@@ -88,7 +88,7 @@ func keywordOf(w string) keyword {
 		return kwMerge
 
 	case "copy", "alter", "drop", "truncate", "grant", "revoke", "comment",
-		"vacuum", "cluster", "reindex", "refresh", "call", "do", "notify",
+		"vacuum", "cluster", "reindex", "refresh", "notify",
 		"checkpoint", "import", "security", "reassign", "execute", "fetch",
 		"move", "close":
 		return kwWrite
@@ -102,7 +102,10 @@ func keywordOf(w string) keyword {
 		return kwCreate
 	case "prepare":
 		return kwPrepare
-	case "reset", "discard", "deallocate", "declare", "listen", "unlisten", "load":
+	case "reset", "discard", "deallocate", "declare", "listen", "unlisten", "load",
+		"call", "do":
+		// CALL and DO run code whose effects the text does not show: it
+		// may change the session (set_config, advisory locks).
 		return kwSession
 
 	case "begin", "start", "commit", "end", "rollback", "abort", "savepoint", "release":
@@ -161,8 +164,19 @@ func funcClass(name string) Class {
 			// pg_create_restore_point, pg_create_*_replication_slot;
 			// pg_replication_origin_create, _drop, _advance …
 			return Write
+		case hasPrefixFold(name, "pg_stat_reset"):
+			// pg_stat_reset, _shared, _single_table_counters, …: they
+			// reset the counters of the server they reach.
+			return Write
 		}
-	case 'c', 'd', 'l', 'n', 's', 't':
+	case 'd':
+		if hasPrefixFold(name, "dblink") {
+			// dblink, dblink_exec, dblink_connect, dblink_open, …: named
+			// connections and cursors are session state, and the remote
+			// statements may write.
+			return Session
+		}
+	case 'b', 'c', 'g', 'l', 'n', 'q', 's', 't':
 	default:
 		return Read
 	}
@@ -178,7 +192,12 @@ func funcClass(name string) Class {
 		buf[i] = c
 	}
 	switch string(buf[:len(name)]) {
-	case "set_config", "dblink_connect", "dblink_connect_u":
+	case "set_config", "setseed",
+		"query_to_xml", "query_to_xmlschema", "query_to_xml_and_xmlschema",
+		"cursor_to_xml", "cursor_to_xmlschema":
+		// setseed seeds random() for the session; the *_to_xml functions
+		// run a query (or a cursor of the session) given as text, which
+		// may do anything.
 		return Session
 
 	case "nextval", "setval", "currval", "lastval",
@@ -195,7 +214,9 @@ func funcClass(name string) Class {
 		"pg_logical_emit_message",
 		"pg_reload_conf", "pg_rotate_logfile",
 		"pg_backup_start", "pg_backup_stop", "pg_start_backup", "pg_stop_backup",
-		"dblink_exec":
+		"pg_stat_statements_reset", "pg_log_standby_snapshot", "pg_log_backend_memory_contexts",
+		"brin_summarize_range", "brin_summarize_new_values", "brin_desummarize_range",
+		"gin_clean_pending_list", "pg_import_system_collations":
 		return Write
 	}
 	return Read

@@ -141,7 +141,7 @@ var classifyTests = []struct {
 	{"SELECT pg_create_logical_replication_slot('s', 'pgoutput')", Write},
 	{"SELECT pg_terminate_backend(123)", Write},
 	{"SELECT pg_cancel_backend(pid) FROM pg_stat_activity", Write},
-	{"SELECT dblink_exec('conn', 'DELETE FROM t')", Write},
+	{"SELECT dblink_exec('conn', 'DELETE FROM t')", Session},
 	{"SELECT pg_advisory_lock(1)", Session},
 	{"SELECT pg_advisory_unlock(1)", Session},
 	{"SELECT pg_advisory_unlock_all()", Session},
@@ -225,8 +225,8 @@ var classifyTests = []struct {
 	{"CLUSTER t", Write},
 	{"REINDEX TABLE t", Write},
 	{"REFRESH MATERIALIZED VIEW CONCURRENTLY mv", Write},
-	{"CALL do_things(1)", Write},
-	{"DO $$BEGIN PERFORM pg_advisory_lock(1); END$$", Write},
+	{"CALL do_things(1)", Session},
+	{"DO $$BEGIN PERFORM pg_advisory_lock(1); END$$", Session},
 	{"NOTIFY chan, 'x'", Write},
 	{"CHECKPOINT", Write},
 	{"EXECUTE p(1)", Write},
@@ -523,7 +523,9 @@ func BenchmarkClassifyLong(b *testing.B) {
 
 // TestFuncClass holds funcClass to the list in the package documentation.
 func TestFuncClass(t *testing.T) {
-	session := []string{"set_config", "dblink_connect", "dblink_connect_u",
+	session := []string{"set_config", "dblink_connect", "dblink_connect_u", "dblink", "dblink_exec",
+		"dblink_open", "dblink_fetch", "dblink_send_query", "dblink_disconnect", "setseed",
+		"query_to_xml", "query_to_xmlschema", "query_to_xml_and_xmlschema", "cursor_to_xml",
 		"pg_advisory_lock", "pg_advisory_lock_shared", "pg_advisory_xact_lock",
 		"pg_advisory_xact_lock_shared", "pg_try_advisory_lock", "pg_try_advisory_lock_shared",
 		"pg_try_advisory_xact_lock", "pg_try_advisory_xact_lock_shared", "pg_advisory_unlock",
@@ -541,10 +543,14 @@ func TestFuncClass(t *testing.T) {
 		"pg_logical_emit_message", "pg_replication_origin_create", "pg_replication_origin_advance",
 		"pg_backup_start", "pg_backup_stop", "pg_start_backup", "pg_stop_backup",
 		"pg_terminate_backend", "pg_cancel_backend", "pg_promote", "pg_reload_conf",
-		"pg_rotate_logfile", "dblink_exec"}
+		"pg_rotate_logfile", "pg_stat_reset", "pg_stat_reset_shared", "pg_stat_reset_single_table_counters",
+		"pg_stat_reset_single_function_counters", "pg_stat_reset_slru", "pg_stat_statements_reset",
+		"pg_log_standby_snapshot", "pg_log_backend_memory_contexts", "brin_summarize_range",
+		"brin_summarize_new_values", "brin_desummarize_range", "gin_clean_pending_list",
+		"pg_import_system_collations"}
 	read := []string{"count", "now", "coalesce", "lower", "pg_is_in_recovery", "txid_current_if_assigned",
 		"pg_current_xact_id_if_assigned", "pg_logical_slot_peek_changes", "lo_get", "loread",
-		"current_setting", "dblink", "pg_sleep", "nextval_x", "set_configs", "pg_advisory", "pg_temp", ""}
+		"current_setting", "pg_sleep", "pg_stat_get_live_tuples", "random", "brin_page_items", "nextval_x", "set_configs", "pg_advisory", "pg_temp", ""}
 	check := func(names []string, want Class) {
 		for _, name := range names {
 			for _, n := range []string{name, strings.ToUpper(name)} {

@@ -1,0 +1,276 @@
+package pgrouted
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/pgrouted/pgrouted/internal/sqlclass"
+)
+
+// This file is what the SQL text hides: the functions a statement calls
+// (the primary's catalog, read into a snapshot that classification uses
+// without allocating) and the statements a replica refused although they
+// looked like reads. See "Functions" in the package documentation.
+
+// catalogBootWait bounds how long a statement that calls a function waits
+// for the first snapshot of the catalog, instead of being taken for a call
+// of an unknown function (which pins its connection to the primary).
+var catalogBootWait = 5 * time.Second
+
+// catalogInterval is how often the function catalog is read again when
+// nothing asked for it sooner: functions created or altered by another
+// process are unknown, hence run on the primary, until then.
+var catalogInterval = 30 * time.Second
+
+// catalog keeps the snapshot of the primary's functions that every
+// statement's classification reads (sqlclass.Functions), off the hot path:
+// one goroutine reads pg_proc at start, when asked (after DDL through the
+// driver, after a primary change) and on an interval, and publishes an
+// immutable snapshot.
+type catalog struct {
+	read, write []sqlclass.FuncName // pgrouted_read_functions, pgrouted_write_functions
+
+	fns     atomic.Pointer[sqlclass.Functions]
+	loads   atomic.Uint64 // successful loads
+	wake    chan struct{} // a reload is wanted (buffered: one pending)
+	loaded  chan struct{} // closed after the first successful load
+	ctx     context.Context
+	cancel  context.CancelFunc // stops the goroutine
+	done    chan struct{}      // closed when it returned
+	started bool
+}
+
+// newCatalog returns a catalog that knows no function yet: until its first
+// load, every call of a function that is not built into the classifier's
+// curated list is unknown, and runs on the primary.
+func newCatalog(read, write []sqlclass.FuncName) *catalog {
+	k := &catalog{
+		read:   read,
+		write:  write,
+		wake:   make(chan struct{}, 1),
+		loaded: make(chan struct{}),
+		done:   make(chan struct{}),
+	}
+	k.ctx, k.cancel = context.WithCancel(context.Background())
+	k.fns.Store(sqlclass.NewFunctions(nil, read, write))
+	return k
+}
+
+// functions returns the current snapshot; it never returns nil.
+func (k *catalog) functions() *sqlclass.Functions {
+	return k.fns.Load()
+}
+
+// isLoaded reports whether a snapshot of the catalog was read.
+func (k *catalog) isLoaded() bool {
+	select {
+	case <-k.loaded:
+		return true
+	default:
+		return false
+	}
+}
+
+// waitLoaded waits until the first snapshot is read, ctx ends or d passes,
+// and reports whether a snapshot is there.
+func (k *catalog) waitLoaded(ctx context.Context, d time.Duration) bool {
+	if k.isLoaded() {
+		return true
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-k.loaded:
+		return true
+	case <-ctx.Done():
+	case <-t.C:
+	case <-k.ctx.Done():
+	}
+	return k.isLoaded()
+}
+
+// invalidate asks for a new snapshot soon. It never blocks.
+func (k *catalog) invalidate() {
+	select {
+	case k.wake <- struct{}{}:
+	default:
+	}
+}
+
+// catalogLoader reads every function definition from some server: the
+// primary when there is one, else any host that answers (a standby's
+// catalog is a copy of the primary's).
+type catalogLoader func(ctx context.Context) ([]sqlclass.FuncDef, error)
+
+// start runs the goroutine that loads snapshots, until close. timeout
+// bounds each load; a failed load is tried again after retry.
+func (k *catalog) start(load catalogLoader, timeout, retry time.Duration) {
+	k.started = true
+	go k.run(load, timeout, retry)
+}
+
+func (k *catalog) run(load catalogLoader, timeout, retry time.Duration) {
+	defer close(k.done)
+	for {
+		lctx, lcancel := context.WithTimeout(k.ctx, timeout)
+		defs, err := load(lctx)
+		lcancel()
+		wait := catalogInterval
+		if err == nil {
+			k.fns.Store(sqlclass.NewFunctions(defs, k.read, k.write))
+			if k.loads.Add(1) == 1 {
+				close(k.loaded)
+			}
+		} else {
+			wait = retry
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-k.ctx.Done():
+			t.Stop()
+			return
+		case <-k.wake:
+			t.Stop()
+		case <-t.C:
+		}
+	}
+}
+
+// close stops the goroutine and waits for it.
+func (k *catalog) close() {
+	k.cancel()
+	if k.started {
+		<-k.done
+	}
+}
+
+// readFunctions reads the function catalog on a connection.
+func readFunctions(ctx context.Context, pc *pgconn.PgConn) ([]sqlclass.FuncDef, error) {
+	rr := pc.ExecParams(ctx, sqlclass.CatalogQuery, nil, nil, nil, nil)
+	var defs []sqlclass.FuncDef
+	for rr.NextRow() {
+		v := rr.Values()
+		if len(v) != 5 {
+			continue
+		}
+		defs = append(defs, sqlclass.FuncDef{
+			Schema:    string(v[0]),
+			Name:      string(v[1]),
+			Volatile:  string(v[2]) == "v",
+			Procedure: string(v[3]) == "p",
+			Extension: string(v[4]),
+		})
+	}
+	if _, err := rr.Close(); err != nil {
+		return nil, err
+	}
+	return defs, nil
+}
+
+// parseFuncNames parses the function names of a pgrouted_*_functions key.
+func parseFuncNames(key string, list []string) ([]sqlclass.FuncName, error) {
+	var out []sqlclass.FuncName
+	for i, s := range list {
+		n, err := sqlclass.ParseFuncName(s)
+		if err != nil {
+			return nil, fmt.Errorf("pgrouted: %s: entry %d (%q): %v", key, i+1, s, err)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// loadCatalog reads the function catalog from the primary or, when there is
+// none, from any host that answers: a standby's catalog is a copy of the
+// primary's, a little behind at most, and a function it does not have yet
+// is unknown, which is safe.
+func (c *Connector) loadCatalog(ctx context.Context) ([]sqlclass.FuncDef, error) {
+	s := c.top.Snapshot()
+	order := make([]int, 0, len(c.hosts))
+	if s.Primary >= 0 {
+		order = append(order, s.Primary)
+	}
+	for _, healthy := range []bool{true, false} {
+		for i := range c.hosts {
+			if i != s.Primary && s.Hosts[i].Healthy == healthy {
+				order = append(order, i)
+			}
+		}
+	}
+	err := errors.New("no host")
+	for _, i := range order {
+		var defs []sqlclass.FuncDef
+		err = c.hosts[i].pool.AcquireFunc(ctx, func(pc *pgxpool.Conn) error {
+			var rerr error
+			defs, rerr = readFunctions(ctx, pc.Conn().PgConn())
+			return rerr
+		})
+		if err == nil {
+			return defs, nil
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return nil, err
+}
+
+// classify classifies query, judging the functions it calls by the
+// catalog's snapshot. Before the first snapshot every function is unknown:
+// a statement that calls one waits for it (catalogBootWait at most) rather
+// than pin its connection for a call of count(*).
+func (c *Connector) classify(ctx context.Context, query string) sqlclass.Result {
+	r := sqlclass.ClassifyWith(query, c.funcs.functions())
+	if r.Func == sqlclass.FuncUnknown && !c.funcs.isLoaded() && c.funcs.waitLoaded(ctx, catalogBootWait) {
+		r = sqlclass.ClassifyWith(query, c.funcs.functions())
+	}
+	return r
+}
+
+// maxRefused bounds the statements remembered as refused by a replica.
+const maxRefused = 256
+
+// refusedSet remembers the texts of statements that looked like reads and
+// that a replica refused with SQLSTATE 25006 (they wrote, through a
+// function the catalog did not know as VOLATILE, say): the next run of the
+// same text goes to the primary first, and pins. Lookups read one pointer
+// to an immutable map; adding copies it (rare, and bounded).
+type refusedSet struct {
+	m     atomic.Pointer[map[string]struct{}]
+	mu    sync.Mutex // serialises add
+	order []string   // oldest first, for eviction
+}
+
+// has reports whether q was refused before. It does not allocate.
+func (s *refusedSet) has(q string) bool {
+	m := s.m.Load()
+	if m == nil {
+		return false
+	}
+	_, ok := (*m)[q]
+	return ok
+}
+
+// add remembers q, forgetting the oldest text beyond maxRefused.
+func (s *refusedSet) add(q string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.has(q) {
+		return
+	}
+	s.order = append(s.order, q)
+	if len(s.order) > maxRefused {
+		s.order = s.order[len(s.order)-maxRefused:]
+	}
+	m := make(map[string]struct{}, len(s.order))
+	for _, o := range s.order {
+		m[o] = struct{}{}
+	}
+	s.m.Store(&m)
+}

@@ -1,0 +1,290 @@
+package sqlclass
+
+import (
+	"fmt"
+	"strings"
+)
+
+// FuncDef is one definition of a function, as the catalog (pg_proc) of the
+// primary holds it. [CatalogQuery] reads them.
+type FuncDef struct {
+	Schema    string // pg_namespace.nspname
+	Name      string // pg_proc.proname, exactly as stored
+	Volatile  bool   // provolatile = 'v'
+	Procedure bool   // prokind = 'p'
+	Extension string // the extension the function belongs to, or ""
+}
+
+// CatalogQuery reads every function definition of the database: schema,
+// name, volatility ('i', 's' or 'v'), kind ('f', 'p', 'a' or 'w') and the
+// extension it belongs to (or NULL). It only reads the catalog, and runs
+// on any server, primary or standby.
+const CatalogQuery = `SELECT n.nspname::text, p.proname::text, p.provolatile::text, p.prokind::text, e.extname::text
+FROM pg_catalog.pg_proc p
+JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
+LEFT JOIN pg_catalog.pg_depend d ON d.classid = 'pg_catalog.pg_proc'::pg_catalog.regclass AND d.objid = p.oid AND d.deptype = 'e'
+LEFT JOIN pg_catalog.pg_extension e ON e.oid = d.refobjid`
+
+// FuncName is a function name as configured, optionally schema-qualified:
+// Schema is "" for a name that matches the function in every schema.
+type FuncName struct {
+	Schema, Name string
+}
+
+// String returns the name as SQL would write it, quoting what needs it.
+func (n FuncName) String() string {
+	if n.Schema == "" {
+		return quoteIdent(n.Name)
+	}
+	return quoteIdent(n.Schema) + "." + quoteIdent(n.Name)
+}
+
+// ParseFuncName parses a function name as a user writes it in SQL:
+// name, schema.name, with double quotes around a part that keeps its case
+// or holds other characters ("MyFunc", app."Tenant"). Unquoted parts are
+// folded to lower case, as PostgreSQL folds them.
+func ParseFuncName(s string) (FuncName, error) {
+	s = strings.TrimSpace(s)
+	var parts []string
+	for len(s) > 0 {
+		var part string
+		if s[0] == '"' {
+			var b strings.Builder
+			i := 1
+			for {
+				if i >= len(s) {
+					return FuncName{}, fmt.Errorf("unterminated quoted identifier")
+				}
+				if s[i] == '"' {
+					if i+1 < len(s) && s[i+1] == '"' {
+						b.WriteByte('"')
+						i += 2
+						continue
+					}
+					i++
+					break
+				}
+				b.WriteByte(s[i])
+				i++
+			}
+			part, s = b.String(), s[i:]
+			if part == "" {
+				return FuncName{}, fmt.Errorf("empty quoted identifier")
+			}
+		} else {
+			i := 0
+			for i < len(s) && s[i] != '.' {
+				c := s[i]
+				if ctab[c]&cIdentCont == 0 || (i == 0 && ctab[c]&cIdentStart == 0) {
+					return FuncName{}, fmt.Errorf("%q is not a function name (quote it: \"…\")", s)
+				}
+				i++
+			}
+			if i == 0 {
+				return FuncName{}, fmt.Errorf("empty name")
+			}
+			part, s = strings.ToLower(s[:i]), s[i:]
+		}
+		if len(part) > maxIdentLen {
+			part = part[:maxIdentLen]
+		}
+		parts = append(parts, part)
+		if len(s) > 0 {
+			if s[0] != '.' || len(s) == 1 {
+				return FuncName{}, fmt.Errorf("unexpected %q after a name", s)
+			}
+			s = s[1:]
+		}
+	}
+	switch len(parts) {
+	case 1:
+		return FuncName{Name: parts[0]}, nil
+	case 2:
+		return FuncName{Schema: parts[0], Name: parts[1]}, nil
+	}
+	return FuncName{}, fmt.Errorf("a function name is name or schema.name")
+}
+
+func quoteIdent(s string) string {
+	plain := s != ""
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c == '_' || i > 0 && (c >= '0' && c <= '9' || c == '$')) {
+			plain = false
+			break
+		}
+	}
+	if plain {
+		if _, kw := sqlKeywords[s]; !kw {
+			return s
+		}
+	}
+	return `"` + strings.ReplaceAll(s, `"`, `""`) + `"`
+}
+
+// maxIdentLen is the longest identifier PostgreSQL keeps (NAMEDATALEN-1);
+// a longer one is truncated.
+const maxIdentLen = 63
+
+// Functions is what is known of the functions a statement may call: a
+// snapshot of the primary's catalog and the functions configured as reads
+// or writes. It is immutable; build a new one when the catalog changes.
+//
+// A nil *Functions knows nothing: [ClassifyWith] then only applies the
+// curated classification of built-in functions, as [Classify] does.
+type Functions struct {
+	byName map[string][]funcDef
+	read   []FuncName // VOLATILE functions that only read
+	write  []FuncName // functions to send to the primary whatever their label
+	count  int
+}
+
+// funcDef is the part of a FuncDef the classification needs.
+type funcDef struct {
+	schema  string
+	builtin bool // in pg_catalog or information_schema: the curated list decides
+	risky   bool // VOLATILE or a procedure, not known to be pure
+}
+
+// NewFunctions builds a snapshot from the catalog's definitions (nil or
+// empty: no function is known yet, so every call of a function that is not
+// a key word is unknown) and the configured read and write functions.
+func NewFunctions(defs []FuncDef, read, write []FuncName) *Functions {
+	f := &Functions{
+		byName: make(map[string][]funcDef, len(defs)),
+		read:   append([]FuncName(nil), read...),
+		write:  append([]FuncName(nil), write...),
+		count:  len(defs),
+	}
+	for _, d := range defs {
+		builtin := d.Schema == "pg_catalog" || d.Schema == "information_schema"
+		risky := (d.Volatile || d.Procedure) && !builtin && !pureExtensions[d.Extension]
+		if risky && listed(f.read, d.Schema, d.Name) {
+			risky = false
+		}
+		f.byName[d.Name] = append(f.byName[d.Name], funcDef{schema: d.Schema, builtin: builtin, risky: risky})
+	}
+	return f
+}
+
+// Len returns the number of function definitions in the snapshot.
+func (f *Functions) Len() int {
+	if f == nil {
+		return 0
+	}
+	return f.count
+}
+
+// pureExtensions are extensions whose functions, VOLATILE ones included
+// (uuid_generate_v4, gen_random_bytes, normal_rand), neither write nor
+// change the session.
+var pureExtensions = map[string]bool{
+	"uuid-ossp": true, "pgcrypto": true, "citext": true, "hstore": true,
+	"pg_trgm": true, "fuzzystrmatch": true, "unaccent": true, "intarray": true,
+	"ltree": true, "cube": true, "earthdistance": true, "btree_gin": true,
+	"btree_gist": true, "isn": true, "tablefunc": true, "tsm_system_rows": true,
+	"tsm_system_time": true, "pg_stat_statements": true,
+}
+
+// listed reports whether a function schema.name (schema "" when the call
+// does not qualify it) is in list: an entry without a schema matches the
+// name in every schema; a qualified entry matches the same schema, or an
+// unqualified call, which may resolve to it.
+func listed(list []FuncName, schema, name string) bool {
+	for _, e := range list {
+		if e.Name == name && (e.Schema == "" || schema == "" || e.Schema == schema) {
+			return true
+		}
+	}
+	return false
+}
+
+// FuncVerdict is what the functions a statement calls make of it, beyond
+// the curated built-in functions.
+type FuncVerdict uint8
+
+const (
+	// FuncNone: no call changes where the statement runs.
+	FuncNone FuncVerdict = iota
+	// FuncWrite: a call of a function configured as a write: the primary.
+	FuncWrite
+	// FuncUnknown: a call of a function the catalog does not know (yet):
+	// the primary, and the session stays there, as for [Session].
+	FuncUnknown
+	// FuncVolatile: a call of a function with a VOLATILE definition (or a
+	// procedure) outside the built-ins: it may write or change the session,
+	// so the primary, and the session stays there.
+	FuncVolatile
+)
+
+// String returns "none", "write-function", "unknown-function" or
+// "volatile-function".
+func (v FuncVerdict) String() string {
+	switch v {
+	case FuncNone:
+		return "none"
+	case FuncWrite:
+		return "write-function"
+	case FuncUnknown:
+		return "unknown-function"
+	case FuncVolatile:
+		return "volatile-function"
+	}
+	return fmt.Sprintf("FuncVerdict(%d)", uint8(v))
+}
+
+// class is the class a call with verdict v gives a statement.
+func (v FuncVerdict) class() Class {
+	switch v {
+	case FuncWrite:
+		return Write
+	case FuncUnknown, FuncVolatile:
+		return Session
+	}
+	return Read
+}
+
+// syntaxWords are unreserved key words that come before an opening
+// parenthesis in the syntax of queries and DML without being a function
+// call (GROUP BY CUBE (…), ON CONFLICT (…), FILTER (…), AS MATERIALIZED
+// (…), INTERVAL … SECOND (3) …). Other unreserved key words can name a
+// function, so a call of one that the catalog does not know is unknown.
+var syntaxWords = map[string]bool{
+	"set": true, "insert": true, "conflict": true, "cube": true, "rollup": true,
+	"sets": true, "filter": true, "over": true, "within": true, "materialized": true,
+	"repeatable": true, "columns": true, "zone": true, "escape": true, "first": true,
+	"next": true, "second": true, "minute": true, "hour": true, "day": true,
+	"month": true, "year": true, "nested": true, "path": true, "passing": true,
+	"include": true, "partition": true, "range": true, "rows": true, "groups": true,
+}
+
+// judge returns the verdict on a call of name (schema: its qualifier, or
+// ""), both as PostgreSQL folds them. keyword is set when the name, as
+// written, is an unqualified unquoted word.
+func (f *Functions) judge(schema, name string, keyword bool) FuncVerdict {
+	if listed(f.write, schema, name) {
+		return FuncWrite
+	}
+	defs, known := f.byName[name]
+	if keyword && schema == "" && !known {
+		if cat, ok := sqlKeywords[name]; ok && (cat != kwcatUnreserved || syntaxWords[name]) {
+			return FuncNone // IN (…), EXISTS (…), COALESCE(…), CAST(…): syntax
+		}
+	}
+	matched := false
+	verdict := FuncNone
+	for i := range defs {
+		d := &defs[i]
+		if schema != "" && d.schema != schema {
+			continue
+		}
+		matched = true
+		if d.risky {
+			verdict = FuncVolatile
+		}
+	}
+	if !matched && !listed(f.read, schema, name) {
+		return FuncUnknown
+	}
+	return verdict
+}

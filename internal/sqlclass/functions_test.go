@@ -1,0 +1,288 @@
+package sqlclass
+
+import (
+	"strings"
+	"testing"
+)
+
+// testFunctions is a catalog as a small database would have it: built-in
+// functions, and user functions of every kind.
+func testFunctions(t testing.TB, read, write []string) *Functions {
+	t.Helper()
+	var defs []FuncDef
+	for _, n := range []string{"count", "now", "lower", "upper", "generate_series", "bernoulli",
+		"system", "left", "varchar", "numeric", "unnest", "random", "current_schema", "format_type",
+		"current_setting", "set_config", "nextval", "pg_advisory_lock", "sum", "max", "row_number",
+		"extract", "substring", "position", "char", "timestamp", "gen_random_uuid", "clock_timestamp"} {
+		defs = append(defs, FuncDef{Schema: "pg_catalog", Name: n, Volatile: n == "random" || n == "set_config"})
+	}
+	defs = append(defs,
+		FuncDef{Schema: "information_schema", Name: "_pg_expandarray"},
+		FuncDef{Schema: "app", Name: "set_tenant", Volatile: true},
+		FuncDef{Schema: "public", Name: "tenant"},                        // STABLE
+		FuncDef{Schema: "app", Name: "f"},                                // STABLE
+		FuncDef{Schema: "other", Name: "f", Volatile: true},              // an overload elsewhere
+		FuncDef{Schema: "public", Name: "lower", Volatile: true},         // shadows a built-in
+		FuncDef{Schema: "public", Name: "lock_it", Volatile: true},       // pg_advisory_lock inside
+		FuncDef{Schema: "public", Name: "ins", Volatile: true},           // an INSERT inside
+		FuncDef{Schema: "public", Name: "jitter", Volatile: true},        // random() inside
+		FuncDef{Schema: "public", Name: "p", Procedure: true},            // a procedure
+		FuncDef{Schema: "public", Name: "MixedCase"},                     // STABLE, "MixedCase"
+		FuncDef{Schema: "public", Name: "MixedVolatile", Volatile: true}, // VOLATILE
+		FuncDef{Schema: "public", Name: "uuid_generate_v4", Volatile: true, Extension: "uuid-ossp"},
+		FuncDef{Schema: "public", Name: "filter"}, // a user function named like a key word
+	)
+	parse := func(list []string) []FuncName {
+		var out []FuncName
+		for _, s := range list {
+			n, err := ParseFuncName(s)
+			if err != nil {
+				t.Fatalf("ParseFuncName(%q): %v", s, err)
+			}
+			out = append(out, n)
+		}
+		return out
+	}
+	return NewFunctions(defs, parse(read), parse(write))
+}
+
+var functionTests = []struct {
+	sql  string
+	want Class
+	v    FuncVerdict
+	name string // the function named by the verdict
+}{
+	// Built-in functions: the curated list decides.
+	{"SELECT count(*), now(), upper(name) FROM t", Read, FuncNone, ""},
+	{"SELECT random(), clock_timestamp(), gen_random_uuid()", Read, FuncNone, ""},
+	{"SELECT set_config('a.b', 'c', false)", Session, FuncNone, ""},
+	{"SELECT nextval('s')", Write, FuncNone, ""},
+	{"SELECT pg_catalog.current_setting('search_path')", Read, FuncNone, ""},
+	{"SELECT * FROM information_schema._pg_expandarray(ARRAY[1])", Read, FuncNone, ""},
+
+	// User functions: the catalog's volatility decides.
+	{"SELECT app.set_tenant($1)", Session, FuncVolatile, "set_tenant"},
+	{"SELECT set_tenant($1)", Session, FuncVolatile, "set_tenant"},
+	{"select APP.SET_TENANT($1)", Session, FuncVolatile, "SET_TENANT"},
+	{`SELECT "app"."set_tenant"($1)`, Session, FuncVolatile, "set_tenant"},
+	{"SELECT tenant()", Read, FuncNone, ""},
+	{"SELECT public.tenant()", Read, FuncNone, ""},
+	{"SELECT app.f(1)", Read, FuncNone, ""},
+	{"SELECT other.f(1)", Session, FuncVolatile, "f"},
+	{"SELECT f(1)", Session, FuncVolatile, "f"},                   // every visible definition counts
+	{"SELECT lower(name) FROM t", Session, FuncVolatile, "lower"}, // public.lower may be reached
+	{"SELECT pg_catalog.lower(name) FROM t", Read, FuncNone, ""},
+	{"SELECT lock_it(1)", Session, FuncVolatile, "lock_it"},
+	{"SELECT * FROM ins(1)", Session, FuncVolatile, "ins"},
+	{`SELECT "MixedCase"()`, Read, FuncNone, ""},
+	{`SELECT mixedcase()`, Session, FuncUnknown, "mixedcase"},
+	{`SELECT "MixedVolatile"()`, Session, FuncVolatile, "MixedVolatile"},
+	{"SELECT uuid_generate_v4()", Read, FuncNone, ""},
+	{"SELECT missing(1)", Session, FuncUnknown, "missing"},
+	{"SELECT app.missing(1)", Session, FuncUnknown, "missing"},
+	{"SELECT nosuchschema.tenant()", Session, FuncUnknown, "tenant"},
+	{"SELECT 1 FROM t WHERE a = jitter()", Session, FuncVolatile, "jitter"},
+	{"SELECT x FROM t WHERE id IN (SELECT id FROM u WHERE v = set_tenant('a'))", Session, FuncVolatile, "set_tenant"},
+	{"SELECT tenant(), set_tenant('a'), missing()", Session, FuncVolatile, "set_tenant"},
+	{"SELECT count(*) FILTER (WHERE a > 0) FROM t", Read, FuncNone, ""},
+
+	// DML: a VOLATILE user function may change the session too.
+	{"INSERT INTO t (a, b) VALUES (1, 2)", Write, FuncNone, ""},
+	{`INSERT INTO "public"."t" ("a", "b") VALUES ($1, $2) RETURNING "id"`, Write, FuncNone, ""},
+	{"INSERT INTO t AS x (a) VALUES (1) ON CONFLICT (a) DO UPDATE SET (a) = (2)", Write, FuncNone, ""},
+	{"INSERT INTO t (a) VALUES (set_tenant('x'))", Session, FuncVolatile, "set_tenant"},
+	{"UPDATE t SET a = tenant() WHERE id = 1", Write, FuncNone, ""},
+	{"UPDATE t SET a = ins(1)", Session, FuncVolatile, "ins"},
+	{"DELETE FROM t WHERE a = missing()", Session, FuncUnknown, "missing"},
+	{"MERGE INTO t USING s ON t.id = s.id WHEN NOT MATCHED THEN INSERT (id) VALUES (s.id)", Write, FuncNone, ""},
+
+	// Not function calls: syntax, aliases, type modifiers, CTE columns.
+	{"SELECT * FROM t WHERE a IN (1, 2) AND EXISTS (SELECT 1) AND b = ANY (ARRAY[1])", Read, FuncNone, ""},
+	{"SELECT coalesce(a, 0), nullif(b, 1), greatest(1, 2), least(1, 2) FROM t", Read, FuncNone, ""},
+	{"SELECT CAST(x AS varchar(10)), x::numeric(10, 2), x::mytype(3) FROM t", Read, FuncNone, ""},
+	{"SELECT extract(epoch FROM now()), substring(a FROM 1 FOR 2), position('a' IN b) FROM t", Read, FuncNone, ""},
+	{"SELECT * FROM generate_series(1, 3) AS g(x)", Read, FuncNone, ""},
+	{"SELECT * FROM generate_series(1, 3) g(x)", Read, FuncNone, ""},
+	{"SELECT * FROM (SELECT 1) s(a)", Read, FuncNone, ""},
+	{"SELECT * FROM t x(a, b), \"u\" y(c)", Read, FuncNone, ""},
+	{"SELECT * FROM unnest(ARRAY[1]) WITH ORDINALITY AS u(v, n)", Read, FuncNone, ""},
+	{"WITH x(a) AS (SELECT 1), y(b) AS MATERIALIZED (SELECT 2) SELECT * FROM x, y", Read, FuncNone, ""},
+	{"WITH RECURSIVE t(n) AS (VALUES (1) UNION ALL SELECT n+1 FROM t WHERE n < 10) SELECT sum(n) FROM t", Read, FuncNone, ""},
+	{"WITH x AS (SELECT 1) SELECT a, set_tenant('b') FROM x", Session, FuncVolatile, "set_tenant"},
+	{"WITH x(a) AS (SELECT 1) SELECT * FROM x, ins(1)", Session, FuncVolatile, "ins"},
+	{"SELECT * FROM (WITH y(b) AS (SELECT 1) SELECT * FROM y) z", Read, FuncNone, ""},
+	{"SELECT * FROM unnest(ARRAY[1]) WITH ORDINALITY, missing(1)", Session, FuncUnknown, "missing"},
+	{"SELECT a, row_number() OVER (PARTITION BY b ORDER BY c) FROM t WINDOW w AS (ORDER BY a)", Read, FuncNone, ""},
+	{"SELECT a FROM t GROUP BY CUBE (a), ROLLUP (b), GROUPING SETS ((a), ())", Read, FuncNone, ""},
+	{"SELECT * FROM t TABLESAMPLE bernoulli (10) REPEATABLE (42)", Read, FuncNone, ""},
+	{"SELECT * FROM t ORDER BY a FETCH FIRST (5) ROWS ONLY", Read, FuncNone, ""},
+	{"SELECT current_schema(), CURRENT_TIMESTAMP(3), left('abc', 1), ROW(1, 2)", Read, FuncNone, ""},
+	{"SELECT * FROM t WHERE (a, b) IN (SELECT 1, 2) OR NOT (a = 1)", Read, FuncNone, ""},
+	{"VALUES (1), (2)", Read, FuncNone, ""},
+
+	// Where calls are not judged: DDL and plain EXPLAIN.
+	{"CREATE TABLE t (id int REFERENCES u(id), v numeric(10, 2))", Write, FuncNone, ""},
+	{"EXPLAIN SELECT set_tenant('x')", Read, FuncNone, ""},
+	{"EXPLAIN ANALYZE SELECT set_tenant('x')", Session, FuncVolatile, "set_tenant"},
+
+	// DO and CALL: their effects are not known.
+	{"CALL p()", Session, FuncNone, ""},
+	{"DO $$BEGIN PERFORM set_config('a.b', 'c', false); END$$", Session, FuncNone, ""},
+}
+
+func TestClassifyWith(t *testing.T) {
+	fn := testFunctions(t, nil, nil)
+	for _, tt := range functionTests {
+		r := ClassifyWith(tt.sql, fn)
+		if r.Class != tt.want || r.Func != tt.v || r.FuncName(tt.sql) != tt.name {
+			t.Errorf("ClassifyWith(%q) = %v, %v %q; want %v, %v %q", tt.sql, r.Class, r.Func, r.FuncName(tt.sql), tt.want, tt.v, tt.name)
+		}
+		// The lexical classification never judges user functions, and a
+		// catalog only ever makes a statement more dangerous.
+		lex := Classify(tt.sql)
+		if lex.Func != FuncNone {
+			t.Errorf("Classify(%q).Func = %v", tt.sql, lex.Func)
+		}
+		if rank[r.Class] < rank[lex.Class] {
+			t.Errorf("ClassifyWith(%q) = %v, less than Classify's %v", tt.sql, r.Class, lex.Class)
+		}
+	}
+}
+
+// TestKeywordNamedFunction: a key word before a parenthesis is syntax,
+// unless the catalog knows a function of that name: then, conservatively,
+// a call.
+func TestKeywordNamedFunction(t *testing.T) {
+	q := "SELECT count(*) FILTER (WHERE a > 0) FROM t"
+	if r := ClassifyWith(q, NewFunctions(nil, nil, nil)); r.Class != Session || r.Func != FuncUnknown || r.FuncName(q) != "count" {
+		t.Errorf("empty catalog: %v %v %q; want session, unknown count", r.Class, r.Func, r.FuncName(q))
+	}
+	fn := testFunctions(t, nil, nil)
+	if r := ClassifyWith(q, fn); r.Class != Read {
+		t.Errorf("catalog with a STABLE public.filter: %v %v, want read", r.Class, r.Func)
+	}
+	defs := []FuncDef{{Schema: "pg_catalog", Name: "count"}, {Schema: "public", Name: "filter", Volatile: true}}
+	if r := ClassifyWith(q, NewFunctions(defs, nil, nil)); r.Class != Read {
+		// A call never follows a closing parenthesis: FILTER is syntax.
+		t.Errorf("catalog with a VOLATILE public.filter: %v %v %q, want read", r.Class, r.Func, r.FuncName(q))
+	}
+	q = "SELECT filter(1)"
+	if r := ClassifyWith(q, NewFunctions(defs, nil, nil)); r.Class != Session || r.Func != FuncVolatile {
+		t.Errorf("%q with a VOLATILE public.filter: %v %v, want session, volatile", q, r.Class, r.Func)
+	}
+	defs = defs[:1]
+	if r := ClassifyWith(q, NewFunctions(defs, nil, nil)); r.Class != Read {
+		t.Errorf("no function named filter: %v %v, want read", r.Class, r.Func)
+	}
+}
+
+func TestConfiguredFunctions(t *testing.T) {
+	fn := testFunctions(t, []string{"jitter", "other.f", "newfunc"}, []string{"app.tenant_audit", "Public.Tenant", `"MixedCase"`})
+	for _, tt := range []struct {
+		sql  string
+		want Class
+		v    FuncVerdict
+	}{
+		{"SELECT jitter()", Read, FuncNone},
+		{"SELECT public.jitter()", Read, FuncNone},
+		{"SELECT other.f(1)", Read, FuncNone},
+		{"SELECT f(1)", Read, FuncNone}, // app.f is STABLE, other.f listed
+		{"SELECT newfunc()", Read, FuncNone},
+		{"SELECT tenant()", Write, FuncWrite},
+		{"SELECT public.tenant()", Write, FuncWrite},
+		{"SELECT x.tenant()", Session, FuncUnknown},
+		{"SELECT tenant_audit()", Write, FuncWrite},
+		{"SELECT app.tenant_audit()", Write, FuncWrite},
+		{`SELECT "MixedCase"()`, Write, FuncWrite},
+		{"SELECT set_tenant('a')", Session, FuncVolatile},
+	} {
+		if r := ClassifyWith(tt.sql, fn); r.Class != tt.want || r.Func != tt.v {
+			t.Errorf("ClassifyWith(%q) = %v, %v; want %v, %v", tt.sql, r.Class, r.Func, tt.want, tt.v)
+		}
+	}
+}
+
+func TestParseFuncName(t *testing.T) {
+	for _, tt := range []struct {
+		in   string
+		want FuncName
+		err  bool
+	}{
+		{"f", FuncName{Name: "f"}, false},
+		{" App.Set_Tenant ", FuncName{Schema: "app", Name: "set_tenant"}, false},
+		{`"MyFunc"`, FuncName{Name: "MyFunc"}, false},
+		{`app."My""F"`, FuncName{Schema: "app", Name: `My"F`}, false},
+		{`"a.b".c`, FuncName{Schema: "a.b", Name: "c"}, false},
+		{strings.Repeat("x", 70), FuncName{Name: strings.Repeat("x", 63)}, false},
+		{"", FuncName{}, true},
+		{"a.b.c", FuncName{}, true},
+		{"a.", FuncName{}, true},
+		{".a", FuncName{}, true},
+		{"f()", FuncName{}, true},
+		{"1f", FuncName{}, true},
+		{`"f`, FuncName{}, true},
+		{`""`, FuncName{}, true},
+		{"a b", FuncName{}, true},
+	} {
+		got, err := ParseFuncName(tt.in)
+		if (err != nil) != tt.err || got != tt.want {
+			t.Errorf("ParseFuncName(%q) = %+v, %v; want %+v, error %v", tt.in, got, err, tt.want, tt.err)
+		}
+		if err == nil {
+			back, err := ParseFuncName(got.String())
+			if err != nil || back != got {
+				t.Errorf("ParseFuncName(%q.String() = %q) = %+v, %v", tt.in, got.String(), back, err)
+			}
+		}
+	}
+}
+
+func TestClassifyWithDoesNotAllocate(t *testing.T) {
+	fn := testFunctions(t, []string{"jitter"}, []string{"app.audit"})
+	queries := append([]string{}, ormQueries...)
+	for _, tt := range functionTests {
+		queries = append(queries, tt.sql)
+	}
+	for _, q := range queries {
+		if n := testing.AllocsPerRun(100, func() { ClassifyWith(q, fn) }); n != 0 {
+			t.Errorf("ClassifyWith(%q) allocates %v times", q, n)
+		}
+	}
+}
+
+func BenchmarkClassifyWith(b *testing.B) {
+	fn := testFunctions(b, nil, nil)
+	total := 0
+	for _, q := range ormQueries {
+		total += len(q)
+	}
+	b.SetBytes(int64(total / len(ormQueries)))
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		ClassifyWith(ormQueries[i%len(ormQueries)], fn)
+	}
+}
+
+func TestChangesCatalog(t *testing.T) {
+	for _, tt := range []struct {
+		sql  string
+		want bool
+	}{
+		{"CREATE FUNCTION f() RETURNS int LANGUAGE sql AS $$ SELECT 1 $$", true},
+		{"create or replace function f() returns int language sql as 'select 1'", true},
+		{"ALTER FUNCTION f() STABLE", true},
+		{"DROP FUNCTION f()", true},
+		{"CREATE EXTENSION pgcrypto", true},
+		{"DO $$BEGIN EXECUTE 'CREATE FUNCTION g() RETURNS int AS ''SELECT 1'' LANGUAGE sql'; END$$", true},
+		{"CALL p()", true},
+		{"SELECT 1; DROP TABLE t", true},
+		{"SELECT 'CREATE FUNCTION'", false},
+		{"INSERT INTO created (a) VALUES (1)", false},
+		{"SELECT create_time FROM t", false},
+		{"BEGIN", false},
+	} {
+		if got := Classify(tt.sql).ChangesCatalog; got != tt.want {
+			t.Errorf("Classify(%q).ChangesCatalog = %v, want %v", tt.sql, got, tt.want)
+		}
+	}
+}
