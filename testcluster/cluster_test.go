@@ -160,7 +160,7 @@ func TestPauseReplayFallsBehind(t *testing.T) {
 	restore(t)
 	p, rs := shared.Primary(), shared.Replicas()
 	paused, other := rs[0], rs[1]
-	mustExec(t, ctx, p, "CREATE TABLE IF NOT EXISTS pausing (id int)")
+	mustExec(t, ctx, p, "DROP TABLE IF EXISTS pausing; CREATE TABLE pausing (id int)")
 	lsn0, _ := p.CurrentLSN(ctx)
 	for _, r := range rs {
 		if err := r.WaitReplayed(ctx, lsn0); err != nil {
@@ -215,7 +215,7 @@ func TestPromoteAndWrite(t *testing.T) {
 	restore(t)
 	old := shared.Primary()
 	promoted := shared.Replicas()[0]
-	mustExec(t, ctx, old, "CREATE TABLE IF NOT EXISTS promo (id int, at text)")
+	mustExec(t, ctx, old, "DROP TABLE IF EXISTS promo; CREATE TABLE promo (id int, at text)")
 	tli0, err := old.Timeline(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -297,7 +297,7 @@ func TestKillAndRestart(t *testing.T) {
 	}
 	// The replicas stream again from the restarted primary.
 	p := shared.Primary()
-	mustExec(t, ctx, p, "CREATE TABLE IF NOT EXISTS afterkill (id int)")
+	mustExec(t, ctx, p, "DROP TABLE IF EXISTS afterkill; CREATE TABLE afterkill (id int)")
 	mustExec(t, ctx, p, "INSERT INTO afterkill VALUES (1)")
 	lsn, _ := p.CurrentLSN(ctx)
 	for _, r := range shared.Replicas() {
