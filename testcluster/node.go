@@ -16,8 +16,12 @@ import (
 )
 
 // Node is one PostgreSQL server of a [Cluster]. Every control waits until
-// its effect is real: Start returns when the server accepts connections,
-// Promote when it is out of recovery, PauseReplay when replay has stopped.
+// its effect is real, or its ctx ends (the error then says what was still
+// missing): Start returns when the server accepts connections, Stop and
+// Kill when its processes are gone, Promote when it is out of recovery,
+// PauseReplay when replay has stopped, ResumeReplay when it is no longer
+// paused, Follow and Rejoin when the primary reports the standby streaming
+// on a live connection.
 type Node struct {
 	c       *Cluster
 	index   int
