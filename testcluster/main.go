@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"testing"
 	"time"
 )
 
@@ -29,7 +28,10 @@ const MainStartTimeout = 2 * time.Minute
 // reason says how to install it (see [ErrNoPostgres]). A cluster that does
 // not close cleanly fails the run too. For a TestMain that does more around
 // the tests, see [Run].
-func Main(m *testing.M, opts Options, set func(*Cluster)) {
+//
+// m is TestMain's *testing.M (an interface here keeps the testing package
+// out of the programs that use testcluster outside tests).
+func Main(m interface{ Run() int }, opts Options, set func(*Cluster)) {
 	os.Exit(Run(opts, func(c *Cluster) int {
 		if set != nil {
 			set(c)
