@@ -469,6 +469,17 @@ func TestPasswordSyncAndClose(t *testing.T) {
 	if err := rconn.QueryRow(ctx, "SELECT count(*) FROM s").Scan(&n); err != nil || n != 1 {
 		t.Fatalf("synchronous standby sees %d rows (%v) right after commit, want 1", n, err)
 	}
+	// Restore brings a stopped synchronous standby back as a synchronous
+	// one before it returns.
+	if err := r.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Restore(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.QueryRow(ctx, "SELECT sync_state FROM pg_stat_replication WHERE application_name = 'node1'").Scan(&sync); err != nil || sync != "sync" {
+		t.Fatalf("after Restore, node1 sync_state = %q, %v; want sync", sync, err)
+	}
 
 	dir := c.Dir()
 	var pids []int
