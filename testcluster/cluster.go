@@ -92,10 +92,10 @@ type Cluster struct {
 // temporary directory, on free loopback ports, and returns when every replica
 // streams from the primary and, with opts.SyncReplicas, when the primary
 // reports the first opts.SyncReplicas replicas as synchronous standbys
-// (sync_state 'sync'), so that commits wait for them. The caller must Close the cluster; even when it
-// does not (a panic, os.Exit, a killed test binary) a watchdog process stops
-// every PostgreSQL process and removes the directory when the calling
-// process ends.
+// (sync_state 'sync'), so that commits wait for them. The caller must Close
+// the cluster; even when it does not (a panic, os.Exit, a killed test
+// binary) a watchdog process stops every PostgreSQL process and removes the
+// directory when the calling process ends.
 //
 // When no PostgreSQL binaries are found the error wraps [ErrNoPostgres],
 // whose text gives the command that installs them.

@@ -349,12 +349,17 @@ func (n *Node) ResumeReplay(ctx context.Context) error {
 // standby has not replayed past the point where primary's timeline forked;
 // otherwise use [Node.Rejoin].
 func (n *Node) Follow(ctx context.Context, primary *Node) error {
+	moved := n.link.upstream() != primary.pgAddr()
 	if err := n.link.setUpstream(primary.pgAddr()); err != nil {
 		return err
 	}
-	// setUpstream has closed the connection to the old upstream: only a
-	// connection made after it counts.
-	return n.waitStreaming(ctx, primary, time.Now())
+	var since time.Time
+	if moved {
+		// setUpstream has closed the connection to the old upstream: only
+		// a connection made after it counts.
+		since = time.Now()
+	}
+	return n.waitStreaming(ctx, primary, since)
 }
 
 // Rejoin turns the node, running or not (typically an old primary), into a
