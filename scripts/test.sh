@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs the whole test suite with the race detector, in a fresh temporary
-# directory, and fails if any PostgreSQL process or cluster directory that
+# directory, then fuzzes each fuzz target for a short while, and fails if
+# any of it fails or if any PostgreSQL process or cluster directory that
 # the tests started is left behind.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,6 +15,31 @@ TMPDIR=$tmp go test -race -count=1 -timeout 15m -v ./... "$@" || status=$?
 # The ORM examples are their own module (GORM, sqlx and ent stay out of the
 # library's go.mod).
 (cd examples && TMPDIR=$tmp go test -race -count=1 -timeout 10m -v ./... "$@") || status=$?
+
+# Fuzzing. The tests above run every fuzz target on its seeds only; here
+# each target is also fuzzed for a bounded time, $FUZZTIME (default 15s).
+# go test -fuzz takes one target per run and its pattern must match exactly
+# one, hence '^Name$'. When fuzzing finds an input that makes the target
+# fail, go test stops, fails, and writes the input to
+# <package>/testdata/fuzz/<Name>/: from then on it is a seed that every
+# `go test` of the package runs. Fix the bug and commit that file with the
+# fix.
+fuzztime=${FUZZTIME:-15s}
+targets=$(grep -rH --include='*_test.go' -E '^func Fuzz[A-Za-z0-9_]*\(' . |
+	grep -v '^\./examples/' |
+	sed -E 's#^(.*)/[^/]*:func (Fuzz[A-Za-z0-9_]*)\(.*#\1 \2#' | sort || true)
+if [ -z "$targets" ]; then
+	echo "FAIL: no fuzz target found" >&2
+	status=1
+fi
+while read -r dir name; do
+	[ -n "$name" ] || continue
+	echo "fuzz: $name ($dir) for $fuzztime"
+	if ! TMPDIR=$tmp go test -run '^$' -fuzz "^${name}\$" -fuzztime "$fuzztime" "$dir"; then
+		echo "FAIL: fuzzing $name failed; a failing input is kept in $dir/testdata/fuzz/$name/" >&2
+		status=1
+	fi
+done <<<"$targets"
 
 left=""
 for d in "$tmp"/pgrouted-testcluster-*; do

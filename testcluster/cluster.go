@@ -90,10 +90,12 @@ type Cluster struct {
 
 // Start boots a primary and opts.Replicas streaming replicas in a new
 // temporary directory, on free loopback ports, and returns when every replica
-// streams from the primary. The caller must Close the cluster; even when it
-// does not (a panic, os.Exit, a killed test binary) a watchdog process stops
-// every PostgreSQL process and removes the directory when the calling
-// process ends.
+// streams from the primary and, with opts.SyncReplicas, when the primary
+// reports the first opts.SyncReplicas replicas as synchronous standbys
+// (sync_state 'sync'), so that commits wait for them. The caller must Close
+// the cluster; even when it does not (a panic, os.Exit, a killed test
+// binary) a watchdog process stops every PostgreSQL process and removes the
+// directory when the calling process ends.
 //
 // When no PostgreSQL binaries are found the error wraps [ErrNoPostgres],
 // whose text gives the command that installs them.
@@ -203,6 +205,7 @@ func (c *Cluster) boot(ctx context.Context) error {
 			return fmt.Errorf("testcluster: create database %s: %w", c.opts.Database, err)
 		}
 	}
+	since := time.Now()
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for _, node := range c.nodes[1:] {
@@ -216,7 +219,12 @@ func (c *Cluster) boot(ctx context.Context) error {
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
-	return c.waitStreaming(ctx, primary, c.nodes[1:])
+	for _, r := range c.nodes[1:] {
+		if err := r.waitStreaming(ctx, primary, since); err != nil {
+			return err
+		}
+	}
+	return c.waitSync(ctx, primary)
 }
 
 // initdb creates the primary's data directory and its configuration.
@@ -295,14 +303,46 @@ func (c *Cluster) movePort(n *Node) error {
 	return nil
 }
 
-// waitStreaming waits until every replica streams from primary.
-func (c *Cluster) waitStreaming(ctx context.Context, primary *Node, replicas []*Node) error {
-	for _, r := range replicas {
-		if err := r.waitStreaming(ctx, primary); err != nil {
-			return err
+// syncNames are the standbys the primary node0 has as synchronous ones when
+// every replica streams from it: the first Options.SyncReplicas of
+// synchronous_standby_names.
+func (c *Cluster) syncNames() []string {
+	var names []string
+	for i := 1; i <= c.opts.SyncReplicas; i++ {
+		names = append(names, "node"+strconv.Itoa(i))
+	}
+	return names
+}
+
+// waitSync waits until primary reports the standbys of syncNames as
+// synchronous (sync_state 'sync' in pg_stat_replication): from then on a
+// commit waits for them. It does nothing for an asynchronous cluster.
+func (c *Cluster) waitSync(ctx context.Context, primary *Node) error {
+	want := c.syncNames()
+	if len(want) == 0 {
+		return nil
+	}
+	var states string
+	var lastErr error
+	for {
+		var ok bool
+		err := primary.QueryRow(ctx, `SELECT
+			(SELECT count(*) FROM pg_stat_replication
+			 WHERE state = 'streaming' AND sync_state = 'sync' AND application_name = ANY($1)) = cardinality($1),
+			coalesce((SELECT string_agg(application_name || ' ' || state || ' ' || sync_state, ', ' ORDER BY application_name)
+			          FROM pg_stat_replication), 'none')`,
+			[]any{want}, &ok, &states)
+		if err == nil && ok {
+			return nil
+		}
+		lastErr = err
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("testcluster: %s does not have %s as synchronous standby(s) (pg_stat_replication: %s; last error: %v): %w",
+				primary.name, strings.Join(want, ", "), states, lastErr, ctx.Err())
+		case <-time.After(10 * time.Millisecond):
 		}
 	}
-	return nil
 }
 
 // Nodes returns every node, in creation order (node0 is the first primary).
@@ -431,12 +471,20 @@ func pgpassEscape(s string) string {
 // longer streams from node0, makes node0 the primary again (a switchover
 // that keeps the newest data) and rebuilds the other nodes as its standbys.
 // It returns when every replica streams from node0 and has replayed the
-// primary's current position.
+// primary's current position and, with Options.SyncReplicas, when node0
+// reports its synchronous standbys as such again.
 func (c *Cluster) Restore(ctx context.Context) error {
 	began := time.Now()
-	for _, n := range c.nodes {
+	// A link healed from a blackhole has its connection reset: only a
+	// replication connection made after the heal counts as streaming.
+	since := make([]time.Time, len(c.nodes))
+	for i, n := range c.nodes {
+		cut := n.link.proxy.Blackholed()
 		if err := errors.Join(n.fault.Heal(), n.link.Heal()); err != nil {
 			return err
+		}
+		if cut {
+			since[i] = time.Now()
 		}
 	}
 	for _, n := range c.nodes {
@@ -517,11 +565,14 @@ func (c *Cluster) Restore(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[n.index] = n.restoreStandby(ctx, node0, rebuilt, target)
+			errs[n.index] = n.restoreStandby(ctx, node0, rebuilt, target, since[n.index])
 		}()
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	if err := c.waitSync(ctx, node0); err != nil {
 		return err
 	}
 	c.opts.Logf("testcluster: restored in %s", time.Since(began).Round(time.Millisecond))
@@ -529,8 +580,9 @@ func (c *Cluster) Restore(ctx context.Context) error {
 }
 
 // restoreStandby makes n a healthy standby of primary that has replayed
-// target: as it is when it already streams from primary, else rebuilt.
-func (n *Node) restoreStandby(ctx context.Context, primary *Node, rebuild bool, target lagmeter.LSN) error {
+// target: as it is when it already streams from primary (on a connection
+// made after since, when since is set), else rebuilt.
+func (n *Node) restoreStandby(ctx context.Context, primary *Node, rebuild bool, target lagmeter.LSN, since time.Time) error {
 	if !rebuild && n.link.upstream() == primary.pgAddr() {
 		rec, err := n.IsInRecovery(ctx)
 		if err != nil {
@@ -541,7 +593,7 @@ func (n *Node) restoreStandby(ctx context.Context, primary *Node, rebuild bool, 
 				return err
 			}
 			wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			err := n.waitStreaming(wctx, primary)
+			err := n.waitStreaming(wctx, primary, since)
 			if err == nil {
 				err = n.WaitReplayed(wctx, target)
 			}

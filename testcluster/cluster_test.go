@@ -27,23 +27,10 @@ func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) != "" {
 		childPanics()
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	c, err := testcluster.Start(ctx, testcluster.Options{
+	testcluster.Main(m, testcluster.Options{
 		Replicas: 2,
 		Logf:     func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) },
-	})
-	cancel()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "FAIL: cannot start the test cluster: %v\n", err)
-		os.Exit(1)
-	}
-	shared = c
-	code := m.Run()
-	if err := c.Close(); err != nil {
-		fmt.Fprintf(os.Stderr, "FAIL: close the test cluster: %v\n", err)
-		code = 1
-	}
-	os.Exit(code)
+	}, func(c *testcluster.Cluster) { shared = c })
 }
 
 func testCtx(t *testing.T) context.Context {
@@ -160,7 +147,7 @@ func TestPauseReplayFallsBehind(t *testing.T) {
 	restore(t)
 	p, rs := shared.Primary(), shared.Replicas()
 	paused, other := rs[0], rs[1]
-	mustExec(t, ctx, p, "CREATE TABLE IF NOT EXISTS pausing (id int)")
+	mustExec(t, ctx, p, "DROP TABLE IF EXISTS pausing; CREATE TABLE pausing (id int)")
 	lsn0, _ := p.CurrentLSN(ctx)
 	for _, r := range rs {
 		if err := r.WaitReplayed(ctx, lsn0); err != nil {
@@ -215,7 +202,7 @@ func TestPromoteAndWrite(t *testing.T) {
 	restore(t)
 	old := shared.Primary()
 	promoted := shared.Replicas()[0]
-	mustExec(t, ctx, old, "CREATE TABLE IF NOT EXISTS promo (id int, at text)")
+	mustExec(t, ctx, old, "DROP TABLE IF EXISTS promo; CREATE TABLE promo (id int, at text)")
 	tli0, err := old.Timeline(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -297,7 +284,7 @@ func TestKillAndRestart(t *testing.T) {
 	}
 	// The replicas stream again from the restarted primary.
 	p := shared.Primary()
-	mustExec(t, ctx, p, "CREATE TABLE IF NOT EXISTS afterkill (id int)")
+	mustExec(t, ctx, p, "DROP TABLE IF EXISTS afterkill; CREATE TABLE afterkill (id int)")
 	mustExec(t, ctx, p, "INSERT INTO afterkill VALUES (1)")
 	lsn, _ := p.CurrentLSN(ctx)
 	for _, r := range shared.Replicas() {
@@ -481,6 +468,21 @@ func TestPasswordSyncAndClose(t *testing.T) {
 	var n int
 	if err := rconn.QueryRow(ctx, "SELECT count(*) FROM s").Scan(&n); err != nil || n != 1 {
 		t.Fatalf("synchronous standby sees %d rows (%v) right after commit, want 1", n, err)
+	}
+	// Restore brings a synchronous standby whose link was cut back as a
+	// synchronous one before it returns: its replication connection is
+	// reset by the heal, and the standby must connect again.
+	if err := r.ReplicationFault().Blackhole(); err != nil {
+		t.Fatal(err)
+	}
+	restoring := time.Now()
+	if err := c.Restore(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The connection that went through the blackhole is dead: only one
+	// made during Restore counts.
+	if err := conn.QueryRow(ctx, "SELECT sync_state FROM pg_stat_replication WHERE application_name = 'node1' AND backend_start >= $1", restoring).Scan(&sync); err != nil || sync != "sync" {
+		t.Fatalf("after Restore, node1 sync_state = %q, %v on a replication connection made by Restore; want sync", sync, err)
 	}
 
 	dir := c.Dir()

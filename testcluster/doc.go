@@ -5,7 +5,8 @@
 // [Start] runs initdb for the primary, copies it to every replica with
 // pg_basebackup -R -X stream, starts each server with pg_ctl on a free
 // loopback port in a temporary directory (fsync off), and returns when every
-// replica streams. Booting a primary and two replicas takes a few seconds, so
+// replica streams (and, with [Options].SyncReplicas, when the primary counts
+// the synchronous ones as such). Booting a primary and two replicas takes a few seconds, so
 // a package's tests share one cluster started in TestMain and call
 // [Cluster.Restore] after a test that breaks it.
 //

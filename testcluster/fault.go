@@ -10,7 +10,8 @@ import (
 // Fault is a network fault point: a TCP proxy (in process) in front of a
 // node's PostgreSQL port, or on a replica's replication link. Faults act on
 // the network only; PostgreSQL keeps running. Each method applies to
-// existing connections as well as to new ones.
+// existing connections as well as to new ones, and is in effect when it
+// returns.
 type Fault struct {
 	name  string
 	proxy *faultproxy.Proxy

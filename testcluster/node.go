@@ -16,8 +16,12 @@ import (
 )
 
 // Node is one PostgreSQL server of a [Cluster]. Every control waits until
-// its effect is real: Start returns when the server accepts connections,
-// Promote when it is out of recovery, PauseReplay when replay has stopped.
+// its effect is real, or its ctx ends (the error then says what was still
+// missing): Start returns when the server accepts connections, Stop and
+// Kill when its processes are gone, Promote when it is out of recovery,
+// PauseReplay when replay has stopped, ResumeReplay when it is no longer
+// paused, Follow and Rejoin when the primary reports the standby streaming
+// on a live connection.
 type Node struct {
 	c       *Cluster
 	index   int
@@ -65,8 +69,9 @@ func (n *Node) DataDir() string { return n.dataDir }
 func (n *Node) LogFile() string { return n.logFile }
 
 // Fault is the network fault point in front of the node: latency, blackhole
-// and connection resets for every client connection, replication
-// connections of the node's standbys included.
+// and connection resets for every client connection. The replication
+// connections of the node's standbys do not go through it; each standby's
+// [Node.ReplicationFault] acts on those.
 func (n *Node) Fault() *Fault { return n.fault }
 
 // ReplicationFault is the fault point on the node's own replication
@@ -317,9 +322,26 @@ func (n *Node) PauseReplay(ctx context.Context) error {
 	}
 }
 
-// ResumeReplay resumes WAL replay on the standby (pg_wal_replay_resume()).
+// ResumeReplay resumes WAL replay on the standby (pg_wal_replay_resume())
+// and waits until the standby reports replay as no longer paused.
 func (n *Node) ResumeReplay(ctx context.Context) error {
-	return n.Exec(ctx, "SELECT pg_wal_replay_resume()")
+	if err := n.Exec(ctx, "SELECT pg_wal_replay_resume()"); err != nil {
+		return err
+	}
+	for {
+		var state string
+		if err := n.QueryRow(ctx, "SELECT pg_get_wal_replay_pause_state()", nil, &state); err != nil {
+			return err
+		}
+		if state == "not paused" {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("testcluster: %s: replay pause state is %q after resume: %w", n.name, state, ctx.Err())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
 }
 
 // Follow points the standby's replication link at primary (for example a
@@ -327,10 +349,17 @@ func (n *Node) ResumeReplay(ctx context.Context) error {
 // standby has not replayed past the point where primary's timeline forked;
 // otherwise use [Node.Rejoin].
 func (n *Node) Follow(ctx context.Context, primary *Node) error {
+	moved := n.link.upstream() != primary.pgAddr()
 	if err := n.link.setUpstream(primary.pgAddr()); err != nil {
 		return err
 	}
-	return n.waitStreaming(ctx, primary)
+	var since time.Time
+	if moved {
+		// setUpstream has closed the connection to the old upstream: only
+		// a connection made after it counts.
+		since = time.Now()
+	}
+	return n.waitStreaming(ctx, primary, since)
 }
 
 // Rejoin turns the node, running or not (typically an old primary), into a
@@ -351,10 +380,11 @@ func (n *Node) Rejoin(ctx context.Context, primary *Node) error {
 	if err := os.RemoveAll(n.dataDir); err != nil {
 		return fmt.Errorf("testcluster: %w", err)
 	}
+	since := time.Now()
 	if err := n.clone(ctx, primary); err != nil {
 		return err
 	}
-	return n.waitStreaming(ctx, primary)
+	return n.waitStreaming(ctx, primary, since)
 }
 
 // clone makes the node a standby of primary with a base backup taken through
@@ -382,17 +412,28 @@ func (n *Node) clone(ctx context.Context, primary *Node) error {
 }
 
 // waitStreaming waits until the standby's WAL receiver streams, through
-// its replication link, from primary, and primary reports it as streaming.
-func (n *Node) waitStreaming(ctx context.Context, primary *Node) error {
+// its replication link, from primary, and primary reports it as streaming
+// and has received its first status reply (from then on it counts as a
+// candidate synchronous standby). When since is not zero, a connection
+// counts only when it began at or after since or replied since then, so
+// that a walsender the primary has not yet seen die (after a reset of the
+// link) is not taken for a live one.
+func (n *Node) waitStreaming(ctx context.Context, primary *Node, since time.Time) error {
 	want := primary.pgAddr()
 	if got := n.link.upstream(); got != want {
 		return fmt.Errorf("testcluster: %s replicates from %s, not from %s", n.name, got, primary.name)
 	}
+	var after *time.Time
+	if !since.IsZero() {
+		after = &since
+	}
 	var lastErr error
 	for {
 		var streaming bool
-		err := primary.QueryRow(ctx, "SELECT count(*) > 0 FROM pg_stat_replication WHERE application_name = $1 AND state = 'streaming'",
-			[]any{n.name}, &streaming)
+		err := primary.QueryRow(ctx, `SELECT count(*) > 0 FROM pg_stat_replication
+			WHERE application_name = $1 AND state = 'streaming' AND flush_lsn IS NOT NULL
+			AND ($2::timestamptz IS NULL OR backend_start >= $2 OR reply_time >= $2)`,
+			[]any{n.name, after}, &streaming)
 		if err == nil && streaming {
 			err = n.QueryRow(ctx, "SELECT coalesce((SELECT status = 'streaming' FROM pg_stat_wal_receiver), false)", nil, &streaming)
 		}

@@ -17,23 +17,10 @@ import (
 var cluster *testcluster.Cluster
 
 func TestMain(m *testing.M) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	c, err := testcluster.Start(ctx, testcluster.Options{
+	testcluster.Main(m, testcluster.Options{
 		Replicas: 2,
 		Logf:     func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) },
-	})
-	cancel()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "FAIL: cannot start the test cluster: %v\n", err)
-		os.Exit(1)
-	}
-	cluster = c
-	code := m.Run()
-	if err := c.Close(); err != nil {
-		fmt.Fprintf(os.Stderr, "FAIL: close the test cluster: %v\n", err)
-		code = 1
-	}
-	os.Exit(code)
+	}, func(c *testcluster.Cluster) { cluster = c })
 }
 
 func testCtx(t *testing.T) context.Context {
@@ -317,20 +304,32 @@ func TestLeaseExpiresWhenPrimaryCutOff(t *testing.T) {
 	if err := cluster.Node(0).Fault().Blackhole(); err != nil {
 		t.Fatal(err)
 	}
-	// Remember the last confirmation seen before the primary is lost.
-	var lastConfirmed time.Time
+	// A probe sent from now on cannot reach node0 (one sent before may
+	// still be answered).
+	cut := time.Now()
+	// Remember the last snapshot that still named a primary.
+	last := s0
 	s, took := waitFor(t, top, 10*time.Second, "no authoritative primary", func(s *topology.Snapshot) bool {
 		if s.Primary >= 0 {
-			lastConfirmed = s.Confirmed
+			last = s
 		}
 		return !s.LeaseValid(time.Now())
 	})
 	t.Logf("primary lost %v after the cut (lease %v)", took, lease)
-	if s.Primary >= 0 && s.LeaseValid(time.Now()) {
-		t.Fatal("unreachable")
+	lastConfirmed := last.Confirmed
+	// No probe sent into the blackhole confirmed the primary.
+	if !lastConfirmed.Before(cut) {
+		t.Fatalf("primary confirmed at %v, after it was cut off at %v", lastConfirmed, cut)
 	}
 	if gap := time.Since(lastConfirmed); gap < lease {
 		t.Fatalf("primary lost %v after its last confirmation, before the lease (%v) ran out", gap, lease)
+	}
+	// The last snapshot that named the primary no longer gives it to
+	// whoever routes by it, now that its lease has run out.
+	now := time.Now()
+	if h, ok := last.PrimaryHost(now); ok || last.LeaseRemaining(now) != 0 {
+		t.Fatalf("a snapshot confirmed %v ago, with a lease of %v, still gives the primary (%v, %v), lease remaining %v",
+			now.Sub(lastConfirmed), lease, h != nil, ok, last.LeaseRemaining(now))
 	}
 	if h := top.Snapshot().Hosts[0]; h.Healthy || h.LastError == "" {
 		t.Fatalf("cut-off primary: %+v", h)

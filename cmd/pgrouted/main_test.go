@@ -18,24 +18,10 @@ import (
 var cluster *testcluster.Cluster
 
 func TestMain(m *testing.M) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	c, err := testcluster.Start(ctx, testcluster.Options{
+	testcluster.Main(m, testcluster.Options{
 		Replicas: 2,
 		Logf:     func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) },
-	})
-	cancel()
-	if err != nil {
-		// Never skip: say how to install PostgreSQL, and fail.
-		fmt.Fprintf(os.Stderr, "FAIL: cannot start the test cluster: %v\n", err)
-		os.Exit(1)
-	}
-	cluster = c
-	code := m.Run()
-	if err := c.Close(); err != nil {
-		fmt.Fprintf(os.Stderr, "FAIL: close the test cluster: %v\n", err)
-		code = 1
-	}
-	os.Exit(code)
+	}, func(c *testcluster.Cluster) { cluster = c })
 }
 
 func testCtx(t *testing.T) context.Context {

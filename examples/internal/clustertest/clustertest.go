@@ -50,33 +50,24 @@ var (
 //
 //	func TestMain(m *testing.M) { clustertest.Main(m) }
 //
-// When PostgreSQL is not installed the run fails (never skips) with the
-// error of testcluster.Start, which says how to install it.
+// The cluster is started, shared and closed by testcluster.Run, as in
+// every test package of the library: when PostgreSQL is not installed the
+// run fails (never skips) with the error of testcluster.Start, which says
+// how to install it, and a cluster that does not close cleanly fails the
+// run too.
 func Main(m *testing.M) {
-	os.Exit(run(m))
-}
-
-func run(m *testing.M) int {
-	flag.Parse()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	c, err := testcluster.Start(ctx, testcluster.Options{
+	flag.Parse() // for testing.Verbose in Logf
+	os.Exit(testcluster.Run(testcluster.Options{
 		Replicas: 2,
 		Logf: func(f string, a ...any) {
 			if testing.Verbose() {
 				fmt.Fprintf(os.Stderr, "testcluster: "+f+"\n", a...)
 			}
 		},
-	})
-	cancel()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "FAIL: cannot start the test cluster: %v\n", err)
-		return 1
-	}
-	defer func() {
-		if err := c.Close(); err != nil {
-			fmt.Fprintf(os.Stderr, "FAIL: close the test cluster: %v\n", err)
-		}
-	}()
+	}, func(c *testcluster.Cluster) int { return run(m, c) }))
+}
+
+func run(m *testing.M, c *testcluster.Cluster) int {
 	Cluster = c
 	for _, r := range c.Replicas() {
 		if err := r.ReplicationFault().Latency(ReplicationLatency); err != nil {

@@ -564,58 +564,116 @@ func TestSetUpstream(t *testing.T) {
 	}
 }
 
-// TestConcurrentFaults runs traffic on many connections while faults come
-// and go; it is meant for the race detector and must not hang.
+// TestConcurrentFaults runs echo traffic on many connections while faults
+// come and go (for the race detector too), and checks what must hold
+// whatever the interleaving: every control succeeds; a reply is never
+// another request's bytes; no round trip made entirely inside a blackhole
+// succeeds; traffic flows again after each Heal; and once the clients have
+// gone the proxy holds no connection and leaves no goroutine.
 func TestConcurrentFaults(t *testing.T) {
-	s := newServer(t, "")
-	p := newProxy(t, s.addr())
+	// Registered first, so it runs last: after the proxy and the servers
+	// are closed.
+	t.Cleanup(func() { goleak.VerifyNone(t, goleak.IgnoreCurrent()) })
+	s1, s2 := newServer(t, ""), newServer(t, "")
+	p := newProxy(t, s1.addr())
+
+	// phase is odd while a blackhole is certainly in place: it becomes odd
+	// after Blackhole has returned and even before Heal is called.
+	var phase atomic.Int64
+	var ok, failed, wrong, insideHole atomic.Int64
+	var firstWrong atomic.Value
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	for i := 0; i < 8; i++ {
+	stopClients := sync.OnceFunc(func() { close(stop); wg.Wait() })
+	t.Cleanup(stopClients) // when a check below gives up
+	for w := 0; w < 8; w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			buf := make([]byte, 64)
+			seq := 0
 			for {
 				select {
 				case <-stop:
 					return
 				default:
 				}
-				c, err := net.DialTimeout("tcp", p.Addr(), time.Second)
+				c, err := net.DialTimeout("tcp", p.Addr(), 5*time.Second)
 				if err != nil {
+					failed.Add(1)
 					continue
 				}
 				for j := 0; j < 5; j++ {
-					c.SetDeadline(time.Now().Add(50 * time.Millisecond))
-					if _, err := c.Write([]byte("ping")); err != nil {
+					seq++
+					msg := fmt.Sprintf("w%d-%08d;", w, seq)
+					before := phase.Load()
+					c.SetDeadline(time.Now().Add(2 * time.Second))
+					if _, err := io.WriteString(c, msg); err != nil {
+						failed.Add(1)
 						break
 					}
-					if _, err := io.ReadFull(c, buf[:4]); err != nil {
+					got := make([]byte, len(msg))
+					if _, err := io.ReadFull(c, got); err != nil {
+						failed.Add(1)
 						break
 					}
+					if string(got) != msg {
+						wrong.Add(1)
+						firstWrong.CompareAndSwap(nil, fmt.Sprintf("sent %q, read back %q", msg, got))
+						break
+					}
+					if after := phase.Load(); after == before && after%2 == 1 {
+						insideHole.Add(1)
+					}
+					ok.Add(1)
 				}
 				c.Close()
 			}
 		}()
 	}
+	check := func(what string, err error) {
+		t.Helper()
+		if err != nil {
+			t.Errorf("%s: %v", what, err)
+		}
+	}
 	for i := 0; i < 50; i++ {
 		switch i % 5 {
 		case 0:
-			p.SetLatency(time.Duration(i%3) * time.Millisecond)
+			check("SetLatency", p.SetLatency(time.Duration(i%3)*time.Millisecond))
 		case 1:
-			p.Blackhole()
+			check("Blackhole", p.Blackhole())
+			phase.Add(1)
 		case 2:
-			p.Heal()
+			phase.Add(1)
+			healed := ok.Load()
+			check("Heal", p.Heal())
+			waitFor(t, fmt.Sprintf("a round trip after Heal %d", i/5), func() bool { return ok.Load() > healed })
 		case 3:
-			p.Reset()
+			check("Reset", p.Reset())
 		case 4:
-			p.SetUpstream(s.addr())
+			up := s1.addr()
+			if i%10 == 4 {
+				up = s2.addr()
+			}
+			check("SetUpstream", p.SetUpstream(up))
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	close(stop)
-	wg.Wait()
+	check("Heal", p.Heal())
+	healed := ok.Load()
+	waitFor(t, "a round trip after the last Heal", func() bool { return ok.Load() > healed })
+	stopClients()
+	t.Logf("%d round trips, %d failed by the faults", ok.Load(), failed.Load())
+	if n := wrong.Load(); n > 0 {
+		t.Errorf("%d replies held other bytes than their request, first: %s", n, firstWrong.Load())
+	}
+	if n := insideHole.Load(); n > 0 {
+		t.Errorf("%d round trips succeeded entirely inside a blackhole", n)
+	}
+	if s1.accepted.Load() == 0 || s2.accepted.Load() == 0 {
+		t.Errorf("SetUpstream: upstreams accepted %d and %d connections, want both some", s1.accepted.Load(), s2.accepted.Load())
+	}
+	waitFor(t, "the proxy to drop the connections the clients closed", func() bool { return p.Conns() == 0 })
 }
 
 // TestClose checks that Close closes every connection, whatever its state,
