@@ -258,7 +258,7 @@ func TestSelectionPolicies(t *testing.T) {
 	})
 	t.Run("custom", func(t *testing.T) {
 		var calls atomic.Int64
-		db, _, rec := openDSN(t, cluster.DSN()+"&pgrouted_probe_interval=100ms&pgrouted_names="+names(), func(cfg *pgrouted.Config) {
+		db, _, rec := openDSN(t, cluster.DSN()+"&pgrouted_probe_interval=100ms&pgrouted_latency_window=off&pgrouted_names="+names(), func(cfg *pgrouted.Config) {
 			cfg.Select = func(_ context.Context, cs []pgrouted.Candidate) string {
 				calls.Add(1)
 				if len(cs) < 2 {

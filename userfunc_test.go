@@ -130,27 +130,20 @@ func TestTenantSwitchThroughAFunction(t *testing.T) {
 			len(leaks), workers*switches, first(leaks), len(lost), workers*switches, first(lost))
 	}
 	// The switch ran on the primary for the stated reason, naming the
-	// function, and the fresh reads still used the replicas.
-	var sets, freshOnReplica, fresh int
+	// function. (Where the fresh reads ran depends on how fast the replicas
+	// replay: a VOLATILE function may have written, so the watermark moved
+	// past it; TestStableFunctionOnReplicas covers reads on replicas.)
+	sets := 0
 	for _, e := range rec.snapshot() {
-		switch {
-		case strings.Contains(e.Query, "set_tenant"):
+		if strings.Contains(e.Query, "set_tenant") {
 			sets++
 			if !e.Primary || e.Reason != pgrouted.ReasonVolatileFunction || e.Function != "set_tenant" {
 				t.Errorf("tenant switch routed %+v, want the primary for %q naming set_tenant", e.Decision, pgrouted.ReasonVolatileFunction)
-			}
-		case e.Reason != pgrouted.ReasonPinned:
-			fresh++
-			if !e.Primary {
-				freshOnReplica++
 			}
 		}
 	}
 	if sets != workers*switches {
 		t.Errorf("%d tenant switches seen, want %d", sets, workers*switches)
-	}
-	if freshOnReplica*2 < fresh {
-		t.Errorf("only %d of %d fresh reads ran on a replica", freshOnReplica, fresh)
 	}
 }
 
