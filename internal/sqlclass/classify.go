@@ -21,7 +21,7 @@ func ClassifyWith(sql string, fn *Functions) Result {
 	c.fn = fn
 	c.run(sql, false)
 	r := c.res
-	if c.lx.backslashSeen && r.Class != Session {
+	if c.lx.backslashSeen {
 		var c2 classifier
 		c2.fn = fn
 		c2.run(sql, true)
