@@ -24,14 +24,14 @@ TMPDIR=$tmp go test -race -count=1 -timeout 15m -v ./... "$@" || status=$?
 TMPDIR=$tmp go test -count=1 -timeout 10m ./testcluster/... ./topology/ ./cmd/... . "$@" || status=$?
 
 # Fuzzing. The tests above run every fuzz target on its seeds only; here
-# each target is also fuzzed for a bounded time, $FUZZTIME (default 15s).
+# each target is also fuzzed for a bounded time, $FUZZTIME (default 10s).
 # go test -fuzz takes one target per run and its pattern must match exactly
 # one, hence '^Name$'. When fuzzing finds an input that makes the target
 # fail, go test stops, fails, and writes the input to
 # <package>/testdata/fuzz/<Name>/: from then on it is a seed that every
 # `go test` of the package runs. Fix the bug and commit that file with the
 # fix.
-fuzztime=${FUZZTIME:-15s}
+fuzztime=${FUZZTIME:-10s}
 targets=$(grep -rH --include='*_test.go' -E '^func Fuzz[A-Za-z0-9_]*\(' . |
 	grep -v '^\./examples/' |
 	sed -E 's#^(.*)/[^/]*:func (Fuzz[A-Za-z0-9_]*)\(.*#\1 \2#' | sort || true)
