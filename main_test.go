@@ -157,14 +157,8 @@ func mustExec(t testing.TB, ctx context.Context, n *testcluster.Node, sql string
 // position.
 func replicated(t testing.TB, ctx context.Context) {
 	t.Helper()
-	lsn, err := cluster.Primary().CurrentLSN(ctx)
-	if err != nil {
+	if err := cluster.WaitReplicated(ctx); err != nil {
 		t.Fatal(err)
-	}
-	for _, r := range cluster.Replicas() {
-		if err := r.WaitReplayed(ctx, lsn); err != nil {
-			t.Fatal(err)
-		}
 	}
 }
 

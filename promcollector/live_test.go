@@ -145,14 +145,8 @@ func mustValue(t *testing.T, reg prometheus.Gatherer, name string, labels ...str
 // replicated waits until every replica has replayed the primary's position.
 func replicated(t *testing.T, ctx context.Context) {
 	t.Helper()
-	lsn, err := cluster.Primary().CurrentLSN(ctx)
-	if err != nil {
+	if err := cluster.WaitReplicated(ctx); err != nil {
 		t.Fatal(err)
-	}
-	for _, r := range cluster.Replicas() {
-		if err := r.WaitReplayed(ctx, lsn); err != nil {
-			t.Fatal(err)
-		}
 	}
 }
 

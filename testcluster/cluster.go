@@ -371,6 +371,22 @@ func (c *Cluster) Replicas() []*Node {
 	return rs
 }
 
+// WaitReplicated waits until every replica has replayed the primary's
+// current WAL position: whatever was committed on the primary before the
+// call can be read on every replica when it returns.
+func (c *Cluster) WaitReplicated(ctx context.Context) error {
+	lsn, err := c.Primary().CurrentLSN(ctx)
+	if err != nil {
+		return err
+	}
+	for _, r := range c.Replicas() {
+		if err := r.WaitReplayed(ctx, lsn); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Dir is the cluster's temporary directory, removed by Close. Each node's
 // data directory and log file are in it.
 func (c *Cluster) Dir() string { return c.base }

@@ -59,14 +59,8 @@ func TestLoggerOneLinePerTopologyEvent(t *testing.T) {
 	}
 	// The Session's reads below do not carry the connector's watermark:
 	// every replica must hold the table first.
-	lsn, err := cluster.Primary().CurrentLSN(ctx)
-	if err != nil {
+	if err := cluster.WaitReplicated(ctx); err != nil {
 		t.Fatal(err)
-	}
-	for _, r := range cluster.Replicas() {
-		if err := r.WaitReplayed(ctx, lsn); err != nil {
-			t.Fatal(err)
-		}
 	}
 	before := len(lines())
 
