@@ -337,7 +337,7 @@ func TestIdlePrimaryKeepsReplicasEligible(t *testing.T) {
 	ctx := testCtx(t)
 	restore(t)
 	replicated(t, ctx)
-	db, conn, rec := open(t, "pgrouted_max_lag=2s")
+	db, conn, rec := open(t, "pgrouted_max_lag=2s", "pgrouted_latency_window=off")
 	end := time.Now().Add(10 * time.Second)
 	for time.Now().Before(end) {
 		d, err := conn.Explain(ctx, "SELECT 1")
