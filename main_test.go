@@ -94,6 +94,15 @@ func openDSN(t testing.TB, dsn string, tweak func(*pgrouted.Config)) (*sql.DB, *
 	db := sql.OpenDB(conn)
 	t.Cleanup(func() { db.Close() })
 	waitReplicaRoute(t, conn)
+	// The first read of the function catalog runs on a primary pool
+	// connection: let it be done before a test counts anything.
+	deadline := time.Now().Add(30 * time.Second)
+	for conn.Stats().CatalogReads == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the function catalog was not read within 30s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 	return db, conn, rec
 }
 

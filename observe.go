@@ -184,6 +184,12 @@ type Stats struct {
 	// statement: from then on they serve every read from the primary,
 	// until database/sql closes them.
 	FunctionPins uint64 `json:"functionPins"`
+	// CatalogReads counts the reads of the function catalog: at start,
+	// after a statement that may change it (CREATE, ALTER, DROP, DO,
+	// CALL) and after a change of primary (several requests while one read
+	// is pending make one read), and every 30 s. Each is one query on a
+	// connection of the primary's pool.
+	CatalogReads uint64 `json:"catalogReads"`
 }
 
 // opIndex and reasonIndex number the ops and reasons counted.
@@ -272,6 +278,7 @@ func (c *Connector) Stats() Stats {
 		ReadOnlyRetries: k.fallbacks[reasonRetry25006Index].Load(),
 		FunctionRouted:  k.catalogRouted.Load(),
 		FunctionPins:    k.functionPins.Load(),
+		CatalogReads:    c.funcs.loads.Load(),
 		ReplicaRetries:  k.retries.Load(),
 		TimelineResets:  k.timelineResets.Load(),
 		LostWrites:      k.lostWrites.Load(),

@@ -79,6 +79,25 @@ func (w *wire) trips(addr string) int {
 	return n
 }
 
+// ddl runs a statement that changes the schema through db, and waits until
+// the connector read the function catalog again after it: that read runs
+// on a connection of the primary's pool, whose round trips the wire would
+// otherwise count while a test measures.
+func ddl(t *testing.T, ctx context.Context, db *sql.DB, conn *pgrouted.Connector, query string) {
+	t.Helper()
+	before := conn.Stats().CatalogReads
+	if _, err := db.ExecContext(ctx, query); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for conn.Stats().CatalogReads == before {
+		if time.Now().After(deadline) {
+			t.Fatalf("the function catalog was not read again within 30s of %q", query)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 // counting opens a connector whose connections to the cluster's nodes are
 // counted, with a recorder, extra DSN parameters added.
 func counting(t *testing.T, extra string) (*sql.DB, *pgrouted.Connector, *wire, *routes) {
@@ -103,11 +122,9 @@ func counting(t *testing.T, extra string) (*sql.DB, *pgrouted.Connector, *wire, 
 // replicas.
 func TestWritesReadTheirPositionInTheSameRoundTrip(t *testing.T) {
 	ctx := testCtx(t)
-	db, _, w, rec := counting(t, "&pgrouted_probe_interval=100ms")
+	db, conn, w, rec := counting(t, "&pgrouted_probe_interval=100ms")
 	primary := cluster.Primary().Addr()
-	if _, err := db.ExecContext(ctx, "DROP TABLE IF EXISTS roundtrips; CREATE TABLE roundtrips (id int PRIMARY KEY, v text)"); err != nil {
-		t.Fatal(err)
-	}
+	ddl(t, ctx, db, conn, "DROP TABLE IF EXISTS roundtrips; CREATE TABLE roundtrips (id int PRIMARY KEY, v text)")
 	c, err := db.Conn(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -200,11 +217,9 @@ func TestWritesReadTheirPositionInTheSameRoundTrip(t *testing.T) {
 // comes in the same round trip, read when the rows are closed.
 func TestInsertReturningReadsItsPositionInTheSameRoundTrip(t *testing.T) {
 	ctx := testCtx(t)
-	db, _, w, _ := counting(t, "&pgrouted_probe_interval=100ms")
+	db, conn, w, _ := counting(t, "&pgrouted_probe_interval=100ms")
 	primary := cluster.Primary().Addr()
-	if _, err := db.ExecContext(ctx, "CREATE TABLE IF NOT EXISTS returning_rt (id bigserial PRIMARY KEY, v text, at timestamptz DEFAULT now(), b bytea)"); err != nil {
-		t.Fatal(err)
-	}
+	ddl(t, ctx, db, conn, "CREATE TABLE IF NOT EXISTS returning_rt (id bigserial PRIMARY KEY, v text, at timestamptz DEFAULT now(), b bytea)")
 	c, err := db.Conn(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -251,10 +266,8 @@ func TestCheckedReadCostsOneRoundTrip(t *testing.T) {
 	// Probes far apart: right after a write, only the check can tell.
 	// One connection per replica pool: the read is counted on a
 	// connection already open.
-	db, _, w, rec := counting(t, "&pgrouted_probe_interval=5s&pgrouted_latency_window=off&pgrouted_replica_max_conns=1")
-	if _, err := db.ExecContext(ctx, "DROP TABLE IF EXISTS checked_rt; CREATE TABLE checked_rt (id int PRIMARY KEY, v text)"); err != nil {
-		t.Fatal(err)
-	}
+	db, conn, w, rec := counting(t, "&pgrouted_probe_interval=5s&pgrouted_latency_window=off&pgrouted_replica_max_conns=1")
+	ddl(t, ctx, db, conn, "DROP TABLE IF EXISTS checked_rt; CREATE TABLE checked_rt (id int PRIMARY KEY, v text)")
 	checked, seen := 0, map[string]bool{}
 	for i := 0; i < 12; i++ {
 		if _, err := db.ExecContext(ctx, "INSERT INTO checked_rt (id, v) VALUES ($1, $2)", i, "x"); err != nil {
