@@ -140,10 +140,14 @@ func appendRouting(raw string, pairs []kvPair) string {
 	if p, ok := cutScheme(raw); ok {
 		b.WriteString(raw)
 		sep := "?"
-		if urlQueryStart(p) >= 0 {
+		if q := urlQueryStart(p); q >= 0 {
 			sep = "&"
-			if strings.HasSuffix(raw, "?") || strings.HasSuffix(raw, "&") {
-				sep = "" // an empty pair is only allowed at the end
+			// An empty pair is only allowed at the end: after an empty
+			// query ("…?") or a trailing "&", append without one. A "?"
+			// at the end of a non-empty query is part of its last value
+			// (postgres://h?a=?).
+			if q == len(p)-1 || strings.HasSuffix(raw, "&") {
+				sep = ""
 			}
 		}
 		for _, kv := range pairs {
