@@ -82,31 +82,32 @@ func (cn *conn) runOnReplica(ctx context.Context, h *host, p *plan, cl *call) er
 	if cl.begin != nil {
 		return cn.beginOnReplica(ctx, h, p, cl)
 	}
-	if p.check && cn.pipelinable(h.idx, cl) {
-		b, err := cn.borrow(ctx, h, false, p.wm)
-		if err != nil {
-			return err
-		}
-		if err := cn.readChecked(ctx, b, p.wm, cl); err != nil {
-			b.giveBack()
-			return err
-		}
-		return nil
-	}
-	b, err := cn.borrow(ctx, h, p.check, p.wm)
+	pipelined := p.check && cn.pipelinable(h.idx, cl)
+	b, err := cn.borrow(ctx, h, p.check && !pipelined, p.wm)
 	if err != nil {
 		return err
 	}
-	if err := cl.on(ctx, b.Conn); err != nil {
+	for {
+		if pipelined {
+			err = cn.readChecked(ctx, b, p.wm, cl)
+		} else if err = cl.on(ctx, b.Conn); err == nil && cl.rows != nil {
+			cl.rows = &replicaRows{Rows: cl.rows.(*stdlib.Rows), conn: b}
+		}
+		if err == nil {
+			if cl.rows == nil {
+				b.giveBack()
+			}
+			return nil
+		}
+		// A stale statement runs once more on the same connection, the
+		// one whose caches pgx and readChecked just cleaned (stale.go);
+		// another connection of the pool may hold it too.
+		if ctx.Err() == nil && !b.Conn.Conn().IsClosed() && cn.runAgain(err, cl) {
+			continue
+		}
 		b.giveBack()
 		return err
 	}
-	if cl.rows != nil {
-		cl.rows = &replicaRows{Rows: cl.rows.(*stdlib.Rows), conn: b}
-	} else {
-		b.giveBack()
-	}
-	return nil
 }
 
 // replicaRetryable reports whether a read that failed on a replica before
@@ -250,7 +251,8 @@ func (cn *conn) readChecked(ctx context.Context, b *borrowed, wm lagmeter.Waterm
 		return errNotCaughtUp
 	}
 	pc := b.Conn.Conn()
-	if cn.c.descs.get(cl.query) == nil {
+	descs := &b.h.descs
+	if descs.get(cl.query) == nil {
 		// The statement must be described first, and a replica that lacks
 		// the caller's writes may fail to (a table the caller just
 		// created): check it on its own this once.
@@ -258,7 +260,7 @@ func (cn *conn) readChecked(ctx context.Context, b *borrowed, wm lagmeter.Waterm
 			return err
 		}
 	}
-	e, err := cn.c.encode(ctx, pc, cl.query, cl.args, true)
+	e, err := encode(ctx, pc, descs, cl.query, cl.args, true)
 	if err != nil {
 		return err
 	}
@@ -280,7 +282,7 @@ func (cn *conn) readChecked(ctx context.Context, b *borrowed, wm lagmeter.Waterm
 	}
 	if rr, err = nextResult(pl); err != nil {
 		if isPgError(err) {
-			cn.c.descs.drop(cl.query)
+			descs.drop(cl.query)
 		}
 		pl.Close()
 		return err
@@ -293,7 +295,7 @@ func (cn *conn) readChecked(ctx context.Context, b *borrowed, wm lagmeter.Waterm
 			rerr = cerr
 		}
 		if isPgError(rerr) {
-			cn.c.descs.drop(cl.query)
+			descs.drop(cl.query)
 		}
 		b.giveBack()
 		return rerr
