@@ -159,14 +159,20 @@ func (cn *conn) catalogChanged() {
 	}
 }
 
-// PrepareContext implements driver.ConnPrepareContext. Nothing is sent:
-// each execution is routed like any statement and pgx prepares it on the
-// connection that runs it, once per physical connection, and caches it.
+// PrepareContext implements driver.ConnPrepareContext. The statement is
+// checked on the server, parsed and described in one round trip as pgx
+// does (an invalid one fails here with the server's error), and its
+// description is kept for the executions on that host; each execution is
+// then routed like any statement (stmt.go).
 func (cn *conn) PrepareContext(ctx context.Context, query string) (driver.Stmt, error) {
 	if cn.bad {
 		return nil, driver.ErrBadConn
 	}
-	return &stmt{cn: cn, query: query}, nil
+	sd, err := cn.describe(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	return &stmt{cn: cn, query: query, numInput: len(sd.ParamOIDs)}, nil
 }
 
 // Prepare implements driver.Conn.
