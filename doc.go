@@ -51,7 +51,8 @@
 //   - A read that a replica refuses with SQLSTATE 25006 (it was not a read
 //     after all) runs once more on the primary, transparently. A read whose
 //     replica connection fails before any row runs on another eligible
-//     replica, then on the primary.
+//     replica, then on the primary; an error no other host would cure (an
+//     argument that cannot be encoded) is returned at once.
 //   - A statement that a schema change made stale (its cached plan or
 //     description no longer matches the table), which the server refuses
 //     before running it, is dropped where it is cached and runs once more

@@ -36,6 +36,11 @@ func (cn *conn) runOnReplicas(ctx context.Context, p *plan, ev *RouteEvent, cl *
 			h.breaker.ReportSuccess()
 			return nil
 		}
+		var ce *clientError
+		if errors.As(err, &ce) {
+			// No other host would do better, and this one is fine.
+			return ce.err
+		}
 		if circuit.Classify(ctx, err) == circuit.Failure {
 			h.breaker.ReportFailure()
 		}
@@ -105,10 +110,24 @@ func (cn *conn) runOnReplica(ctx context.Context, h *host, p *plan, cl *call) er
 		if ctx.Err() == nil && !b.Conn.Conn().IsClosed() && cn.runAgain(err, cl) {
 			continue
 		}
+		if ctx.Err() == nil && !isPgError(err) && !errors.Is(err, errNotCaughtUp) && !b.Conn.Conn().IsClosed() {
+			err = &clientError{err}
+		}
 		b.giveBack()
 		return err
 	}
 }
+
+// clientError is a read that failed in the client, on a replica
+// connection that is fine and without the server refusing it: an argument
+// that cannot be encoded (pgx's or encode's), a value that cannot be
+// decoded. Another host would fail the same way, and the host is not to
+// blame: runOnReplicas returns the error at once, without a retry, a probe
+// or a breaker failure.
+type clientError struct{ err error }
+
+func (e *clientError) Error() string { return e.err.Error() }
+func (e *clientError) Unwrap() error { return e.err }
 
 // replicaRetryable reports whether a read that failed on a replica before
 // returning any row may run elsewhere: the connection failed or could not
