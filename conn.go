@@ -45,7 +45,7 @@ type call struct {
 	args    []driver.NamedValue
 	isQuery bool
 	single  bool              // one statement (see sqlclass.Result.Statements)
-	reran   bool              // it ran once more after a stale statement (stale.go)
+	reruns  int               // the runs after a stale statement (stale.go)
 	begin   *driver.TxOptions // BeginTx: the transaction's options
 	rows    driver.Rows
 	res     driver.Result
@@ -113,11 +113,11 @@ func (cn *conn) run(ctx context.Context, cl *call) error {
 		err := cn.execute(ctx, &p, r, &ev, cl)
 		if err != nil && ctx.Err() == nil && ev.Primary && cn.runAgain(err, cl) {
 			// A stale statement, refused before it ran on the primary
-			// session (stale.go): once more, freshly described. The
-			// replica path does the same on its connection.
+			// session (stale.go): again, freshly described. The replica
+			// path does the same on its connection.
 			continue
 		}
-		if cl.reran {
+		if cl.reruns > 0 {
 			ev.Retried = true
 		}
 		ev.Err = err

@@ -55,9 +55,11 @@
 //     argument that cannot be encoded) is returned at once.
 //   - A statement that a schema change made stale (its cached plan or
 //     description no longer matches the table), which the server refuses
-//     before running it, is dropped where it is cached and runs once more
-//     on the same connection; inside a transaction its error is returned,
-//     since the server aborted the transaction (stale.go).
+//     before running it, is dropped where it is cached and runs again on
+//     the same connection (up to three times: a migration's next DDL may
+//     commit between the new Prepare and the execution); inside a
+//     transaction its error is returned, since the server aborted the
+//     transaction (stale.go).
 //
 // # How a statement is routed
 //

@@ -104,7 +104,7 @@ func (cn *conn) runOnReplica(ctx context.Context, h *host, p *plan, cl *call) er
 			}
 			return nil
 		}
-		// A stale statement runs once more on the same connection, the
+		// A stale statement runs again on the same connection, the
 		// one whose caches pgx and readChecked just cleaned (stale.go);
 		// another connection of the pool may hold it too.
 		if ctx.Err() == nil && !b.Conn.Conn().IsClosed() && cn.runAgain(err, cl) {

@@ -11,8 +11,8 @@ import (
 // after a statement was prepared or described (a column added, dropped or
 // retyped; a table dropped and created again) makes the server refuse the
 // cached statement before running it. Outside a transaction the statement
-// runs once more, freshly described; inside one the transaction is
-// aborted, and the error is returned.
+// runs again, freshly described (see maxStaleReruns); inside one the
+// transaction is aborted, and the error is returned.
 //
 // A stale statement is cached in two places, and both drop it on the
 // error: pgx's statement and description caches of the connection that
@@ -63,21 +63,29 @@ func (cn *conn) dropStale(query string) {
 	}
 }
 
+// maxStaleReruns bounds the runs of a statement after its first, each
+// after a stale statement. One is not enough under a migration: a DDL
+// statement waiting for the table's lock takes it the moment a reader's
+// implicit transaction ends, which may be the one of the statement's new
+// Prepare, and commits before its execution; the next DDL of the same
+// migration may do it again.
+const maxStaleReruns = 3
+
 // runAgain reports whether cl, which failed with err, may run once more
 // after a stale statement: err is staleStatement's (nothing ran), cl is one
 // statement (in a string of several, the ones before may have run), it did
-// not run again already, and no transaction is open (the server aborted
-// it). The stale descriptions are dropped either way. The caller runs it
-// again on the same connection: another one may hold the stale statement
-// in its pgx cache too.
+// not run again maxStaleReruns times already, and no transaction is open
+// (the server aborted it). The stale descriptions are dropped either way.
+// The caller runs it again on the same connection: another one may hold the
+// stale statement in its pgx cache too.
 func (cn *conn) runAgain(err error, cl *call) bool {
 	if !staleStatement(err) {
 		return false
 	}
 	cn.dropStale(cl.query)
-	if cl.reran || !cl.single || cl.begin != nil || cn.tx != nil || cn.inSQLTx() {
+	if cl.reruns >= maxStaleReruns || !cl.single || cl.begin != nil || cn.tx != nil || cn.inSQLTx() {
 		return false
 	}
-	cl.reran = true
+	cl.reruns++
 	return true
 }
