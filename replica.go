@@ -262,7 +262,8 @@ func (cn *conn) pipelinable(host int, cl *call) bool {
 // and the read go in one pipeline, in one implicit transaction, the check
 // first; when the check fails the server skips the read and readChecked
 // returns errNotCaughtUp. On success cl.rows own b: closing them gives it
-// back; on error the caller gives it back (again: giveBack is idempotent).
+// back; on error b is still the caller's, to run the read again on or to
+// give back.
 func (cn *conn) readChecked(ctx context.Context, b *borrowed, wm lagmeter.Watermark, cl *call) error {
 	s := cn.c.top.Snapshot()
 	st := &s.Hosts[b.h.idx]
@@ -306,6 +307,7 @@ func (cn *conn) readChecked(ctx context.Context, b *borrowed, wm lagmeter.Waterm
 		pl.Close()
 		return err
 	}
+	delivered := false // the rows reached the caller: they own b
 	cl.rows, err = newResultRows(pc.TypeMap(), rr, func(rerr error) error {
 		if serr := finishSync(pl, rerr); serr != nil && rerr == nil {
 			rerr = serr
@@ -316,8 +318,11 @@ func (cn *conn) readChecked(ctx context.Context, b *borrowed, wm lagmeter.Waterm
 		if isPgError(rerr) {
 			descs.drop(cl.query)
 		}
-		b.giveBack()
+		if delivered {
+			b.giveBack()
+		}
 		return rerr
 	})
+	delivered = err == nil
 	return err
 }
