@@ -337,3 +337,47 @@ func TestDescriptionsFollowSearchPath(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckedReadOfAStaleDescription: a read checked on its replica in the
+// same pipeline, sent with a description a schema change made stale, runs
+// again on the same borrowed connection, and its rows hold that
+// connection until they are closed.
+func TestCheckedReadOfAStaleDescription(t *testing.T) {
+	ctx := testCtx(t)
+	// Probes far apart: right after a write, only the check can tell.
+	db, conn, rec := openDSN(t, cluster.DSN()+"&pgrouted_names="+names()+"&pgrouted_probe_interval=5s&pgrouted_latency_window=off&pgrouted_replica_max_conns=1", nil)
+	if _, err := db.ExecContext(ctx, "DROP TABLE IF EXISTS stale_checked; CREATE TABLE stale_checked (id int PRIMARY KEY, a int)"); err != nil {
+		t.Fatal(err)
+	}
+	const q = "SELECT * FROM stale_checked WHERE id >= $1"
+	cols := "id:int4,a:int4"
+	exercised := 0
+	for i := 0; i < 8 && exercised < 2; i++ {
+		if _, err := db.ExecContext(ctx, "INSERT INTO stale_checked (id, a) VALUES ($1, $1)", i); err != nil {
+			t.Fatal(err)
+		}
+		replicated(t, ctx)
+		rows, err := db.QueryContext(ctx, q, 0)
+		if err != nil {
+			t.Fatalf("read %d: %v", i, err)
+		}
+		ev := lastRead(t, rec)
+		if !ev.Primary && ev.Reason == pgrouted.ReasonCheck && ev.Retried {
+			exercised++
+			for _, h := range conn.Topology().Hosts {
+				if h.Name == ev.Endpoint && (h.InflightReads != 1 || h.Pool.Acquired != 1) {
+					t.Errorf("read %d on %s, rows open: %d reads in flight, %d connections acquired; want 1 and 1", i, h.Name, h.InflightReads, h.Pool.Acquired)
+				}
+			}
+		}
+		if got, err := shapeOf(rows); err != nil || got != cols {
+			t.Fatalf("read %d: %q, %v; want %s", i, got, err, cols)
+		}
+		// Made elsewhere: the connector's descriptions do not know.
+		mustExec(t, ctx, cluster.Primary(), fmt.Sprintf("ALTER TABLE stale_checked ADD COLUMN c%d int", i))
+		cols += fmt.Sprintf(",c%d:int4", i)
+	}
+	if exercised == 0 {
+		t.Fatal("no checked replica read ran again after a stale description: the test did not exercise it")
+	}
+}
