@@ -105,6 +105,11 @@ type encodeError struct{ err error }
 func (e *encodeError) Error() string { return e.err.Error() }
 func (e *encodeError) Unwrap() error { return e.err }
 
+func isEncodeError(err error) bool {
+	var ee *encodeError
+	return errors.As(err, &ee)
+}
+
 // encode describes query on pc, once per descs (see descCache), and
 // encodes args as pgx does for a described statement
 // (QueryExecModeCacheDescribe). A statement without arguments whose rows

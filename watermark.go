@@ -188,11 +188,10 @@ func (c *Connector) wrote(ctx context.Context, host int, lsn lagmeter.LSN) {
 // that cannot be encoded); to an unknown position when the connection
 // failed under it (the answer was lost, not the commit).
 func (c *Connector) wroteAfter(ctx context.Context, host int, pos lagmeter.LSN, err error) {
-	var ee *encodeError
 	switch {
 	case err == nil:
 		c.wrote(ctx, host, pos)
-	case isPgError(err) || errors.As(err, &ee) || errors.Is(err, pgx.ErrTxCommitRollback) || errors.Is(err, driver.ErrBadConn):
+	case isPgError(err) || isEncodeError(err) || errors.Is(err, pgx.ErrTxCommitRollback) || errors.Is(err, driver.ErrBadConn):
 	default:
 		c.wrote(ctx, host, 0)
 	}
