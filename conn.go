@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pgrouted/pgrouted/internal/sqlclass"
 )
 
 // conn is one database/sql connection: a primary session, opened when a
@@ -30,6 +31,10 @@ type conn struct {
 	// ended.
 	catalogPending bool
 
+	// descs are the statement descriptions of a pinned primary session
+	// (see descsOf).
+	descs *descCache
+
 	ownsConnector bool // opened by Driver.Open: Close closes the Connector
 }
 
@@ -40,6 +45,7 @@ type call struct {
 	args    []driver.NamedValue
 	isQuery bool
 	single  bool              // one statement (see sqlclass.Result.Statements)
+	reruns  int               // the runs after a stale statement (stale.go)
 	begin   *driver.TxOptions // BeginTx: the transaction's options
 	rows    driver.Rows
 	res     driver.Result
@@ -103,21 +109,38 @@ func (cn *conn) run(ctx context.Context, cl *call) error {
 		ev.Err = p.err
 		return p.err
 	}
-	if !p.primary {
-		err := cn.runOnReplicas(ctx, &p, &ev, cl)
+	for {
+		err := cn.execute(ctx, &p, r, &ev, cl)
+		if err != nil && ctx.Err() == nil && ev.Primary && cn.runAgain(err, cl) {
+			// A stale statement, refused before it ran on the primary
+			// session (stale.go): again, freshly described. The replica
+			// path does the same on its connection.
+			continue
+		}
+		if cl.reruns > 0 {
+			ev.Retried = true
+		}
+		ev.Err = err
+		return err
+	}
+}
+
+// execute runs cl where p says: on a replica, then on the primary when the
+// replica path set ev.Primary (a fallback, a refusal), or on the primary.
+func (cn *conn) execute(ctx context.Context, p *plan, r sqlclass.Result, ev *RouteEvent, cl *call) error {
+	if !p.primary && !ev.Primary {
+		err := cn.runOnReplicas(ctx, p, ev, cl)
 		if err == nil || !ev.Primary {
-			ev.Err = err
 			return err
 		}
 		// The replicas failed or refused: the primary runs it (ev says why).
 	}
-	err := cn.runOnPrimary(ctx, &p, r, &ev, cl)
-	ev.Err = err
-	return err
+	return cn.runOnPrimary(ctx, p, r, ev, cl)
 }
 
-// catalogChanged asks for a new snapshot of the function catalog after a
-// statement that may have changed it, once no transaction hides the change
+// catalogChanged asks for a new snapshot of the function catalog, and
+// forgets the statement descriptions, after a statement that may have
+// changed them, once no transaction hides the change
 // from other sessions.
 func (cn *conn) catalogChanged() {
 	if cn.tx != nil || cn.inSQLTx() {
@@ -126,16 +149,30 @@ func (cn *conn) catalogChanged() {
 	}
 	cn.catalogPending = false
 	cn.c.funcs.invalidate()
+	// The schema may have changed too: describe statements again (a
+	// change made elsewhere is met by the recovery of stale.go).
+	for _, h := range cn.c.hosts {
+		h.descs.reset()
+	}
+	if cn.descs != nil {
+		cn.descs.reset()
+	}
 }
 
-// PrepareContext implements driver.ConnPrepareContext. Nothing is sent:
-// each execution is routed like any statement and pgx prepares it on the
-// connection that runs it, once per physical connection, and caches it.
+// PrepareContext implements driver.ConnPrepareContext. The statement is
+// checked on the server, parsed and described in one round trip as pgx
+// does (an invalid one fails here with the server's error), and its
+// description is kept for the executions on that host; each execution is
+// then routed like any statement (stmt.go).
 func (cn *conn) PrepareContext(ctx context.Context, query string) (driver.Stmt, error) {
 	if cn.bad {
 		return nil, driver.ErrBadConn
 	}
-	return &stmt{cn: cn, query: query}, nil
+	sd, err := cn.describe(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	return &stmt{cn: cn, query: query, numInput: len(sd.ParamOIDs)}, nil
 }
 
 // Prepare implements driver.Conn.

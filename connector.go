@@ -89,8 +89,6 @@ type Connector struct {
 	booted atomic.Bool
 	// counters are behind Stats (with each host's statement counters).
 	counters counters
-	// descs are statement descriptions for the pipelined paths.
-	descs descCache
 	// funcs is the snapshot of the primary's functions that classification
 	// judges calls by; refused, the statements a replica refused (catalog.go).
 	funcs   *catalog

@@ -51,7 +51,15 @@
 //   - A read that a replica refuses with SQLSTATE 25006 (it was not a read
 //     after all) runs once more on the primary, transparently. A read whose
 //     replica connection fails before any row runs on another eligible
-//     replica, then on the primary.
+//     replica, then on the primary; an error no other host would cure (an
+//     argument that cannot be encoded) is returned at once.
+//   - A statement that a schema change made stale (its cached plan or
+//     description no longer matches the table), which the server refuses
+//     before running it, is dropped where it is cached and runs again on
+//     the same connection (up to three times: a migration's next DDL may
+//     commit between the new Prepare and the execution); inside a
+//     transaction its error is returned, since the server aborted the
+//     transaction (stale.go).
 //
 // # How a statement is routed
 //
@@ -86,6 +94,10 @@
 //     position after a write's commit in the same round trip
 //     (pipeline.go), and rerun an autocommit write that a demoted primary
 //     refused.
+//   - pipeline.go: statements sent in a pgconn pipeline, with their
+//     descriptions cached per host (and per session that changed its
+//     state); stale.go: the recovery from a statement a schema change
+//     made stale.
 //   - rows.go, resultrows.go: the rows returned; closing them gives the
 //     replica connection back or raises the watermark.
 //   - tx.go: BeginTx executes the plan's decision; statements inside the

@@ -39,6 +39,9 @@ type host struct {
 	known atomic.Pointer[knownReplay]
 	// flight is the replica connections borrowed now.
 	flight hostFlight
+	// descs are the statement descriptions read on it, for the pipelined
+	// paths (see descCache).
+	descs descCache
 	// statements counts the statements run on it, per op (see Stats).
 	statements [len(opNames)]atomic.Uint64
 }

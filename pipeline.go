@@ -41,10 +41,17 @@ func (c *Connector) pipelineOK(host int, args []driver.NamedValue) bool {
 	return true
 }
 
-// descCache holds statement descriptions for the pipelined paths, shared
-// by every connection of the connector: all hosts are physical copies of
-// one cluster, so a description read on one holds on the others. Past
-// maxDescriptions entries it starts over.
+// descCache holds statement descriptions for the pipelined paths. A
+// description is only valid where it was read: on one host (a replica may
+// not have replayed a schema change yet) and under one session's settings
+// (search_path decides which table a name means). So each host has one,
+// shared by the connections in the default session state (every replica
+// connection, and the primary sessions that changed no session state), and
+// a primary session that changed its state (a pinned connection) has its
+// own (conn.descsOf). A schema change made elsewhere still makes an entry
+// stale: the server's refusal of a stale description is recovered from
+// (stale.go). Past maxDescriptions entries a cache starts over. Lookups
+// take no lock and do not allocate.
 type descCache struct {
 	m atomic.Pointer[sync.Map]
 	n atomic.Int64
@@ -75,6 +82,12 @@ func (d *descCache) drop(query string) {
 	}
 }
 
+// reset forgets every description.
+func (d *descCache) reset() {
+	d.m.Store(nil)
+	d.n.Store(0)
+}
+
 // encoded is a statement ready for SendQueryParams.
 type encoded struct {
 	query   string
@@ -84,30 +97,55 @@ type encoded struct {
 	results []int16 // result formats, as stdlib asks for them
 }
 
-// encode describes query on pc (once per connector: see descCache) and
+// encodeError is an argument that cannot be encoded for its statement:
+// nothing was sent, the connection is fine, and no other host would do
+// better.
+type encodeError struct{ err error }
+
+func (e *encodeError) Error() string { return e.err.Error() }
+func (e *encodeError) Unwrap() error { return e.err }
+
+func isEncodeError(err error) bool {
+	var ee *encodeError
+	return errors.As(err, &ee)
+}
+
+// encode describes query on pc, once per descs (see descCache), and
 // encodes args as pgx does for a described statement
 // (QueryExecModeCacheDescribe). A statement without arguments whose rows
-// are not wanted is sent as is.
-func (c *Connector) encode(ctx context.Context, pc *pgx.Conn, query string, args []driver.NamedValue, rows bool) (encoded, error) {
+// are not wanted is sent as is. When the arguments do not fit a cached
+// description, it may be stale: encode describes the statement again and
+// tries once more (nothing has been sent). An argument that does not fit
+// a fresh description is an *encodeError.
+func encode(ctx context.Context, pc *pgx.Conn, descs *descCache, query string, args []driver.NamedValue, rows bool) (encoded, error) {
 	e := encoded{query: query}
 	if len(args) == 0 && !rows {
 		return e, nil
-	}
-	sd := c.descs.get(query)
-	if sd == nil {
-		var err error
-		if sd, err = pc.PgConn().Prepare(ctx, "", query, nil); err != nil {
-			return e, err
-		}
-		c.descs.put(query, sd)
 	}
 	vals := make([]any, len(args))
 	for i, a := range args {
 		vals[i] = a.Value
 	}
+	sd := descs.get(query)
+	cached := sd != nil
 	var eqb pgx.ExtendedQueryBuilder
-	if err := eqb.Build(pc.TypeMap(), sd, vals); err != nil {
-		return e, err
+	for {
+		if sd == nil {
+			var err error
+			if sd, err = pc.PgConn().Prepare(ctx, "", query, nil); err != nil {
+				return e, err
+			}
+			descs.put(query, sd)
+		}
+		err := eqb.Build(pc.TypeMap(), sd, vals)
+		if err == nil {
+			break
+		}
+		descs.drop(query)
+		if !cached {
+			return e, &encodeError{err}
+		}
+		cached, sd = false, nil
 	}
 	e.oids, e.params, e.formats = sd.ParamOIDs, eqb.ParamValues, eqb.ParamFormats
 	if rows {

@@ -95,6 +95,20 @@ func (cn *conn) closePrimary() {
 		cn.primary.Close()
 		cn.primary = nil
 	}
+	cn.descs = nil
+}
+
+// descsOf returns the statement descriptions valid on the primary
+// session: its host's, shared by every session in the default state, or,
+// once the session changed its state (a SET search_path, say), its own.
+func (cn *conn) descsOf() *descCache {
+	if !cn.pinned {
+		return &cn.c.hosts[cn.host].descs
+	}
+	if cn.descs == nil {
+		cn.descs = new(descCache)
+	}
+	return cn.descs
 }
 
 // waitPrimary returns the primary's index and epoch, waiting until deadline
@@ -328,7 +342,8 @@ func (cn *conn) positioned(r sqlclass.Result, cl *call) bool {
 // could not be read.
 func (cn *conn) execPositioned(ctx context.Context, sc *stdlib.Conn, query string, args []driver.NamedValue) (tag pgconn.CommandTag, pos lagmeter.LSN, err error) {
 	pc := sc.Conn()
-	e, err := cn.c.encode(ctx, pc, query, args, false)
+	descs := cn.descsOf()
+	e, err := encode(ctx, pc, descs, query, args, false)
 	if err != nil {
 		return tag, 0, err
 	}
@@ -341,7 +356,7 @@ func (cn *conn) execPositioned(ctx context.Context, sc *stdlib.Conn, query strin
 	if isPgError(err) {
 		// The statement may no longer match its description (a column
 		// changed type): describe it again next time.
-		cn.c.descs.drop(query)
+		descs.drop(query)
 	}
 	return tag, pos, err
 }
@@ -388,7 +403,8 @@ func finishPositioned(pl *pgconn.Pipeline, err error) (lagmeter.LSN, error) {
 // handed to done with the statement's outcome (see Connector.wroteAfter).
 func (cn *conn) queryPositioned(ctx context.Context, sc *stdlib.Conn, query string, args []driver.NamedValue, done func(lagmeter.LSN, error)) (driver.Rows, error) {
 	pc := sc.Conn()
-	e, err := cn.c.encode(ctx, pc, query, args, true)
+	descs := cn.descsOf()
+	e, err := encode(ctx, pc, descs, query, args, true)
 	if err != nil {
 		return nil, err
 	}
@@ -399,7 +415,7 @@ func (cn *conn) queryPositioned(ctx context.Context, sc *stdlib.Conn, query stri
 	rr, err := nextResult(pl)
 	if err != nil {
 		if isPgError(err) {
-			cn.c.descs.drop(query)
+			descs.drop(query)
 		}
 		if serr := finishSync(pl, err); serr != nil {
 			err = serr
@@ -416,7 +432,7 @@ func (cn *conn) queryPositioned(ctx context.Context, sc *stdlib.Conn, query stri
 			rerr = perr
 		}
 		if isPgError(rerr) {
-			cn.c.descs.drop(query)
+			descs.drop(query)
 		}
 		done(pos, rerr)
 		return rerr

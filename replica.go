@@ -36,6 +36,11 @@ func (cn *conn) runOnReplicas(ctx context.Context, p *plan, ev *RouteEvent, cl *
 			h.breaker.ReportSuccess()
 			return nil
 		}
+		var ce *clientError
+		if errors.As(err, &ce) {
+			// No other host would do better, and this one is fine.
+			return ce.err
+		}
 		if circuit.Classify(ctx, err) == circuit.Failure {
 			h.breaker.ReportFailure()
 		}
@@ -82,32 +87,47 @@ func (cn *conn) runOnReplica(ctx context.Context, h *host, p *plan, cl *call) er
 	if cl.begin != nil {
 		return cn.beginOnReplica(ctx, h, p, cl)
 	}
-	if p.check && cn.pipelinable(h.idx, cl) {
-		b, err := cn.borrow(ctx, h, false, p.wm)
-		if err != nil {
-			return err
-		}
-		if err := cn.readChecked(ctx, b, p.wm, cl); err != nil {
-			b.giveBack()
-			return err
-		}
-		return nil
-	}
-	b, err := cn.borrow(ctx, h, p.check, p.wm)
+	pipelined := p.check && cn.pipelinable(h.idx, cl)
+	b, err := cn.borrow(ctx, h, p.check && !pipelined, p.wm)
 	if err != nil {
 		return err
 	}
-	if err := cl.on(ctx, b.Conn); err != nil {
+	for {
+		if pipelined {
+			err = cn.readChecked(ctx, b, p.wm, cl)
+		} else if err = cl.on(ctx, b.Conn); err == nil && cl.rows != nil {
+			cl.rows = &replicaRows{Rows: cl.rows.(*stdlib.Rows), conn: b}
+		}
+		if err == nil {
+			if cl.rows == nil {
+				b.giveBack()
+			}
+			return nil
+		}
+		// A stale statement runs again on the same connection, the
+		// one whose caches pgx and readChecked just cleaned (stale.go);
+		// another connection of the pool may hold it too.
+		if ctx.Err() == nil && !b.Conn.Conn().IsClosed() && cn.runAgain(err, cl) {
+			continue
+		}
+		if ctx.Err() == nil && !isPgError(err) && !errors.Is(err, errNotCaughtUp) && !b.Conn.Conn().IsClosed() {
+			err = &clientError{err}
+		}
 		b.giveBack()
 		return err
 	}
-	if cl.rows != nil {
-		cl.rows = &replicaRows{Rows: cl.rows.(*stdlib.Rows), conn: b}
-	} else {
-		b.giveBack()
-	}
-	return nil
 }
+
+// clientError is a read that failed in the client, on a replica
+// connection that is fine and without the server refusing it: an argument
+// that cannot be encoded (pgx's or encode's), a value that cannot be
+// decoded. Another host would fail the same way, and the host is not to
+// blame: runOnReplicas returns the error at once, without a retry, a probe
+// or a breaker failure.
+type clientError struct{ err error }
+
+func (e *clientError) Error() string { return e.err.Error() }
+func (e *clientError) Unwrap() error { return e.err }
 
 // replicaRetryable reports whether a read that failed on a replica before
 // returning any row may run elsewhere: the connection failed or could not
@@ -242,7 +262,8 @@ func (cn *conn) pipelinable(host int, cl *call) bool {
 // and the read go in one pipeline, in one implicit transaction, the check
 // first; when the check fails the server skips the read and readChecked
 // returns errNotCaughtUp. On success cl.rows own b: closing them gives it
-// back; on error the caller gives it back (again: giveBack is idempotent).
+// back; on error b is still the caller's, to run the read again on or to
+// give back.
 func (cn *conn) readChecked(ctx context.Context, b *borrowed, wm lagmeter.Watermark, cl *call) error {
 	s := cn.c.top.Snapshot()
 	st := &s.Hosts[b.h.idx]
@@ -250,7 +271,8 @@ func (cn *conn) readChecked(ctx context.Context, b *borrowed, wm lagmeter.Waterm
 		return errNotCaughtUp
 	}
 	pc := b.Conn.Conn()
-	if cn.c.descs.get(cl.query) == nil {
+	descs := &b.h.descs
+	if descs.get(cl.query) == nil {
 		// The statement must be described first, and a replica that lacks
 		// the caller's writes may fail to (a table the caller just
 		// created): check it on its own this once.
@@ -258,7 +280,7 @@ func (cn *conn) readChecked(ctx context.Context, b *borrowed, wm lagmeter.Waterm
 			return err
 		}
 	}
-	e, err := cn.c.encode(ctx, pc, cl.query, cl.args, true)
+	e, err := encode(ctx, pc, descs, cl.query, cl.args, true)
 	if err != nil {
 		return err
 	}
@@ -280,11 +302,12 @@ func (cn *conn) readChecked(ctx context.Context, b *borrowed, wm lagmeter.Waterm
 	}
 	if rr, err = nextResult(pl); err != nil {
 		if isPgError(err) {
-			cn.c.descs.drop(cl.query)
+			descs.drop(cl.query)
 		}
 		pl.Close()
 		return err
 	}
+	delivered := false // the rows reached the caller: they own b
 	cl.rows, err = newResultRows(pc.TypeMap(), rr, func(rerr error) error {
 		if serr := finishSync(pl, rerr); serr != nil && rerr == nil {
 			rerr = serr
@@ -293,10 +316,13 @@ func (cn *conn) readChecked(ctx context.Context, b *borrowed, wm lagmeter.Waterm
 			rerr = cerr
 		}
 		if isPgError(rerr) {
-			cn.c.descs.drop(cl.query)
+			descs.drop(cl.query)
 		}
-		b.giveBack()
+		if delivered {
+			b.giveBack()
+		}
 		return rerr
 	})
+	delivered = err == nil
 	return err
 }

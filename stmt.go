@@ -3,22 +3,92 @@ package pgrouted
 import (
 	"context"
 	"database/sql/driver"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pgrouted/pgrouted/internal/sqlclass"
 )
 
-// stmt is a prepared statement. Preparing sends nothing: every execution is
-// routed like any other statement, and pgx prepares it on the connection
-// that runs it (once per physical connection, then from its cache), so a
-// prepared read still goes to a replica.
+// stmt is a prepared statement. Preparing checks it on the server (see
+// conn.describe); every execution is routed like any other statement, and
+// pgx prepares it on the connection that runs it (once per physical
+// connection, then from its cache), so a prepared read still goes to a
+// replica.
 type stmt struct {
-	cn    *conn
-	query string
+	cn       *conn
+	query    string
+	numInput int // its parameters, as the server described them
 }
 
 // Close implements driver.Stmt.
 func (s *stmt) Close() error { return nil }
 
-// NumInput implements driver.Stmt: -1, the server checks the arguments.
-func (s *stmt) NumInput() int { return -1 }
+// NumInput implements driver.Stmt: the number of parameters the server
+// found in the statement.
+func (s *stmt) NumInput() int { return s.numInput }
+
+// describe parses and describes query on the server, in one round trip
+// and with the unnamed statement (nothing stays prepared), for
+// PrepareContext. Every host is a copy of the primary, so any may check
+// it: the connection of the open transaction; else the primary session,
+// when the connection has one; else a replica chosen as for a read (one
+// that holds the caller's writes, so that a table the caller just created
+// is there); else the primary. Outside a transaction the description is
+// kept where it is valid (see descCache), for the executions.
+func (cn *conn) describe(ctx context.Context, query string) (*pgconn.StatementDescription, error) {
+	switch {
+	case cn.tx != nil && cn.tx.replica != nil:
+		return prepareOn(ctx, cn.tx.replica.Conn, query, nil)
+	case cn.tx != nil || cn.inSQLTx():
+		// It may see the transaction's own changes: not kept.
+		return prepareOn(ctx, cn.primary, query, nil)
+	case cn.primary != nil && !cn.epochChanged() && !cn.primary.Conn().IsClosed():
+		return prepareOn(ctx, cn.primary, query, cn.descsOf())
+	}
+	p := cn.c.plan(ctx, request{r: sqlclass.Result{Class: sqlclass.Read, Statements: 1}, pinned: cn.pinned}, false)
+	if p.err == nil && !p.primary {
+		h := cn.c.hosts[p.host]
+		if b, err := cn.borrow(ctx, h, p.check, p.wm); err == nil {
+			sd, err := prepareOn(ctx, b.Conn, query, &h.descs)
+			b.giveBack()
+			if err == nil || isPgError(err) {
+				return sd, err
+			}
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		// The replica could not check it: the primary does.
+	}
+	sc, err := cn.primaryConn(ctx, OpWrite)
+	if err != nil {
+		return nil, err
+	}
+	descs := cn.descsOf()
+	if cn.inSQLTx() {
+		descs = nil
+	}
+	return prepareOn(ctx, sc, query, descs)
+}
+
+// prepareOn describes query on sc and, with descs, keeps the description
+// there.
+func prepareOn(ctx context.Context, sc *stdlib.Conn, query string, descs *descCache) (*pgconn.StatementDescription, error) {
+	if sc.Conn().IsClosed() {
+		return nil, driver.ErrBadConn
+	}
+	sd, err := sc.Conn().PgConn().Prepare(ctx, "", query, nil)
+	if err != nil {
+		if pgconn.SafeToRetry(err) {
+			return nil, driver.ErrBadConn
+		}
+		return nil, err
+	}
+	if descs != nil {
+		descs.put(query, sd)
+	}
+	return sd, nil
+}
 
 // Exec implements driver.Stmt.
 func (s *stmt) Exec(args []driver.Value) (driver.Result, error) {

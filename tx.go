@@ -133,6 +133,11 @@ func (t *tx) run(ctx context.Context, r sqlclass.Result, cl *call, began time.Ti
 		}
 	}
 	err := cl.on(ctx, sc)
+	if err != nil {
+		// A stale statement aborted the transaction: its descriptions
+		// are dropped, and the error returned.
+		cn.runAgain(err, cl)
+	}
 	cn.c.report(RouteEvent{
 		Decision: Decision{Op: opOf(r.Class), Endpoint: cn.c.hosts[t.host].Name, Primary: t.replica == nil, Reason: ReasonInTx},
 		Query:    cl.query, Duration: time.Since(began), Err: err,

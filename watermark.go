@@ -184,28 +184,37 @@ func (c *Connector) wrote(ctx context.Context, host int, lsn lagmeter.LSN) {
 
 // wroteAfter raises the watermarks after one statement (or COMMIT) read
 // its position pipelined: to pos when it succeeded; not at all when the
-// server refused it (nothing committed); to an unknown position when the
-// connection failed under it (the answer was lost, not the commit).
+// server refused it (nothing committed) or it was never sent (an argument
+// that cannot be encoded); to an unknown position when the connection
+// failed under it (the answer was lost, not the commit).
 func (c *Connector) wroteAfter(ctx context.Context, host int, pos lagmeter.LSN, err error) {
 	switch {
 	case err == nil:
 		c.wrote(ctx, host, pos)
-	case isPgError(err) || errors.Is(err, pgx.ErrTxCommitRollback) || errors.Is(err, driver.ErrBadConn):
+	case isPgError(err) || isEncodeError(err) || errors.Is(err, pgx.ErrTxCommitRollback) || errors.Is(err, driver.ErrBadConn):
 	default:
 		c.wrote(ctx, host, 0)
 	}
 }
 
+// positionTimeout bounds insertLSN: past it the position is unknown (and
+// the session, which pgx closes on the timeout, is opened again).
+const positionTimeout = 5 * time.Second
+
 // insertLSN reads the primary's WAL insert position on pc, a primary
 // session, after a commit: every commit this session made is at or before
-// it. 0 when it cannot be read, or when nobody needs it (eventual
-// consistency).
+// it. 0 when it cannot be read within positionTimeout, or when nobody
+// needs it (eventual consistency).
 func (c *Connector) insertLSN(ctx context.Context, pc *pgx.Conn) lagmeter.LSN {
 	if c.cfg.Consistency != dsn.ConsistencySession {
 		return 0
 	}
+	// The statement has run: read the position even when the caller gave
+	// up, but not for ever (a primary that stalls after the write).
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), positionTimeout)
+	defer cancel()
 	var s string
-	if err := pc.QueryRow(context.WithoutCancel(ctx), insertPositionSQL).Scan(&s); err != nil {
+	if err := pc.QueryRow(ctx, insertPositionSQL).Scan(&s); err != nil {
 		return 0
 	}
 	lsn, err := lagmeter.ParseLSN(s)

@@ -1,0 +1,91 @@
+package pgrouted
+
+import (
+	"errors"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// This file is the recovery from stale statements: a schema change made
+// after a statement was prepared or described (a column added, dropped or
+// retyped; a table dropped and created again) makes the server refuse the
+// cached statement before running it. Outside a transaction the statement
+// runs again, freshly described (see maxStaleReruns); inside one the
+// transaction is aborted, and the error is returned.
+//
+// A stale statement is cached in two places, and both drop it on the
+// error: pgx's statement and description caches of the connection that
+// failed (pgx invalidates a statement's entries on any error of it:
+// Conn.exec and baseRows.Close in pgx v5.12), and the descriptions of the
+// pipelined paths (descCache), dropped here on every host and in the
+// connection's own.
+
+// staleStatement reports whether err is the server's refusal of a
+// statement whose cached plan or description no longer matches the schema,
+// raised before the statement ran:
+//
+//   - 0A000 "cached plan must not change result type": a prepared
+//     statement (pgx's statement cache) whose result columns changed,
+//     raised when the plan is revalidated, before execution;
+//   - 08P01 "bind message has N result formats but query has M columns":
+//     a Bind sent with the result formats of a stale description (the
+//     pipelined paths, pgx's description cache);
+//   - 26000 "prepared statement … does not exist": pgx's cached statement
+//     was deallocated on the server.
+//
+// An error raised inside a function (Where is set: a RAISE of the same
+// code, say) does not count: the function may have done anything before.
+func staleStatement(err error) bool {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.Where != "" {
+		return false
+	}
+	switch pe.Code {
+	case "0A000":
+		return pe.Message == "cached plan must not change result type"
+	case "08P01":
+		return strings.HasPrefix(pe.Message, "bind message has ") && strings.Contains(pe.Message, " result formats but query has ")
+	case "26000":
+		return strings.HasPrefix(pe.Message, "prepared statement ") && strings.HasSuffix(pe.Message, " does not exist")
+	}
+	return false
+}
+
+// dropStale forgets the descriptions of query everywhere the pipelined
+// paths keep them: every host's, and the connection's own.
+func (cn *conn) dropStale(query string) {
+	for _, h := range cn.c.hosts {
+		h.descs.drop(query)
+	}
+	if cn.descs != nil {
+		cn.descs.drop(query)
+	}
+}
+
+// maxStaleReruns bounds the runs of a statement after its first, each
+// after a stale statement. One is not enough under a migration: a DDL
+// statement waiting for the table's lock takes it the moment a reader's
+// implicit transaction ends, which may be the one of the statement's new
+// Prepare, and commits before its execution; the next DDL of the same
+// migration may do it again.
+const maxStaleReruns = 3
+
+// runAgain reports whether cl, which failed with err, may run once more
+// after a stale statement: err is staleStatement's (nothing ran), cl is one
+// statement (in a string of several, the ones before may have run), it did
+// not run again maxStaleReruns times already, and no transaction is open
+// (the server aborted it). The stale descriptions are dropped either way.
+// The caller runs it again on the same connection: another one may hold the
+// stale statement in its pgx cache too.
+func (cn *conn) runAgain(err error, cl *call) bool {
+	if !staleStatement(err) {
+		return false
+	}
+	cn.dropStale(cl.query)
+	if cl.reruns >= maxStaleReruns || !cl.single || cl.begin != nil || cn.tx != nil || cn.inSQLTx() {
+		return false
+	}
+	cl.reruns++
+	return true
+}
