@@ -274,7 +274,7 @@ func TestSelectionPolicies(t *testing.T) {
 		}
 	})
 	t.Run("latency", func(t *testing.T) {
-		if err := cluster.Node(1).Fault().Latency(30 * time.Millisecond); err != nil {
+		if err := cluster.Node(1).Fault().Latency(80 * time.Millisecond); err != nil {
 			t.Fatal(err)
 		}
 		defer cluster.Node(1).Fault().Latency(0)
@@ -286,7 +286,7 @@ func TestSelectionPolicies(t *testing.T) {
 			{[]string{"pgrouted_select=round-robin"}, false},    // 20ms window leaves node1 out
 			{[]string{"pgrouted_select=least-inflight"}, false}, // so does least-inflight's
 			{[]string{"pgrouted_latency_window=off"}, true},     // no window: both
-			{[]string{"pgrouted_latency_window=100ms"}, true},   // a wide one: both
+			{[]string{"pgrouted_latency_window=300ms"}, true},   // a wide one: both
 			{[]string{"pgrouted_select=weighted", "pgrouted_weights=1,5,1"}, false},
 		} {
 			db, conn, rec := open(t, tc.params...)
@@ -304,7 +304,7 @@ func TestSelectionPolicies(t *testing.T) {
 			}
 			on := readsOn(t, db, rec, 40)
 			if (on["node1"] > 0) != tc.both {
-				t.Fatalf("%v with node1 30ms slower: reads went to %v", tc.params, on)
+				t.Fatalf("%v with node1 80ms slower: reads went to %v", tc.params, on)
 			}
 			_ = conn
 		}
