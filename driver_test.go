@@ -176,6 +176,7 @@ func TestPreparedStatements(t *testing.T) {
 	mustExec(t, ctx, cluster.Primary(), "CREATE TABLE IF NOT EXISTS prep (id int)")
 	replicated(t, ctx)
 	db, conn, _ := open(t, "pgrouted_latency_window=off") // spreading, not latency, is tested
+	replicasReady(t, conn)
 	read, err := db.PrepareContext(ctx, "SELECT inet_server_port(), pg_is_in_recovery() WHERE $1::int > 0")
 	if err != nil {
 		t.Fatal(err)

@@ -126,6 +126,35 @@ func waitReplicaRoute(t testing.TB, conn *pgrouted.Connector) {
 	}
 }
 
+// replicasReady waits until every standby answered a probe of conn (healthy,
+// circuit closed, replay position known): from then on a read may go to any
+// of them. waitReplicaRoute returns as soon as one replica is eligible; a
+// test of how reads spread over all of them needs this too.
+func replicasReady(t testing.TB, conn *pgrouted.Connector) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		top := conn.Topology()
+		ready, standbys := top.Primary != "", 0
+		for _, h := range top.Hosts {
+			if h.Name == top.Primary {
+				continue
+			}
+			standbys++
+			if h.Role != "standby" || !h.Healthy || h.Circuit != "closed" || h.ReplayLSN == "" {
+				ready = false
+			}
+		}
+		if ready && standbys > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the standbys are not all eligible after 15s: %+v", top.Hosts)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // nodeByPort maps inet_server_port() to a node.
 func nodeByPort(t testing.TB, port int) *testcluster.Node {
 	t.Helper()

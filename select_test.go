@@ -242,7 +242,8 @@ func TestSelectionPolicies(t *testing.T) {
 	// The probes' round trips are noisy on a busy test machine: the
 	// latency window is off where it is not what is tested.
 	t.Run("weighted", func(t *testing.T) {
-		db, _, rec := open(t, "pgrouted_select=weighted", "pgrouted_weights=1,3,1", "pgrouted_latency_window=off")
+		db, conn, rec := open(t, "pgrouted_select=weighted", "pgrouted_weights=1,3,1", "pgrouted_latency_window=off")
+		replicasReady(t, conn)
 		on := readsOn(t, db, rec, 200)
 		share := float64(on["node1"]) / float64(on["node1"]+on["node2"])
 		t.Logf("weights 3:1 gave %v (node1 %.0f%%)", on, 100*share)
@@ -251,14 +252,15 @@ func TestSelectionPolicies(t *testing.T) {
 		}
 	})
 	t.Run("random", func(t *testing.T) {
-		db, _, rec := open(t, "pgrouted_select=random", "pgrouted_latency_window=off")
+		db, conn, rec := open(t, "pgrouted_select=random", "pgrouted_latency_window=off")
+		replicasReady(t, conn)
 		if on := readsOn(t, db, rec, 100); on["node1"] == 0 || on["node2"] == 0 {
 			t.Fatalf("random used %v", on)
 		}
 	})
 	t.Run("custom", func(t *testing.T) {
 		var calls atomic.Int64
-		db, _, rec := openDSN(t, cluster.DSN()+"&pgrouted_probe_interval=100ms&pgrouted_latency_window=off&pgrouted_names="+names(), func(cfg *pgrouted.Config) {
+		db, conn, rec := openDSN(t, cluster.DSN()+"&pgrouted_probe_interval=100ms&pgrouted_latency_window=off&pgrouted_names="+names(), func(cfg *pgrouted.Config) {
 			cfg.Select = func(_ context.Context, cs []pgrouted.Candidate) string {
 				calls.Add(1)
 				if len(cs) < 2 {
@@ -267,6 +269,7 @@ func TestSelectionPolicies(t *testing.T) {
 				return "node2"
 			}
 		})
+		replicasReady(t, conn)
 		// Every read that asked Select went to node2 (a read with a single
 		// eligible replica does not ask).
 		if on := readsOn(t, db, rec, 30); int64(on["node2"]) < calls.Load() || calls.Load() < 20 {
@@ -310,7 +313,8 @@ func TestSelectionPolicies(t *testing.T) {
 		}
 	})
 	t.Run("least-inflight", func(t *testing.T) {
-		db, _, rec := open(t, "pgrouted_select=least-inflight", "pgrouted_latency_window=off")
+		db, conn, rec := open(t, "pgrouted_select=least-inflight", "pgrouted_latency_window=off")
+		replicasReady(t, conn)
 		ctx := testCtx(t)
 		// Keep a read open on node1.
 		var held []*sql.Rows
