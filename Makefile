@@ -7,18 +7,24 @@
 #               PostgreSQL clusters
 #
 # Both install PostgreSQL when it is missing and this runs as root with
-# apt-get; otherwise they say which command to run.
+# apt-get; otherwise they say which command to run. `make test` does the same
+# for Patroni and etcd (apt-get install -y patroni etcd-server).
 
-.PHONY: demo test postgres vet fmt
+.PHONY: demo test postgres patroni vet fmt
 
 demo: postgres
 	go run ./cmd/pgrouted demo
 
-test: postgres
+test: postgres patroni
 	./scripts/test.sh
 
 postgres:
 	@./scripts/ensure-postgres.sh
+
+# Patroni and etcd, for the tests of the Patroni topology provider (the demo
+# does not need them).
+patroni:
+	@./scripts/ensure-patroni.sh
 
 vet:
 	go vet ./...
