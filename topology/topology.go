@@ -43,6 +43,14 @@ type Options struct {
 	// OnProbe, when set, is called by the tracker after each probe of host
 	// i, with the probe's error (nil on success). It must not block.
 	OnProbe func(i int, err error)
+
+	// Provider, when set, is the authority on which host leads and which
+	// serve (Patroni, an orchestrator, the application): a host is then the
+	// primary only when the provider names it leader and its own probe
+	// finds it out of recovery, both inside the lease. The Topology asks it
+	// every Interval, and whenever its Changes channel delivers. Without
+	// it, the probes alone decide.
+	Provider Provider
 }
 
 // ProbeApplicationName is the application_name of probe connections.
@@ -60,6 +68,7 @@ type Topology struct {
 	history *lagmeter.History             // the primary's WAL positions, for staleness bounds
 
 	results chan result
+	views   chan viewResult // from the provider's poller
 	kicks   []chan struct{} // one per host: probe now
 	done    chan struct{}
 	wg      sync.WaitGroup
@@ -91,6 +100,7 @@ func New(hosts []Host, opts Options) (*Topology, error) {
 		hosts:   make([]Host, len(hosts)),
 		opts:    opts,
 		results: make(chan result, len(hosts)),
+		views:   make(chan viewResult, 1),
 		kicks:   make([]chan struct{}, len(hosts)),
 		done:    make(chan struct{}),
 		subs:    make(map[*subscription]struct{}),
@@ -120,6 +130,12 @@ func New(hosts []Host, opts Options) (*Topology, error) {
 		t.kicks[i] = make(chan struct{}, 1)
 		first.Hosts[i] = HostState{Name: h.Name, Addr: h.Addr}
 	}
+	if opts.Provider != nil {
+		first.Provider = &ProviderState{Name: opts.Provider.Name()}
+		for i := range first.Hosts {
+			first.Hosts[i].NoReads = true
+		}
+	}
 	t.snap.Store(first)
 	tr := newTracker(t, first)
 	t.wg.Add(1 + len(hosts))
@@ -127,6 +143,13 @@ func New(hosts []Host, opts Options) (*Topology, error) {
 		defer t.wg.Done()
 		tr.run()
 	}()
+	if opts.Provider != nil {
+		t.wg.Add(1)
+		go func() {
+			defer t.wg.Done()
+			t.pollProvider()
+		}()
+	}
 	for i := range t.hosts {
 		p := &prober{t: t, i: i}
 		go func() {

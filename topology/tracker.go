@@ -22,10 +22,18 @@ type tracker struct {
 	conflicts   uint64
 	conflict    bool
 	sync        [][]SyncStandby // per host, from its last probe as primary
+
+	// With a provider: where each host listens, for matching members; the
+	// authority of its last view, when that view's request was sent, and
+	// what the snapshot shows of it.
+	endpoints []Endpoint
+	auth      *Authority
+	viewAt    time.Time
+	prov      ProviderState
 }
 
 func newTracker(t *Topology, first *Snapshot) *tracker {
-	return &tracker{
+	tr := &tracker{
 		t:           t,
 		hosts:       slices.Clone(first.Hosts),
 		claims:      make([]*claim, len(first.Hosts)),
@@ -34,6 +42,18 @@ func newTracker(t *Topology, first *Snapshot) *tracker {
 		lastPrimary: -1,
 		histHost:    -1,
 	}
+	if t.opts.Provider != nil {
+		tr.prov = ProviderState{Name: t.opts.Provider.Name()}
+		for _, h := range t.hosts {
+			tr.endpoints = append(tr.endpoints, endpointOf(h))
+		}
+	}
+	return tr
+}
+
+// endpointOf is where h listens, as members are matched to it.
+func endpointOf(h Host) Endpoint {
+	return Endpoint{Host: h.Config.Host, Port: h.Config.Port}
 }
 
 func (tr *tracker) run() {
@@ -44,6 +64,8 @@ func (tr *tracker) run() {
 		select {
 		case r := <-tr.t.results:
 			tr.apply(r)
+		case v := <-tr.t.views:
+			tr.applyView(v)
 		case <-tick.C:
 			tr.evaluate(false, nil)
 		case <-tr.t.done:
@@ -112,6 +134,40 @@ func (tr *tracker) apply(r result) {
 	tr.evaluate(r.err == nil && !r.inRecovery, &r)
 }
 
+// applyView takes in one answer of the provider: on success its authority
+// replaces the last one and its lease is refreshed; on failure the last
+// view stays, its lease running out.
+func (tr *tracker) applyView(v viewResult) {
+	if v.err != nil {
+		tr.prov.LastError = v.err.Error()
+		tr.evaluate(false, nil)
+		return
+	}
+	a := Authorize(v.view, tr.endpoints)
+	tr.auth, tr.viewAt = &a, v.sentAt
+	tr.prov.LastError = ""
+	tr.prov.Endpoint = v.view.Endpoint
+	tr.prov.Confirmed = v.sentAt
+	tr.prov.Conflict, tr.prov.Unknown = a.Conflict, a.Unknown
+	tr.prov.Leader, tr.prov.LeaderTimeline = "", a.LeaderTimeline
+	if a.Leader >= 0 {
+		tr.prov.Leader = tr.hosts[a.Leader].Name
+	}
+	for i := range tr.hosts {
+		h := &tr.hosts[i]
+		h.Member, h.MemberRole, h.MemberState, h.NoLoadBalance = "", "", "", false
+		if k := a.Member[i]; k >= 0 {
+			m := v.view.Members[k]
+			h.Member, h.MemberRole, h.MemberState, h.NoLoadBalance = m.Name, m.Role, m.State, m.NoLoadBalance
+		}
+		h.NoReads = !a.Readable[i]
+	}
+	if a.Conflict {
+		tr.conflicts++
+	}
+	tr.evaluate(false, nil)
+}
+
 // evaluate decides the primary and publishes a snapshot. observed is true
 // when called for a probe that saw a host out of recovery.
 func (tr *tracker) evaluate(observed bool, r *result) {
@@ -122,9 +178,15 @@ func (tr *tracker) evaluate(observed bool, r *result) {
 			claims = append(claims, *c)
 		}
 	}
-	d := decide(claims, now, tr.t.opts.Lease)
-	if d.conflict && observed {
-		tr.conflicts++
+	var d decision
+	if tr.t.opts.Provider != nil {
+		// Conflicts are counted per view, in applyView.
+		d = decideProvider(claims, tr.auth, tr.viewAt, now, tr.t.opts.Lease)
+	} else {
+		d = decide(claims, now, tr.t.opts.Lease)
+		if d.conflict && observed {
+			tr.conflicts++
+		}
 	}
 	if d.conflict && !tr.conflict {
 		tr.emit(Event{Kind: EventConflict, Epoch: tr.epoch})
@@ -159,6 +221,10 @@ func (tr *tracker) publish(now time.Time) {
 		Conflicts: tr.conflicts,
 		Conflict:  tr.conflict,
 		Taken:     now,
+	}
+	if tr.t.opts.Provider != nil {
+		p := tr.prov
+		s.Provider = &p
 	}
 	for i := range s.Hosts {
 		s.Hosts[i].SyncState = ""
