@@ -101,7 +101,7 @@ type View struct {
 
 // matches reports whether m is the host at host:port.
 func (m Member) matches(host string, port uint16) bool {
-	return m.Port == port && strings.EqualFold(m.Host, host)
+	return host != "" && m.Port == port && strings.EqualFold(m.Host, host)
 }
 
 // Authority is what the rules make of a provider's view over the hosts

@@ -118,6 +118,14 @@ type HostState struct {
 	// its last view does not list it, lists it neither running nor
 	// streaming, or tags it noloadbalance. Always false without a provider.
 	NoReads bool `json:"noReads,omitempty"`
+
+	// Discovered is true for a host the provider reported that the
+	// configuration does not name (Options.Discover).
+	Discovered bool `json:"discovered,omitempty"`
+
+	// Removed is true for a discovered host that left the provider's view:
+	// it is no longer probed and serves nothing. Its index is never reused.
+	Removed bool `json:"removed,omitempty"`
 }
 
 // Snapshot is an immutable picture of the cluster. Readers get it with
@@ -190,10 +198,11 @@ func (s *Snapshot) LeaseRemaining(now time.Time) time.Duration {
 	return s.Lease - now.Sub(s.Confirmed)
 }
 
-// Index returns the index of the host named name, or -1.
+// Index returns the index of the host named name, or -1. A removed host
+// is not found.
 func (s *Snapshot) Index(name string) int {
 	for i := range s.Hosts {
-		if s.Hosts[i].Name == name {
+		if s.Hosts[i].Name == name && !s.Hosts[i].Removed {
 			return i
 		}
 	}

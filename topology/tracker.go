@@ -30,6 +30,11 @@ type tracker struct {
 	auth      *Authority
 	viewAt    time.Time
 	prov      ProviderState
+
+	// stops has, per host, the channel that stops its prober; initial is
+	// the number of configured hosts (the others were discovered).
+	stops   []chan struct{}
+	initial int
 }
 
 func newTracker(t *Topology, first *Snapshot) *tracker {
@@ -41,14 +46,77 @@ func newTracker(t *Topology, first *Snapshot) *tracker {
 		primary:     -1,
 		lastPrimary: -1,
 		histHost:    -1,
+		initial:     len(first.Hosts),
 	}
 	if t.opts.Provider != nil {
 		tr.prov = ProviderState{Name: t.opts.Provider.Name()}
-		for _, h := range t.hosts {
-			tr.endpoints = append(tr.endpoints, endpointOf(h))
-		}
 	}
 	return tr
+}
+
+// startProber starts the prober of host i, h being its probe
+// configuration (see probeHost). Hosts are started in index order.
+func (tr *tracker) startProber(i int, h Host) {
+	t := tr.t
+	kick, stop := make(chan struct{}, 1), make(chan struct{})
+	tr.endpoints = append(tr.endpoints, endpointOf(h))
+	tr.stops = append(tr.stops, stop)
+	kicks := append(slices.Clone(*t.kicks.Load()), kick)
+	t.kicks.Store(&kicks)
+	p := &prober{t: t, i: i, host: h, kick: kick, stop: stop}
+	t.wg.Add(1)
+	go func() {
+		defer t.wg.Done()
+		p.run()
+	}()
+}
+
+// discover adds a host for each member of v that matches none (see
+// Options.Discover), and removes the discovered hosts that v no longer
+// lists (see Options.OnRemove). It reports whether the hosts changed.
+func (tr *tracker) discover(v View, a *Authority) bool {
+	opts := &tr.t.opts
+	if opts.Discover == nil {
+		return false
+	}
+	changed := false
+	known := make([]bool, len(v.Members))
+	for _, k := range a.Member {
+		if k >= 0 {
+			known[k] = true
+		}
+	}
+	for k, m := range v.Members {
+		if known[k] || m.Host == "" || m.Port == 0 {
+			continue
+		}
+		i := len(tr.hosts)
+		h, ok := opts.Discover(i, m)
+		if !ok || h.Config == nil {
+			continue
+		}
+		tr.hosts = append(tr.hosts, HostState{Name: h.Name, Addr: h.Addr, Discovered: true})
+		tr.claims = append(tr.claims, nil)
+		tr.sync = append(tr.sync, nil)
+		tr.startProber(i, probeHost(h, opts.Timeout))
+		tr.emit(Event{Kind: EventHostAdded, Host: h.Name})
+		changed = true
+	}
+	for i := tr.initial; i < len(tr.hosts); i++ {
+		if tr.hosts[i].Removed || (i < len(a.Member) && a.Member[i] >= 0) {
+			continue
+		}
+		close(tr.stops[i])
+		tr.hosts[i] = HostState{Name: tr.hosts[i].Name, Addr: tr.hosts[i].Addr, Discovered: true, Removed: true, NoReads: true}
+		tr.claims[i], tr.sync[i] = nil, nil
+		tr.endpoints[i] = Endpoint{} // matches no member any more
+		if opts.OnRemove != nil {
+			opts.OnRemove(i)
+		}
+		tr.emit(Event{Kind: EventHostRemoved, Host: tr.hosts[i].Name})
+		changed = true
+	}
+	return changed
 }
 
 // endpointOf is where h listens, as members are matched to it.
@@ -78,6 +146,10 @@ const ewmaWeight = 0.2
 
 func (tr *tracker) apply(r result) {
 	h := &tr.hosts[r.i]
+	if h.Removed {
+		// Sent before its prober stopped.
+		return
+	}
 	wasHealthy, known := h.Healthy, !h.LastProbe.IsZero()
 	h.LastProbe = r.sentAt
 	if r.err != nil {
@@ -144,6 +216,9 @@ func (tr *tracker) applyView(v viewResult) {
 		return
 	}
 	a := Authorize(v.view, tr.endpoints)
+	if tr.discover(v.view, &a) {
+		a = Authorize(v.view, tr.endpoints)
+	}
 	tr.auth, tr.viewAt = &a, v.sentAt
 	tr.prov.LastError = ""
 	tr.prov.Endpoint = v.view.Endpoint
@@ -161,6 +236,9 @@ func (tr *tracker) applyView(v viewResult) {
 			h.Member, h.MemberRole, h.MemberState, h.NoLoadBalance = m.Name, m.Role, m.State, m.NoLoadBalance
 		}
 		h.NoReads = !a.Readable[i]
+		if h.Removed {
+			h.Member, h.MemberRole, h.MemberState = "", "", ""
+		}
 	}
 	if a.Conflict {
 		tr.conflicts++
