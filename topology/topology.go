@@ -85,7 +85,7 @@ type Topology struct {
 	// replaces the slice when it adds a host.
 	kicks atomic.Pointer[[]chan struct{}]
 	done  chan struct{}
-	wg      sync.WaitGroup
+	wg    sync.WaitGroup
 
 	subMu   sync.Mutex
 	subs    map[*subscription]struct{}
