@@ -41,6 +41,16 @@ type Config struct {
 	// When it returns another name, the policy chooses. It runs on the
 	// statement's goroutine for every such read: keep it fast.
 	Select func(ctx context.Context, candidates []Candidate) string
+
+	// Provider, when set, is the application's or an orchestrator's
+	// authority on which host leads and which hosts serve (see
+	// [topology.Provider]; [topology.Manual] is a small one to drive from
+	// code), under the same rules as pgrouted_topology=patroni: a write
+	// goes to a host only when the provider names it leader and the
+	// host's own probe finds it out of recovery, both inside
+	// pgrouted_lease; two leaders mean no primary. It cannot be combined
+	// with pgrouted_topology=patroni, which builds a provider of its own.
+	Provider topology.Provider
 }
 
 // Candidate is an eligible replica offered to Config.Select.
@@ -141,7 +151,13 @@ func NewConnector(cfg *Config) (*Connector, error) {
 	// own.Config.Select is the pgrouted_select policy; own.Select, the
 	// Config.Select hook, goes in front of it.
 	c.picker = newPicker(own.Config.Select, own.LatencyWindow, c.hosts, own.Select, own.Logger)
+	prov, err := newProvider(&own)
+	if err != nil {
+		c.closePools()
+		return nil, err
+	}
 	top, err := topology.New(th, topology.Options{
+		Provider: prov,
 		Interval: own.ProbeInterval,
 		Lease:    own.Lease,
 		OnProbe:  func(i int, err error) { c.hosts[i].breaker.ReportProbe(err) },
@@ -158,6 +174,25 @@ func NewConnector(cfg *Config) (*Connector, error) {
 	go c.watch(events)
 	c.funcs.start(c.loadCatalog, DefaultConnectTimeout+5*time.Second, own.ProbeInterval)
 	return c, nil
+}
+
+// newProvider returns the topology provider cfg asks for: Patroni's under
+// pgrouted_topology=patroni, else Config.Provider, else none (the probes
+// alone).
+func newProvider(cfg *Config) (topology.Provider, error) {
+	switch {
+	case cfg.Topology == dsn.TopologyPatroni && cfg.Provider != nil:
+		return nil, fmt.Errorf("pgrouted: pgrouted_topology=patroni and Config.Provider are both set: choose one")
+	case cfg.Topology == dsn.TopologyPatroni:
+		p, err := topology.NewPatroni(cfg.PatroniEndpoints, cfg.PatroniTimeout, nil)
+		if err != nil {
+			return nil, fmt.Errorf("pgrouted: pgrouted_patroni_endpoints: %w", err)
+		}
+		return p, nil
+	case cfg.Discover && cfg.Provider == nil:
+		return nil, fmt.Errorf("pgrouted: pgrouted_discover=true needs a topology provider: pgrouted_topology=patroni, or Config.Provider")
+	}
+	return cfg.Provider, nil
 }
 
 // Connect implements driver.Connector. It does no I/O: a connection opens

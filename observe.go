@@ -25,8 +25,36 @@ type Snapshot struct {
 	ConflictingPrimaries uint64 `json:"conflictingPrimaries"`
 	// Taken is when the snapshot was taken.
 	Taken time.Time `json:"taken"`
+	// Provider is the topology provider's state (pgrouted_topology=patroni
+	// or Config.Provider); nil when the probes alone decide.
+	Provider *ProviderInfo `json:"provider,omitempty"`
 	// Hosts are in DSN order.
 	Hosts []HostInfo `json:"hosts"`
+}
+
+// ProviderInfo is the topology provider's part of a [Snapshot]. It holds no
+// password: a Patroni URL's is redacted.
+type ProviderInfo struct {
+	// Name is the provider's: "patroni", "manual", or an application's.
+	Name string `json:"name"`
+	// Endpoint is where its last answer came from (the Patroni URL).
+	Endpoint string `json:"endpoint,omitempty"`
+	// LeaseRemainingMs is how long its last answer stays authoritative; 0
+	// once pgrouted_lease has passed without one.
+	LeaseRemainingMs float64 `json:"leaseRemainingMs"`
+	// Leader is the host its last answer names leader and that pgrouted
+	// knows, "" for none. It is the primary only when the host's own probe
+	// also finds it out of recovery (see Snapshot.Primary).
+	Leader string `json:"leader,omitempty"`
+	// LeaderTimeline is the leader's timeline as the provider reports it.
+	LeaderTimeline uint32 `json:"leaderTimeline,omitempty"`
+	// UnknownLeader names a running leader it reports that is no host
+	// pgrouted knows (not authorised).
+	UnknownLeader string `json:"unknownLeader,omitempty"`
+	// Conflict is true when its last answer named two running leaders.
+	Conflict bool `json:"conflict,omitempty"`
+	// LastError is its last failure, empty after an answer.
+	LastError string `json:"lastError,omitempty"`
 }
 
 // HostInfo is one host in a [Snapshot].
@@ -62,6 +90,17 @@ type HostInfo struct {
 	Pool PoolInfo `json:"pool"`
 	// LastError is the last probe error, if the last probe failed.
 	LastError string `json:"lastError,omitempty"`
+	// Member, MemberRole and MemberState are what the topology provider
+	// says of the host: its member name, role (leader, replica,
+	// sync_standby, standby_leader) and state (running, streaming, ...).
+	Member      string `json:"member,omitempty"`
+	MemberRole  string `json:"memberRole,omitempty"`
+	MemberState string `json:"memberState,omitempty"`
+	// NoLoadBalance is true when the provider tags it noloadbalance.
+	NoLoadBalance bool `json:"noLoadBalance,omitempty"`
+	// NoReads is true when the provider lets it serve no reads (not
+	// listed, not running or streaming, or noloadbalance).
+	NoReads bool `json:"noReads,omitempty"`
 }
 
 // PoolInfo describes a replica connection pool.
@@ -86,6 +125,15 @@ func (c *Connector) Topology() Snapshot {
 	if s.LeaseValid(now) {
 		out.Primary = s.Hosts[s.Primary].Name
 	}
+	if p := s.Provider; p != nil {
+		out.Provider = &ProviderInfo{
+			Name: p.Name, Endpoint: p.Endpoint, Leader: p.Leader, LeaderTimeline: p.LeaderTimeline,
+			UnknownLeader: p.Unknown, Conflict: p.Conflict, LastError: p.LastError,
+		}
+		if !p.Confirmed.IsZero() {
+			out.Provider.LeaseRemainingMs = ms(max(s.Lease-now.Sub(p.Confirmed), 0))
+		}
+	}
 	var primaryInsert lagmeter.LSN
 	if s.Primary >= 0 {
 		p := &s.Hosts[s.Primary]
@@ -106,6 +154,11 @@ func (c *Connector) Topology() Snapshot {
 			InflightReads: hs.inflight(),
 			Pool:          PoolInfo{Total: st.TotalConns(), Idle: st.IdleConns(), Acquired: st.AcquiredConns(), Max: st.MaxConns()},
 			LastError:     h.LastError,
+			Member:        h.Member,
+			MemberRole:    h.MemberRole,
+			MemberState:   h.MemberState,
+			NoLoadBalance: h.NoLoadBalance,
+			NoReads:       h.NoReads,
 		}
 		if h.Role.String() == "standby" {
 			replay := hs.replay(h)

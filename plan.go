@@ -280,7 +280,8 @@ func (c *Connector) pickReplica(s *topology.Snapshot, rc readCtx, advance bool, 
 	saturated := 0
 	for i := range s.Hosts {
 		h := &s.Hosts[i]
-		if h.Role != topology.RoleStandby || i == s.Primary {
+		if h.Role != topology.RoleStandby || i == s.Primary || h.NoReads {
+			// NoReads: the topology provider lets it serve no reads.
 			continue
 		}
 		standbys++
