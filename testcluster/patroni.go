@@ -1117,14 +1117,17 @@ func (c *PatroniCluster) Close() error {
 			m.rest.Close()
 		}
 	}
+	// The directory goes first: the watchdog then finds no pid file to
+	// act on (a killed postmaster's postmaster.pid names a process that
+	// may still be a zombie, or whose pid may be reused) and ends at once.
+	if err := os.RemoveAll(c.base); err != nil {
+		errs = append(errs, fmt.Errorf("testcluster: %w", err))
+	}
 	if c.watchdogPipe != nil {
-		c.watchdogPipe.Close() // the watchdog finds nothing running and removes base
+		c.watchdogPipe.Close()
 		if err := c.watchdog.Wait(); err != nil {
 			errs = append(errs, fmt.Errorf("testcluster: watchdog: %w", err))
 		}
-	}
-	if err := os.RemoveAll(c.base); err != nil {
-		errs = append(errs, fmt.Errorf("testcluster: %w", err))
 	}
 	c.opts.Logf("testcluster: Patroni cluster closed in %s", time.Since(began).Round(time.Millisecond))
 	return errors.Join(errs...)
