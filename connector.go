@@ -86,7 +86,7 @@ var DefaultConnectTimeout = 5 * time.Second
 // closes it.
 type Connector struct {
 	cfg    Config
-	hosts  []*host // in DSN order, as in topology snapshots
+	hosts  hostTable // in DSN order, then discovered ones, as in topology snapshots
 	top    *topology.Topology
 	picker picker // chooses among eligible replicas (pick.go)
 
@@ -107,6 +107,9 @@ type Connector struct {
 	// loggedTimeline is the last timeline for which a possible loss of
 	// writes was logged.
 	loggedTimeline atomic.Uint32
+
+	// drains are the pools of removed hosts being closed.
+	drains sync.WaitGroup
 
 	logDone chan struct{}
 	closeMu sync.Mutex
@@ -146,22 +149,29 @@ func NewConnector(cfg *Config) (*Connector, error) {
 			c.closePools()
 			return nil, err
 		}
-		c.hosts = append(c.hosts, hs)
+		c.hosts.add(hs)
 	}
 	// own.Config.Select is the pgrouted_select policy; own.Select, the
 	// Config.Select hook, goes in front of it.
-	c.picker = newPicker(own.Config.Select, own.LatencyWindow, c.hosts, own.Select, own.Logger)
+	c.picker = newPicker(own.Config.Select, own.LatencyWindow, &c.hosts, own.Select, own.Logger)
 	prov, err := newProvider(&own)
 	if err != nil {
 		c.closePools()
 		return nil, err
 	}
+	var discover func(int, topology.Member) (topology.Host, bool)
+	var onRemove func(int)
+	if own.Discover {
+		discover, onRemove = c.discoverHost, c.removeHost
+	}
 	top, err := topology.New(th, topology.Options{
 		Provider: prov,
+		Discover: discover,
+		OnRemove: onRemove,
 		Interval: own.ProbeInterval,
 		Lease:    own.Lease,
-		OnProbe:  func(i int, err error) { c.hosts[i].breaker.ReportProbe(err) },
-		Backoff:  func(i, _ int) time.Duration { return c.hosts[i].breaker.ProbeBackoff() },
+		OnProbe:  func(i int, err error) { c.hosts.at(i).breaker.ReportProbe(err) },
+		Backoff:  func(i, _ int) time.Duration { return c.hosts.at(i).breaker.ProbeBackoff() },
 	})
 	if err != nil {
 		c.closePools()
@@ -246,7 +256,7 @@ func (c *Connector) strictBoot(ctx context.Context) error {
 // a host whose circuit opened.
 func (c *Connector) circuitChanged(ch circuit.Change) {
 	if ch.To == circuit.Open {
-		for _, h := range c.hosts {
+		for _, h := range c.hosts.all() {
 			if h.Name == ch.Name {
 				h.flight.abort()
 			}
@@ -279,17 +289,18 @@ func (c *Connector) Close() error {
 	if c.logDone != nil {
 		<-c.logDone
 	}
-	for i, h := range c.hosts {
-		if !s.Hosts[i].Healthy || !h.breaker.Allow() {
+	for i := range s.Hosts {
+		if h := c.hosts.at(i); !h.removed.Load() && (!s.Hosts[i].Healthy || !h.breaker.Allow()) {
 			h.dropIdle()
 		}
 	}
 	c.closePools()
+	c.drains.Wait()
 	return nil
 }
 
 func (c *Connector) closePools() {
-	for _, h := range c.hosts {
+	for _, h := range c.hosts.all() {
 		h.pool.Close()
 	}
 }
@@ -306,7 +317,8 @@ func (c *Connector) watch(events <-chan topology.Event) {
 			continue
 		}
 		attrs := []any{"event", e.Kind.String()}
-		if e.Kind != topology.EventHostUp && e.Kind != topology.EventHostDown {
+		switch e.Kind {
+		case topology.EventPrimaryChanged, topology.EventPrimaryLost, topology.EventConflict:
 			attrs = append(attrs, "epoch", e.Epoch)
 		}
 		if e.Host != "" {

@@ -101,6 +101,9 @@ type HostInfo struct {
 	// NoReads is true when the provider lets it serve no reads (not
 	// listed, not running or streaming, or noloadbalance).
 	NoReads bool `json:"noReads,omitempty"`
+	// Discovered is true for a host the topology provider reported that
+	// the DSN does not name (pgrouted_discover).
+	Discovered bool `json:"discovered,omitempty"`
 }
 
 // PoolInfo describes a replica connection pool.
@@ -120,7 +123,7 @@ func (c *Connector) Topology() Snapshot {
 		LeaseRemainingMs:     ms(s.LeaseRemaining(now)),
 		ConflictingPrimaries: s.Conflicts,
 		Taken:                now,
-		Hosts:                make([]HostInfo, len(s.Hosts)),
+		Hosts:                make([]HostInfo, 0, len(s.Hosts)),
 	}
 	if s.LeaseValid(now) {
 		out.Primary = s.Hosts[s.Primary].Name
@@ -140,7 +143,11 @@ func (c *Connector) Topology() Snapshot {
 		primaryInsert = p.Layout.RecordEnd(p.InsertLSN)
 	}
 	for i := range s.Hosts {
-		h, hs := &s.Hosts[i], c.hosts[i]
+		h, hs := &s.Hosts[i], c.hosts.at(i)
+		if h.Removed {
+			// A discovered host that left: gone, once drained.
+			continue
+		}
 		st := hs.pool.Stat()
 		hi := HostInfo{
 			Name:          h.Name,
@@ -159,6 +166,7 @@ func (c *Connector) Topology() Snapshot {
 			MemberState:   h.MemberState,
 			NoLoadBalance: h.NoLoadBalance,
 			NoReads:       h.NoReads,
+			Discovered:    h.Discovered,
 		}
 		if h.Role.String() == "standby" {
 			replay := hs.replay(h)
@@ -175,7 +183,7 @@ func (c *Connector) Topology() Snapshot {
 				}
 			}
 		}
-		out.Hosts[i] = hi
+		out.Hosts = append(out.Hosts, hi)
 	}
 	return out
 }
@@ -308,8 +316,8 @@ func (c *Connector) count(ev *RouteEvent) {
 	if ev.Endpoint == "" {
 		return
 	}
-	for _, h := range c.hosts {
-		if h.Name == ev.Endpoint {
+	for _, h := range c.hosts.all() {
+		if h.Name == ev.Endpoint && !h.removed.Load() {
 			h.statements[opIndex(ev.Op)].Add(1)
 			break
 		}
@@ -339,12 +347,19 @@ func (c *Connector) Stats() Stats {
 	if e := c.top.Snapshot().Epoch; e > 1 {
 		st.Failovers = e - 1
 	}
-	for _, h := range c.hosts {
+	for _, h := range c.hosts.all() {
 		m := map[string]uint64{}
 		for j, op := range opNames {
 			if n := h.statements[j].Load(); n > 0 {
 				m[op] = n
 			}
+		}
+		if prev, ok := st.Statements[h.Name]; ok {
+			// A discovered host that left and came back: one name.
+			for op, n := range m {
+				prev[op] += n
+			}
+			continue
 		}
 		st.Statements[h.Name] = m
 	}

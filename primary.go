@@ -50,7 +50,7 @@ func (cn *conn) primaryConn(ctx context.Context, op string) (*stdlib.Conn, error
 		if cn.primary != nil {
 			return cn.primary, nil
 		}
-		h := cn.c.hosts[idx]
+		h := cn.c.hosts.at(idx)
 		dc, err := h.sessions.Connect(ctx)
 		if err == nil {
 			sc := dc.(*stdlib.Conn)
@@ -103,7 +103,7 @@ func (cn *conn) closePrimary() {
 // once the session changed its state (a SET search_path, say), its own.
 func (cn *conn) descsOf() *descCache {
 	if !cn.pinned {
-		return &cn.c.hosts[cn.host].descs
+		return &cn.c.hosts.at(cn.host).descs
 	}
 	if cn.descs == nil {
 		cn.descs = new(descCache)
@@ -193,7 +193,7 @@ func (cn *conn) runOnPrimary(ctx context.Context, p *plan, r sqlclass.Result, ev
 		if err != nil {
 			return err
 		}
-		ev.Primary, ev.Endpoint = true, cn.c.hosts[cn.host].Name
+		ev.Primary, ev.Endpoint = true, cn.c.hosts.at(cn.host).Name
 		inTx := cn.inSQLTx()
 		if r.Has(sqlclass.Session) || p.pin {
 			// Pin before running: even a failed string may have changed

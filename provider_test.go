@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -257,5 +258,119 @@ func TestProviderConfigErrors(t *testing.T) {
 	}
 	if _, err := pgrouted.NewConnector(cfg); err == nil {
 		t.Error("NewConnector accepted pgrouted_discover=true without a provider")
+	}
+}
+
+// dsnOf returns the cluster's DSN naming only nodes (through their fault
+// points), with their names.
+func dsnOf(t *testing.T, nodes ...*testcluster.Node) string {
+	t.Helper()
+	all := []string{cluster.Primary().Addr()}
+	for _, r := range cluster.Replicas() {
+		all = append(all, r.Addr())
+	}
+	var addrs, names []string
+	for _, n := range nodes {
+		addrs = append(addrs, n.Addr())
+		names = append(names, n.Name())
+	}
+	full := cluster.DSN()
+	sub := strings.Replace(full, "@"+strings.Join(all, ",")+"/", "@"+strings.Join(addrs, ",")+"/", 1)
+	if sub == full {
+		t.Fatalf("cannot take hosts out of the cluster's DSN")
+	}
+	return sub + "&pgrouted_names=" + strings.Join(names, ",")
+}
+
+// markedReadsOn runs n plain reads carrying marker and returns the nodes whose
+// logs hold it.
+func markedReadsOn(t *testing.T, ctx context.Context, db *sql.DB, n int, marker string) []string {
+	t.Helper()
+	for k := 0; k < n; k++ {
+		var s string
+		if err := db.QueryRowContext(ctx, "SELECT '"+marker+"'").Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return ranOn(t, marker)
+}
+
+func TestDiscover(t *testing.T) {
+	ctx := testCtx(t)
+	primary, replicas := cluster.Primary(), cluster.Replicas()
+	named, unnamed := replicas[0], replicas[1]
+	m := topology.NewManual()
+	// The named replica serves no reads (noloadbalance): the member the
+	// DSN does not name is the only one that can.
+	view := func(withUnnamed bool) []topology.Member {
+		ms := []topology.Member{memberOf(t, primary, topology.MemberLeader, topology.StateRunning)}
+		nb := memberOf(t, named, topology.MemberReplica, topology.StateStreaming)
+		nb.NoLoadBalance = true
+		ms = append(ms, nb)
+		if withUnnamed {
+			ms = append(ms, memberOf(t, unnamed, topology.MemberReplica, topology.StateStreaming))
+		}
+		return ms
+	}
+	m.SetMembers(view(true))
+	dsn := dsnOf(t, primary, named) + "&pgrouted_probe_interval=100ms&pgrouted_discover=true&pgrouted_latency_window=off"
+	db, conn, rec := openDSN(t, dsn, func(c *pgrouted.Config) { c.Provider = m })
+
+	top := conn.Topology()
+	var found *pgrouted.HostInfo
+	for i := range top.Hosts {
+		if top.Hosts[i].Name == unnamed.Name() {
+			found = &top.Hosts[i]
+		}
+	}
+	if len(top.Hosts) != 3 || found == nil || !found.Discovered || found.Address != unnamed.Addr() || found.Role != "standby" {
+		t.Fatalf("hosts %+v: want the DSN's two and %s discovered at %s as a standby", top.Hosts, unnamed.Name(), unnamed.Addr())
+	}
+	marker := fmt.Sprintf("discover-%d", time.Now().UnixNano())
+	if on := markedReadsOn(t, ctx, db, 5, marker); len(on) != 1 || on[0] != unnamed.Name() {
+		t.Fatalf("reads ran on %v, want only the discovered %s", on, unnamed.Name())
+	}
+	for _, e := range rec.snapshot() {
+		if strings.Contains(e.Query, marker) && e.Endpoint != unnamed.Name() {
+			t.Fatalf("a read's route event names %s (%s), want %s", e.Endpoint, e.Reason, unnamed.Name())
+		}
+	}
+	if n := conn.Stats().Statements[unnamed.Name()][pgrouted.OpRead]; n < 5 {
+		t.Fatalf("Stats counts %d reads on %s, want at least 5", n, unnamed.Name())
+	}
+
+	// The member leaves: the host is dropped, reads fall back to the
+	// primary.
+	m.SetMembers(view(false))
+	waitTopology(t, conn, 10*time.Second, unnamed.Name()+" dropped", func(s pgrouted.Snapshot) bool {
+		return len(s.Hosts) == 2
+	})
+	marker = fmt.Sprintf("discover-left-%d", time.Now().UnixNano())
+	if on := markedReadsOn(t, ctx, db, 3, marker); len(on) != 1 || on[0] != primary.Name() {
+		t.Fatalf("reads after %s left ran on %v, want only the primary", unnamed.Name(), on)
+	}
+
+	// It comes back: a new host of the same name takes reads again.
+	m.SetMembers(view(true))
+	waitTopology(t, conn, 20*time.Second, unnamed.Name()+" back and probed", func(s pgrouted.Snapshot) bool {
+		for _, h := range s.Hosts {
+			if h.Name == unnamed.Name() && h.Role == "standby" && h.ReplayLSN != "" {
+				return true
+			}
+		}
+		return false
+	})
+	waitReplicaRoute(t, conn)
+	marker = fmt.Sprintf("discover-back-%d", time.Now().UnixNano())
+	if on := markedReadsOn(t, ctx, db, 3, marker); len(on) != 1 || on[0] != unnamed.Name() {
+		t.Fatalf("reads after %s came back ran on %v, want only it", unnamed.Name(), on)
+	}
+	if n := conn.Stats().Statements[unnamed.Name()][pgrouted.OpRead]; n < 8 {
+		t.Fatalf("Stats counts %d reads on %s across both incarnations, want at least 8", n, unnamed.Name())
+	}
+	// Writes still go to the leader.
+	mustExec(t, ctx, primary, "CREATE TABLE IF NOT EXISTS provider_t (v text)")
+	if on, err := insertMarked(t, ctx, db, rec, marker+"-w"); err != nil || on != primary.Name() {
+		t.Fatalf("write ran on %q (%v), want %s", on, err, primary.Name())
 	}
 }

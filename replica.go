@@ -29,7 +29,7 @@ import (
 // not fall back (Connector.mayFallBack): then it returns a RouteError.
 func (cn *conn) runOnReplicas(ctx context.Context, p *plan, ev *RouteEvent, cl *call) error {
 	for attempt := 0; ; attempt++ {
-		h := cn.c.hosts[p.host]
+		h := cn.c.hosts.at(p.host)
 		ev.Endpoint = h.Name
 		err := cn.runOnReplica(ctx, h, p, cl)
 		if err == nil {

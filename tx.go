@@ -86,7 +86,7 @@ func (cn *conn) beginOnPrimary(ctx context.Context, ev *RouteEvent, opts driver.
 	if err != nil {
 		return nil, err
 	}
-	ev.Primary, ev.Endpoint = true, cn.c.hosts[cn.host].Name
+	ev.Primary, ev.Endpoint = true, cn.c.hosts.at(cn.host).Name
 	inner, err := sc.BeginTx(ctx, opts)
 	if err != nil {
 		if errors.Is(err, driver.ErrBadConn) {
@@ -139,7 +139,7 @@ func (t *tx) run(ctx context.Context, r sqlclass.Result, cl *call, began time.Ti
 		cn.runAgain(err, cl)
 	}
 	cn.c.report(RouteEvent{
-		Decision: Decision{Op: opOf(r.Class), Endpoint: cn.c.hosts[t.host].Name, Primary: t.replica == nil, Reason: ReasonInTx},
+		Decision: Decision{Op: opOf(r.Class), Endpoint: cn.c.hosts.at(t.host).Name, Primary: t.replica == nil, Reason: ReasonInTx},
 		Query:    cl.query, Duration: time.Since(began), Err: err,
 	})
 	return err
@@ -181,7 +181,7 @@ func (t *tx) end(began time.Time, query string, err error) {
 		cn.bad = true
 	}
 	cn.c.report(RouteEvent{
-		Decision: Decision{Op: OpTx, Endpoint: cn.c.hosts[t.host].Name, Primary: t.replica == nil, Reason: ReasonInTx},
+		Decision: Decision{Op: OpTx, Endpoint: cn.c.hosts.at(t.host).Name, Primary: t.replica == nil, Reason: ReasonInTx},
 		Query:    query, Duration: time.Since(began), Err: err,
 	})
 }

@@ -73,13 +73,14 @@ func (tr *tracker) startProber(i int, h Host) {
 
 // discover adds a host for each member of v that matches none (see
 // Options.Discover), and removes the discovered hosts that v no longer
-// lists (see Options.OnRemove). It reports whether the hosts changed.
-func (tr *tracker) discover(v View, a *Authority) bool {
+// lists (see Options.OnRemove). a is v's authority over the hosts before;
+// it returns the authority over the hosts after.
+func (tr *tracker) discover(v View, a Authority) Authority {
 	opts := &tr.t.opts
 	if opts.Discover == nil {
-		return false
+		return a
 	}
-	changed := false
+	added := false
 	known := make([]bool, len(v.Members))
 	for _, k := range a.Member {
 		if k >= 0 {
@@ -100,10 +101,14 @@ func (tr *tracker) discover(v View, a *Authority) bool {
 		tr.sync = append(tr.sync, nil)
 		tr.startProber(i, probeHost(h, opts.Timeout))
 		tr.emit(Event{Kind: EventHostAdded, Host: h.Name})
-		changed = true
+		added = true
 	}
+	if added {
+		a = Authorize(v, tr.endpoints)
+	}
+	removed := false
 	for i := tr.initial; i < len(tr.hosts); i++ {
-		if tr.hosts[i].Removed || (i < len(a.Member) && a.Member[i] >= 0) {
+		if tr.hosts[i].Removed || a.Member[i] >= 0 {
 			continue
 		}
 		close(tr.stops[i])
@@ -114,9 +119,12 @@ func (tr *tracker) discover(v View, a *Authority) bool {
 			opts.OnRemove(i)
 		}
 		tr.emit(Event{Kind: EventHostRemoved, Host: tr.hosts[i].Name})
-		changed = true
+		removed = true
 	}
-	return changed
+	if removed {
+		a = Authorize(v, tr.endpoints)
+	}
+	return a
 }
 
 // endpointOf is where h listens, as members are matched to it.
@@ -215,10 +223,7 @@ func (tr *tracker) applyView(v viewResult) {
 		tr.evaluate(false, nil)
 		return
 	}
-	a := Authorize(v.view, tr.endpoints)
-	if tr.discover(v.view, &a) {
-		a = Authorize(v.view, tr.endpoints)
-	}
+	a := tr.discover(v.view, Authorize(v.view, tr.endpoints))
 	tr.auth, tr.viewAt = &a, v.sentAt
 	tr.prov.LastError = ""
 	tr.prov.Endpoint = v.view.Endpoint
