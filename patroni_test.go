@@ -354,7 +354,7 @@ func TestPatroni(t *testing.T) {
 		waitTopology(t, conn, 30*time.Second, unnamed.Name()+" discovered", func(s pgrouted.Snapshot) bool {
 			for _, h := range s.Hosts {
 				if h.Address == unnamed.Addr() {
-					return h.Role == "standby" && h.Healthy && h.ReplayLSN != ""
+					return h.Discovered && h.Role == "standby" && h.Healthy && h.ReplayLSN != ""
 				}
 			}
 			return false
