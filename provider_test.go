@@ -374,3 +374,68 @@ func TestDiscover(t *testing.T) {
 		t.Fatalf("write ran on %q (%v), want %s", on, err, primary.Name())
 	}
 }
+
+// TestDiscoverChurn: reads keep succeeding while a discovered member comes
+// and goes (under -race, the host table and the snapshots are read while
+// the tracker grows them).
+func TestDiscoverChurn(t *testing.T) {
+	ctx := testCtx(t)
+	primary, replicas := cluster.Primary(), cluster.Replicas()
+	m := topology.NewManual()
+	base := []topology.Member{
+		memberOf(t, primary, topology.MemberLeader, topology.StateRunning),
+		memberOf(t, replicas[0], topology.MemberReplica, topology.StateStreaming),
+	}
+	extra := memberOf(t, replicas[1], topology.MemberReplica, topology.StateStreaming)
+	m.SetMembers(append(base, extra))
+	dsn := dsnOf(t, primary, replicas[0]) + "&pgrouted_probe_interval=50ms&pgrouted_discover=true&pgrouted_latency_window=off"
+	db, conn, _ := openDSN(t, dsn, func(c *pgrouted.Config) { c.Provider = m })
+
+	stop := make(chan struct{})
+	errs := make(chan error, 4)
+	var reads [4]int
+	for w := range 4 {
+		go func() {
+			for {
+				select {
+				case <-stop:
+					errs <- nil
+					return
+				default:
+				}
+				var x int
+				if err := db.QueryRowContext(ctx, "SELECT 1").Scan(&x); err != nil {
+					errs <- err
+					return
+				}
+				reads[w]++
+				_ = conn.Topology()
+				_ = conn.Stats()
+			}
+		}()
+	}
+	for k := 0; k < 6; k++ {
+		with := k%2 == 1
+		if with {
+			m.SetMembers(append(base, extra))
+		} else {
+			m.SetMembers(base)
+		}
+		waitTopology(t, conn, 10*time.Second, fmt.Sprintf("round %d applied", k), func(s pgrouted.Snapshot) bool {
+			return (len(s.Hosts) == 3) == with
+		})
+	}
+	close(stop)
+	for range 4 {
+		if err := <-errs; err != nil {
+			t.Fatalf("a read failed while the member came and went: %v", err)
+		}
+	}
+	total := 0
+	for _, n := range reads {
+		total += n
+	}
+	if total == 0 {
+		t.Fatal("no read ran during the churn")
+	}
+}
