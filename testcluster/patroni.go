@@ -205,7 +205,27 @@ func findProgram(name, path string) (string, error) {
 // When patroni or etcd is missing the error wraps [ErrNoPatroni]; when the
 // PostgreSQL binaries are missing it wraps [ErrNoPostgres]. Both say how to
 // install them.
-func StartPatroni(ctx context.Context, opts PatroniOptions) (_ *PatroniCluster, err error) {
+//
+// Another process may take one of the free ports picked for the members
+// before Patroni or PostgreSQL binds it; StartPatroni then starts again on
+// other ports, up to three times.
+func StartPatroni(ctx context.Context, opts PatroniOptions) (*PatroniCluster, error) {
+	for attempt := 1; ; attempt++ {
+		c, err := startPatroni(ctx, opts)
+		if err == nil || !errors.Is(err, errPortTaken) || attempt == 3 {
+			return c, err
+		}
+		if opts.Logf != nil {
+			opts.Logf("testcluster: %v; starting again on other ports", err)
+		}
+	}
+}
+
+// errPortTaken is the cause of a boot that failed because a member could
+// not bind a port.
+var errPortTaken = errors.New("testcluster: a Patroni member's port was taken by another process")
+
+func startPatroni(ctx context.Context, opts PatroniOptions) (_ *PatroniCluster, err error) {
 	began := time.Now()
 	if opts.Members == 0 {
 		opts.Members = 3
@@ -311,6 +331,15 @@ func StartPatroni(ctx context.Context, opts PatroniOptions) (_ *PatroniCluster, 
 			return nil, err
 		}
 	}
+	// A member whose Patroni exits, or that cannot bind its port, ends the
+	// boot at once rather than when ctx does.
+	ctx, stopWatch := c.watchBoot(ctx)
+	defer stopWatch()
+	defer func() {
+		if cause := context.Cause(ctx); err != nil && cause != nil && cause != ctx.Err() {
+			err = fmt.Errorf("%w (%v)", cause, err)
+		}
+	}()
 	// pg0 bootstraps the cluster; the others, started a moment later, wait
 	// for it to lead and clone it.
 	if err := c.members[0].startDaemon(); err != nil {
@@ -334,6 +363,57 @@ func StartPatroni(ctx context.Context, opts PatroniOptions) (_ *PatroniCluster, 
 	}
 	c.opts.Logf("testcluster: Patroni cluster of %d members up in %s (%s)", len(c.members), time.Since(began).Round(time.Millisecond), c.base)
 	return c, nil
+}
+
+// watchBoot returns a context that ends, with the reason as its cause,
+// when a started member's Patroni exits or its log says a port is taken
+// (wrapping errPortTaken), and a function that stops watching.
+func (c *PatroniCluster) watchBoot(ctx context.Context) (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(200 * time.Millisecond):
+			}
+			for _, m := range c.members {
+				p := m.daemon()
+				if p == nil {
+					continue
+				}
+				if line := portTaken(m.logFile); line != "" {
+					cancel(fmt.Errorf("%w: %s: %s", errPortTaken, m.name, c.redact(line)))
+					return
+				}
+				if !p.running() {
+					cancel(fmt.Errorf("testcluster: %s's Patroni exited: %s", m.name, c.redact(logTail(m.logFile, 10))))
+					return
+				}
+			}
+		}
+	}()
+	return ctx, func() {
+		close(done)
+		wg.Wait()
+		cancel(nil)
+	}
+}
+
+// portTaken returns the line of a member's log that says a port it
+// wanted is taken, or "".
+func portTaken(logFile string) string {
+	b, _ := os.ReadFile(logFile)
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.Contains(line, "Address already in use") || strings.Contains(line, "could not bind") {
+			return strings.TrimSpace(line)
+		}
+	}
+	return ""
 }
 
 // bootstrapping reports whether etcd holds the cluster's initialize key
