@@ -82,11 +82,12 @@ func memberByPort(pc *testcluster.PatroniCluster, port int) string {
 	return fmt.Sprintf("port %d (no member)", port)
 }
 
-// healthy waits until the Patroni cluster runs with every member and
-// returns its leader and replicas.
+// healthy brings the Patroni cluster back to every member running (after
+// a switchover, a killed leader, a tag or a stopped REST API; at once when
+// nothing is broken) and returns its leader and replicas.
 func healthy(t *testing.T, ctx context.Context, pc *testcluster.PatroniCluster) (*testcluster.PatroniMember, []*testcluster.PatroniMember) {
 	t.Helper()
-	if err := pc.WaitHealthy(ctx); err != nil {
+	if err := pc.Restore(ctx); err != nil {
 		t.Fatal(err)
 	}
 	leader, err := pc.Leader(ctx)
@@ -491,7 +492,7 @@ func TestPatroni(t *testing.T) {
 			w.finish()
 		}
 		checkFailover(t, ctx, pc, "killed leader", old, leader, ws...)
-		// The last subtest: the killed member stays down, Close ends the
-		// rest. A test added after it calls pc.Restore first.
+		// The last subtest: the killed member stays down until Close, or
+		// until the next subtest's healthy brings it back.
 	})
 }
