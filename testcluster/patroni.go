@@ -990,7 +990,7 @@ func (c *PatroniCluster) WaitLeader(ctx context.Context, not *PatroniMember) (*P
 		return true, nil
 	})
 	if err != nil {
-		what := "a running leader"
+		what := "running leader"
 		if not != nil {
 			what += " other than " + not.name
 		}
