@@ -26,7 +26,7 @@ func TestMain(m *testing.M) {
 	}, func(c *testcluster.Cluster) int {
 		cluster = c
 		code := m.Run()
-		// The Patroni cluster of TestPatroni, when it ran.
+		// The Patroni cluster, when a test left it open.
 		if err := closePatroni(); err != nil {
 			fmt.Fprintf(os.Stderr, "FAIL: close the Patroni cluster: %v\n", err)
 			code = 1

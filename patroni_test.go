@@ -15,45 +15,55 @@ import (
 	"github.com/pgrouted/pgrouted/testcluster"
 )
 
-// The Patroni cluster (etcd and three Patroni members) of TestPatroni,
-// started on first use and closed by TestMain.
+// The Patroni cluster (etcd and three Patroni members) of the Patroni
+// tests, started on first use; TestPatroni closes it when it ends, so that
+// it does not load the machine during the rest of the package, and TestMain
+// closes it if a test left it open.
 var (
-	patroniOnce sync.Once
-	patroni     *testcluster.PatroniCluster
-	patroniErr  error
+	patroniMu sync.Mutex
+	patroni   *testcluster.PatroniCluster
 )
 
-// patroniCluster returns the package's Patroni cluster, starting it on
-// first use. It fails the test (never skips) when the cluster cannot start:
+// patroniCluster returns the package's Patroni cluster, starting it when
+// none runs. It fails the test (never skips) when the cluster cannot start:
 // without Patroni or etcd the error gives the command that installs them.
 func patroniCluster(t *testing.T) *testcluster.PatroniCluster {
 	t.Helper()
-	patroniOnce.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), testcluster.MainStartTimeout)
-		defer cancel()
-		patroni, patroniErr = testcluster.StartPatroni(ctx, testcluster.PatroniOptions{
-			Logf: func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) },
-		})
-		if patroniErr == nil {
-			patroniErr = patroni.Member("pg0").Exec(ctx, `CREATE TABLE patroni_w (
-				id bigserial PRIMARY KEY,
-				tag text NOT NULL,
-				port int NOT NULL DEFAULT inet_server_port(),
-				at timestamptz NOT NULL DEFAULT clock_timestamp())`)
-		}
-	})
-	if patroniErr != nil {
-		t.Fatalf("cannot start the Patroni cluster: %v", patroniErr)
+	patroniMu.Lock()
+	defer patroniMu.Unlock()
+	if patroni != nil {
+		return patroni
 	}
-	return patroni
+	ctx, cancel := context.WithTimeout(context.Background(), testcluster.MainStartTimeout)
+	defer cancel()
+	pc, err := testcluster.StartPatroni(ctx, testcluster.PatroniOptions{
+		Logf: func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) },
+	})
+	if err != nil {
+		t.Fatalf("cannot start the Patroni cluster: %v", err)
+	}
+	if err := pc.Member("pg0").Exec(ctx, `CREATE TABLE patroni_w (
+		id bigserial PRIMARY KEY,
+		tag text NOT NULL,
+		port int NOT NULL DEFAULT inet_server_port(),
+		at timestamptz NOT NULL DEFAULT clock_timestamp())`); err != nil {
+		pc.Close()
+		t.Fatal(err)
+	}
+	patroni = pc
+	return pc
 }
 
-// closePatroni closes the Patroni cluster if a test started it.
+// closePatroni closes the Patroni cluster if one runs.
 func closePatroni() error {
+	patroniMu.Lock()
+	defer patroniMu.Unlock()
 	if patroni == nil {
 		return nil
 	}
-	return patroni.Close()
+	err := patroni.Close()
+	patroni = nil
+	return err
 }
 
 // patroniDSN is a DSN on the given members (in that order) with the Patroni
@@ -279,6 +289,11 @@ func checkFailover(t *testing.T, ctx context.Context, pc *testcluster.PatroniClu
 // last one kills the leader.
 func TestPatroni(t *testing.T) {
 	pc := patroniCluster(t)
+	t.Cleanup(func() {
+		if err := closePatroni(); err != nil {
+			t.Errorf("close the Patroni cluster: %v", err)
+		}
+	})
 	ctx := testCtx(t)
 
 	t.Run("writes go to the leader whatever the host order", func(t *testing.T) {
