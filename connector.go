@@ -110,6 +110,9 @@ type Connector struct {
 
 	// drains are the pools of removed hosts being closed.
 	drains sync.WaitGroup
+	// patroni is the provider the Connector built for
+	// pgrouted_topology=patroni, closed with it; nil otherwise.
+	patroni *topology.Patroni
 
 	logDone chan struct{}
 	closeMu sync.Mutex
@@ -158,6 +161,9 @@ func NewConnector(cfg *Config) (*Connector, error) {
 	if err != nil {
 		c.closePools()
 		return nil, err
+	}
+	if p, ok := prov.(*topology.Patroni); ok && own.Provider == nil {
+		c.patroni = p
 	}
 	var discover func(int, topology.Member) (topology.Host, bool)
 	var onRemove func(int)
@@ -296,6 +302,9 @@ func (c *Connector) Close() error {
 	}
 	c.closePools()
 	c.drains.Wait()
+	if c.patroni != nil {
+		c.patroni.CloseIdleConnections()
+	}
 	return nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/pgrouted/pgrouted/dsn"
 	"github.com/pgrouted/pgrouted/topology"
@@ -44,14 +45,18 @@ func (t *hostTable) add(h *host) {
 
 // discoverHost builds host i for member m of the topology provider's view,
 // with the DSN's user, database, TLS and other settings (those of its first
-// host), and adds it to c.hosts. It runs on the topology's tracker
+// TCP host), and adds it to c.hosts. It runs on the topology's tracker
 // (topology.Options.Discover).
 func (c *Connector) discoverHost(i int, m topology.Member) (topology.Host, bool) {
 	if i != len(c.hosts.all()) {
 		c.logWarn("pgrouted: discovered member not added: host index mismatch", "member", m.Name)
 		return topology.Host{}, false
 	}
-	tmpl := c.cfg.Hosts[0].ConnConfig
+	tmpl := templateOf(c.cfg.Hosts)
+	if tmpl == nil {
+		c.logWarn("pgrouted: discovered member not added: the DSN names no TCP host whose settings it could take", "member", m.Name)
+		return topology.Host{}, false
+	}
 	cc := tmpl.Copy()
 	cc.Host, cc.Port = m.Host, m.Port
 	cc.TLSConfig = retarget(cc.TLSConfig, tmpl.Host, m.Host)
@@ -79,6 +84,22 @@ func (c *Connector) discoverHost(i int, m topology.Member) (topology.Host, bool)
 	c.logInfo("pgrouted: host discovered", "host", name, "address", addr)
 	return topology.Host{Name: name, Addr: addr, Config: &cc.Config}, true
 }
+
+// templateOf returns the configuration a discovered host copies: the
+// first TCP host's (a unix socket's has no TLS settings to pass on), or
+// nil when every host is a unix socket.
+func templateOf(hosts []dsn.Host) *pgx.ConnConfig {
+	for _, h := range hosts {
+		if h.ConnConfig != nil && !isSocket(h.ConnConfig.Host) {
+			return h.ConnConfig
+		}
+	}
+	return nil
+}
+
+// isSocket reports whether host is a unix socket directory, as pgconn
+// tells them apart.
+func isSocket(host string) bool { return strings.HasPrefix(host, "/") }
 
 // retarget returns a copy of cfg for a server at host instead of from: its
 // ServerName (the name verify-full checks, and SNI) follows the host.

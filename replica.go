@@ -64,7 +64,10 @@ func (cn *conn) runOnReplicas(ctx context.Context, p *plan, ev *RouteEvent, cl *
 			cn.c.refused.add(cl.query)
 			return err
 		}
-		if ctx.Err() != nil || !replicaRetryable(err) {
+		if ctx.Err() != nil || (!replicaRetryable(err) && !h.removed.Load()) {
+			// A host removed from the provider's view (pgrouted_discover)
+			// closes its pool, which cancels the dials in progress: that
+			// read ran nowhere, it runs elsewhere too.
 			return err
 		}
 		cn.c.top.ProbeNow(h.idx)

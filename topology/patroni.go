@@ -91,6 +91,10 @@ func (p *Patroni) Name() string { return "patroni" }
 // Changes implements Provider: Patroni is polled.
 func (p *Patroni) Changes() <-chan struct{} { return nil }
 
+// CloseIdleConnections closes the client's idle keep-alive connections to
+// the endpoints; call it once the Topology that polls p is closed.
+func (p *Patroni) CloseIdleConnections() { p.client.CloseIdleConnections() }
+
 // Endpoints returns the endpoints, passwords redacted.
 func (p *Patroni) Endpoints() []string { return append([]string(nil), p.shown...) }
 

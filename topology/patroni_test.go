@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/pgrouted/pgrouted/topology"
+	"go.uber.org/goleak"
 )
 
 // fakePatroni is a Patroni REST API that answers GET /cluster with what the
@@ -281,4 +282,48 @@ func TestNewPatroniRejects(t *testing.T) {
 			t.Errorf("error shows the password: %v", err)
 		}
 	}
+}
+
+// TestPatroniCloseLeavesNoGoroutine: the provider's poller and the probers
+// of discovered hosts stop with the Topology, and the client's idle
+// connections close with CloseIdleConnections.
+func TestPatroniCloseLeavesNoGoroutine(t *testing.T) {
+	f := newFakePatroni(t) // its server's goroutines are there before IgnoreCurrent
+	f.set(0, member(t, 0, "leader", "running", nil), member(t, 1, "replica", "streaming", nil), member(t, 2, "replica", "streaming", nil))
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	p, err := topology.NewPatroni([]string{f.URL}, time.Second, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var removed []int
+	discover := func(i int, m topology.Member) (topology.Host, bool) {
+		hs := hosts(t, "", 2)
+		return hs[0], true
+	}
+	top, err := topology.New(hosts(t, "", 0, 1), topology.Options{Interval: 20 * time.Millisecond, Provider: p, Discover: discover,
+		OnRemove: func(i int) { mu.Lock(); removed = append(removed, i); mu.Unlock() }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := waitSnap(t, top, 20*time.Second, "node2 discovered and probed", func(s *topology.Snapshot) bool {
+		return len(s.Hosts) == 3 && s.Hosts[2].Discovered && s.Hosts[2].Role == topology.RoleStandby
+	})
+	if s.Hosts[2].NoReads {
+		t.Fatal("the discovered streaming replica serves no reads")
+	}
+	f.set(0, member(t, 0, "leader", "running", nil), member(t, 1, "replica", "streaming", nil))
+	s = waitSnap(t, top, 20*time.Second, "node2 removed", func(s *topology.Snapshot) bool { return s.Hosts[2].Removed })
+	if s.Hosts[2].Role != topology.RoleUnknown || !s.Hosts[2].NoReads || s.Index("node2") != -1 {
+		t.Fatalf("removed host %+v still looks usable", s.Hosts[2])
+	}
+	mu.Lock()
+	if len(removed) != 1 || removed[0] != 2 {
+		t.Errorf("OnRemove calls %v, want [2]", removed)
+	}
+	mu.Unlock()
+	if err := top.Close(); err != nil {
+		t.Fatal(err)
+	}
+	p.CloseIdleConnections()
 }
