@@ -1,0 +1,2 @@
+// Package otelroute: see doc.go.
+package otelroute
