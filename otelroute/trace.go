@@ -158,7 +158,7 @@ type hook struct {
 
 	hosts map[string]*server // by endpoint name, from the Config
 	mu    sync.RWMutex
-	extra map[string]*server    // endpoints the Config did not name
+	extra map[string]*server                  // endpoints the Config did not name
 	sets  map[setKey]metric.MeasurementOption // the histogram's attribute sets
 }
 
