@@ -170,9 +170,14 @@ func TestSpans(t *testing.T) {
 		restore(t)
 		victim := cluster.Replicas()[1]
 		tel := newTelemetry(t)
-		db, _ := open(t, tel, func(cfg *pgrouted.Config) {
+		db, conn := open(t, tel, func(cfg *pgrouted.Config) {
 			cfg.Select = func(_ context.Context, cs []pgrouted.Candidate) string { return victim.Name() }
 		}, nil, "pgrouted_probe_interval=60m", "pgrouted_lease=120m")
+		reg, err := otelroute.RegisterMetrics(conn, otelroute.WithMeterProvider(tel.mp))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer reg.Unregister()
 		// Until both replicas answered their first probe, reads go to
 		// whichever did.
 		deadline := time.Now().Add(15 * time.Second)
@@ -195,6 +200,11 @@ func TestSpans(t *testing.T) {
 		}
 		wantRoute(t, span, n, otelroute.RoleReplica, pgrouted.ReasonReplica, true)
 		noMarker(t, tel)
+		// The metric counts it as Stats do.
+		got := collect(t, tel).sums(t, "pgrouted.replica_retries")[""]
+		if st := conn.Stats().ReplicaRetries; got != st || st != 1 {
+			t.Errorf("pgrouted.replica_retries = %d, Stats.ReplicaRetries = %d, want 1 and 1", got, st)
+		}
 	})
 
 	t.Run("wrapped", func(t *testing.T) {
