@@ -1,2 +1,126 @@
-// Package otelroute: see doc.go.
+// Package otelroute tells OpenTelemetry where each statement that pgrouted
+// routed ran and why, and exports what a [pgrouted.Connector] counts as
+// OpenTelemetry metrics, as package promcollector does for Prometheus.
+//
+// A database/sql wrapper (otelsql and the like) knows only the DSN: its
+// spans say "the cluster". [Instrument] sets Config.OnRoute to a hook that
+// finds the statement's span in [pgrouted.RouteEvent].Context and adds the
+// server that ran the statement and the routing decision;
+// [RegisterMetrics] reports the Connector's Stats and Topology:
+//
+//	cfg, err := pgrouted.ParseConfig(dsn)
+//	...
+//	if err := otelroute.Instrument(cfg); err != nil { ... } // before NewConnector
+//	conn, err := pgrouted.NewConnector(cfg)
+//	...
+//	reg, err := otelroute.RegisterMetrics(conn)
+//	...
+//	defer reg.Unregister()
+//	db := sql.OpenDB(conn) // or otelsql.OpenDB(conn), see below
+//
+// Both use the global providers unless given [WithTracerProvider] and
+// [WithMeterProvider].
+//
+// # Spans
+//
+// Each statement's span carries, following OpenTelemetry's semantic
+// conventions for database client spans where they apply:
+//
+//	db.system.name      postgresql
+//	server.address      the host that ran it, as the DSN names it (omitted when none could)
+//	server.port         its port
+//	db.namespace        the database
+//	pgrouted.endpoint   the host's name (pgrouted_names, else host:port), as in metrics and logs
+//	pgrouted.role       primary or replica
+//	pgrouted.op         read, write, tx or lock
+//	pgrouted.reason     why there: a pgrouted.Reason… value; for a read on the primary, why no
+//	                    replica could serve it; for a statement that could not run, the
+//	                    RouteError's reason
+//	pgrouted.retried    true when it ran again elsewhere after a replica failed or refused it
+//	pgrouted.write_lost true on the read that found the caller's last write lost in a failover
+//	pgrouted.function   the function that sent it to the primary, when one did
+//
+// Which span: with a wrapper, the span in the statement's context is the
+// wrapper's CLIENT span for this statement, and the hook adds the attributes
+// to it. Without one, the span in the context is the request's, shared by
+// all its statements, so the hook starts a CLIENT span of its own per
+// statement, a child of it, named "postgresql", from the statement's start to
+// its result (RouteEvent.Duration), with error.type (the SQLSTATE for a
+// PostgreSQL error), db.response.status_code and an error status when the
+// statement failed. The default, [SpanAuto], tells the two apart by the
+// context span's kind; [WithSpans] forces one way. The statement's text
+// (db.query.text) is recorded only with [WithQueryText]: a statement with
+// literals may hold secrets. Nothing else holds anything but host names,
+// addresses, ports, the database name and pgrouted's own words: no password.
+//
+// # Metrics
+//
+// The hook records db.client.operation.duration (a histogram in seconds,
+// the semantic conventions' buckets) for every statement, with
+// db.system.name, server.address, server.port, db.namespace and the
+// pgrouted.endpoint, role, op and reason attributes, plus error.type when it
+// failed: statements by endpoint, op and reason, and how long they took
+// ([WithoutDurationMetric] leaves it out).
+//
+// [RegisterMetrics] registers observable instruments that read
+// [pgrouted.Connector.Stats] and [pgrouted.Connector.Topology] once per
+// collection, as promcollector does once per scrape: nothing on the
+// statements' path. Counters (cumulative, since the Connector started):
+//
+//	pgrouted.statements{pgrouted.endpoint,pgrouted.op}   statements run
+//	pgrouted.fallbacks{pgrouted.reason}                   reads run on the primary because no replica could serve them
+//	pgrouted.route_errors{pgrouted.reason}                statements that could not run
+//	pgrouted.read_only_retries                            statements a replica refused with SQLSTATE 25006, run again on the primary
+//	pgrouted.replica_retries                              reads run elsewhere after their replica's connection failed
+//	pgrouted.failovers                                    changes of primary seen
+//	pgrouted.conflicting_primaries                        observations of two primaries with no strictly higher timeline
+//	pgrouted.timeline_resets                              read-your-writes positions of an older timeline given up
+//	pgrouted.lost_writes                                  acknowledged writes a failover lost
+//	pgrouted.function_routed, pgrouted.function_pins      statements and connections sent to the primary by a function
+//	pgrouted.catalog_reads                                reads of the function catalog
+//
+// Gauges, now, per host (pgrouted.endpoint):
+//
+//	pgrouted.primary.epoch, pgrouted.primary.lease_remaining (s)
+//	pgrouted.host.role{pgrouted.probe.role}  1 for the role the last successful probe saw (primary, standby, unknown)
+//	pgrouted.host.current_primary            1 for the host writes go to now
+//	pgrouted.host.healthy                    1 when the last probe succeeded
+//	pgrouted.host.circuit_open               1 while the circuit breaker is open
+//	pgrouted.host.probe_rtt (s)              probe round trip EWMA (absent while unknown)
+//	pgrouted.replica.lag (By)                WAL bytes a standby is behind (absent while unknown)
+//	pgrouted.replica.lag_bound (s)           upper bound on a standby's staleness (absent while unknown)
+//	pgrouted.host.inflight_reads             reads running on the host now
+//	pgrouted.replica_pool.connections{pgrouted.pool.state}, pgrouted.replica_pool.max_connections
+//
+// Every op and known reason is reported from the start, at 0.
+//
+// # Its own module
+//
+// otelroute is the module github.com/pgrouted/pgrouted/otelroute, not a
+// package of pgrouted's module: a module's requirements join the build of
+// every program that uses it, whichever of its packages that program
+// imports, so go.opentelemetry.io/otel in pgrouted's go.mod would raise the
+// OpenTelemetry version of every pgrouted user, tracing or not, to this
+// one's. pgrouted itself does not import OpenTelemetry; it gives the hook
+// the statement's context, and this module does the rest. (Prometheus's
+// client is still in pgrouted's go.mod for package promcollector.) Inside
+// pgrouted's repository, go.mod replaces pgrouted with the parent
+// directory.
+//
+// # Cost
+//
+// Measured by BenchmarkHook on a shared, loaded 2-core machine (AMD EPYC,
+// Go 1.26, OpenTelemetry SDK 1.47 with always-on sampling and no exporter;
+// medians of 6 runs), on top of a statement's round trip of hundreds of
+// microseconds:
+//
+//	attributes on a wrapper's span                      ~3 µs, 1 allocation (640 B)
+//	  + db.client.operation.duration                    ~5 µs, 2 allocations
+//	a span per statement + db.client.operation.duration ~9 µs, 11 allocations
+//
+// Most of it is the SDK's (SetAttributes, the histogram's exemplar for a
+// sampled span, starting a span); the hook itself looks up the attributes
+// of the route, made once per endpoint, op and reason. Without a hook
+// (Config.OnRoute nil) pgrouted does nothing of this: BenchmarkDecision in
+// package pgrouted measures the routing decision, unchanged.
 package otelroute

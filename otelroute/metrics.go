@@ -37,8 +37,8 @@ var (
 )
 
 // AttrHostRole is the role a host's last successful probe saw: primary,
-// standby or unknown (pgrouted.host.role).
-const AttrHostRole = attribute.Key("pgrouted.host.role")
+// standby or unknown, on the gauge pgrouted.host.role.
+const AttrHostRole = attribute.Key("pgrouted.probe.role")
 
 // AttrPoolState is idle or acquired (pgrouted.replica_pool.connections).
 const AttrPoolState = attribute.Key("pgrouted.pool.state")

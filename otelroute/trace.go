@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -57,12 +58,13 @@ type SpanMode int
 
 const (
 	// SpanAuto (the default) adds the attributes to the context's span
-	// when it is a recording CLIENT span, the span a database/sql
-	// wrapper (otelsql and the like) starts for the statement, and
-	// otherwise starts a span of its own for the statement
-	// (SpanPerStatement). It tells the span's kind with the method
-	// SpanKind() that the OpenTelemetry SDK's spans have; with another
-	// implementation, say which you want.
+	// when it is a CLIENT span, the span a database/sql wrapper (otelsql
+	// and the like) starts for the statement, and otherwise starts a span
+	// of its own for the statement (SpanPerStatement). It tells the span's
+	// kind with the method SpanKind() that the OpenTelemetry SDK's spans
+	// have; with another implementation, say which you want. COMMIT and
+	// ROLLBACK, which database/sql runs without a context, carry BeginTx's,
+	// whose wrapper span has ended: they add nothing to it.
 	SpanAuto SpanMode = iota
 	// SpanAnnotate only adds the attributes to the context's span, if it
 	// records. Choose it when a wrapper's span is there; without one, the
@@ -156,10 +158,10 @@ type hook struct {
 	duration  metric.Float64Histogram // nil: WithoutDurationMetric
 	next      func(pgrouted.RouteEvent)
 
-	hosts map[string]*server // by endpoint name, from the Config
-	mu    sync.RWMutex
-	extra map[string]*server                  // endpoints the Config did not name
-	sets  map[setKey]metric.MeasurementOption // the histogram's attribute sets
+	hosts  map[string]*server // by endpoint name, from the Config
+	mu     sync.RWMutex
+	extra  map[string]*server       // endpoints the Config did not name
+	routes map[routeKey]*routeAttrs // made once per kind of route
 }
 
 // server is what the attributes say of one endpoint.
@@ -167,11 +169,22 @@ type server struct {
 	attrs []attribute.KeyValue // server.address, server.port, db.namespace, pgrouted.endpoint
 }
 
-// setKey names one attribute set of the duration histogram.
-type setKey struct {
-	endpoint, op, reason, errType string
-	primary                       bool
+// routeKey is what a statement's attributes depend on, but its text and
+// error.
+type routeKey struct {
+	endpoint, op, reason, errType, function string
+	primary, retried, writeLost             bool
 }
+
+// routeAttrs are the attributes of one routeKey.
+type routeAttrs struct {
+	span   []attribute.KeyValue     // read-only: the SDK copies them
+	metric metric.MeasurementOption // the duration histogram's set
+}
+
+// maxRoutes bounds the cache of routeAttrs (kinds of route are few: hosts ×
+// ops × reasons, a few error codes and function names).
+const maxRoutes = 4096
 
 // durationBuckets are the semantic conventions' advice for
 // db.client.operation.duration.
@@ -185,7 +198,7 @@ func newHook(cfg *pgrouted.Config, o options) (*hook, error) {
 		next:      cfg.OnRoute,
 		hosts:     map[string]*server{},
 		extra:     map[string]*server{},
-		sets:      map[setKey]metric.MeasurementOption{},
+		routes:    map[routeKey]*routeAttrs{},
 	}
 	for _, hc := range cfg.Hosts {
 		s := &server{}
@@ -258,18 +271,16 @@ func (h *hook) onRoute(ev pgrouted.RouteEvent) {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	reason, errType := ev.Reason, ""
+	k := routeKey{endpoint: ev.Endpoint, op: ev.Op, reason: ev.Reason, function: ev.Function,
+		primary: ev.Primary, retried: ev.Retried, writeLost: ev.WriteLost}
 	if ev.Err != nil {
-		errType = errorType(ev.Err)
+		k.errType = errorType(ev.Err)
 		var re *pgrouted.RouteError
-		if reason == "" && errors.As(ev.Err, &re) {
-			reason = re.Reason
+		if k.reason == "" && errors.As(ev.Err, &re) {
+			k.reason = re.Reason
 		}
 	}
-	var srv *server
-	if ev.Endpoint != "" {
-		srv = h.server(ev.Endpoint)
-	}
+	ra := h.route(k)
 
 	span := trace.SpanFromContext(ctx)
 	own := false
@@ -277,71 +288,74 @@ func (h *hook) onRoute(ev pgrouted.RouteEvent) {
 	case SpanPerStatement:
 		own = true
 	case SpanAuto:
-		k, ok := span.(kinded)
-		own = !span.IsRecording() || !ok || k.SpanKind() != trace.SpanKindClient
+		// A wrapper's span, even ended (COMMIT and ROLLBACK carry the
+		// context of BEGIN), means the wrapper traces the statement.
+		kd, ok := span.(kinded)
+		own = !ok || kd.SpanKind() != trace.SpanKindClient
 	}
 	if own {
 		now := time.Now()
-		_, span = h.tracer.Start(ctx, "postgresql",
-			trace.WithSpanKind(trace.SpanKindClient), trace.WithTimestamp(now.Add(-ev.Duration)))
-		defer span.End(trace.WithTimestamp(now))
-	}
-	if span.IsRecording() {
-		var buf [16]attribute.KeyValue
-		kv := append(buf[:0], semconv.DBSystemNamePostgreSQL, AttrOp.String(ev.Op), AttrReason.String(reason))
-		if srv != nil {
-			kv = append(kv, srv.attrs...)
-			kv = append(kv, AttrRole.String(role(ev.Primary)))
-		}
-		kv = append(kv, AttrRetried.Bool(ev.Retried))
-		if ev.WriteLost {
-			kv = append(kv, AttrWriteLost.Bool(true))
-		}
-		if ev.Function != "" {
-			kv = append(kv, AttrFunction.String(ev.Function))
-		}
-		if own {
+		_, span = h.tracer.Start(ctx, "postgresql", trace.WithSpanKind(trace.SpanKindClient),
+			trace.WithTimestamp(now.Add(-ev.Duration)), trace.WithAttributes(ra.span...))
+		if span.IsRecording() {
 			if h.queryText {
-				kv = append(kv, semconv.DBQueryText(ev.Query))
+				span.SetAttributes(semconv.DBQueryText(ev.Query))
 			}
 			if ev.Err != nil {
-				kv = append(kv, semconv.ErrorTypeKey.String(errType))
 				var pe *pgconn.PgError
 				if errors.As(ev.Err, &pe) {
-					kv = append(kv, semconv.DBResponseStatusCode(pe.Code))
+					span.SetAttributes(semconv.ErrorTypeKey.String(k.errType), semconv.DBResponseStatusCode(pe.Code))
+				} else {
+					span.SetAttributes(semconv.ErrorTypeKey.String(k.errType))
 				}
 				span.SetStatus(codes.Error, ev.Err.Error())
 			}
 		}
-		span.SetAttributes(kv...)
+		span.End(trace.WithTimestamp(now))
+	} else if span.IsRecording() {
+		span.SetAttributes(ra.span...)
 	}
 
 	if h.duration != nil {
-		h.duration.Record(ctx, ev.Duration.Seconds(), h.set(setKey{ev.Endpoint, ev.Op, reason, errType, ev.Primary}, srv))
+		h.duration.Record(ctx, ev.Duration.Seconds(), ra.metric)
 	}
 }
 
-// set returns the duration histogram's attribute set for k, made once.
-func (h *hook) set(k setKey, srv *server) metric.MeasurementOption {
+// route returns the attributes of k, made once.
+func (h *hook) route(k routeKey) *routeAttrs {
 	h.mu.RLock()
-	o, ok := h.sets[k]
+	ra := h.routes[k]
 	h.mu.RUnlock()
-	if ok {
-		return o
+	if ra != nil {
+		return ra
 	}
-	kv := []attribute.KeyValue{semconv.DBSystemNamePostgreSQL, AttrOp.String(k.op), AttrReason.String(k.reason)}
+	var srv *server
+	if k.endpoint != "" {
+		srv = h.server(k.endpoint)
+	}
+	common := []attribute.KeyValue{semconv.DBSystemNamePostgreSQL, AttrOp.String(k.op), AttrReason.String(k.reason)}
 	if srv != nil {
-		kv = append(kv, srv.attrs...)
-		kv = append(kv, AttrRole.String(role(k.primary)))
+		common = append(common, srv.attrs...)
+		common = append(common, AttrRole.String(role(k.primary)))
 	}
+	m := slices.Clone(common)
 	if k.errType != "" {
-		kv = append(kv, semconv.ErrorTypeKey.String(k.errType))
+		m = append(m, semconv.ErrorTypeKey.String(k.errType))
 	}
-	o = metric.WithAttributeSet(attribute.NewSet(kv...))
+	sp := append(common, AttrRetried.Bool(k.retried))
+	if k.writeLost {
+		sp = append(sp, AttrWriteLost.Bool(true))
+	}
+	if k.function != "" {
+		sp = append(sp, AttrFunction.String(k.function))
+	}
+	ra = &routeAttrs{span: slices.Clip(sp), metric: metric.WithAttributeSet(attribute.NewSet(m...))}
 	h.mu.Lock()
-	h.sets[k] = o
+	if len(h.routes) < maxRoutes {
+		h.routes[k] = ra
+	}
 	h.mu.Unlock()
-	return o
+	return ra
 }
 
 func role(primary bool) string {
