@@ -16,12 +16,16 @@ TMPDIR=$tmp go test -race -count=1 -timeout 15m -v ./... "$@" || status=$?
 # The ORM examples are their own module (GORM, sqlx and ent stay out of the
 # library's go.mod).
 (cd examples && TMPDIR=$tmp go test -race -count=1 -timeout 10m -v ./... "$@") || status=$?
+# otelroute is its own module too (go.opentelemetry.io stays out of the
+# library's go.mod).
+(cd otelroute && TMPDIR=$tmp go test -race -count=1 -timeout 10m -v ./... "$@") || status=$?
 
 # The race detector slows everything down, which hides readiness bugs: a
 # test that waits too little passes under -race and fails without it. The
 # packages that wait on servers, probes and failovers run once more at full
 # speed.
 TMPDIR=$tmp go test -count=1 -timeout 10m ./testcluster/... ./topology/ ./cmd/... . "$@" || status=$?
+(cd otelroute && TMPDIR=$tmp go test -count=1 -timeout 10m ./... "$@") || status=$?
 
 # Fuzzing. The tests above run every fuzz target on its seeds only; here
 # each target is also fuzzed for a bounded time, $FUZZTIME (default 10s).
@@ -33,7 +37,7 @@ TMPDIR=$tmp go test -count=1 -timeout 10m ./testcluster/... ./topology/ ./cmd/..
 # fix.
 fuzztime=${FUZZTIME:-10s}
 targets=$(grep -rH --include='*_test.go' -E '^func Fuzz[A-Za-z0-9_]*\(' . |
-	grep -v '^\./examples/' |
+	grep -v -e '^\./examples/' -e '^\./otelroute/' |
 	sed -E 's#^(.*)/[^/]*:func (Fuzz[A-Za-z0-9_]*)\(.*#\1 \2#' | sort || true)
 if [ -z "$targets" ]; then
 	echo "FAIL: no fuzz target found" >&2
