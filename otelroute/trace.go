@@ -178,8 +178,8 @@ type routeKey struct {
 
 // routeAttrs are the attributes of one routeKey.
 type routeAttrs struct {
-	span   []attribute.KeyValue     // read-only: the SDK copies them
-	metric metric.MeasurementOption // the duration histogram's set
+	span   []attribute.KeyValue  // read-only: the SDK copies them
+	metric []metric.RecordOption // the duration histogram's set, as Record takes it
 }
 
 // maxRoutes bounds the cache of routeAttrs (kinds of route are few: hosts ×
@@ -317,7 +317,7 @@ func (h *hook) onRoute(ev pgrouted.RouteEvent) {
 	}
 
 	if h.duration != nil {
-		h.duration.Record(ctx, ev.Duration.Seconds(), ra.metric)
+		h.duration.Record(ctx, ev.Duration.Seconds(), ra.metric...)
 	}
 }
 
@@ -349,7 +349,7 @@ func (h *hook) route(k routeKey) *routeAttrs {
 	if k.function != "" {
 		sp = append(sp, AttrFunction.String(k.function))
 	}
-	ra = &routeAttrs{span: slices.Clip(sp), metric: metric.WithAttributeSet(attribute.NewSet(m...))}
+	ra = &routeAttrs{span: slices.Clip(sp), metric: []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(m...))}}
 	h.mu.Lock()
 	if len(h.routes) < maxRoutes {
 		h.routes[k] = ra
