@@ -113,19 +113,22 @@
 // iteration starts and ends a caller's span and reports one replica read;
 // its baseline does the same with an empty hook. The SDK samples every span
 // and exports nothing. Measured with go test -bench Hook -count 10 on a
-// shared 2-core AMD EPYC (Go 1.26, SDK 1.47) under a load average of about
-// 20 from other builds, so the best run is the estimate and the median what
-// a busy host sees (baseline: best 1.0 µs, median 2.8 µs, 4 allocations):
+// shared 2-core AMD EPYC (Go 1.26, SDK 1.47) under a load average of 15 to
+// 20 from other builds, which spreads the runs of one benchmark over a
+// factor of 3 or more: the median is what a busy host sees, the best run
+// is closer to an idle one (baseline: median 3.0 µs, best 2.0 µs, 4
+// allocations):
 //
-//	                                             added: best   median   allocations
-//	attributes on a wrapper's span                    2.9 µs   2.7 µs   1 (640 B)
-//	  + db.client.operation.duration                  3.3 µs    13 µs   2 (656 B)
-//	own span per statement + the duration metric      6.7 µs    14 µs   11 (1.9 KB)
+//	added to a statement                           median   best    allocations
+//	attributes on a wrapper's span                 2.7 µs   0.8 µs  1 (640 B)
+//	  + db.client.operation.duration               5.9 µs   3.2 µs  1 (640 B)
+//	own span per statement + the duration metric   6.2 µs   5.2 µs  10 (1.9 KB)
 //
 // Nearly all of it is the SDK's: SetAttributes, starting and ending a span,
 // the histogram's attribute handling and its exemplar for a sampled span.
-// The hook itself reads the route's attributes from a cache (made once per
-// endpoint, op, reason and error kind) and allocates nothing of its own. A
+// The hook reads the route's attributes and the histogram's options from a
+// cache (made once per endpoint, op, reason and error kind); the one
+// allocation of the first two rows is the SDK's attribute slice. A
 // statement's round trip is hundreds of microseconds. Without a hook
 // (Config.OnRoute nil) pgrouted does none of this; BenchmarkDecision of
 // package pgrouted, the routing decision, is the same with and without the
