@@ -25,7 +25,6 @@ TMPDIR=$tmp go test -race -count=1 -timeout 15m -v ./... "$@" || status=$?
 # packages that wait on servers, probes and failovers run once more at full
 # speed.
 TMPDIR=$tmp go test -count=1 -timeout 10m ./testcluster/... ./topology/ ./cmd/... . "$@" || status=$?
-(cd otelroute && TMPDIR=$tmp go test -count=1 -timeout 10m ./... "$@") || status=$?
 
 # Fuzzing. The tests above run every fuzz target on its seeds only; here
 # each target is also fuzzed for a bounded time, $FUZZTIME (default 10s).
