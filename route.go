@@ -172,7 +172,8 @@ type RouteEvent struct {
 	// (trace.SpanFromContext, see package otelroute) and any other
 	// request-scoped value. It is never nil in an event pgrouted reports;
 	// a hook that also receives events built elsewhere treats nil as
-	// context.Background(). Keep it no longer than the hook runs.
+	// context.Background(). It belongs to the call: a hook that stores
+	// events keeps their contexts, and what those hold, alive.
 	Context context.Context `json:"-"`
 	// Query is the statement's text.
 	Query string
