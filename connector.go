@@ -25,8 +25,9 @@ type Config struct {
 	dsn.Config
 
 	// OnRoute, when set, is called after every statement with where it ran
-	// and why. It runs on the statement's goroutine after the statement
-	// returned its result: keep it fast. A panic in it is recovered and
+	// and why, and the statement's context (RouteEvent.Context: the
+	// caller's span is there). It runs on the statement's goroutine after
+	// the statement returned its result: keep it fast. A panic in it is recovered and
 	// logged; it never breaks the statement.
 	OnRoute func(RouteEvent)
 

@@ -154,9 +154,13 @@
 //
 // # Observing
 //
-// [Config].OnRoute receives a [RouteEvent] for every statement, and
+// [Config].OnRoute receives a [RouteEvent] for every statement, with the
+// statement's context (the caller's span, request-scoped values), and
 // [Connector.Explain] tells where a statement would run without running it.
-// [Config].Logger receives one line per topology event.
+// [Config].Logger receives one line per topology event. [Connector.Stats]
+// and [Connector.Topology] are exported as Prometheus metrics by package
+// promcollector, and as OpenTelemetry span attributes and metrics by the
+// module github.com/pgrouted/pgrouted/otelroute.
 //
 // The package testcluster starts a real primary with streaming replicas from
 // local PostgreSQL binaries, for the project's tests and for users'

@@ -166,6 +166,15 @@ type Decision struct {
 // pgrouted ran (or failed to route).
 type RouteEvent struct {
 	Decision
+	// Context is the statement's context: the one the application passed
+	// to QueryContext, ExecContext or BeginTx (for COMMIT and ROLLBACK,
+	// which take none, BeginTx's). A hook finds in it the caller's span
+	// (trace.SpanFromContext, see package otelroute) and any other
+	// request-scoped value. It is never nil in an event pgrouted reports;
+	// a hook that also receives events built elsewhere treats nil as
+	// context.Background(). It belongs to the call: a hook that stores
+	// events keeps their contexts, and what those hold, alive.
+	Context context.Context `json:"-"`
 	// Query is the statement's text.
 	Query string
 	// Duration is how long the statement took until its result (or first

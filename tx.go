@@ -51,7 +51,7 @@ func (cn *conn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, 
 		return nil, fmt.Errorf("pgrouted: isolation level %s is not supported by PostgreSQL", iso)
 	}
 	p := cn.c.plan(ctx, request{begin: true, readOnly: opts.ReadOnly, serializable: iso == sql.LevelSerializable, pinned: cn.pinned, inTx: cn.inSQLTx()}, true)
-	ev := RouteEvent{Decision: Decision{Op: OpTx, Reason: p.reason}, Query: "BEGIN", WriteLost: p.lost}
+	ev := RouteEvent{Decision: Decision{Op: OpTx, Reason: p.reason}, Context: ctx, Query: "BEGIN", WriteLost: p.lost}
 	defer func() {
 		ev.Duration = time.Since(began)
 		cn.c.report(ev)
@@ -140,6 +140,7 @@ func (t *tx) run(ctx context.Context, r sqlclass.Result, cl *call, began time.Ti
 	}
 	cn.c.report(RouteEvent{
 		Decision: Decision{Op: opOf(r.Class), Endpoint: cn.c.hosts.at(t.host).Name, Primary: t.replica == nil, Reason: ReasonInTx},
+		Context:  ctx,
 		Query:    cl.query, Duration: time.Since(began), Err: err,
 	})
 	return err
@@ -182,6 +183,7 @@ func (t *tx) end(began time.Time, query string, err error) {
 	}
 	cn.c.report(RouteEvent{
 		Decision: Decision{Op: OpTx, Endpoint: cn.c.hosts.at(t.host).Name, Primary: t.replica == nil, Reason: ReasonInTx},
+		Context:  t.ctx,
 		Query:    query, Duration: time.Since(began), Err: err,
 	})
 }
