@@ -135,6 +135,9 @@ func (c *Connector) waitPrimary(ctx context.Context, op string, deadline time.Ti
 			for i := range s.Hosts {
 				c.top.ProbeNow(i)
 			}
+			// And the topology provider, if any: a new leader is
+			// seen as soon as both agree.
+			c.top.AskProvider()
 		}
 		until := kicked.Add(rekick)
 		if deadline.Before(until) {

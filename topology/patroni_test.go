@@ -327,3 +327,25 @@ func TestPatroniCloseLeavesNoGoroutine(t *testing.T) {
 	}
 	p.CloseIdleConnections()
 }
+
+// TestAskProvider: with a poll interval of a minute, only AskProvider can
+// explain a second request.
+func TestAskProvider(t *testing.T) {
+	f := newFakePatroni(t)
+	f.set(0, member(t, 0, "leader", "running", nil))
+	p, err := topology.NewPatroni([]string{f.URL}, time.Second, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	top := start(t, hosts(t, "", 0, 1, 2), topology.Options{Interval: time.Minute, Lease: 2 * time.Minute, Provider: p})
+	waitSnap(t, top, 20*time.Second, "the first view", func(s *topology.Snapshot) bool { return s.Provider.Leader == "node0" })
+	f.set(0, member(t, 1, "leader", "running", nil))
+	top.AskProvider()
+	waitSnap(t, top, 20*time.Second, "the view asked for", func(s *topology.Snapshot) bool { return s.Provider.Leader == "node1" })
+	f.mu.Lock()
+	n := f.requests
+	f.mu.Unlock()
+	if n != 2 {
+		t.Fatalf("%d requests, want 2", n)
+	}
+}
