@@ -13,7 +13,8 @@
 // Each [Node] sits behind a network fault point ([Node.Fault]) that can add
 // latency, cut the node off or reset its connections without stopping
 // PostgreSQL, and each standby's replication connection behind another
-// ([Node.ReplicationFault]). Node controls (Stop, Kill, Start, Restart,
+// ([Node.ReplicationFault]). [Node.Freeze] stops every process of a node
+// (SIGSTOP) without closing anything, [Node.Thaw] wakes it. Node controls (Stop, Kill, Start, Restart,
 // Promote, PauseReplay, ResumeReplay, WaitReplayed, Follow, Rejoin) wait until
 // their effect is real.
 //
