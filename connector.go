@@ -98,6 +98,12 @@ type Connector struct {
 	// writes was logged.
 	loggedTimeline atomic.Uint32
 
+	// terms is the current primary's term (term.go), which followTerms
+	// ends when the topology moves on, until stopTerms is closed.
+	terms     terms
+	stopTerms chan struct{}
+	termsDone chan struct{}
+
 	logDone chan struct{}
 	closeMu sync.Mutex
 	closed  bool
@@ -131,7 +137,7 @@ func NewConnector(cfg *Config) (*Connector, error) {
 	th := make([]topology.Host, len(own.Hosts))
 	for i, h := range own.Hosts {
 		th[i] = topology.Host{Name: h.Name, Addr: h.Addr, Config: &h.ConnConfig.Config}
-		hs, err := newHost(i, h, &own.Config, c.circuitChanged)
+		hs, err := newHost(i, h, &own.Config, c.circuitChanged, c.isPrimaryNow)
 		if err != nil {
 			c.closePools()
 			return nil, err
@@ -156,6 +162,11 @@ func NewConnector(cfg *Config) (*Connector, error) {
 	events, _ := top.Subscribe(64)
 	c.logDone = make(chan struct{})
 	go c.watch(events)
+	c.stopTerms, c.termsDone = make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(c.termsDone)
+		c.followTerms(c.stopTerms)
+	}()
 	c.funcs.start(c.loadCatalog, DefaultConnectTimeout+5*time.Second, own.ProbeInterval)
 	return c, nil
 }
@@ -239,6 +250,10 @@ func (c *Connector) Close() error {
 	}
 	c.closed = true
 	c.funcs.close()
+	if c.stopTerms != nil {
+		close(c.stopTerms)
+		<-c.termsDone
+	}
 	s := c.top.Snapshot()
 	c.top.Close()
 	if c.logDone != nil {

@@ -48,7 +48,7 @@ type host struct {
 
 // newHost builds host i of cfg: its breaker (whose changes go to
 // onChange) and its pool, which opens connections on demand.
-func newHost(i int, h dsn.Host, cfg *dsn.Config, onChange func(circuit.Change)) (*host, error) {
+func newHost(i int, h dsn.Host, cfg *dsn.Config, onChange func(circuit.Change), isPrimary func(int) bool) (*host, error) {
 	hs := &host{Host: h, idx: i}
 	pc, err := pgxpool.ParseConfig("")
 	if err != nil {
@@ -75,8 +75,19 @@ func newHost(i int, h dsn.Host, cfg *dsn.Config, onChange func(circuit.Change)) 
 		return nil, fmt.Errorf("pgrouted: circuit for %s: %w", h.Name, err)
 	}
 	// A primary session may be needed the moment the host answers again:
-	// it dials whatever the circuit says.
-	hs.sessions = stdlib.GetConnector(*pc.ConnConfig.Copy())
+	// it dials whatever the circuit says, while the host is the primary of
+	// the current term (term.go). Once it is not, pgx's cancel request
+	// after a session was interrupted is not sent: the host may not
+	// answer it.
+	sc := pc.ConnConfig.Copy()
+	sdial := sc.DialFunc
+	sc.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if !isPrimary(i) {
+			return nil, fmt.Errorf("%w: %s", errNotPrimary, h.Name)
+		}
+		return sdial(ctx, network, addr)
+	}
+	hs.sessions = stdlib.GetConnector(*sc)
 	// No replica connection, nor pgx's cancel request after a broken read,
 	// dials a host whose circuit is open: it would only wait for a host
 	// known not to answer.

@@ -1,0 +1,325 @@
+package pgrouted_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/pgrouted/pgrouted"
+	"github.com/pgrouted/pgrouted/testcluster"
+)
+
+// frozenConnectTimeout is the connect_timeout of the frozen-primary tests:
+// far longer than any bound they wait with, so that a write that reached
+// the new primary within such a bound did not wait for a dial to the old
+// one to time out.
+const frozenConnectTimeout = 30 * time.Second
+
+// TestFrozenPrimary: the primary stops answering without closing anything
+// (its processes frozen, or its network cut), a replica is promoted, and
+// the old primary comes back later still believing it is the primary. Four
+// writers insert rows tagged (writer, sequence) in a loop throughout; a
+// fifth connection opens its primary session while the primary is frozen.
+//
+//   - The statements in flight on the old primary end with ErrOutcomeUnknown
+//     before the old primary is back, and are never run again.
+//   - The dial to the old primary is abandoned once the promotion is seen:
+//     that write runs on the new primary, long before connect_timeout.
+//   - Every writer writes on the new primary before the old one is back.
+//   - No write issued after the failover reaches the old primary, and no
+//     statement runs twice (the rows on both servers say so once the old
+//     primary is back).
+//
+// The time from the promotion to the first write on the new primary is
+// logged (the README's failover section quotes it), and bounded only by
+// frozenBound, which is below connect_timeout and the lease: no timing
+// assertion of a busy machine.
+func TestFrozenPrimary(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		interval time.Duration
+		fault    func(ctx context.Context, n *testcluster.Node) error
+		heal     func(n *testcluster.Node) error
+	}{
+		{"frozen-250ms", 250 * time.Millisecond,
+			func(ctx context.Context, n *testcluster.Node) error { return n.Freeze(ctx) },
+			func(n *testcluster.Node) error { return n.Thaw() }},
+		{"blackholed-1s", time.Second,
+			func(_ context.Context, n *testcluster.Node) error { return n.Fault().Blackhole() },
+			func(n *testcluster.Node) error { return n.Fault().Heal() }},
+	} {
+		t.Run(tc.name, func(t *testing.T) { frozenPrimary(t, tc.interval, tc.fault, tc.heal) })
+	}
+}
+
+// frozenBound bounds each wait of the frozen-primary tests for what
+// pgrouted must do after the promotion: well below connect_timeout and the
+// lease, so that neither a dial timing out nor the lease running out can
+// satisfy it.
+const frozenBound = 20 * time.Second
+
+func frozenPrimary(t *testing.T, interval time.Duration, fault func(context.Context, *testcluster.Node) error, heal func(*testcluster.Node) error) {
+	ctx := testCtx(t)
+	restore(t)
+	mustExec(t, ctx, cluster.Primary(), "DROP TABLE IF EXISTS fz; CREATE TABLE fz (w int, seq int, at timestamptz DEFAULT clock_timestamp())")
+	replicated(t, ctx)
+	old, promoted := cluster.Node(0), cluster.Node(1)
+	dsn := cluster.DSN() + fmt.Sprintf("&pgrouted_probe_interval=%s&pgrouted_lease=60s&pgrouted_write_timeout=60s&connect_timeout=%d&pgrouted_names=%s",
+		interval, int(frozenConnectTimeout/time.Second), names())
+	db, conn, rec := openDSN(t, dsn, nil)
+
+	// outcome is one statement's end.
+	type outcome struct {
+		w, seq    int
+		after     bool // issued after the connector saw the new primary
+		err       error
+		ended     time.Time
+		heldUntil bool // it ended after the old primary was back
+	}
+	var (
+		mu       sync.Mutex
+		outcomes []outcome
+		failover atomic.Bool // the connector named the promoted node primary
+		back     atomic.Bool // the old primary is back
+	)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var halted sync.Once
+	halt := func() { halted.Do(func() { close(stop); wg.Wait() }) }
+	wctx, cancelWork := context.WithCancel(ctx)
+	defer func() { cancelWork(); halt() }()
+	write := func(ex interface {
+		ExecContext(context.Context, string, ...any) (sql.Result, error)
+	}, w, seq int) outcome {
+		o := outcome{w: w, seq: seq, after: failover.Load()}
+		_, o.err = ex.ExecContext(wctx, "INSERT INTO fz (w, seq) VALUES ($1, $2)", w, seq)
+		o.ended, o.heldUntil = time.Now(), back.Load()
+		mu.Lock()
+		outcomes = append(outcomes, o)
+		mu.Unlock()
+		return o
+	}
+	const writers = 4
+	var done [writers + 1]atomic.Int64 // statements each writer completed
+	for w := 0; w < writers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for seq := 0; ; seq++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if o := write(db, w, seq); o.err != nil && !errors.Is(o.err, pgrouted.ErrOutcomeUnknown) {
+					time.Sleep(5 * time.Millisecond)
+				}
+				done[w].Add(1)
+			}
+		}()
+	}
+	// waitDone waits until every writer in ws completed a statement more
+	// than from, within frozenBound.
+	counts := func() []int64 {
+		c := make([]int64, len(done))
+		for i := range c {
+			c[i] = done[i].Load()
+		}
+		return c
+	}
+	waitDone := func(what string, from []int64, ws ...int) {
+		t.Helper()
+		deadline := time.Now().Add(frozenBound)
+		for _, w := range ws {
+			for done[w].Load() <= from[w] {
+				if time.Now().After(deadline) {
+					t.Fatalf("%s: writer %d completed no statement within %v", what, w, frozenBound)
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+		}
+	}
+	all := []int{0, 1, 2, 3}
+	waitDone("before the fault", make([]int64, len(done)), all...)
+	waitDone("before the fault", counts(), all...)
+
+	if err := fault(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	healed := false
+	defer func() {
+		if !healed {
+			heal(old)
+		}
+	}()
+	// Every writer's connection is busy on the old primary: a new
+	// connection opens its primary session there now, and waits.
+	for deadline := time.Now().Add(frozenBound); db.Stats().InUse < writers || db.Stats().Idle > 0; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the writers are not all held by the old primary: %+v", db.Stats())
+		}
+	}
+	dialer, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dialer.Close()
+	dialed := make(chan outcome, 1)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		dialed <- write(dialer, writers, 0)
+		done[writers].Add(1)
+	}()
+	time.Sleep(500 * time.Millisecond) // as the user did: the promotion comes a moment later
+	if err := promoted.Promote(ctx); err != nil {
+		t.Fatal(err)
+	}
+	promotedAt := time.Now()
+	for deadline := time.Now().Add(frozenBound); conn.Topology().Primary != promoted.Name(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the connector does not name %s primary within %v of its promotion: %+v", promoted.Name(), frozenBound, conn.Topology())
+		}
+	}
+	failover.Store(true)
+	seen := time.Since(promotedAt)
+	// Every writer, and the new connection, writes again (on the new
+	// primary) while the old one is still frozen.
+	waitDone("after the promotion", counts(), all...)
+	select {
+	case o := <-dialed:
+		if o.err != nil {
+			t.Fatalf("the write whose dial went to the frozen primary failed: %v", o.err)
+		}
+	case <-time.After(frozenBound):
+		t.Fatalf("the write whose dial went to the frozen primary did not complete within %v of the promotion (connect_timeout %v)", frozenBound, frozenConnectTimeout)
+	}
+	firstNew := time.Time{}
+	mu.Lock()
+	for _, o := range outcomes {
+		if o.err == nil && o.ended.After(promotedAt) && (firstNew.IsZero() || o.ended.Before(firstNew)) {
+			firstNew = o.ended
+		}
+	}
+	mu.Unlock()
+	// The old primary comes back, still a primary on the old timeline;
+	// the writers go on, on the new primary.
+	healed = true
+	if err := heal(old); err != nil {
+		t.Fatal(err)
+	}
+	back.Store(true)
+	for deadline := time.Now().Add(frozenBound); ; time.Sleep(5 * time.Millisecond) {
+		h := conn.Topology().Hosts[0]
+		if h.Name == old.Name() && h.Healthy && h.Role == "primary" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the old primary was not probed back within %v: %+v", frozenBound, h)
+		}
+	}
+	waitDone("with the old primary back", counts(), all...)
+	waitDone("with the old primary back", counts(), all...)
+	halt()
+	t.Logf("probe interval %v: the connector saw the promotion after %v; first write on the new primary %v after the promotion", interval, seen.Round(time.Millisecond), firstNew.Sub(promotedAt).Round(time.Millisecond))
+	if firstNew.IsZero() {
+		t.Fatal("no write succeeded after the promotion")
+	}
+
+	// What each server holds. The old primary first finishes what it had
+	// received before it froze.
+	type key struct{ w, seq int }
+	rowsOn := func(n *testcluster.Node) map[key]int {
+		t.Helper()
+		c, err := n.Connect(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close(ctx)
+		for deadline := time.Now().Add(frozenBound); ; time.Sleep(10 * time.Millisecond) {
+			var busy int
+			if err := c.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend' AND state <> 'idle' AND pid <> pg_backend_pid() AND application_name NOT IN ('pgrouted-probe')").Scan(&busy); err != nil {
+				t.Fatal(err)
+			}
+			if busy == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %d statements still running %v after it came back", n.Name(), busy, frozenBound)
+			}
+		}
+		rows, err := c.Query(ctx, "SELECT w, seq FROM fz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		m := map[key]int{}
+		for rows.Next() {
+			var k key
+			if err := rows.Scan(&k.w, &k.seq); err != nil {
+				t.Fatal(err)
+			}
+			m[k]++
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	onOld, onNew := rowsOn(old), rowsOn(promoted)
+	var lost, okAfter int
+	for _, o := range outcomes {
+		k := key{o.w, o.seq}
+		if onOld[k] > 1 || onNew[k] > 1 {
+			t.Errorf("writer %d statement %d ran twice: %d rows on %s, %d on %s", o.w, o.seq, onOld[k], old.Name(), onNew[k], promoted.Name())
+		}
+		switch {
+		case o.err == nil:
+			if onOld[k]+onNew[k] == 0 {
+				t.Errorf("writer %d statement %d succeeded and is on neither server", o.w, o.seq)
+			}
+			if o.after {
+				okAfter++
+			}
+		case errors.Is(o.err, pgrouted.ErrOutcomeUnknown):
+			lost++
+			var re *pgrouted.RouteError
+			if !errors.As(o.err, &re) || re.Reason != pgrouted.ReasonPrimaryLost {
+				t.Errorf("writer %d statement %d: %v is not a RouteError with reason %s", o.w, o.seq, o.err, pgrouted.ReasonPrimaryLost)
+			}
+			if o.heldUntil {
+				t.Errorf("writer %d statement %d was held until the old primary came back: %v", o.w, o.seq, o.err)
+			}
+			if onNew[k] > 0 && onOld[k] == 0 {
+				// On both, it ran on the old primary before the fork and
+				// was replicated: its answer was what got lost.
+				t.Errorf("writer %d statement %d ended with an unknown outcome and ran on the new primary %s", o.w, o.seq, promoted.Name())
+			}
+		default:
+			t.Errorf("writer %d statement %d: %v", o.w, o.seq, o.err)
+		}
+		if o.after && onOld[k] > 0 {
+			t.Errorf("writer %d statement %d, issued after the failover, reached the old primary %s", o.w, o.seq, old.Name())
+		}
+		if o.err == nil && o.ended.After(promotedAt) && onOld[k] > 0 && onNew[k] > 0 {
+			t.Errorf("writer %d statement %d succeeded after the promotion and is on both servers", o.w, o.seq)
+		}
+	}
+	if lost == 0 {
+		t.Error("no statement in flight on the old primary ended with ErrOutcomeUnknown")
+	}
+	if okAfter == 0 {
+		t.Error("no write issued after the failover succeeded")
+	}
+	for _, e := range rec.snapshot() {
+		if e.Err != nil && errors.Is(e.Err, pgrouted.ErrOutcomeUnknown) && e.Retried {
+			t.Errorf("a statement with an unknown outcome was run again: %+v", e)
+		}
+	}
+	t.Logf("%d statements, %d ended with an unknown outcome, %d issued after the failover succeeded", len(outcomes), lost, okAfter)
+}
