@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -39,21 +41,39 @@ const frozenConnectTimeout = 30 * time.Second
 // logged (the README's failover section quotes it), and bounded only by
 // frozenBound, which is below connect_timeout and the lease: no timing
 // assertion of a busy machine.
+//
+// PGROUTED_FROZEN_INTERVALS (a comma list of durations) runs both faults
+// at each of those probe intervals instead of the frozen primary at 250ms
+// and the blackholed one at 1s, to measure.
 func TestFrozenPrimary(t *testing.T) {
-	for _, tc := range []struct {
-		name     string
+	type fault struct {
+		name  string
+		apply func(ctx context.Context, n *testcluster.Node) error
+		heal  func(n *testcluster.Node) error
+	}
+	frozen := fault{"frozen",
+		func(ctx context.Context, n *testcluster.Node) error { return n.Freeze(ctx) },
+		func(n *testcluster.Node) error { return n.Thaw() }}
+	blackholed := fault{"blackholed",
+		func(_ context.Context, n *testcluster.Node) error { return n.Fault().Blackhole() },
+		func(n *testcluster.Node) error { return n.Fault().Heal() }}
+	type run struct {
+		f        fault
 		interval time.Duration
-		fault    func(ctx context.Context, n *testcluster.Node) error
-		heal     func(n *testcluster.Node) error
-	}{
-		{"frozen-250ms", 250 * time.Millisecond,
-			func(ctx context.Context, n *testcluster.Node) error { return n.Freeze(ctx) },
-			func(n *testcluster.Node) error { return n.Thaw() }},
-		{"blackholed-1s", time.Second,
-			func(_ context.Context, n *testcluster.Node) error { return n.Fault().Blackhole() },
-			func(n *testcluster.Node) error { return n.Fault().Heal() }},
-	} {
-		t.Run(tc.name, func(t *testing.T) { frozenPrimary(t, tc.interval, tc.fault, tc.heal) })
+	}
+	runs := []run{{frozen, 250 * time.Millisecond}, {blackholed, time.Second}}
+	if env := os.Getenv("PGROUTED_FROZEN_INTERVALS"); env != "" {
+		runs = nil
+		for _, v := range strings.Split(env, ",") {
+			d, err := time.ParseDuration(strings.TrimSpace(v))
+			if err != nil {
+				t.Fatalf("PGROUTED_FROZEN_INTERVALS: %v", err)
+			}
+			runs = append(runs, run{frozen, d}, run{blackholed, d})
+		}
+	}
+	for _, r := range runs {
+		t.Run(fmt.Sprintf("%s-%v", r.f.name, r.interval), func(t *testing.T) { frozenPrimary(t, r.interval, r.f.apply, r.f.heal) })
 	}
 }
 
@@ -123,6 +143,35 @@ func frozenPrimary(t *testing.T, interval time.Duration, fault func(context.Cont
 			}
 		}()
 	}
+	// Two readers read on the primary throughout: a read held by the old
+	// primary runs again on the new one, and none fails.
+	const readers = 2
+	var reads [readers]atomic.Int64
+	var readErrs atomic.Int64
+	for r := 0; r < readers; r++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rctx := pgrouted.WithRoute(wctx, pgrouted.Primary)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				var one int
+				if err := db.QueryRowContext(rctx, fmt.Sprintf("SELECT 1 /* primary reader %d */", r)).Scan(&one); err != nil {
+					if wctx.Err() == nil {
+						readErrs.Add(1)
+						t.Errorf("primary reader %d: %v", r, err)
+					}
+					time.Sleep(5 * time.Millisecond)
+					continue
+				}
+				reads[r].Add(1)
+			}
+		}()
+	}
 	// waitDone waits until every writer in ws completed a statement more
 	// than from, within frozenBound.
 	counts := func() []int64 {
@@ -151,6 +200,7 @@ func frozenPrimary(t *testing.T, interval time.Duration, fault func(context.Cont
 	if err := fault(ctx, old); err != nil {
 		t.Fatal(err)
 	}
+	faultAt := time.Now()
 	healed := false
 	defer func() {
 		if !healed {
@@ -159,7 +209,7 @@ func frozenPrimary(t *testing.T, interval time.Duration, fault func(context.Cont
 	}()
 	// Every writer's connection is busy on the old primary: a new
 	// connection opens its primary session there now, and waits.
-	for deadline := time.Now().Add(frozenBound); db.Stats().InUse < writers || db.Stats().Idle > 0; time.Sleep(5 * time.Millisecond) {
+	for deadline := time.Now().Add(frozenBound); db.Stats().InUse < writers+readers || db.Stats().Idle > 0; time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the writers are not all held by the old primary: %+v", db.Stats())
 		}
@@ -191,6 +241,13 @@ func frozenPrimary(t *testing.T, interval time.Duration, fault func(context.Cont
 	// Every writer, and the new connection, writes again (on the new
 	// primary) while the old one is still frozen.
 	waitDone("after the promotion", counts(), all...)
+	for r := range reads {
+		for from, deadline := reads[r].Load(), time.Now().Add(frozenBound); reads[r].Load() <= from+1; time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("after the promotion: primary reader %d completed no read within %v", r, frozenBound)
+			}
+		}
+	}
 	select {
 	case o := <-dialed:
 		if o.err != nil {
@@ -226,7 +283,8 @@ func frozenPrimary(t *testing.T, interval time.Duration, fault func(context.Cont
 	waitDone("with the old primary back", counts(), all...)
 	waitDone("with the old primary back", counts(), all...)
 	halt()
-	t.Logf("probe interval %v: the connector saw the promotion after %v; first write on the new primary %v after the promotion", interval, seen.Round(time.Millisecond), firstNew.Sub(promotedAt).Round(time.Millisecond))
+	t.Logf("probe interval %v: the connector saw the promotion after %v; first write on the new primary %v after the promotion (%v after the fault, the promotion %v after it)",
+		interval, seen.Round(time.Millisecond), firstNew.Sub(promotedAt).Round(time.Millisecond), firstNew.Sub(faultAt).Round(time.Millisecond), promotedAt.Sub(faultAt).Round(time.Millisecond))
 	if firstNew.IsZero() {
 		t.Fatal("no write succeeded after the promotion")
 	}
@@ -316,10 +374,122 @@ func frozenPrimary(t *testing.T, interval time.Duration, fault func(context.Cont
 	if okAfter == 0 {
 		t.Error("no write issued after the failover succeeded")
 	}
+	rerun := 0
 	for _, e := range rec.snapshot() {
 		if e.Err != nil && errors.Is(e.Err, pgrouted.ErrOutcomeUnknown) && e.Retried {
 			t.Errorf("a statement with an unknown outcome was run again: %+v", e)
 		}
+		if e.Op == pgrouted.OpRead && e.Retried && e.Err == nil && e.Endpoint == promoted.Name() {
+			rerun++
+		}
 	}
-	t.Logf("%d statements, %d ended with an unknown outcome, %d issued after the failover succeeded", len(outcomes), lost, okAfter)
+	if rerun == 0 {
+		t.Error("no read held by the old primary ran again on the new one")
+	}
+	t.Logf("%d statements, %d ended with an unknown outcome, %d issued after the failover succeeded; %d reads held by the old primary ran again on the new one", len(outcomes), lost, okAfter, rerun)
+}
+
+// TestFrozenReplicaReleasesReads: a replica whose processes are frozen holds
+// the reads running on it until its probes fail and its circuit opens;
+// then they are released and run elsewhere (nothing had been returned),
+// and no read fails. connect_timeout is far longer than the waits, so
+// that a read released by its dial timing out would not pass.
+func TestFrozenReplicaReleasesReads(t *testing.T) {
+	ctx := testCtx(t)
+	restore(t)
+	db, conn, rec := open(t, fmt.Sprintf("connect_timeout=%d", int(frozenConnectTimeout/time.Second)), "pgrouted_latency_window=off")
+	replicasReady(t, conn)
+	waitReads(t, db, rec, 10*time.Second, "reads on node2", func(on map[string]int) bool { return on["node2"] > 0 })
+	n := cluster.Node(2)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var halted sync.Once
+	halt := func() { halted.Do(func() { close(stop); wg.Wait() }) }
+	wctx, cancelWork := context.WithCancel(ctx)
+	defer func() { cancelWork(); halt() }()
+	const readers = 6
+	var done [readers]atomic.Int64
+	for g := 0; g < readers; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			q := fmt.Sprintf("SELECT %d /* frozen reader */", g)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				var one int
+				if err := db.QueryRowContext(wctx, q).Scan(&one); err != nil {
+					if wctx.Err() == nil {
+						t.Errorf("reader %d: %v", g, err)
+					}
+					return
+				}
+				done[g].Add(1)
+			}
+		}()
+	}
+	counts := func() []int64 {
+		c := make([]int64, readers)
+		for g := range c {
+			c[g] = done[g].Load()
+		}
+		return c
+	}
+	waitEvery := func(what string, from []int64) {
+		t.Helper()
+		deadline := time.Now().Add(frozenBound)
+		for g := 0; g < readers; {
+			if done[g].Load() > from[g] {
+				g++
+				continue
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: reader %d completed no read within %v", what, g, frozenBound)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	waitEvery("before the freeze", make([]int64, readers))
+	if err := n.Freeze(ctx); err != nil {
+		t.Fatal(err)
+	}
+	thawed := false
+	defer func() {
+		if !thawed {
+			n.Thaw()
+		}
+	}()
+	for deadline := time.Now().Add(frozenBound); ; time.Sleep(5 * time.Millisecond) {
+		if h := conn.Topology().Hosts[2]; h.Name == n.Name() && h.Circuit == "open" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s's circuit did not open within %v of its freeze: %+v", n.Name(), frozenBound, conn.Topology().Hosts[2])
+		}
+	}
+	// Twice: a read held by the frozen replica when its circuit opened is
+	// released, then the reader goes on.
+	waitEvery("once the circuit is open", counts())
+	waitEvery("once the circuit is open", counts())
+	halt()
+	thawed = true
+	if err := n.Thaw(); err != nil {
+		t.Fatal(err)
+	}
+	held := 0
+	for _, e := range rec.snapshot() {
+		if e.Err != nil {
+			t.Errorf("a read failed: %v", e.Err)
+		}
+		if e.Retried && e.Err == nil && e.Endpoint != n.Name() {
+			held++
+		}
+	}
+	t.Logf("%d reads held by the frozen replica ran elsewhere", held)
+	if held == 0 {
+		t.Error("no read was held by the frozen replica: the test did not exercise it")
+	}
 }
