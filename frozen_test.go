@@ -227,10 +227,12 @@ func frozenPrimary(t *testing.T, interval time.Duration, fault func(context.Cont
 		done[writers].Add(1)
 	}()
 	time.Sleep(500 * time.Millisecond) // as the user did: the promotion comes a moment later
+	// From when pg_ctl promote starts: the new primary may take writes
+	// before it returns.
+	promotedAt := time.Now()
 	if err := promoted.Promote(ctx); err != nil {
 		t.Fatal(err)
 	}
-	promotedAt := time.Now()
 	for deadline := time.Now().Add(frozenBound); conn.Topology().Primary != promoted.Name(); time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the connector does not name %s primary within %v of its promotion: %+v", promoted.Name(), frozenBound, conn.Topology())
@@ -283,7 +285,7 @@ func frozenPrimary(t *testing.T, interval time.Duration, fault func(context.Cont
 	waitDone("with the old primary back", counts(), all...)
 	waitDone("with the old primary back", counts(), all...)
 	halt()
-	t.Logf("probe interval %v: the connector saw the promotion after %v; first write on the new primary %v after the promotion (%v after the fault, the promotion %v after it)",
+	t.Logf("probe interval %v: from the start of pg_ctl promote, the connector named the new primary after %v, and the first write ran there after %v (%v after the fault, the promotion began %v after it)",
 		interval, seen.Round(time.Millisecond), firstNew.Sub(promotedAt).Round(time.Millisecond), firstNew.Sub(faultAt).Round(time.Millisecond), promotedAt.Sub(faultAt).Round(time.Millisecond))
 	if firstNew.IsZero() {
 		t.Fatal("no write succeeded after the promotion")
@@ -491,5 +493,84 @@ func TestFrozenReplicaReleasesReads(t *testing.T) {
 	t.Logf("%d reads held by the frozen replica ran elsewhere", held)
 	if held == 0 {
 		t.Error("no read was held by the frozen replica: the test did not exercise it")
+	}
+}
+
+// TestFrozenPrimaryLeaseEnds: with no promotion, a frozen primary's lease
+// runs out. The statement in flight on it ends then, with
+// ErrOutcomeUnknown; a write issued after that waits for a primary and
+// fails with ErrNoPrimary (nothing was sent); once the primary is thawed,
+// writes run on it again, in a new term of the same epoch.
+func TestFrozenPrimaryLeaseEnds(t *testing.T) {
+	ctx := testCtx(t)
+	restore(t)
+	mustExec(t, ctx, cluster.Primary(), "DROP TABLE IF EXISTS fl; CREATE TABLE fl (id int)")
+	replicated(t, ctx)
+	const lease = 2 * time.Second
+	dsn := cluster.DSN() + fmt.Sprintf("&pgrouted_probe_interval=100ms&pgrouted_lease=%v&pgrouted_write_timeout=1s&connect_timeout=%d&pgrouted_names=%s",
+		lease, int(frozenConnectTimeout/time.Second), names())
+	pool, conn, _ := openDSN(t, dsn, nil)
+	// One connection throughout, whose primary session is the one frozen
+	// (database/sql would ping a pooled one before reusing it).
+	db, err := pool.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	old := cluster.Node(0)
+	if _, err := db.ExecContext(ctx, "INSERT INTO fl VALUES (0)"); err != nil {
+		t.Fatal(err)
+	}
+	epoch := conn.Topology().Epoch
+	if err := old.Freeze(ctx); err != nil {
+		t.Fatal(err)
+	}
+	thawed := false
+	defer func() {
+		if !thawed {
+			old.Thaw()
+		}
+	}()
+	frozeAt := time.Now()
+	held := make(chan error, 1)
+	go func() {
+		_, err := db.ExecContext(ctx, "INSERT INTO fl VALUES (1)")
+		held <- err
+	}()
+	select {
+	case err := <-held:
+		if !errors.Is(err, pgrouted.ErrOutcomeUnknown) {
+			t.Fatalf("the write held by the frozen primary ended with %v, not ErrOutcomeUnknown", err)
+		}
+		t.Logf("the write held by the frozen primary ended %v after the freeze (lease %v): %v", time.Since(frozeAt).Round(time.Millisecond), lease, err)
+	case <-time.After(frozenBound):
+		t.Fatalf("the write held by the frozen primary did not end within %v (lease %v, connect_timeout %v)", frozenBound, lease, frozenConnectTimeout)
+	}
+	if _, err := db.ExecContext(ctx, "INSERT INTO fl VALUES (2)"); !errors.Is(err, pgrouted.ErrNoPrimary) {
+		t.Fatalf("a write with no primary: %v, want ErrNoPrimary", err)
+	}
+	thawed = true
+	if err := old.Thaw(); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(frozenBound); ; time.Sleep(10 * time.Millisecond) {
+		var port int
+		err := db.QueryRowContext(ctx, "INSERT INTO fl VALUES (3) RETURNING inet_server_port()").Scan(&port)
+		if err == nil {
+			if name := portNames(t)[port]; name != old.Name() {
+				t.Fatalf("the write after the thaw ran on %s", name)
+			}
+			break
+		}
+		if !errors.Is(err, pgrouted.ErrNoPrimary) || time.Now().After(deadline) {
+			t.Fatalf("a write after the thaw: %v", err)
+		}
+	}
+	if e := conn.Topology().Epoch; e != epoch {
+		t.Errorf("epoch %d after the thaw, %d before: the primary did not change", e, epoch)
+	}
+	var twos int
+	if err := old.QueryRow(ctx, "SELECT count(*) FROM fl WHERE id = 2", nil, &twos); err != nil || twos != 0 {
+		t.Fatalf("the write refused with ErrNoPrimary is on the primary %d times (%v)", twos, err)
 	}
 }
