@@ -3,6 +3,7 @@ package pgrouted_test
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"os"
@@ -352,6 +353,9 @@ func frozenPrimary(t *testing.T, interval time.Duration, fault func(context.Cont
 			if !errors.As(o.err, &re) || re.Reason != pgrouted.ReasonPrimaryLost {
 				t.Errorf("writer %d statement %d: %v is not a RouteError with reason %s", o.w, o.seq, o.err, pgrouted.ReasonPrimaryLost)
 			}
+			if errors.Is(o.err, driver.ErrBadConn) || errors.Is(o.err, context.Canceled) {
+				t.Errorf("writer %d statement %d: %v matches driver.ErrBadConn or context.Canceled: database/sql or the caller would run it again", o.w, o.seq, o.err)
+			}
 			if o.heldUntil {
 				t.Errorf("writer %d statement %d was held until the old primary came back: %v", o.w, o.seq, o.err)
 			}
@@ -372,6 +376,9 @@ func frozenPrimary(t *testing.T, interval time.Duration, fault func(context.Cont
 	}
 	if lost == 0 {
 		t.Error("no statement in flight on the old primary ended with ErrOutcomeUnknown")
+	}
+	if n := conn.Stats().RouteErrors[pgrouted.ReasonPrimaryLost]; n != uint64(lost) {
+		t.Errorf("Stats().RouteErrors[%q] = %d, want %d", pgrouted.ReasonPrimaryLost, n, lost)
 	}
 	if okAfter == 0 {
 		t.Error("no write issued after the failover succeeded")
