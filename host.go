@@ -39,6 +39,9 @@ type host struct {
 	// check), valid while the probe connection it was read alongside is
 	// the same.
 	known atomic.Pointer[knownReplay]
+	// leads is set while the host is the primary of the current term
+	// (term.go): only then may a primary session dial it.
+	leads atomic.Bool
 	// flight is the replica connections borrowed now.
 	flight hostFlight
 	// descs are the statement descriptions read on it, for the pipelined
@@ -50,7 +53,7 @@ type host struct {
 
 // newHost builds host i of cfg: its breaker (whose changes go to
 // onChange) and its pool, which opens connections on demand.
-func newHost(i int, h dsn.Host, cfg *dsn.Config, onChange func(circuit.Change), isPrimary func(int) bool) (*host, error) {
+func newHost(i int, h dsn.Host, cfg *dsn.Config, onChange func(circuit.Change)) (*host, error) {
 	hs := &host{Host: h, idx: i}
 	pc, err := pgxpool.ParseConfig("")
 	if err != nil {
@@ -84,7 +87,7 @@ func newHost(i int, h dsn.Host, cfg *dsn.Config, onChange func(circuit.Change), 
 	sc := pc.ConnConfig.Copy()
 	sdial := sc.DialFunc
 	sc.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
-		if !isPrimary(i) {
+		if !hs.leads.Load() {
 			return nil, fmt.Errorf("%w: %s", errNotPrimary, h.Name)
 		}
 		return sdial(ctx, network, addr)

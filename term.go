@@ -111,6 +111,7 @@ func (c *Connector) liveTerm() *term {
 	t = c.terms.cur.Load()
 	valid := s.LeaseValid(now)
 	if t != nil && (t.ended() || t.host != s.Primary || t.epoch != s.Epoch || !valid) {
+		c.hosts[t.host].leads.Store(false)
 		t.finish()
 		c.terms.cur.Store(nil)
 		t = nil
@@ -118,15 +119,10 @@ func (c *Connector) liveTerm() *term {
 	if t == nil && valid {
 		ctx, stop := context.WithCancel(context.Background())
 		t = &term{host: s.Primary, epoch: s.Epoch, ctx: ctx, stop: stop}
+		c.hosts[t.host].leads.Store(true)
 		c.terms.cur.Store(t)
 	}
 	return t
-}
-
-// isPrimaryNow reports whether host i is the primary of the current term.
-func (c *Connector) isPrimaryNow(i int) bool {
-	t := c.terms.cur.Load()
-	return t != nil && !t.ended() && t.host == i
 }
 
 // followTerms ends each term as soon as a snapshot shows the topology moved
@@ -145,7 +141,7 @@ func (c *Connector) followTerms(stop <-chan struct{}) {
 	}
 }
 
-// errNotPrimary refuses a dial to a host that is no longer the primary of
-// the current term: the cancel request pgx sends after a statement was
-// interrupted would wait for a host that does not answer.
+// errNotPrimary refuses a dial to a host that is not the primary of the
+// current term (host.leads): the cancel request pgx sends after a statement
+// was interrupted would wait for a host that does not answer.
 var errNotPrimary = errors.New("pgrouted: no longer the primary")
