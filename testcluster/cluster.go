@@ -485,9 +485,9 @@ func pgpassEscape(s string) string {
 }
 
 // Restore brings the cluster back to its state after Start, for tests that
-// share one cluster and break it: it thaws frozen nodes, heals every fault, starts stopped
-// nodes, resumes paused replay, and, when a failover happened or a node no
-// longer streams from node0, makes node0 the primary again (a switchover
+// share one cluster and break it: it thaws frozen nodes, heals every fault,
+// starts stopped nodes, resumes paused replay, and, when a failover happened
+// or a node no longer streams from node0, makes node0 the primary again (a switchover
 // that keeps the newest data) and rebuilds the other nodes as its standbys.
 // It returns when every replica streams from node0 and has replayed the
 // primary's current position and, with Options.SyncReplicas, when node0
