@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pgrouted/pgrouted/topology"
 )
 
 // This file is the primary's term: the time during which the topology
@@ -106,9 +107,14 @@ func (c *Connector) liveTerm() *term {
 	defer c.terms.mu.Unlock()
 	// Under the lock, the newest snapshot: changes follow the topology's
 	// order, whichever goroutine makes them.
-	s = c.top.Snapshot()
-	now = time.Now()
-	t = c.terms.cur.Load()
+	return c.moveTerm(c.top.Snapshot(), time.Now())
+}
+
+// moveTerm makes the current term s's at now, under terms.mu: it ends the
+// current one when s names another primary or epoch, or none valid at now,
+// and starts one for s's primary when there is none.
+func (c *Connector) moveTerm(s *topology.Snapshot, now time.Time) *term {
+	t := c.terms.cur.Load()
 	valid := s.LeaseValid(now)
 	if t != nil && (t.ended() || t.host != s.Primary || t.epoch != s.Epoch || !valid) {
 		c.hosts[t.host].leads.Store(false)
