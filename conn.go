@@ -19,6 +19,7 @@ type conn struct {
 	primary *stdlib.Conn // nil until needed
 	host    int          // the primary session's host
 	epoch   uint64       // the topology epoch the primary session belongs to
+	term    *term        // the primary's term the session belongs to (term.go)
 
 	// pinned is set once a statement changed session state: from then on
 	// everything runs on the primary session.
@@ -197,7 +198,7 @@ func (cn *conn) Ping(ctx context.Context) error {
 		return err
 	}
 	if err := sc.Ping(ctx); err != nil {
-		cn.primary = nil // stdlib closed it
+		cn.closePrimary() // stdlib closed it
 		if cn.pinned {
 			cn.bad = true
 		}
@@ -207,9 +208,9 @@ func (cn *conn) Ping(ctx context.Context) error {
 }
 
 // epochChanged reports whether the primary session belongs to an older
-// primary than the topology's current one.
+// primary than the topology's current one, or to a term that ended.
 func (cn *conn) epochChanged() bool {
-	return cn.primary != nil && cn.c.top.Snapshot().Epoch != cn.epoch
+	return cn.primary != nil && (cn.c.top.Snapshot().Epoch != cn.epoch || cn.term == nil || cn.term.ended())
 }
 
 // ResetSession implements driver.SessionResetter: database/sql calls it

@@ -99,6 +99,12 @@ type Connector struct {
 	// writes was logged.
 	loggedTimeline atomic.Uint32
 
+	// terms is the current primary's term (term.go), which followTerms
+	// ends when the topology moves on, until stopTerms is closed.
+	terms     terms
+	stopTerms chan struct{}
+	termsDone chan struct{}
+
 	logDone chan struct{}
 	closeMu sync.Mutex
 	closed  bool
@@ -157,6 +163,11 @@ func NewConnector(cfg *Config) (*Connector, error) {
 	events, _ := top.Subscribe(64)
 	c.logDone = make(chan struct{})
 	go c.watch(events)
+	c.stopTerms, c.termsDone = make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(c.termsDone)
+		c.followTerms(c.stopTerms)
+	}()
 	c.funcs.start(c.loadCatalog, DefaultConnectTimeout+5*time.Second, own.ProbeInterval)
 	return c, nil
 }
@@ -240,6 +251,10 @@ func (c *Connector) Close() error {
 	}
 	c.closed = true
 	c.funcs.close()
+	if c.stopTerms != nil {
+		close(c.stopTerms)
+		<-c.termsDone
+	}
 	s := c.top.Snapshot()
 	c.top.Close()
 	if c.logDone != nil {

@@ -94,6 +94,10 @@
 //     position after a write's commit in the same round trip
 //     (pipeline.go), and rerun an autocommit write that a demoted primary
 //     refused.
+//   - term.go: the primary's term, from the snapshot that confirms it
+//     until another primary is confirmed or its lease runs out; primary
+//     sessions open under it, and its end abandons dials to the old
+//     primary and closes the sessions still open there.
 //   - pipeline.go: statements sent in a pgconn pipeline, with their
 //     descriptions cached per host (and per session that changed its
 //     state); stale.go: the recovery from a statement a schema change
@@ -114,6 +118,17 @@
 // primary. SQLSTATE 25006 on the primary session (the host was demoted)
 // triggers an immediate probe, and an autocommit write that it refused runs
 // again once the topology has moved.
+//
+// A primary that stops answering without closing anything (frozen, or cut
+// off by the network) does not hold anyone: primary sessions belong to the
+// primary's term, which ends as soon as the probes confirm another primary
+// (or the lease runs out). Then a dial to the old primary is abandoned
+// (nothing was sent: the statement runs on the new primary, or waits for
+// one), and the connections of the sessions still open there are closed. A
+// statement that was waiting for the old primary's answer fails with a
+// [RouteError] matching [ErrOutcomeUnknown] (reason [ReasonPrimaryLost]):
+// it may have run there, and pgrouted never runs it again. A read that had
+// returned no row runs again on the new primary.
 //
 // # Read-your-writes
 //

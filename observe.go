@@ -150,7 +150,9 @@ type Stats struct {
 	// Fallbacks counts the reads that ran on the primary because no
 	// replica could serve them, per reason ("behind", "unhealthy", ...).
 	Fallbacks map[string]uint64 `json:"fallbacks"`
-	// RouteErrors counts the statements that could not run, per reason.
+	// RouteErrors counts the statements that could not run, per reason,
+	// and those whose primary was lost before it answered ("primary-lost":
+	// their outcome is unknown).
 	RouteErrors map[string]uint64 `json:"routeErrors"`
 	// ReadOnlyRetries counts the statements a replica refused with SQLSTATE
 	// 25006 and that ran again on the primary.
@@ -195,7 +197,7 @@ type Stats struct {
 // opIndex and reasonIndex number the ops and reasons counted.
 var (
 	opNames     = [...]string{OpRead, OpWrite, OpTx, OpLock}
-	reasonNames = [...]string{ReasonNoReplicas, ReasonUnhealthy, ReasonBehind, ReasonSaturated, ReasonPositionUnknown, ReasonReplicaFailed, ReasonRetry25006, ReasonWriteOnReplica, ReasonNoPrimary}
+	reasonNames = [...]string{ReasonNoReplicas, ReasonUnhealthy, ReasonBehind, ReasonSaturated, ReasonPositionUnknown, ReasonReplicaFailed, ReasonRetry25006, ReasonWriteOnReplica, ReasonNoPrimary, ReasonPrimaryLost}
 )
 
 const (

@@ -166,6 +166,12 @@ func (cn *conn) borrow(ctx context.Context, h *host, check bool, wm lagmeter.Wat
 	}
 	b := &borrowed{Conn: dc.(*stdlib.Conn), h: h}
 	h.flight.add(b)
+	if !h.breaker.Allow() {
+		// The circuit opened after the pool answered: its release of the
+		// host's reads may have missed this one.
+		b.giveBack()
+		return nil, fmt.Errorf("pgrouted: %s: circuit open", h.Name)
+	}
 	if check {
 		if err := cn.checkReplica(ctx, b, wm); err != nil {
 			b.giveBack()

@@ -432,6 +432,9 @@ func (c *Cluster) Close() error {
 	defer cancel()
 	var errs []error
 	for _, n := range c.nodes {
+		if err := n.Thaw(); err != nil {
+			errs = append(errs, err)
+		}
 		if err := n.stop(ctx, "immediate"); err != nil {
 			if pid := postmasterPID(n.dataDir); pid > 0 && processAlive(pid) {
 				errs = append(errs, err, killTree(ctx, pid))
@@ -482,9 +485,9 @@ func pgpassEscape(s string) string {
 }
 
 // Restore brings the cluster back to its state after Start, for tests that
-// share one cluster and break it: it heals every fault, starts stopped
-// nodes, resumes paused replay, and, when a failover happened or a node no
-// longer streams from node0, makes node0 the primary again (a switchover
+// share one cluster and break it: it thaws frozen nodes, heals every fault,
+// starts stopped nodes, resumes paused replay, and, when a failover happened
+// or a node no longer streams from node0, makes node0 the primary again (a switchover
 // that keeps the newest data) and rebuilds the other nodes as its standbys.
 // It returns when every replica streams from node0 and has replayed the
 // primary's current position and, with Options.SyncReplicas, when node0
@@ -496,7 +499,7 @@ func (c *Cluster) Restore(ctx context.Context) error {
 	since := make([]time.Time, len(c.nodes))
 	for i, n := range c.nodes {
 		cut := n.link.proxy.Blackholed()
-		if err := errors.Join(n.fault.Heal(), n.link.Heal()); err != nil {
+		if err := errors.Join(n.Thaw(), n.fault.Heal(), n.link.Heal()); err != nil {
 			return err
 		}
 		if cut {

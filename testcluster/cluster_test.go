@@ -398,6 +398,60 @@ func TestFaultBlackholeAndHeal(t *testing.T) {
 	}
 }
 
+// TestFreezeAndThaw: a frozen node keeps its connections open and answers
+// nothing, on them or on new ones; once thawed, the query that waited on it
+// completes and new connections work.
+func TestFreezeAndThaw(t *testing.T) {
+	ctx := testCtx(t)
+	restore(t)
+	n := shared.Replicas()[1]
+	conn := connect(t, ctx, n.DirectDSN())
+	if err := n.Freeze(ctx); err != nil {
+		t.Fatal(err)
+	}
+	thawed := false
+	defer func() {
+		if !thawed {
+			n.Thaw()
+		}
+	}()
+	done := make(chan error, 1)
+	go func() {
+		var one int
+		done <- conn.QueryRow(ctx, "SELECT 1").Scan(&one)
+	}()
+	select {
+	case err := <-done:
+		t.Fatalf("a query on a frozen node returned: %v", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	_, err := pgx.Connect(cctx, n.DirectDSN())
+	cancel()
+	if err == nil {
+		t.Fatal("a connection to a frozen node succeeded")
+	}
+	if !n.Running() {
+		t.Fatal("a frozen node is not running")
+	}
+	if err := n.Thaw(); err != nil {
+		t.Fatal(err)
+	}
+	thawed = true
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("the query held by the frozen node: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the query held by the frozen node did not complete within 30s of the thaw")
+	}
+	conn2 := connect(t, ctx, n.DSN())
+	if _, err := conn2.Exec(ctx, "SELECT 1"); err != nil {
+		t.Fatalf("after Thaw: %v", err)
+	}
+}
+
 func TestFaultReset(t *testing.T) {
 	ctx := testCtx(t)
 	n := shared.Primary()

@@ -13,9 +13,11 @@
 // Each [Node] sits behind a network fault point ([Node.Fault]) that can add
 // latency, cut the node off or reset its connections without stopping
 // PostgreSQL, and each standby's replication connection behind another
-// ([Node.ReplicationFault]). Node controls (Stop, Kill, Start, Restart,
-// Promote, PauseReplay, ResumeReplay, WaitReplayed, Follow, Rejoin) wait until
-// their effect is real.
+// ([Node.ReplicationFault]). [Node.Freeze] stops every process of a node
+// (SIGSTOP) without closing anything, as a stalled machine would;
+// [Node.Thaw] wakes it. Node controls (Stop, Kill, Start, Restart, Freeze,
+// Promote, PauseReplay, ResumeReplay, WaitReplayed, Follow, Rejoin) wait
+// until their effect is real.
 //
 // PostgreSQL refuses to run as root: when the test runs as root, the servers
 // run as the unprivileged system user [Options].OSUser ("postgres" by

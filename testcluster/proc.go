@@ -132,6 +132,9 @@ for f in "$base"/*/postmaster.pid; do
 	[ -f "$f" ] || continue
 	p=$(head -n 1 "$f")
 	case "$p" in ''|*[!0-9]*) continue;; esac
+	# A frozen node (Node.Freeze) is woken first, so that it can stop.
+	kill -CONT "$p" 2>/dev/null
+	pkill -CONT -P "$p" 2>/dev/null
 	kill -QUIT "$p" 2>/dev/null && pids="$pids $p"
 done
 i=0
