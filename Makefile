@@ -7,18 +7,22 @@
 #               PostgreSQL clusters
 #
 # Both install PostgreSQL when it is missing and this runs as root with
-# apt-get; otherwise they say which command to run.
+# apt-get; otherwise they say which command to run. make test does the same
+# for PgBouncer (the tests through a connection pooler).
 
-.PHONY: demo test postgres vet fmt
+.PHONY: demo test postgres pgbouncer vet fmt
 
 demo: postgres
 	go run ./cmd/pgrouted demo
 
-test: postgres
+test: postgres pgbouncer
 	./scripts/test.sh
 
 postgres:
 	@./scripts/ensure-postgres.sh
+
+pgbouncer:
+	@./scripts/ensure-pgbouncer.sh
 
 vet:
 	go vet ./...
