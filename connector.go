@@ -94,6 +94,10 @@ type Connector struct {
 	funcs   *catalog
 	refused refusedSet
 
+	// pinLogged is set once a connection pinned session state behind a
+	// connection pooler was logged (pooler.go).
+	pinLogged atomic.Bool
+
 	// loggedTimeline is the last timeline for which a possible loss of
 	// writes was logged.
 	loggedTimeline atomic.Uint32

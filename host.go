@@ -44,6 +44,8 @@ type host struct {
 	descs descCache
 	// statements counts the statements run on it, per op (see Stats).
 	statements [len(opNames)]atomic.Uint64
+	// poolerLogged is set once the pooler in front of it was logged.
+	poolerLogged atomic.Bool
 }
 
 // newHost builds host i of cfg: its breaker (whose changes go to

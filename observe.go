@@ -62,6 +62,16 @@ type HostInfo struct {
 	Pool PoolInfo `json:"pool"`
 	// LastError is the last probe error, if the last probe failed.
 	LastError string `json:"lastError,omitempty"`
+	// Pooler is true when the probes run through a connection pooler
+	// (PgBouncer) in front of the host: the server process they talk to
+	// is not the one their connection announced. pgx's own statements
+	// then use the unnamed statement (see the README's "Behind a
+	// connection pooler").
+	Pooler bool `json:"pooler,omitempty"`
+	// BackendSwitched is true when the probe connection has met two server
+	// processes: the pooler hands out server sessions per transaction, and
+	// session state does not last beyond one. Its absence proves nothing.
+	BackendSwitched bool `json:"backendSwitched,omitempty"`
 }
 
 // PoolInfo describes a replica connection pool.
@@ -106,6 +116,9 @@ func (c *Connector) Topology() Snapshot {
 			InflightReads: hs.inflight(),
 			Pool:          PoolInfo{Total: st.TotalConns(), Idle: st.IdleConns(), Acquired: st.AcquiredConns(), Max: st.MaxConns()},
 			LastError:     h.LastError,
+
+			Pooler:          h.Pooler,
+			BackendSwitched: h.BackendSwitched,
 		}
 		if h.Role.String() == "standby" {
 			replay := hs.replay(h)
