@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/pgrouted/pgrouted"
 	"github.com/pgrouted/pgrouted/testcluster"
 )
@@ -254,4 +256,112 @@ func TestPooledFailover(t *testing.T) {
 	if len(writes) != 1 || writes[0] != "node1" {
 		t.Fatalf("route events of the write: %v, want node1", writes)
 	}
+}
+
+// TestPooledSessionStateIsNotASession shows what a transaction pooler
+// takes away, and that pgrouted says so: a SET through pgrouted pins the
+// connection to its primary session, which behind PgBouncer in transaction
+// mode is only a client connection to the pooler. The server session the
+// SET ran on goes back to the pool, where another client gets it with the
+// setting; while that client holds it, the pinned connection's next
+// statement runs on another server session, without it. pgrouted logs the
+// pin behind a pooler once.
+func TestPooledSessionStateIsNotASession(t *testing.T) {
+	ctx := testCtx(t)
+	db, _, rec, logs := openPooled(t)
+	pinned, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pinned.Close()
+	if _, err := pinned.ExecContext(ctx, "SET lock_timeout = '4321s'"); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(logs.String(), "session state on a host behind a connection pooler") {
+		t.Fatalf("the pin behind a pooler was not logged: %q", logs.String())
+	}
+	// Another client of the primary's pooler: PgBouncer hands out the
+	// most recently released server session first, the SET's, unless a
+	// probe holds it at that moment: try a few times.
+	var other *pgx.Conn
+	var otherTx pgx.Tx
+	for attempt := 0; attempt < 20 && otherTx == nil; attempt++ {
+		c, err := pgx.Connect(ctx, bouncers(t).Of(cluster.Primary()).DSN())
+		if err != nil {
+			t.Fatal(err)
+		}
+		tx, err := c.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var lt string
+		if err := tx.QueryRow(ctx, "SELECT current_setting('lock_timeout')").Scan(&lt); err != nil {
+			t.Fatal(err)
+		}
+		if lt == "4321s" {
+			other, otherTx = c, tx
+			break
+		}
+		tx.Rollback(ctx)
+		c.Close(ctx)
+	}
+	if otherTx == nil {
+		t.Fatal("no other client of the pooler got the server session of the SET in 20 tries")
+	}
+	defer other.Close(context.Background())
+	// The other client holds the SET's server session in its transaction:
+	// the pinned connection runs on another one.
+	var lt string
+	if err := pinned.QueryRowContext(ctx, "SHOW lock_timeout").Scan(&lt); err != nil {
+		t.Fatal(err)
+	}
+	if lt == "4321s" {
+		t.Fatal("the pinned connection saw its SET while another client held the server session it ran on")
+	}
+	if ev := rec.snapshot()[len(rec.snapshot())-1]; !ev.Primary || ev.Reason != pgrouted.ReasonPinned {
+		t.Fatalf("the SHOW after the SET: %+v, want the primary (pinned)", ev.Decision)
+	}
+	// Leave no session with the setting in the pool.
+	if _, err := otherTx.Exec(ctx, "RESET lock_timeout"); err != nil {
+		t.Fatal(err)
+	}
+	if err := otherTx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestPooledPreparedStatementHint: a statement run with pgx's named
+// prepared statements (here asked for with pgx's exec mode option; the
+// DSN's default_query_exec_mode is not needed behind a pooler the probes
+// see) meets, through a transaction pooler, the statement another client
+// prepared on the same server session. The error is PostgreSQL's (42P05,
+// errors.As finds it), and says which setting avoids it.
+func TestPooledPreparedStatementHint(t *testing.T) {
+	ctx := testCtx(t)
+	db, _, _, _ := openPooled(t)
+	var got error
+	for attempt := 0; attempt < 20 && got == nil; attempt++ {
+		q := fmt.Sprintf("SELECT %d AS attempt, pg_backend_pid()", attempt)
+		other, err := pgx.Connect(ctx, bouncers(t).Of(cluster.Primary()).DSN())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var a, pid int
+		err = other.QueryRow(ctx, q).Scan(&a, &pid) // prepares stmtcache_… on its server session
+		other.Close(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = db.QueryRowContext(pgrouted.WithRoute(ctx, pgrouted.Primary), q, pgx.QueryExecModeCacheStatement).Scan(&a, &pid)
+	}
+	var pe *pgconn.PgError
+	switch {
+	case got == nil:
+		t.Fatal("in 20 tries, the named statement never met another client's on a server session")
+	case !errors.As(got, &pe) || pe.Code != "42P05":
+		t.Fatalf("error %v, want PostgreSQL's 42P05", got)
+	case !strings.Contains(got.Error(), "default_query_exec_mode=cache_describe") || !strings.Contains(got.Error(), "connection pooler"):
+		t.Fatalf("the error does not say which setting avoids it: %v", got)
+	}
+	t.Logf("error: %v", got)
 }

@@ -100,8 +100,8 @@ func (cn *conn) pin() {
 // them.
 const poolerHint = "pgrouted: pgx's named prepared statement is missing on, or already exists on, " +
 	"this server session: a connection pooler in transaction mode (PgBouncer) shares server sessions between clients; " +
-	"add default_query_exec_mode=cache_describe (or exec) to the connection string " +
-	"(pgrouted does so by itself on hosts whose probes see a pooler)"
+	"use default_query_exec_mode=cache_describe (or exec) in the connection string, and no pgx.QueryExecModeCacheStatement argument " +
+	"(pgrouted uses cache_describe by itself on hosts whose probes see a pooler)"
 
 // poolerError is a PostgreSQL error about one of pgx's named prepared
 // statements, with poolerHint. errors.As still finds the *pgconn.PgError.
