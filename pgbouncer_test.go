@@ -365,3 +365,104 @@ func TestPooledPreparedStatementHint(t *testing.T) {
 	}
 	t.Logf("error: %v", got)
 }
+
+var (
+	sessionBouncersOnce sync.Once
+	sessionBouncersErr  error
+	sessionBouncers     *testcluster.Poolers
+)
+
+// sessionPoolers returns the package's session-mode poolers, started on
+// first use (by the benchmark only) and stopped with the cluster.
+func sessionPoolers(tb testing.TB) *testcluster.Poolers {
+	tb.Helper()
+	sessionBouncersOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		sessionBouncers, sessionBouncersErr = cluster.StartPoolers(ctx, testcluster.PoolSession)
+	})
+	if sessionBouncersErr != nil {
+		tb.Fatal(sessionBouncersErr)
+	}
+	return sessionBouncers
+}
+
+// BenchmarkPooler is the cost of each way of running pgrouted through
+// PgBouncer, against the same cluster without it: path is direct (no
+// pooler), PgBouncer in transaction mode, or in session mode; mode is the
+// DSN's default_query_exec_mode (default: none given, which behind a
+// pooler the probes see means cache_describe for pgx's own statements).
+// op=read is a one-row read by key, on a replica (the connector wrote
+// nothing: no position check); op=write-read inserts a row and reads it
+// back (read-your-writes: a replica that proves it has the row, or the
+// primary), and reports the share of those reads that a replica served.
+// The README's "Behind a connection pooler" quotes a run of
+//
+//	go test -run '^$' -bench BenchmarkPooler -benchtime 2000x -count 5 .
+func BenchmarkPooler(b *testing.B) {
+	ctx := context.Background()
+	if err := cluster.Primary().Exec(ctx, `DROP TABLE IF EXISTS pgb_bench;
+		CREATE TABLE pgb_bench (id bigserial PRIMARY KEY, v text NOT NULL);
+		INSERT INTO pgb_bench (v) SELECT 'row ' || i FROM generate_series(1, 1000) AS i`); err != nil {
+		b.Fatal(err)
+	}
+	if err := cluster.WaitReplicated(ctx); err != nil {
+		b.Fatal(err)
+	}
+	paths := []struct {
+		name string
+		dsn  func(testing.TB) string
+	}{
+		{"direct", func(testing.TB) string { return cluster.DSN() }},
+		{"pgbouncer-transaction", func(tb testing.TB) string { return bouncers(tb).DSN() }},
+		{"pgbouncer-session", func(tb testing.TB) string { return sessionPoolers(tb).DSN() }},
+	}
+	modes := []string{"default", "cache_describe", "exec", "simple_protocol"}
+	for _, path := range paths {
+		for _, mode := range modes {
+			if path.name != "pgbouncer-transaction" && mode != "default" && mode != "exec" {
+				continue
+			}
+			b.Run("path="+path.name+"/mode="+mode, func(b *testing.B) {
+				dsn := path.dsn(b) + "&pgrouted_probe_interval=100ms&pgrouted_names=" + names()
+				if mode != "default" {
+					dsn += "&default_query_exec_mode=" + mode
+				}
+				for _, op := range []string{"read", "write-read"} {
+					b.Run("op="+op, func(b *testing.B) {
+						db, _, rec := openDSN(b, dsn, nil)
+						db.SetMaxIdleConns(4)
+						var v string
+						before := len(rec.snapshot())
+						b.ReportAllocs()
+						b.ResetTimer()
+						i := 0
+						for b.Loop() {
+							i++
+							id := int64(1 + i%1000)
+							if op == "write-read" {
+								if err := db.QueryRowContext(ctx, "INSERT INTO pgb_bench (v) VALUES ($1) RETURNING id", "bench").Scan(&id); err != nil {
+									b.Fatal(err)
+								}
+							}
+							if err := db.QueryRowContext(ctx, "SELECT v FROM pgb_bench WHERE id = $1", id).Scan(&v); err != nil {
+								b.Fatal(err)
+							}
+						}
+						b.StopTimer()
+						reads, onReplica := 0, 0
+						for _, e := range rec.snapshot()[before:] {
+							if e.Op == pgrouted.OpRead {
+								reads++
+								if !e.Primary {
+									onReplica++
+								}
+							}
+						}
+						b.ReportMetric(100*float64(onReplica)/float64(max(reads, 1)), "%replica")
+					})
+				}
+			})
+		}
+	}
+}
