@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -156,15 +158,42 @@ func TestPooledRouting(t *testing.T) {
 		t.Fatalf("the read ran on %v (event %+v), want one replica", on, ev.Decision)
 	}
 	// A read forced to the primary takes pgx's own path: behind the
-	// pooler, as the unnamed statement.
+	// pooler, as the unnamed statement, not one of pgx's named ones
+	// (the server logs which: "execute <unnamed>" or "execute
+	// stmtcache_…").
 	for i := 0; i < 20; i++ {
-		if err := db.QueryRowContext(pgrouted.WithRoute(ctx, pgrouted.Primary), "SELECT v FROM pgb_routing WHERE id = $1", 1).Scan(&v); err != nil {
+		if err := db.QueryRowContext(pgrouted.WithRoute(ctx, pgrouted.Primary), "SELECT v FROM pgb_routing WHERE id = $1 /* "+marker+"-p */", 1).Scan(&v); err != nil {
 			t.Fatalf("read on the primary through the pooler: %v", err)
+		}
+	}
+	lines := logLines(t, cluster.Primary(), marker+"-p")
+	if len(lines) < 20 {
+		t.Fatalf("the primary logged %d executions of the forced read, want 20: %q", len(lines), lines)
+	}
+	for _, l := range lines {
+		if strings.Contains(l, "stmtcache_") || !strings.Contains(l, "execute <unnamed>") {
+			t.Fatalf("behind the pooler, pgx's path ran a named statement: %s", l)
 		}
 	}
 	if !strings.Contains(logs.String(), "host behind a connection pooler") {
 		t.Fatalf("the pooler in front of the primary was not logged: %q", logs.String())
 	}
+}
+
+// logLines returns the lines of node n's server log that hold marker.
+func logLines(t testing.TB, n *testcluster.Node, marker string) []string {
+	t.Helper()
+	b, err := os.ReadFile(n.LogFile())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.Contains(l, marker) {
+			out = append(out, l)
+		}
+	}
+	return out
 }
 
 // TestPooledWorkload is the issue's workload: 6 workers inserting a row and
@@ -396,6 +425,8 @@ func sessionPoolers(tb testing.TB) *testcluster.Poolers {
 // nothing: no position check); op=write-read inserts a row and reads it
 // back (read-your-writes: a replica that proves it has the row, or the
 // primary), and reports the share of those reads that a replica served.
+// Each reports its network round trips per op (every connection's, the
+// probes' included), which the load of the machine does not change.
 // The README's "Behind a connection pooler" quotes a run of
 //
 //	go test -run '^$' -bench BenchmarkPooler -benchtime 2000x -count 5 .
@@ -424,18 +455,22 @@ func BenchmarkPooler(b *testing.B) {
 				continue
 			}
 			b.Run("path="+path.name+"/mode="+mode, func(b *testing.B) {
-				dsn := path.dsn(b) + "&pgrouted_probe_interval=100ms&pgrouted_names=" + names()
+				// Probes 1 s apart: their round trips count too, but
+				// at 3 per second they weigh nothing per op.
+				dsn := path.dsn(b) + "&pgrouted_probe_interval=1s&pgrouted_names=" + names()
 				if mode != "default" {
 					dsn += "&default_query_exec_mode=" + mode
 				}
 				for _, op := range []string{"read", "write-read"} {
 					b.Run("op="+op, func(b *testing.B) {
-						db, _, rec := openDSN(b, dsn, nil)
+						var trips atomic.Int64
+						db, _, rec := openDSN(b, dsn, func(cfg *pgrouted.Config) { countRoundTrips(cfg, &trips) })
 						db.SetMaxIdleConns(4)
 						var v string
 						before := len(rec.snapshot())
 						b.ReportAllocs()
 						b.ResetTimer()
+						trips.Store(0)
 						i := 0
 						for b.Loop() {
 							i++
@@ -450,6 +485,7 @@ func BenchmarkPooler(b *testing.B) {
 							}
 						}
 						b.StopTimer()
+						b.ReportMetric(float64(trips.Load())/float64(b.N), "round-trips/op")
 						reads, onReplica := 0, 0
 						for _, e := range rec.snapshot()[before:] {
 							if e.Op == pgrouted.OpRead {
@@ -465,4 +501,44 @@ func BenchmarkPooler(b *testing.B) {
 			})
 		}
 	}
+}
+
+// countRoundTrips makes every connection of cfg's hosts count its round
+// trips in n: a write after a read (or the first write) starts one.
+func countRoundTrips(cfg *pgrouted.Config, n *atomic.Int64) {
+	for i := range cfg.Hosts {
+		cc := cfg.Hosts[i].ConnConfig
+		dial := cc.DialFunc
+		cc.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := dial(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			tc := &tripConn{Conn: c, n: n}
+			tc.read.Store(true)
+			return tc, nil
+		}
+	}
+}
+
+// tripConn counts the round trips of one connection.
+type tripConn struct {
+	net.Conn
+	n    *atomic.Int64
+	read atomic.Bool // the last operation was a read (pgconn may read in the background)
+}
+
+func (c *tripConn) Write(p []byte) (int, error) {
+	if c.read.Swap(false) {
+		c.n.Add(1)
+	}
+	return c.Conn.Write(p)
+}
+
+func (c *tripConn) Read(p []byte) (int, error) {
+	k, err := c.Conn.Read(p)
+	if k > 0 {
+		c.read.Store(true)
+	}
+	return k, err
 }
