@@ -143,7 +143,13 @@ func (ps *Poolers) DSN() string {
 func (ps *Poolers) Close() error {
 	var errs []error
 	for _, p := range ps.list {
-		errs = append(errs, p.stop())
+		if err := p.stop(); err != nil {
+			errs = append(errs, err)
+			continue // its files stay, for the watchdog to find
+		}
+		if err := os.RemoveAll(p.dir); err != nil {
+			errs = append(errs, fmt.Errorf("testcluster: %w", err))
+		}
 	}
 	ps.c.mu.Lock()
 	for i, q := range ps.c.poolers {
