@@ -58,6 +58,7 @@ func openPooled(t testing.TB, extra ...string) (*sql.DB, *pgrouted.Connector, *r
 	db, conn, rec := openDSN(t, dsn, func(cfg *pgrouted.Config) {
 		cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
 	})
+	replicasReady(t, conn) // every host probed, not just one replica
 	for _, h := range conn.Topology().Hosts {
 		if !h.Pooler {
 			t.Fatalf("%s: the probes do not see the PgBouncer in front of it: %+v", h.Name, h)
