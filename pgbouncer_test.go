@@ -179,6 +179,32 @@ func TestPooledRouting(t *testing.T) {
 	if !strings.Contains(logs.String(), "host behind a connection pooler") {
 		t.Fatalf("the pooler in front of the primary was not logged: %q", logs.String())
 	}
+	// A read-only transaction runs on a replica; the pooler keeps one
+	// server session for the whole transaction.
+	tx, err := db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pid1, pid2 int
+	if err := tx.QueryRowContext(ctx, "SELECT pg_backend_pid()").Scan(&pid1); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.QueryRowContext(ctx, "SELECT v FROM pgb_routing WHERE id = $1", 1).Scan(&v); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.QueryRowContext(ctx, "SELECT pg_backend_pid()").Scan(&pid2); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if pid1 != pid2 {
+		t.Fatalf("a transaction through the pooler ran on two server sessions (%d, %d)", pid1, pid2)
+	}
+	evs := rec.snapshot()
+	if ev := evs[len(evs)-1]; ev.Primary || ev.Reason != pgrouted.ReasonInTx {
+		t.Fatalf("the read-only transaction's last statement: %+v, want a replica (in-tx)", ev.Decision)
+	}
 }
 
 // logLines returns the lines of node n's server log that hold marker.
