@@ -7,22 +7,18 @@
 #               PostgreSQL clusters
 #
 # Both install PostgreSQL when it is missing and this runs as root with
-# apt-get; otherwise they say which command to run. make test does the same
-# for PgBouncer (the tests through a connection pooler).
+# apt-get; otherwise they say which command to run.
 
-.PHONY: demo test postgres pgbouncer vet fmt
+.PHONY: demo test postgres vet fmt
 
 demo: postgres
 	go run ./cmd/pgrouted demo
 
-test: postgres pgbouncer
+test: postgres
 	./scripts/test.sh
 
 postgres:
 	@./scripts/ensure-postgres.sh
-
-pgbouncer:
-	@./scripts/ensure-pgbouncer.sh
 
 vet:
 	go vet ./...
@@ -30,3 +26,11 @@ vet:
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')
+
+# PgBouncer, for the tests through a connection pooler: make test installs
+# it when missing (as root with apt-get), otherwise prints the command.
+.PHONY: pgbouncer
+test: pgbouncer
+
+pgbouncer:
+	@./scripts/ensure-pgbouncer.sh

@@ -37,6 +37,9 @@ type host struct {
 	// check), valid while the probe connection it was read alongside is
 	// the same.
 	known atomic.Pointer[knownReplay]
+	// poolerLogged is set once the pooler in front of it was logged
+	// (pooler.go).
+	poolerLogged atomic.Bool
 	// flight is the replica connections borrowed now.
 	flight hostFlight
 	// descs are the statement descriptions read on it, for the pipelined
@@ -44,8 +47,6 @@ type host struct {
 	descs descCache
 	// statements counts the statements run on it, per op (see Stats).
 	statements [len(opNames)]atomic.Uint64
-	// poolerLogged is set once the pooler in front of it was logged.
-	poolerLogged atomic.Bool
 }
 
 // newHost builds host i of cfg: its breaker (whose changes go to

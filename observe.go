@@ -56,12 +56,6 @@ type HostInfo struct {
 	LagBoundMs *float64 `json:"lagBoundMs,omitempty"`
 	// SyncState is the standby's sync_state on the primary, when known.
 	SyncState string `json:"syncState,omitempty"`
-	// InflightReads is the number of reads running on it now.
-	InflightReads int64 `json:"inflightReads"`
-	// Pool is the host's replica connection pool.
-	Pool PoolInfo `json:"pool"`
-	// LastError is the last probe error, if the last probe failed.
-	LastError string `json:"lastError,omitempty"`
 	// Pooler is true when the probes run through a connection pooler
 	// (PgBouncer) in front of the host: the server process they talk to
 	// is not the one their connection announced. pgx's own statements
@@ -72,6 +66,12 @@ type HostInfo struct {
 	// processes: the pooler hands out server sessions per transaction, and
 	// session state does not last beyond one. Its absence proves nothing.
 	BackendSwitched bool `json:"backendSwitched,omitempty"`
+	// InflightReads is the number of reads running on it now.
+	InflightReads int64 `json:"inflightReads"`
+	// Pool is the host's replica connection pool.
+	Pool PoolInfo `json:"pool"`
+	// LastError is the last probe error, if the last probe failed.
+	LastError string `json:"lastError,omitempty"`
 }
 
 // PoolInfo describes a replica connection pool.
@@ -116,10 +116,8 @@ func (c *Connector) Topology() Snapshot {
 			InflightReads: hs.inflight(),
 			Pool:          PoolInfo{Total: st.TotalConns(), Idle: st.IdleConns(), Acquired: st.AcquiredConns(), Max: st.MaxConns()},
 			LastError:     h.LastError,
-
-			Pooler:          h.Pooler,
-			BackendSwitched: h.BackendSwitched,
 		}
+		hi.Pooler, hi.BackendSwitched = h.Pooler, h.BackendSwitched
 		if h.Role.String() == "standby" {
 			replay := hs.replay(h)
 			if replay != 0 {
