@@ -137,8 +137,8 @@ func (t *tx) run(ctx context.Context, r sqlclass.Result, cl *call, began time.Ti
 		// A stale statement aborted the transaction: its descriptions
 		// are dropped, and the error returned.
 		cn.runAgain(err, cl)
-		err = withPoolerHint(err)
 	}
+	err = withPoolerHint(err)
 	cn.c.report(RouteEvent{
 		Decision: Decision{Op: opOf(r.Class), Endpoint: cn.c.hosts[t.host].Name, Primary: t.replica == nil, Reason: ReasonInTx},
 		Query:    cl.query, Duration: time.Since(began), Err: err,
