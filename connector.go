@@ -33,6 +33,10 @@ type Config struct {
 	// Logger, when set, receives one structured line for each topology
 	// event (primary changed or lost, conflicting primaries, host up or
 	// down, circuit opened or closed), and none per statement.
+	//
+	// Behind a connection pooler it also receives, once, that a host is
+	// behind one, and that a connection pinned session state on one
+	// (pooler.go).
 	Logger *slog.Logger
 
 	// Select, when set, chooses the replica of a read among two or more
