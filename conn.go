@@ -53,12 +53,14 @@ type call struct {
 	tx      *tx // the transaction begun
 }
 
-func (cl *call) on(ctx context.Context, sc *stdlib.Conn) error {
+// on runs cl through pgx on sc with args (cl.args, or them after an exec
+// mode option: see Connector.statementArgs).
+func (cl *call) on(ctx context.Context, sc *stdlib.Conn, args []driver.NamedValue) error {
 	var err error
 	if cl.isQuery {
-		cl.rows, err = sc.QueryContext(ctx, cl.query, cl.args)
+		cl.rows, err = sc.QueryContext(ctx, cl.query, args)
 	} else {
-		cl.res, err = sc.ExecContext(ctx, cl.query, cl.args)
+		cl.res, err = sc.ExecContext(ctx, cl.query, args)
 	}
 	return err
 }
@@ -121,6 +123,7 @@ func (cn *conn) run(ctx context.Context, cl *call) error {
 		if cl.reruns > 0 {
 			ev.Retried = true
 		}
+		err = withPoolerHint(err)
 		ev.Err = err
 		return err
 	}

@@ -34,6 +34,10 @@ type Config struct {
 	// Logger, when set, receives one structured line for each topology
 	// event (primary changed or lost, conflicting primaries, host up or
 	// down, circuit opened or closed), and none per statement.
+	//
+	// Behind a connection pooler it also receives, once, that a host is
+	// behind one, and that a connection pinned session state on one
+	// (pooler.go).
 	Logger *slog.Logger
 
 	// Select, when set, chooses the replica of a read among two or more
@@ -94,6 +98,10 @@ type Connector struct {
 	// judges calls by; refused, the statements a replica refused (catalog.go).
 	funcs   *catalog
 	refused refusedSet
+
+	// pinLogged is set once a connection pinned session state behind a
+	// connection pooler was logged (pooler.go).
+	pinLogged atomic.Bool
 
 	// loggedTimeline is the last timeline for which a possible loss of
 	// writes was logged.

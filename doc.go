@@ -108,6 +108,7 @@
 //     transaction run on its connection; COMMIT raises the watermark.
 //   - observe.go: every statement's [RouteEvent] is counted ([Stats]);
 //     [Connector.Topology] shows what the probes see.
+//   - pooler.go: what changes on a host behind a connection pooler.
 //
 // # Failover
 //
@@ -152,6 +153,24 @@
 // write the promoted standby was not seen to replay cannot be told apart,
 // and reads of it go to the new primary until the new timeline's position
 // is known ([Stats].TimelineResets).
+//
+// # Behind a connection pooler
+//
+// The hosts of the DSN may be connection poolers (PgBouncer, one in front
+// of each server). The probes recognise one: the server process a probe
+// runs on is not the one its connection announced ([HostInfo].Pooler). On
+// such a host pgx's own statements use the unnamed statement
+// (cache_describe) instead of pgx's named prepared statements, which a
+// pooler in transaction mode shares between clients (pooler.go); the
+// error of a named statement refused for that (42P05, 26000) says which
+// setting avoids it. Routing, read-your-writes, the replica checks and
+// failover work per statement and per transaction, so they hold through a
+// transaction pooler. Session state does not: a connection pinned to its
+// primary session by SET, a temporary table, an advisory lock or LISTEN is,
+// behind a transaction pooler, a connection to the pooler, whose next
+// transaction may run on another server session without that state.
+// pgrouted cannot make it a session; it says so once through
+// [Config].Logger.
 //
 // # Observing
 //

@@ -35,6 +35,10 @@ type host struct {
 	breaker  *circuit.Breaker // fed by probes and by data-path failures
 	maxConns int64            // the size of pool
 
+	// poolerLogged is set once the pooler in front of it was logged
+	// (pooler.go).
+	poolerLogged atomic.Bool
+
 	// known is a replay position read on a data connection (the inline
 	// check), valid while the probe connection it was read alongside is
 	// the same.

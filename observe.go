@@ -56,6 +56,16 @@ type HostInfo struct {
 	LagBoundMs *float64 `json:"lagBoundMs,omitempty"`
 	// SyncState is the standby's sync_state on the primary, when known.
 	SyncState string `json:"syncState,omitempty"`
+	// Pooler is true when the probes run through a connection pooler
+	// (PgBouncer) in front of the host: the server process they talk to
+	// is not the one their connection announced. pgx's own statements
+	// then use the unnamed statement (see the README's "Behind a
+	// connection pooler").
+	Pooler bool `json:"pooler,omitempty"`
+	// BackendSwitched is true when the probe connection has met two server
+	// processes: the pooler hands out server sessions per transaction, and
+	// session state does not last beyond one. Its absence proves nothing.
+	BackendSwitched bool `json:"backendSwitched,omitempty"`
 	// InflightReads is the number of reads running on it now.
 	InflightReads int64 `json:"inflightReads"`
 	// Pool is the host's replica connection pool.
@@ -107,6 +117,7 @@ func (c *Connector) Topology() Snapshot {
 			Pool:          PoolInfo{Total: st.TotalConns(), Idle: st.IdleConns(), Acquired: st.AcquiredConns(), Max: st.MaxConns()},
 			LastError:     h.LastError,
 		}
+		hi.Pooler, hi.BackendSwitched = h.Pooler, h.BackendSwitched
 		if h.Role.String() == "standby" {
 			replay := hs.replay(h)
 			if replay != 0 {

@@ -61,9 +61,15 @@ func (cn *conn) primaryConn(ctx context.Context, op string) (*stdlib.Conn, error
 		if err == nil {
 			sc := dc.(*stdlib.Conn)
 			// PostgreSQL 14+ reports in_hot_standby at connect: a standby
-			// is not the primary, whatever the last probe said.
+			// is not the primary, whatever the last probe said. Not
+			// behind a pooler: PgBouncer hands every client the
+			// parameters the server reported to its first server
+			// connection, and a promotion does not change them (a
+			// standby promoted behind its pooler still says "on"). There
+			// the probes decide, and a demoted primary's 25006 refusal
+			// is the safety net, as on PostgreSQL before 14.
 			switch {
-			case sc.Conn().PgConn().ParameterStatus("in_hot_standby") == "on":
+			case sc.Conn().PgConn().ParameterStatus("in_hot_standby") == "on" && !cn.c.top.Snapshot().Hosts[idx].Pooler:
 				err = errors.New("pgrouted: " + h.Name + " is a hot standby (in_hot_standby=on)")
 			case t.join(sc):
 				cn.primary, cn.host, cn.epoch, cn.term = sc, idx, t.epoch, t
@@ -238,7 +244,7 @@ func (cn *conn) runOnPrimary(ctx context.Context, p *plan, r sqlclass.Result, ev
 			if !cn.pinned && (p.fn != "" || p.pin) {
 				cn.c.counters.functionPins.Add(1)
 			}
-			cn.pinned = true
+			cn.pin()
 		}
 		positioned := cn.positioned(r, cl)
 		pos, err := cn.execPrimary(ctx, sc, positioned, cl)
@@ -264,7 +270,7 @@ func (cn *conn) runOnPrimary(ctx context.Context, p *plan, r sqlclass.Result, ev
 // position, or 0; for a query, it is read when the rows are closed).
 func (cn *conn) execPrimary(ctx context.Context, sc *stdlib.Conn, positioned bool, cl *call) (pos lagmeter.LSN, err error) {
 	if !positioned {
-		return 0, cl.on(ctx, sc)
+		return 0, cl.on(ctx, sc, cn.c.statementArgs(cn.host, cl.args))
 	}
 	var tag pgconn.CommandTag
 	switch {

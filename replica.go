@@ -95,7 +95,7 @@ func (cn *conn) runOnReplica(ctx context.Context, h *host, p *plan, cl *call) er
 	for {
 		if pipelined {
 			err = cn.readChecked(ctx, b, p.wm, cl)
-		} else if err = cl.on(ctx, b.Conn); err == nil && cl.rows != nil {
+		} else if err = cl.on(ctx, b.Conn, cn.c.statementArgs(h.idx, cl.args)); err == nil && cl.rows != nil {
 			cl.rows = &replicaRows{Rows: cl.rows.(*stdlib.Rows), conn: b}
 		}
 		if err == nil {

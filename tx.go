@@ -124,7 +124,7 @@ func (t *tx) run(ctx context.Context, r sqlclass.Result, cl *call, began time.Ti
 	case t.replica == nil:
 		sc = cn.primary
 		if r.Has(sqlclass.Session) {
-			cn.pinned = true // a SET in a transaction outlives its commit
+			cn.pin() // a SET in a transaction outlives its commit
 		}
 	default:
 		sc = t.replica.Conn
@@ -132,7 +132,7 @@ func (t *tx) run(ctx context.Context, r sqlclass.Result, cl *call, began time.Ti
 			t.tainted = true
 		}
 	}
-	err := cl.on(ctx, sc)
+	err := cl.on(ctx, sc, cn.c.statementArgs(t.host, cl.args))
 	if err != nil {
 		// A stale statement aborted the transaction: its descriptions
 		// are dropped, and the error returned.
@@ -141,6 +141,7 @@ func (t *tx) run(ctx context.Context, r sqlclass.Result, cl *call, began time.Ti
 			err = lostError(opOf(r.Class), err)
 		}
 	}
+	err = withPoolerHint(err)
 	cn.c.report(RouteEvent{
 		Decision: Decision{Op: opOf(r.Class), Endpoint: cn.c.hosts[t.host].Name, Primary: t.replica == nil, Reason: ReasonInTx},
 		Context:  ctx,

@@ -86,6 +86,11 @@ type Cluster struct {
 	mu      sync.Mutex
 	primary int // index of the node believed to be primary
 	closed  bool
+
+	// poolers are the PgBouncers started by StartPoolers and not closed
+	// yet (pgbouncer.go); poolerSeq numbers their directories.
+	poolers   []*Poolers
+	poolerSeq int
 }
 
 // Start boots a primary and opts.Replicas streaming replicas in a new
@@ -417,8 +422,8 @@ func (c *Cluster) dsn(addrs []string) string {
 	return u.String()
 }
 
-// Close stops every PostgreSQL process and fault point the cluster started
-// and removes its directory. It is safe to call more than once.
+// Close stops every PostgreSQL process, PgBouncer and fault point the
+// cluster started and removes its directory. It is safe to call more than once.
 func (c *Cluster) Close() error {
 	c.mu.Lock()
 	if c.closed {
@@ -426,11 +431,15 @@ func (c *Cluster) Close() error {
 		return nil
 	}
 	c.closed = true
+	poolers := append([]*Poolers(nil), c.poolers...)
 	c.mu.Unlock()
 
+	var errs []error
+	for _, ps := range poolers {
+		errs = append(errs, ps.Close())
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var errs []error
 	for _, n := range c.nodes {
 		if err := n.Thaw(); err != nil {
 			errs = append(errs, err)

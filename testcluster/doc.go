@@ -25,6 +25,13 @@
 // Start fails with an error wrapping [ErrNoPostgres] that gives the command
 // installing them, so integration tests fail instead of skipping.
 //
+// [Cluster.StartPoolers] puts a PgBouncer (the distribution's pgbouncer,
+// see [FindPgBouncer]) in front of each node, in transaction or session
+// pool mode ([PoolTransaction], [PoolSession]), each on a free loopback
+// port, with the cluster's credentials; [Poolers.DSN] is the multi-host
+// connection string through them. When pgbouncer is missing the error wraps
+// [ErrNoPgBouncer], whose text gives the command that installs it.
+//
 // [Cluster.Close] stops every process it started and removes the temporary
 // directory. If the test process ends without calling it (a panic, os.Exit,
 // SIGKILL), a small watchdog process started with the cluster does the same.
