@@ -27,3 +27,11 @@ vet:
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')
+
+# PgBouncer, for the tests through a connection pooler: make test installs
+# it when missing (as root with apt-get), otherwise prints the command.
+.PHONY: pgbouncer
+test: pgbouncer
+
+pgbouncer:
+	@./scripts/ensure-pgbouncer.sh

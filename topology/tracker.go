@@ -180,6 +180,7 @@ func (tr *tracker) apply(r result) {
 		h.Timeline = r.timeline
 		h.Switches = r.switches
 		h.Conn = r.conn
+		h.Pooler, h.BackendSwitched = r.pooler, r.switched
 		if r.systemID != 0 {
 			h.SystemID = r.systemID
 		}
