@@ -29,6 +29,15 @@ patroni:
 vet:
 	go vet ./...
 	cd examples && go vet ./...
+	cd otelroute && go vet ./...
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')
+
+# PgBouncer, for the tests through a connection pooler: make test installs
+# it when missing (as root with apt-get), otherwise prints the command.
+.PHONY: pgbouncer
+test: pgbouncer
+
+pgbouncer:
+	@./scripts/ensure-pgbouncer.sh

@@ -19,6 +19,7 @@ type conn struct {
 	primary *stdlib.Conn // nil until needed
 	host    int          // the primary session's host
 	epoch   uint64       // the topology epoch the primary session belongs to
+	term    *term        // the primary's term the session belongs to (term.go)
 
 	// pinned is set once a statement changed session state: from then on
 	// everything runs on the primary session.
@@ -52,12 +53,14 @@ type call struct {
 	tx      *tx // the transaction begun
 }
 
-func (cl *call) on(ctx context.Context, sc *stdlib.Conn) error {
+// on runs cl through pgx on sc with args (cl.args, or them after an exec
+// mode option: see Connector.statementArgs).
+func (cl *call) on(ctx context.Context, sc *stdlib.Conn, args []driver.NamedValue) error {
 	var err error
 	if cl.isQuery {
-		cl.rows, err = sc.QueryContext(ctx, cl.query, cl.args)
+		cl.rows, err = sc.QueryContext(ctx, cl.query, args)
 	} else {
-		cl.res, err = sc.ExecContext(ctx, cl.query, cl.args)
+		cl.res, err = sc.ExecContext(ctx, cl.query, args)
 	}
 	return err
 }
@@ -100,7 +103,7 @@ func (cn *conn) run(ctx context.Context, cl *call) error {
 		return cn.tx.run(ctx, r, cl, began)
 	}
 	p := cn.c.plan(ctx, request{r: r, pinned: cn.pinned, inTx: cn.inSQLTx(), fn: r.FuncName(cl.query), refused: cn.c.refused.has(cl.query)}, true)
-	ev := RouteEvent{Decision: Decision{Op: p.op, Reason: p.reason, Function: p.fn}, Query: cl.query, WriteLost: p.lost}
+	ev := RouteEvent{Decision: Decision{Op: p.op, Reason: p.reason, Function: p.fn}, Context: ctx, Query: cl.query, WriteLost: p.lost}
 	defer func() {
 		ev.Duration = time.Since(began)
 		cn.c.report(ev)
@@ -120,6 +123,7 @@ func (cn *conn) run(ctx context.Context, cl *call) error {
 		if cl.reruns > 0 {
 			ev.Retried = true
 		}
+		err = withPoolerHint(err)
 		ev.Err = err
 		return err
 	}
@@ -197,7 +201,7 @@ func (cn *conn) Ping(ctx context.Context) error {
 		return err
 	}
 	if err := sc.Ping(ctx); err != nil {
-		cn.primary = nil // stdlib closed it
+		cn.closePrimary() // stdlib closed it
 		if cn.pinned {
 			cn.bad = true
 		}
@@ -207,9 +211,9 @@ func (cn *conn) Ping(ctx context.Context) error {
 }
 
 // epochChanged reports whether the primary session belongs to an older
-// primary than the topology's current one.
+// primary than the topology's current one, or to a term that ended.
 func (cn *conn) epochChanged() bool {
-	return cn.primary != nil && cn.c.top.Snapshot().Epoch != cn.epoch
+	return cn.primary != nil && (cn.c.top.Snapshot().Epoch != cn.epoch || cn.term == nil || cn.term.ended())
 }
 
 // ResetSession implements driver.SessionResetter: database/sql calls it

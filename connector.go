@@ -25,14 +25,19 @@ type Config struct {
 	dsn.Config
 
 	// OnRoute, when set, is called after every statement with where it ran
-	// and why. It runs on the statement's goroutine after the statement
-	// returned its result: keep it fast. A panic in it is recovered and
+	// and why, and the statement's context (RouteEvent.Context: the
+	// caller's span is there). It runs on the statement's goroutine after
+	// the statement returned its result: keep it fast. A panic in it is recovered and
 	// logged; it never breaks the statement.
 	OnRoute func(RouteEvent)
 
 	// Logger, when set, receives one structured line for each topology
 	// event (primary changed or lost, conflicting primaries, host up or
 	// down, circuit opened or closed), and none per statement.
+	//
+	// Behind a connection pooler it also receives, once, that a host is
+	// behind one, and that a connection pinned session state on one
+	// (pooler.go).
 	Logger *slog.Logger
 
 	// Select, when set, chooses the replica of a read among two or more
@@ -104,6 +109,10 @@ type Connector struct {
 	funcs   *catalog
 	refused refusedSet
 
+	// pinLogged is set once a connection pinned session state behind a
+	// connection pooler was logged (pooler.go).
+	pinLogged atomic.Bool
+
 	// loggedTimeline is the last timeline for which a possible loss of
 	// writes was logged.
 	loggedTimeline atomic.Uint32
@@ -113,6 +122,11 @@ type Connector struct {
 	// patroni is the provider the Connector built for
 	// pgrouted_topology=patroni, closed with it; nil otherwise.
 	patroni *topology.Patroni
+	// terms is the current primary's term (term.go), which followTerms
+	// ends when the topology moves on, until stopTerms is closed.
+	terms     terms
+	stopTerms chan struct{}
+	termsDone chan struct{}
 
 	logDone chan struct{}
 	closeMu sync.Mutex
@@ -188,6 +202,11 @@ func NewConnector(cfg *Config) (*Connector, error) {
 	events, _ := top.Subscribe(64)
 	c.logDone = make(chan struct{})
 	go c.watch(events)
+	c.stopTerms, c.termsDone = make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(c.termsDone)
+		c.followTerms(c.stopTerms)
+	}()
 	c.funcs.start(c.loadCatalog, DefaultConnectTimeout+5*time.Second, own.ProbeInterval)
 	return c, nil
 }
@@ -290,6 +309,10 @@ func (c *Connector) Close() error {
 	}
 	c.closed = true
 	c.funcs.close()
+	if c.stopTerms != nil {
+		close(c.stopTerms)
+		<-c.termsDone
+	}
 	s := c.top.Snapshot()
 	c.top.Close()
 	if c.logDone != nil {

@@ -94,6 +94,10 @@
 //     position after a write's commit in the same round trip
 //     (pipeline.go), and rerun an autocommit write that a demoted primary
 //     refused.
+//   - term.go: the primary's term, from the snapshot that confirms it
+//     until another primary is confirmed or its lease runs out; primary
+//     sessions open under it, and its end abandons dials to the old
+//     primary and closes the sessions still open there.
 //   - pipeline.go: statements sent in a pgconn pipeline, with their
 //     descriptions cached per host (and per session that changed its
 //     state); stale.go: the recovery from a statement a schema change
@@ -104,6 +108,7 @@
 //     transaction run on its connection; COMMIT raises the watermark.
 //   - observe.go: every statement's [RouteEvent] is counted ([Stats]);
 //     [Connector.Topology] shows what the probes see.
+//   - pooler.go: what changes on a host behind a connection pooler.
 //
 // # Failover
 //
@@ -114,6 +119,17 @@
 // primary. SQLSTATE 25006 on the primary session (the host was demoted)
 // triggers an immediate probe, and an autocommit write that it refused runs
 // again once the topology has moved.
+//
+// A primary that stops answering without closing anything (frozen, or cut
+// off by the network) does not hold anyone: primary sessions belong to the
+// primary's term, which ends as soon as the probes confirm another primary
+// (or the lease runs out). Then a dial to the old primary is abandoned
+// (nothing was sent: the statement runs on the new primary, or waits for
+// one), and the connections of the sessions still open there are closed. A
+// statement that was waiting for the old primary's answer fails with a
+// [RouteError] matching [ErrOutcomeUnknown] (reason [ReasonPrimaryLost]):
+// it may have run there, and pgrouted never runs it again. A read that had
+// returned no row runs again on the new primary.
 //
 // # Topology providers
 //
@@ -152,11 +168,33 @@
 // and reads of it go to the new primary until the new timeline's position
 // is known ([Stats].TimelineResets).
 //
+// # Behind a connection pooler
+//
+// The hosts of the DSN may be connection poolers (PgBouncer, one in front
+// of each server). The probes recognise one: the server process a probe
+// runs on is not the one its connection announced ([HostInfo].Pooler). On
+// such a host pgx's own statements use the unnamed statement
+// (cache_describe) instead of pgx's named prepared statements, which a
+// pooler in transaction mode shares between clients (pooler.go); the
+// error of a named statement refused for that (42P05, 26000) says which
+// setting avoids it. Routing, read-your-writes, the replica checks and
+// failover work per statement and per transaction, so they hold through a
+// transaction pooler. Session state does not: a connection pinned to its
+// primary session by SET, a temporary table, an advisory lock or LISTEN is,
+// behind a transaction pooler, a connection to the pooler, whose next
+// transaction may run on another server session without that state.
+// pgrouted cannot make it a session; it says so once through
+// [Config].Logger.
+//
 // # Observing
 //
-// [Config].OnRoute receives a [RouteEvent] for every statement, and
+// [Config].OnRoute receives a [RouteEvent] for every statement, with the
+// statement's context (the caller's span, request-scoped values), and
 // [Connector.Explain] tells where a statement would run without running it.
-// [Config].Logger receives one line per topology event.
+// [Config].Logger receives one line per topology event. [Connector.Stats]
+// and [Connector.Topology] are exported as Prometheus metrics by package
+// promcollector, and as OpenTelemetry span attributes and metrics by the
+// module github.com/pgrouted/pgrouted/otelroute.
 //
 // The package testcluster starts a real primary with streaming replicas from
 // local PostgreSQL binaries, for the project's tests and for users'

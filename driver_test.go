@@ -414,6 +414,7 @@ func TestFailoverUnderLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	stopped.Store(true)
+	promotedAt := time.Now() // pg_ctl promote starts
 	if err := promoted.Promote(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -447,8 +448,8 @@ func TestFailoverUnderLoad(t *testing.T) {
 			t.Errorf("a write ran on %s", w.node)
 		}
 	}
-	t.Logf("writes unavailable for %v (last on the old primary to first on the new one); %d write errors during the failover; %d reads, %d read errors",
-		firstNew.Sub(lastOld).Round(time.Millisecond), writeErrs.Load(), reads.Load(), readErrs.Load())
+	t.Logf("writes unavailable for %v (last on the old primary to first on the new one); first write on the new primary %v after pg_ctl promote began; %d write errors during the failover; %d reads, %d read errors",
+		firstNew.Sub(lastOld).Round(time.Millisecond), firstNew.Sub(promotedAt).Round(time.Millisecond), writeErrs.Load(), reads.Load(), readErrs.Load())
 	if readErrs.Load() > 0 {
 		t.Errorf("%d reads failed during the failover", readErrs.Load())
 	}

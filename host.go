@@ -2,6 +2,7 @@ package pgrouted
 
 import (
 	"context"
+	"crypto/tls"
 	"database/sql/driver"
 	"fmt"
 	"net"
@@ -9,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pgrouted/pgrouted/circuit"
@@ -33,10 +35,17 @@ type host struct {
 	breaker  *circuit.Breaker // fed by probes and by data-path failures
 	maxConns int64            // the size of pool
 
+	// poolerLogged is set once the pooler in front of it was logged
+	// (pooler.go).
+	poolerLogged atomic.Bool
+
 	// known is a replay position read on a data connection (the inline
 	// check), valid while the probe connection it was read alongside is
 	// the same.
 	known atomic.Pointer[knownReplay]
+	// leads is set while the host is the primary of the current term
+	// (term.go): only then may a primary session dial it.
+	leads atomic.Bool
 	// flight is the replica connections borrowed now.
 	flight hostFlight
 	// descs are the statement descriptions read on it, for the pipelined
@@ -81,17 +90,40 @@ func newHost(i int, h dsn.Host, cfg *dsn.Config, onChange func(circuit.Change)) 
 		return nil, fmt.Errorf("pgrouted: circuit for %s: %w", h.Name, err)
 	}
 	// A primary session may be needed the moment the host answers again:
-	// it dials whatever the circuit says.
-	hs.sessions = stdlib.GetConnector(*pc.ConnConfig.Copy())
+	// it dials whatever the circuit says, while the host is the primary of
+	// the current term (term.go). Once it is not, pgx's cancel request
+	// after a session was interrupted is not sent: the host may not
+	// answer it.
+	sc := pc.ConnConfig.Copy()
+	sdial := sc.DialFunc
+	sc.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if !hs.leads.Load() {
+			return nil, fmt.Errorf("%w: %s", errNotPrimary, h.Name)
+		}
+		return sdial(ctx, network, addr)
+	}
+	hs.sessions = stdlib.GetConnector(*sc)
 	// No replica connection, nor pgx's cancel request after a broken read,
 	// dials a host whose circuit is open: it would only wait for a host
 	// known not to answer.
+	// A connection being opened is tracked until pgx has finished opening
+	// it, so that a read waiting for that (on a host that accepts
+	// connections and then answers nothing) is released too when the
+	// circuit opens.
 	dial, b, name := pc.ConnConfig.DialFunc, hs.breaker, h.Name
 	pc.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
 		if !b.Allow() {
 			return nil, fmt.Errorf("pgrouted: %s: circuit open", name)
 		}
-		return dial(ctx, network, addr)
+		c, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return hs.flight.opening(c), nil
+	}
+	pc.AfterConnect = func(_ context.Context, conn *pgx.Conn) error {
+		hs.flight.opened(conn.PgConn().Conn())
+		return nil
 	}
 	hs.pool, err = pgxpool.NewWithConfig(context.Background(), pc)
 	if err != nil {
@@ -147,12 +179,54 @@ func (h *host) dropIdle() {
 	}
 }
 
-// hostFlight is a host's borrowed connections, so that reads stuck on a host
-// that stopped answering can be interrupted when its circuit opens.
+// hostFlight is a host's borrowed connections, and the network connections
+// its pool is opening, so that reads stuck on a host that stopped answering
+// can be interrupted when its circuit opens.
 type hostFlight struct {
-	n     atomic.Int64 // in-flight reads, for selection and observation
-	mu    sync.Mutex
-	conns map[*borrowed]struct{}
+	n       atomic.Int64 // in-flight reads, for selection and observation
+	mu      sync.Mutex
+	conns   map[*borrowed]struct{}
+	dialing map[*dialingConn]struct{}
+}
+
+// dialingConn is a network connection of the pool while pgx opens a
+// PostgreSQL connection on it (startup, authentication).
+type dialingConn struct {
+	net.Conn
+	f *hostFlight
+}
+
+// Close implements net.Conn.
+func (c *dialingConn) Close() error {
+	c.f.mu.Lock()
+	delete(c.f.dialing, c)
+	c.f.mu.Unlock()
+	return c.Conn.Close()
+}
+
+// opening tracks c until opened is called with it.
+func (f *hostFlight) opening(c net.Conn) net.Conn {
+	d := &dialingConn{Conn: c, f: f}
+	f.mu.Lock()
+	if f.dialing == nil {
+		f.dialing = make(map[*dialingConn]struct{})
+	}
+	f.dialing[d] = struct{}{}
+	f.mu.Unlock()
+	return d
+}
+
+// opened stops tracking the network connection under a PostgreSQL
+// connection pgx has opened (c, or the one under its TLS layer).
+func (f *hostFlight) opened(c net.Conn) {
+	if tc, ok := c.(*tls.Conn); ok {
+		c = tc.NetConn()
+	}
+	if d, ok := c.(*dialingConn); ok {
+		f.mu.Lock()
+		delete(f.dialing, d)
+		f.mu.Unlock()
+	}
 }
 
 func (f *hostFlight) add(b *borrowed) {
@@ -174,14 +248,26 @@ func (f *hostFlight) remove(b *borrowed) {
 	f.mu.Unlock()
 }
 
-// abort closes the network connection under every borrowed connection: a
-// read waiting on a host that stopped answering fails at once, and runs
-// elsewhere if no row reached the caller yet.
+// abort closes the network connection under every borrowed connection, and
+// every one the pool is opening: a read waiting on a host that stopped
+// answering fails at once, and runs elsewhere if no row reached the caller
+// yet.
 func (f *hostFlight) abort() int {
 	f.mu.Lock()
-	defer f.mu.Unlock()
+	cs := make([]net.Conn, 0, len(f.conns)+len(f.dialing))
 	for b := range f.conns {
-		b.Conn.Conn().PgConn().Conn().Close()
+		cs = append(cs, b.Conn.Conn().PgConn().Conn())
 	}
-	return len(f.conns)
+	for d := range f.dialing {
+		cs = append(cs, d.Conn)
+	}
+	n := len(f.conns)
+	f.dialing = nil
+	f.mu.Unlock()
+	// Outside the lock: closing a pool connection's network connection
+	// takes it (dialingConn.Close).
+	for _, c := range cs {
+		c.Close()
+	}
+	return n
 }

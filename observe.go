@@ -84,6 +84,16 @@ type HostInfo struct {
 	LagBoundMs *float64 `json:"lagBoundMs,omitempty"`
 	// SyncState is the standby's sync_state on the primary, when known.
 	SyncState string `json:"syncState,omitempty"`
+	// Pooler is true when the probes run through a connection pooler
+	// (PgBouncer) in front of the host: the server process they talk to
+	// is not the one their connection announced. pgx's own statements
+	// then use the unnamed statement (see the README's "Behind a
+	// connection pooler").
+	Pooler bool `json:"pooler,omitempty"`
+	// BackendSwitched is true when the probe connection has met two server
+	// processes: the pooler hands out server sessions per transaction, and
+	// session state does not last beyond one. Its absence proves nothing.
+	BackendSwitched bool `json:"backendSwitched,omitempty"`
 	// InflightReads is the number of reads running on it now.
 	InflightReads int64 `json:"inflightReads"`
 	// Pool is the host's replica connection pool.
@@ -168,6 +178,7 @@ func (c *Connector) Topology() Snapshot {
 			NoReads:       h.NoReads,
 			Discovered:    h.Discovered,
 		}
+		hi.Pooler, hi.BackendSwitched = h.Pooler, h.BackendSwitched
 		if h.Role.String() == "standby" {
 			replay := hs.replay(h)
 			if replay != 0 {
@@ -211,7 +222,9 @@ type Stats struct {
 	// Fallbacks counts the reads that ran on the primary because no
 	// replica could serve them, per reason ("behind", "unhealthy", ...).
 	Fallbacks map[string]uint64 `json:"fallbacks"`
-	// RouteErrors counts the statements that could not run, per reason.
+	// RouteErrors counts the statements that could not run, per reason,
+	// and those whose primary was lost before it answered ("primary-lost":
+	// their outcome is unknown).
 	RouteErrors map[string]uint64 `json:"routeErrors"`
 	// ReadOnlyRetries counts the statements a replica refused with SQLSTATE
 	// 25006 and that ran again on the primary.
@@ -256,7 +269,7 @@ type Stats struct {
 // opIndex and reasonIndex number the ops and reasons counted.
 var (
 	opNames     = [...]string{OpRead, OpWrite, OpTx, OpLock}
-	reasonNames = [...]string{ReasonNoReplicas, ReasonUnhealthy, ReasonBehind, ReasonSaturated, ReasonPositionUnknown, ReasonReplicaFailed, ReasonRetry25006, ReasonWriteOnReplica, ReasonNoPrimary}
+	reasonNames = [...]string{ReasonNoReplicas, ReasonUnhealthy, ReasonBehind, ReasonSaturated, ReasonPositionUnknown, ReasonReplicaFailed, ReasonRetry25006, ReasonWriteOnReplica, ReasonNoPrimary, ReasonPrimaryLost}
 )
 
 const (

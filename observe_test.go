@@ -45,6 +45,10 @@ func TestTopologyAndStats(t *testing.T) {
 	}
 	db.ExecContext(pgrouted.WithRoute(ctx, pgrouted.Replica), "DELETE FROM obs")
 
+	// Every standby is checked below: wait until each answered a probe
+	// (waitReplicaRoute returns once one is eligible; on a loaded machine
+	// node1's first probe was still out after 1.7 s).
+	replicasReady(t, conn)
 	top := conn.Topology()
 	if top.Primary != "node0" || top.Epoch != 1 || top.LeaseRemainingMs <= 0 || len(top.Hosts) != 3 {
 		t.Fatalf("topology: %+v", top)

@@ -21,7 +21,10 @@ import (
 // refused with SQLSTATE 25006.
 
 // primaryConn returns the primary session, opening it on the current
-// primary when needed and waiting up to pgrouted_write_timeout for one.
+// primary when needed and waiting up to pgrouted_write_timeout for one. A
+// session belongs to the primary's term (term.go): once the term ended, it
+// is closed, and a dial under it is abandoned (nothing was sent) for the
+// next primary.
 func (cn *conn) primaryConn(ctx context.Context, op string) (*stdlib.Conn, error) {
 	if cn.bad {
 		return nil, driver.ErrBadConn
@@ -34,11 +37,11 @@ func (cn *conn) primaryConn(ctx context.Context, op string) (*stdlib.Conn, error
 	deadline := time.Now().Add(cn.c.cfg.WriteTimeout)
 	var lastErr error
 	for {
-		idx, epoch, err := cn.c.waitPrimary(ctx, op, deadline)
+		t, err := cn.c.waitPrimary(ctx, op, deadline)
 		if err != nil {
 			return nil, withCause(err, lastErr)
 		}
-		if cn.primary != nil && (epoch != cn.epoch || cn.primary.Conn().IsClosed()) {
+		if cn.primary != nil && (t != cn.term || cn.primary.Conn().IsClosed()) {
 			cn.closePrimary()
 			if cn.pinned {
 				// The session state is gone with the old primary. Nothing
@@ -50,27 +53,45 @@ func (cn *conn) primaryConn(ctx context.Context, op string) (*stdlib.Conn, error
 		if cn.primary != nil {
 			return cn.primary, nil
 		}
+		idx := t.host
 		h := cn.c.hosts.at(idx)
-		dc, err := h.sessions.Connect(ctx)
+		dctx, release := t.dialContext(ctx)
+		dc, err := h.sessions.Connect(dctx)
+		release()
 		if err == nil {
 			sc := dc.(*stdlib.Conn)
 			// PostgreSQL 14+ reports in_hot_standby at connect: a standby
-			// is not the primary, whatever the last probe said.
-			if sc.Conn().PgConn().ParameterStatus("in_hot_standby") != "on" {
-				cn.primary, cn.host, cn.epoch = sc, idx, epoch
+			// is not the primary, whatever the last probe said. Not
+			// behind a pooler: PgBouncer hands every client the
+			// parameters the server reported to its first server
+			// connection, and a promotion does not change them (a
+			// standby promoted behind its pooler still says "on"). There
+			// the probes decide, and a demoted primary's 25006 refusal
+			// is the safety net, as on PostgreSQL before 14.
+			switch {
+			case sc.Conn().PgConn().ParameterStatus("in_hot_standby") == "on" && !cn.c.top.Snapshot().Hosts[idx].Pooler:
+				err = errors.New("pgrouted: " + h.Name + " is a hot standby (in_hot_standby=on)")
+			case t.join(sc):
+				cn.primary, cn.host, cn.epoch, cn.term = sc, idx, t.epoch, t
 				return sc, nil
+			default:
+				err = errNotPrimary
 			}
 			sc.Close()
-			err = errors.New("pgrouted: " + h.Name + " is a hot standby (in_hot_standby=on)")
 		}
 		if ctx.Err() != nil {
 			return nil, err
 		}
+		lastErr = err
+		if t.ended() {
+			// The topology moved on during the dial: the next primary,
+			// or the wait for one.
+			continue
+		}
 		// The primary may be failing over: probe it at once and wait for
 		// the topology to move, within the write timeout.
-		lastErr = err
 		cn.c.top.ProbeNow(idx)
-		werr := cn.c.waitChange(ctx, idx, epoch, op, deadline)
+		werr := cn.c.waitChange(ctx, idx, t.epoch, op, deadline)
 		if werr == nil {
 			// Do not hammer a host that is down while its lease runs.
 			werr = sleepCtx(ctx, min(50*time.Millisecond, max(time.Until(deadline), 0)))
@@ -92,10 +113,32 @@ func withCause(err, cause error) error {
 
 func (cn *conn) closePrimary() {
 	if cn.primary != nil {
+		if cn.term != nil {
+			cn.term.leave(cn.primary)
+		}
 		cn.primary.Close()
 		cn.primary = nil
 	}
+	cn.term = nil
 	cn.descs = nil
+}
+
+// lost reports whether the primary session sc broke because its term ended
+// (term.go): the host stopped being the primary while a statement ran.
+func (cn *conn) lost(sc *stdlib.Conn) bool {
+	return cn.term != nil && cn.term.ended() && sc.Conn().IsClosed()
+}
+
+// lostError is the error of a statement that was sent to a primary whose
+// term ended before it answered, with the connection's error err: the
+// statement may have run there, and is not run again. err stays as it is
+// when nothing was sent (driver.ErrBadConn: database/sql runs it again on
+// a new connection).
+func lostError(op string, err error) error {
+	if err == nil || errors.Is(err, driver.ErrBadConn) {
+		return err
+	}
+	return &RouteError{Op: op, Reason: ReasonPrimaryLost, cause: err}
 }
 
 // descsOf returns the statement descriptions valid on the primary
@@ -111,19 +154,19 @@ func (cn *conn) descsOf() *descCache {
 	return cn.descs
 }
 
-// waitPrimary returns the primary's index and epoch, waiting until deadline
+// waitPrimary returns the current primary's term, waiting until deadline
 // for one with a valid lease. It wakes on each new topology snapshot.
-func (c *Connector) waitPrimary(ctx context.Context, op string, deadline time.Time) (int, uint64, error) {
+func (c *Connector) waitPrimary(ctx context.Context, op string, deadline time.Time) (*term, error) {
 	var kicked time.Time
 	for {
 		changed := c.top.Changed()
+		if t := c.liveTerm(); t != nil {
+			return t, nil
+		}
 		s := c.top.Snapshot()
 		now := time.Now()
-		if s.LeaseValid(now) {
-			return s.Primary, s.Epoch, nil
-		}
 		if !now.Before(deadline) {
-			return -1, 0, &RouteError{Op: op, Reason: ReasonNoPrimary}
+			return nil, &RouteError{Op: op, Reason: ReasonNoPrimary}
 		}
 		const rekick = 200 * time.Millisecond
 		if now.Sub(kicked) >= rekick {
@@ -135,13 +178,16 @@ func (c *Connector) waitPrimary(ctx context.Context, op string, deadline time.Ti
 			for i := range s.Hosts {
 				c.top.ProbeNow(i)
 			}
+			// And the topology provider, if any: a new leader is
+			// seen as soon as both agree.
+			c.top.AskProvider()
 		}
 		until := kicked.Add(rekick)
 		if deadline.Before(until) {
 			until = deadline
 		}
 		if err := c.awaitSnapshot(ctx, changed, until); err != nil {
-			return -1, 0, err
+			return nil, err
 		}
 	}
 }
@@ -201,16 +247,18 @@ func (cn *conn) runOnPrimary(ctx context.Context, p *plan, r sqlclass.Result, ev
 			if !cn.pinned && (p.fn != "" || p.pin) {
 				cn.c.counters.functionPins.Add(1)
 			}
-			cn.pinned = true
+			cn.pin()
 		}
 		positioned := cn.positioned(r, cl)
 		pos, err := cn.execPrimary(ctx, sc, positioned, cl)
 		if err != nil {
-			if retry, stop := cn.primaryFailed(ctx, p, sc, err, inTx, attempt); retry {
+			retry, stop, ferr := cn.primaryFailed(ctx, p, sc, err, inTx, attempt)
+			if retry {
 				ev.Retried = true
 				continue
-			} else if stop {
-				return err
+			}
+			if stop {
+				return ferr
 			}
 		}
 		if p.class != sqlclass.Read && !cn.inSQLTx() {
@@ -225,7 +273,7 @@ func (cn *conn) runOnPrimary(ctx context.Context, p *plan, r sqlclass.Result, ev
 // position, or 0; for a query, it is read when the rows are closed).
 func (cn *conn) execPrimary(ctx context.Context, sc *stdlib.Conn, positioned bool, cl *call) (pos lagmeter.LSN, err error) {
 	if !positioned {
-		return 0, cl.on(ctx, sc)
+		return 0, cl.on(ctx, sc, cn.c.statementArgs(cn.host, cl.args))
 	}
 	var tag pgconn.CommandTag
 	switch {
@@ -251,24 +299,33 @@ func (cn *conn) execPrimary(ctx context.Context, sc *stdlib.Conn, positioned boo
 
 // primaryFailed handles the error of attempt on the primary session sc.
 // retry: the statement may run again (nothing can have run, and the
-// topology has moved). stop: the error is final, with its bookkeeping done.
-// Neither: an ordinary error (the server refused the statement).
-func (cn *conn) primaryFailed(ctx context.Context, p *plan, sc *stdlib.Conn, err error, inTx bool, attempt int) (retry, stop bool) {
+// topology has moved). stop: the error is final (err is what to return),
+// with its bookkeeping done. Neither: an ordinary error (the server refused
+// the statement).
+func (cn *conn) primaryFailed(ctx context.Context, p *plan, sc *stdlib.Conn, err error, inTx bool, attempt int) (retry, stop bool, _ error) {
 	host, epoch := cn.host, cn.epoch
 	switch {
 	case sc.Conn().IsClosed():
 		// The primary session broke. A read, or a statement that was
 		// never sent (ErrBadConn), may run again once the topology has
-		// looked at the host; a write that may have run may not.
+		// looked at the host; a write that may have run may not. When
+		// the host stopped being the primary before it answered (its
+		// term ended), the error says the outcome is unknown.
+		lost := cn.lost(sc)
 		cn.closePrimary()
 		cn.c.top.ProbeNow(host)
+		if lost {
+			// A statement that stopped in the middle is nobody's fault
+			// but the topology's: the lost error, whatever pgx said.
+			err = lostError(p.op, err)
+		}
 		if cn.pinned || inTx {
 			cn.bad = true
-			return false, true
+			return false, true, err
 		}
 		if attempt == 0 && ctx.Err() == nil && (p.class == sqlclass.Read || errors.Is(err, driver.ErrBadConn)) {
 			if cn.c.waitChange(ctx, host, epoch, p.op, time.Now().Add(cn.c.cfg.WriteTimeout)) == nil {
-				return true, false
+				return true, false, nil
 			}
 		}
 		if errors.Is(err, driver.ErrBadConn) {
@@ -278,7 +335,7 @@ func (cn *conn) primaryFailed(ctx context.Context, p *plan, sc *stdlib.Conn, err
 			// position nobody read.
 			cn.c.wrote(ctx, host, 0)
 		}
-		return false, true
+		return false, true, err
 	case readOnly25006(err) && p.class != sqlclass.Read:
 		// The host we believed primary is a standby now. In autocommit
 		// nothing ran: wait for the topology to follow, then retry once.
@@ -286,14 +343,14 @@ func (cn *conn) primaryFailed(ctx context.Context, p *plan, sc *stdlib.Conn, err
 		cn.closePrimary()
 		if cn.pinned || inTx || attempt > 0 {
 			cn.bad = true
-			return false, true
+			return false, true, err
 		}
 		if cn.c.waitChange(ctx, host, epoch, p.op, time.Now().Add(cn.c.cfg.WriteTimeout)) != nil {
-			return false, true
+			return false, true, err
 		}
-		return true, false
+		return true, false, nil
 	}
-	return false, false
+	return false, false, err
 }
 
 // raiseAfter raises the read-your-writes watermark after an autocommit

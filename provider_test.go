@@ -104,7 +104,10 @@ func TestManualProvider(t *testing.T) {
 		if got := ranOn(t, marker); len(got) != 1 || got[0] != primary {
 			t.Fatalf("the write's marker is in the logs of %v, want only %s", got, primary)
 		}
-		// Reads still go to the replicas.
+		// Reads still go to the replicas, once they replayed that write
+		// (read-your-writes).
+		replicated(t, ctx)
+		waitReplicaRoute(t, conn)
 		var x int
 		if err := db.QueryRowContext(ctx, "SELECT 1").Scan(&x); err != nil {
 			t.Fatal(err)

@@ -98,7 +98,7 @@ func (cn *conn) runOnReplica(ctx context.Context, h *host, p *plan, cl *call) er
 	for {
 		if pipelined {
 			err = cn.readChecked(ctx, b, p.wm, cl)
-		} else if err = cl.on(ctx, b.Conn); err == nil && cl.rows != nil {
+		} else if err = cl.on(ctx, b.Conn, cn.c.statementArgs(h.idx, cl.args)); err == nil && cl.rows != nil {
 			cl.rows = &replicaRows{Rows: cl.rows.(*stdlib.Rows), conn: b}
 		}
 		if err == nil {
@@ -169,6 +169,12 @@ func (cn *conn) borrow(ctx context.Context, h *host, check bool, wm lagmeter.Wat
 	}
 	b := &borrowed{Conn: dc.(*stdlib.Conn), h: h}
 	h.flight.add(b)
+	if !h.breaker.Allow() {
+		// The circuit opened after the pool answered: its release of the
+		// host's reads may have missed this one.
+		b.giveBack()
+		return nil, fmt.Errorf("pgrouted: %s: circuit open", h.Name)
+	}
 	if check {
 		if err := cn.checkReplica(ctx, b, wm); err != nil {
 			b.giveBack()

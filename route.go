@@ -84,6 +84,7 @@ const (
 	ReasonWriteOnReplica = "write-on-replica" // a write, lock or read-write transaction was forced to a replica
 	ReasonNoPrimary      = "no-primary"       // no primary was known within pgrouted_write_timeout
 	ReasonReplicaFailed  = "replica-failed"   // the replica's connection failed before any row: the read ran elsewhere
+	ReasonPrimaryLost    = "primary-lost"     // the primary stopped being one (another was confirmed, or its lease ran out) before it answered the statement, which may have run there: ErrOutcomeUnknown
 
 	ReasonVolatileFunction = "volatile-function" // the statement calls a VOLATILE user function (Decision.Function): it may write or change the session, so the primary, and the connection stays there
 	ReasonUnknownFunction  = "unknown-function"  // the statement calls a function the catalog does not know yet (Decision.Function): the primary, and the connection stays there
@@ -103,9 +104,19 @@ var (
 	// ErrNoPrimary: no primary was known within pgrouted_write_timeout
 	// (during a failover, or when the primary's lease ran out).
 	ErrNoPrimary = errors.New("pgrouted: no primary")
+	// ErrOutcomeUnknown: the statement was sent to the primary, and the
+	// topology confirmed another primary (or the host's lease ran out)
+	// before it answered. pgrouted stopped waiting for it: it may have run
+	// there or not, which nobody can tell until that host is back. It is
+	// never run again by pgrouted; an application that retries must know
+	// the statement is idempotent, or check. The RouteError's Reason is
+	// ReasonPrimaryLost, and it wraps the connection's error too.
+	ErrOutcomeUnknown = errors.New("pgrouted: outcome unknown")
 )
 
-// RouteError is a routing failure: nothing was sent to any server.
+// RouteError is a routing failure: nothing was sent to any server, except
+// with Reason ReasonPrimaryLost ([ErrOutcomeUnknown]), where the statement
+// was sent to a primary that stopped being one before it answered.
 type RouteError struct {
 	// Op is the kind of statement: OpRead, OpWrite, OpTx or OpLock.
 	Op string
@@ -118,6 +129,9 @@ type RouteError struct {
 // Error implements error.
 func (e *RouteError) Error() string {
 	msg := "pgrouted: " + e.Op + ": " + e.sentinel().Error()[len("pgrouted: "):] + " (" + e.Reason + ")"
+	if e.Reason == ReasonPrimaryLost {
+		msg += ": the primary was replaced or lost its lease before it answered; the statement may have run there"
+	}
 	if e.cause != nil {
 		msg += ": last error: " + e.cause.Error()
 	}
@@ -125,7 +139,7 @@ func (e *RouteError) Error() string {
 }
 
 // Unwrap returns the sentinel matching Reason ([ErrWriteOnReplica],
-// [ErrNoPrimary], or [ErrNoReplica]) and the last connection error, if
+// [ErrNoPrimary], [ErrOutcomeUnknown], or [ErrNoReplica]) and the last connection error, if
 // any, so that errors.Is and errors.As see both.
 func (e *RouteError) Unwrap() []error {
 	if e.cause != nil {
@@ -140,6 +154,8 @@ func (e *RouteError) sentinel() error {
 		return ErrWriteOnReplica
 	case ReasonNoPrimary:
 		return ErrNoPrimary
+	case ReasonPrimaryLost:
+		return ErrOutcomeUnknown
 	}
 	return ErrNoReplica
 }
@@ -166,6 +182,15 @@ type Decision struct {
 // pgrouted ran (or failed to route).
 type RouteEvent struct {
 	Decision
+	// Context is the statement's context: the one the application passed
+	// to QueryContext, ExecContext or BeginTx (for COMMIT and ROLLBACK,
+	// which take none, BeginTx's). A hook finds in it the caller's span
+	// (trace.SpanFromContext, see package otelroute) and any other
+	// request-scoped value. It is never nil in an event pgrouted reports;
+	// a hook that also receives events built elsewhere treats nil as
+	// context.Background(). It belongs to the call: a hook that stores
+	// events keeps their contexts, and what those hold, alive.
+	Context context.Context `json:"-"`
 	// Query is the statement's text.
 	Query string
 	// Duration is how long the statement took until its result (or first

@@ -32,7 +32,12 @@ import (
 //     a Bind sent with the result formats of a stale description (the
 //     pipelined paths, pgx's description cache);
 //   - 26000 "prepared statement … does not exist": pgx's cached statement
-//     was deallocated on the server.
+//     was deallocated on the server. Behind a connection pooler in
+//     transaction mode it may also have been prepared on another server
+//     session: running it again is as harmless (nothing ran), and when it
+//     fails again the error says which setting avoids it (pooler.go's
+//     withPoolerHint, applied to the final error). Where the probes see the
+//     pooler, pgx's path prepares no named statement at all.
 //
 // An error raised inside a function (Where is set: a RAISE of the same
 // code, say) does not count: the function may have done anything before.

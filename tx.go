@@ -51,7 +51,7 @@ func (cn *conn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, 
 		return nil, fmt.Errorf("pgrouted: isolation level %s is not supported by PostgreSQL", iso)
 	}
 	p := cn.c.plan(ctx, request{begin: true, readOnly: opts.ReadOnly, serializable: iso == sql.LevelSerializable, pinned: cn.pinned, inTx: cn.inSQLTx()}, true)
-	ev := RouteEvent{Decision: Decision{Op: OpTx, Reason: p.reason}, Query: "BEGIN", WriteLost: p.lost}
+	ev := RouteEvent{Decision: Decision{Op: OpTx, Reason: p.reason}, Context: ctx, Query: "BEGIN", WriteLost: p.lost}
 	defer func() {
 		ev.Duration = time.Since(began)
 		cn.c.report(ev)
@@ -124,7 +124,7 @@ func (t *tx) run(ctx context.Context, r sqlclass.Result, cl *call, began time.Ti
 	case t.replica == nil:
 		sc = cn.primary
 		if r.Has(sqlclass.Session) {
-			cn.pinned = true // a SET in a transaction outlives its commit
+			cn.pin() // a SET in a transaction outlives its commit
 		}
 	default:
 		sc = t.replica.Conn
@@ -132,14 +132,19 @@ func (t *tx) run(ctx context.Context, r sqlclass.Result, cl *call, began time.Ti
 			t.tainted = true
 		}
 	}
-	err := cl.on(ctx, sc)
+	err := cl.on(ctx, sc, cn.c.statementArgs(t.host, cl.args))
 	if err != nil {
 		// A stale statement aborted the transaction: its descriptions
 		// are dropped, and the error returned.
 		cn.runAgain(err, cl)
+		if t.replica == nil && cn.lost(sc) {
+			err = lostError(opOf(r.Class), err)
+		}
 	}
+	err = withPoolerHint(err)
 	cn.c.report(RouteEvent{
 		Decision: Decision{Op: opOf(r.Class), Endpoint: cn.c.hosts.at(t.host).Name, Primary: t.replica == nil, Reason: ReasonInTx},
+		Context:  ctx,
 		Query:    cl.query, Duration: time.Since(began), Err: err,
 	})
 	return err
@@ -152,11 +157,20 @@ func (t *tx) Commit() error {
 	cn := t.cn
 	if !t.wrote || cn.primary == nil || cn.c.cfg.Consistency != dsn.ConsistencySession {
 		err := t.inner.Commit()
+		if err != nil && t.replica == nil && cn.primary != nil && cn.lost(cn.primary) {
+			err = lostError(OpTx, err)
+		}
 		t.end(began, "COMMIT", err)
 		return err
 	}
 	// One round trip: COMMIT, then the position after it.
+	sc := cn.primary
 	pos, err := cn.commitPositioned(t.ctx)
+	if err != nil && cn.lost(sc) {
+		// The primary was replaced before it answered: the transaction
+		// may have committed there.
+		err = lostError(OpTx, err)
+	}
 	t.end(began, "COMMIT", err)
 	cn.c.wroteAfter(t.ctx, t.host, pos, err)
 	return err
@@ -182,6 +196,7 @@ func (t *tx) end(began time.Time, query string, err error) {
 	}
 	cn.c.report(RouteEvent{
 		Decision: Decision{Op: OpTx, Endpoint: cn.c.hosts.at(t.host).Name, Primary: t.replica == nil, Reason: ReasonInTx},
+		Context:  t.ctx,
 		Query:    query, Duration: time.Since(began), Err: err,
 	})
 }

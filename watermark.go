@@ -214,7 +214,7 @@ func (c *Connector) insertLSN(ctx context.Context, pc *pgx.Conn) lagmeter.LSN {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), positionTimeout)
 	defer cancel()
 	var s string
-	if err := pc.QueryRow(ctx, insertPositionSQL).Scan(&s); err != nil {
+	if err := pc.QueryRow(ctx, insertPositionSQL, pgx.QueryExecModeSimpleProtocol).Scan(&s); err != nil {
 		return 0
 	}
 	lsn, err := lagmeter.ParseLSN(s)

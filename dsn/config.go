@@ -302,7 +302,8 @@ type Config struct {
 	PatroniEndpoints []string
 
 	// PatroniTimeout bounds each request to Patroni's REST API
-	// (pgrouted_patroni_timeout, default [DefaultPatroniTimeout]). Positive.
+	// (pgrouted_patroni_timeout, default [DefaultPatroniTimeout]). Positive,
+	// and less than Lease under [TopologyPatroni].
 	PatroniTimeout time.Duration
 
 	// Discover makes the members a topology provider reports that no host

@@ -494,6 +494,8 @@ var cases = []dsnCase{
 		err: "entry 1 (http:) has no host", key: "pgrouted_patroni_endpoints"},
 	{name: "patroni timeout zero", dsn: "host=db1 pgrouted_patroni_timeout=0",
 		err: "pgrouted_patroni_timeout (0) must be greater than 0", key: "pgrouted_patroni_timeout"},
+	{name: "patroni timeout past the lease", dsn: "host=db1 pgrouted_topology=patroni pgrouted_patroni_endpoints=http://db1:8008 pgrouted_patroni_timeout=10s",
+		err: "pgrouted_patroni_timeout (10s) must be less than pgrouted_lease (10s)", key: "pgrouted_patroni_timeout"},
 	{name: "discover not bool", dsn: "host=db1 pgrouted_discover='yes please'",
 		err: "pgrouted_discover", key: "pgrouted_discover"},
 }

@@ -99,6 +99,9 @@ func (c *Config) validate(sec secrets) *ParseError {
 		return fail(keyPatroniEndpoints, "%s is required with %s=patroni: a comma list of Patroni REST URLs (http://pg-a:8008,http://pg-b:8008)", keyPatroniEndpoints, keyTopology)
 	case c.Topology != TopologyPatroni && len(c.PatroniEndpoints) > 0:
 		return fail(keyPatroniEndpoints, "%s is set but %s is %s: set %s=patroni to follow Patroni", keyPatroniEndpoints, keyTopology, c.Topology, keyTopology)
+	case c.Topology == TopologyPatroni && c.PatroniTimeout >= c.Lease:
+		return fail(keyPatroniTimeout, "%s (%s) must be less than %s (%s): an answer slower than the lease could never keep a primary",
+			keyPatroniTimeout, formatDuration(c.PatroniTimeout), keyLease, formatDuration(c.Lease))
 	}
 	if c.Lease <= c.ProbeInterval {
 		return fail(keyLease, "%s (%s) must be greater than %s (%s): a primary must be probed again before its lease runs out",

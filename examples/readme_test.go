@@ -47,7 +47,7 @@ func TestREADMESnippetsAreTheCode(t *testing.T) {
 		}
 	}
 	files, err := filepath.Glob("*/open.go")
-	if err != nil || len(files) != 4 {
+	if err != nil || len(files) != 5 {
 		t.Fatalf("open.go files: %v, %v", files, err)
 	}
 	for _, f := range files {

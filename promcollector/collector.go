@@ -60,7 +60,7 @@ var fallbackReasons = []string{
 
 // errorReasons are the reasons a statement cannot run, exported at 0 before
 // they happen.
-var errorReasons = append(append([]string(nil), fallbackReasons[:5]...), pgrouted.ReasonWriteOnReplica, pgrouted.ReasonNoPrimary)
+var errorReasons = append(append([]string(nil), fallbackReasons[:5]...), pgrouted.ReasonWriteOnReplica, pgrouted.ReasonNoPrimary, pgrouted.ReasonPrimaryLost)
 
 // roles are the values of HostInfo.Role.
 var roles = []string{"primary", "standby", "unknown"}

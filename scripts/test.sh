@@ -16,6 +16,9 @@ TMPDIR=$tmp go test -race -count=1 -timeout 15m -v ./... "$@" || status=$?
 # The ORM examples are their own module (GORM, sqlx and ent stay out of the
 # library's go.mod).
 (cd examples && TMPDIR=$tmp go test -race -count=1 -timeout 10m -v ./... "$@") || status=$?
+# otelroute is its own module too (go.opentelemetry.io stays out of the
+# library's go.mod).
+(cd otelroute && TMPDIR=$tmp go test -race -count=1 -timeout 10m -v ./... "$@") || status=$?
 
 # The race detector slows everything down, which hides readiness bugs: a
 # test that waits too little passes under -race and fails without it. The
@@ -33,7 +36,7 @@ TMPDIR=$tmp go test -count=1 -timeout 10m ./testcluster/... ./topology/ ./cmd/..
 # fix.
 fuzztime=${FUZZTIME:-10s}
 targets=$(grep -rH --include='*_test.go' -E '^func Fuzz[A-Za-z0-9_]*\(' . |
-	grep -v '^\./examples/' |
+	grep -v -e '^\./examples/' -e '^\./otelroute/' |
 	sed -E 's#^(.*)/[^/]*:func (Fuzz[A-Za-z0-9_]*)\(.*#\1 \2#' | sort || true)
 if [ -z "$targets" ]; then
 	echo "FAIL: no fuzz target found" >&2

@@ -86,6 +86,11 @@ type Cluster struct {
 	mu      sync.Mutex
 	primary int // index of the node believed to be primary
 	closed  bool
+
+	// poolers are the PgBouncers started by StartPoolers and not closed
+	// yet (pgbouncer.go); poolerSeq numbers their directories.
+	poolers   []*Poolers
+	poolerSeq int
 }
 
 // Start boots a primary and opts.Replicas streaming replicas in a new
@@ -417,8 +422,8 @@ func (c *Cluster) dsn(addrs []string) string {
 	return u.String()
 }
 
-// Close stops every PostgreSQL process and fault point the cluster started
-// and removes its directory. It is safe to call more than once.
+// Close stops every PostgreSQL process, PgBouncer and fault point the
+// cluster started and removes its directory. It is safe to call more than once.
 func (c *Cluster) Close() error {
 	c.mu.Lock()
 	if c.closed {
@@ -426,12 +431,19 @@ func (c *Cluster) Close() error {
 		return nil
 	}
 	c.closed = true
+	poolers := append([]*Poolers(nil), c.poolers...)
 	c.mu.Unlock()
 
+	var errs []error
+	for _, ps := range poolers {
+		errs = append(errs, ps.Close())
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var errs []error
 	for _, n := range c.nodes {
+		if err := n.Thaw(); err != nil {
+			errs = append(errs, err)
+		}
 		if err := n.stop(ctx, "immediate"); err != nil {
 			if pid := postmasterPID(n.dataDir); pid > 0 && processAlive(pid) {
 				errs = append(errs, err, killTree(ctx, pid))
@@ -482,9 +494,9 @@ func pgpassEscape(s string) string {
 }
 
 // Restore brings the cluster back to its state after Start, for tests that
-// share one cluster and break it: it heals every fault, starts stopped
-// nodes, resumes paused replay, and, when a failover happened or a node no
-// longer streams from node0, makes node0 the primary again (a switchover
+// share one cluster and break it: it thaws frozen nodes, heals every fault,
+// starts stopped nodes, resumes paused replay, and, when a failover happened
+// or a node no longer streams from node0, makes node0 the primary again (a switchover
 // that keeps the newest data) and rebuilds the other nodes as its standbys.
 // It returns when every replica streams from node0 and has replayed the
 // primary's current position and, with Options.SyncReplicas, when node0
@@ -496,7 +508,7 @@ func (c *Cluster) Restore(ctx context.Context) error {
 	since := make([]time.Time, len(c.nodes))
 	for i, n := range c.nodes {
 		cut := n.link.proxy.Blackholed()
-		if err := errors.Join(n.fault.Heal(), n.link.Heal()); err != nil {
+		if err := errors.Join(n.Thaw(), n.fault.Heal(), n.link.Heal()); err != nil {
 			return err
 		}
 		if cut {

@@ -398,6 +398,60 @@ func TestFaultBlackholeAndHeal(t *testing.T) {
 	}
 }
 
+// TestFreezeAndThaw: a frozen node keeps its connections open and answers
+// nothing, on them or on new ones; once thawed, the query that waited on it
+// completes and new connections work.
+func TestFreezeAndThaw(t *testing.T) {
+	ctx := testCtx(t)
+	restore(t)
+	n := shared.Replicas()[1]
+	conn := connect(t, ctx, n.DirectDSN())
+	if err := n.Freeze(ctx); err != nil {
+		t.Fatal(err)
+	}
+	thawed := false
+	defer func() {
+		if !thawed {
+			n.Thaw()
+		}
+	}()
+	done := make(chan error, 1)
+	go func() {
+		var one int
+		done <- conn.QueryRow(ctx, "SELECT 1").Scan(&one)
+	}()
+	select {
+	case err := <-done:
+		t.Fatalf("a query on a frozen node returned: %v", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	_, err := pgx.Connect(cctx, n.DirectDSN())
+	cancel()
+	if err == nil {
+		t.Fatal("a connection to a frozen node succeeded")
+	}
+	if !n.Running() {
+		t.Fatal("a frozen node is not running")
+	}
+	if err := n.Thaw(); err != nil {
+		t.Fatal(err)
+	}
+	thawed = true
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("the query held by the frozen node: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the query held by the frozen node did not complete within 30s of the thaw")
+	}
+	conn2 := connect(t, ctx, n.DSN())
+	if _, err := conn2.Exec(ctx, "SELECT 1"); err != nil {
+		t.Fatalf("after Thaw: %v", err)
+	}
+}
+
 func TestFaultReset(t *testing.T) {
 	ctx := testCtx(t)
 	n := shared.Primary()
@@ -520,8 +574,8 @@ func checkGone(t *testing.T, dir string, pids []int, wait time.Duration) {
 			left = append(left, "directory "+dir)
 		}
 		for _, pid := range pids {
-			if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); err == nil && strings.Contains(string(b), "postgres") {
-				left = append(left, fmt.Sprintf("postgres pid %d", pid))
+			if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); err == nil && (strings.Contains(string(b), "postgres") || strings.Contains(string(b), "pgbouncer")) {
+				left = append(left, fmt.Sprintf("process %d (%s)", pid, strings.ReplaceAll(string(b), "\x00", " ")))
 			} else if err == nil {
 				_ = syscall.Kill(pid, 0)
 			}
@@ -537,8 +591,8 @@ func checkGone(t *testing.T, dir string, pids []int, wait time.Duration) {
 }
 
 // TestNothingLeftAfterPanic runs a child test process that starts a cluster
-// and panics without closing it: the watchdog must stop PostgreSQL and
-// remove the directory.
+// with a PgBouncer in front of each node and panics without closing it: the
+// watchdog must stop PostgreSQL and PgBouncer and remove the directory.
 func TestNothingLeftAfterPanic(t *testing.T) {
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), childEnv+"=1")
@@ -557,14 +611,14 @@ func TestNothingLeftAfterPanic(t *testing.T) {
 			}
 		}
 	}
-	if info.Dir == "" || len(info.PIDs) != 2 {
+	if info.Dir == "" || len(info.PIDs) != 4 {
 		t.Fatalf("child did not report its cluster:\n%s", out)
 	}
 	if !strings.Contains(string(out), "panic: deliberate") {
 		t.Fatalf("child did not panic:\n%s", out)
 	}
 	checkGone(t, info.Dir, info.PIDs, 20*time.Second)
-	t.Logf("after the child panicked, postmasters %v and %s are gone", info.PIDs, info.Dir)
+	t.Logf("after the child panicked, postmasters and pgbouncers %v and %s are gone", info.PIDs, info.Dir)
 }
 
 // childPanics is the child process of TestNothingLeftAfterPanic: it starts
@@ -584,6 +638,22 @@ func childPanics() {
 			fmt.Println("child:", err)
 			os.Exit(3)
 		}
+		var pid int
+		fmt.Sscan(string(b), &pid)
+		pids = append(pids, pid)
+	}
+	// A PgBouncer in front of each node: the watchdog stops them too.
+	if _, err := c.StartPoolers(ctx, testcluster.PoolTransaction); err != nil {
+		fmt.Println("child:", err)
+		os.Exit(3)
+	}
+	for _, n := range c.Nodes() {
+		f, _ := filepath.Glob(c.Dir() + "/pgbouncer*-" + n.Name() + "/pgbouncer.pid")
+		if len(f) != 1 {
+			fmt.Println("child: no pgbouncer pid file for", n.Name())
+			os.Exit(3)
+		}
+		b, _ := os.ReadFile(f[0])
 		var pid int
 		fmt.Sscan(string(b), &pid)
 		pids = append(pids, pid)

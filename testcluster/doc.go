@@ -13,15 +13,24 @@
 // Each [Node] sits behind a network fault point ([Node.Fault]) that can add
 // latency, cut the node off or reset its connections without stopping
 // PostgreSQL, and each standby's replication connection behind another
-// ([Node.ReplicationFault]). Node controls (Stop, Kill, Start, Restart,
-// Promote, PauseReplay, ResumeReplay, WaitReplayed, Follow, Rejoin) wait until
-// their effect is real.
+// ([Node.ReplicationFault]). [Node.Freeze] stops every process of a node
+// (SIGSTOP) without closing anything, as a stalled machine would;
+// [Node.Thaw] wakes it. Node controls (Stop, Kill, Start, Restart, Freeze,
+// Promote, PauseReplay, ResumeReplay, WaitReplayed, Follow, Rejoin) wait
+// until their effect is real.
 //
 // PostgreSQL refuses to run as root: when the test runs as root, the servers
 // run as the unprivileged system user [Options].OSUser ("postgres" by
 // default). Binaries are looked up by [FindBinDir]; when there are none,
 // Start fails with an error wrapping [ErrNoPostgres] that gives the command
 // installing them, so integration tests fail instead of skipping.
+//
+// [Cluster.StartPoolers] puts a PgBouncer (the distribution's pgbouncer,
+// see [FindPgBouncer]) in front of each node, in transaction or session
+// pool mode ([PoolTransaction], [PoolSession]), each on a free loopback
+// port, with the cluster's credentials; [Poolers.DSN] is the multi-host
+// connection string through them. When pgbouncer is missing the error wraps
+// [ErrNoPgBouncer], whose text gives the command that installs it.
 //
 // [Cluster.Close] stops every process it started and removes the temporary
 // directory. If the test process ends without calling it (a panic, os.Exit,

@@ -37,3 +37,21 @@ func Example() {
 	}
 	fmt.Println(c.DSN()) // postgres://postgres@127.0.0.1:...,127.0.0.1:...,127.0.0.1:.../postgres?sslmode=disable
 }
+
+// A PgBouncer in transaction pooling mode in front of each node, and a
+// connection string through them.
+func ExampleCluster_StartPoolers() {
+	ctx := context.Background()
+	c, err := testcluster.Start(ctx, testcluster.Options{Replicas: 2})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close() // stops the poolers too
+
+	ps, err := c.StartPoolers(ctx, testcluster.PoolTransaction)
+	if err != nil {
+		log.Fatal(err) // names the command that installs PgBouncer when it is missing
+	}
+	fmt.Println(ps.DSN())                     // the poolers, the primary's first
+	fmt.Println(ps.Of(c.Replicas()[0]).DSN()) // one replica, through its pooler
+}

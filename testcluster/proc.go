@@ -121,17 +121,26 @@ func appendFile(path, text string) error {
 // watchdogScript runs in its own process, as the PostgreSQL user, with the
 // read end of a pipe as stdin whose write end only the test process holds.
 // When the test process ends for whatever reason (return, panic, os.Exit,
-// SIGKILL) the read returns, and the script stops every postmaster of the
-// cluster and removes its base directory. After a normal Close it finds
+// SIGKILL) the read returns, and the script stops every PgBouncer and
+// postmaster of the cluster and removes its base directory. After a normal Close it finds
 // nothing left to do.
 const watchdogScript = `base="$1"
 cat >/dev/null
 alive() { for p in "$@"; do kill -0 "$p" 2>/dev/null && return 0; done; return 1; }
+for f in "$base"/*/pgbouncer.pid; do
+	[ -f "$f" ] || continue
+	p=$(head -n 1 "$f")
+	case "$p" in ''|*[!0-9]*) continue;; esac
+	kill -KILL "$p" 2>/dev/null
+done
 pids=""
 for f in "$base"/*/postmaster.pid; do
 	[ -f "$f" ] || continue
 	p=$(head -n 1 "$f")
 	case "$p" in ''|*[!0-9]*) continue;; esac
+	# A frozen node (Node.Freeze) is woken first, so that it can stop.
+	kill -CONT "$p" 2>/dev/null
+	pkill -CONT -P "$p" 2>/dev/null
 	kill -QUIT "$p" 2>/dev/null && pids="$pids $p"
 done
 i=0

@@ -289,7 +289,8 @@ func TestNewPatroniRejects(t *testing.T) {
 // connections close with CloseIdleConnections.
 func TestPatroniCloseLeavesNoGoroutine(t *testing.T) {
 	f := newFakePatroni(t) // its server's goroutines are there before IgnoreCurrent
-	f.set(0, member(t, 0, "leader", "running", nil), member(t, 1, "replica", "streaming", nil), member(t, 2, "replica", "streaming", nil))
+	// node2 listed twice: one host.
+	f.set(0, member(t, 0, "leader", "running", nil), member(t, 1, "replica", "streaming", nil), member(t, 2, "replica", "streaming", nil), member(t, 2, "replica", "streaming", nil))
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	p, err := topology.NewPatroni([]string{f.URL}, time.Second, nil)
 	if err != nil {
@@ -312,6 +313,9 @@ func TestPatroniCloseLeavesNoGoroutine(t *testing.T) {
 	if s.Hosts[2].NoReads {
 		t.Fatal("the discovered streaming replica serves no reads")
 	}
+	if s := waitSnap(t, top, 20*time.Second, "another view", func(n *topology.Snapshot) bool { return n.Provider.Confirmed.After(s.Provider.Confirmed) }); len(s.Hosts) != 3 {
+		t.Fatalf("%d hosts from a view listing node2 twice, want 3", len(s.Hosts))
+	}
 	f.set(0, member(t, 0, "leader", "running", nil), member(t, 1, "replica", "streaming", nil))
 	s = waitSnap(t, top, 20*time.Second, "node2 removed", func(s *topology.Snapshot) bool { return s.Hosts[2].Removed })
 	if s.Hosts[2].Role != topology.RoleUnknown || !s.Hosts[2].NoReads || s.Index("node2") != -1 {
@@ -326,4 +330,26 @@ func TestPatroniCloseLeavesNoGoroutine(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.CloseIdleConnections()
+}
+
+// TestAskProvider: with a poll interval of a minute, only AskProvider can
+// explain a second request.
+func TestAskProvider(t *testing.T) {
+	f := newFakePatroni(t)
+	f.set(0, member(t, 0, "leader", "running", nil))
+	p, err := topology.NewPatroni([]string{f.URL}, time.Second, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	top := start(t, hosts(t, "", 0, 1, 2), topology.Options{Interval: time.Minute, Lease: 2 * time.Minute, Provider: p})
+	waitSnap(t, top, 20*time.Second, "the first view", func(s *topology.Snapshot) bool { return s.Provider.Leader == "node0" })
+	f.set(0, member(t, 1, "leader", "running", nil))
+	top.AskProvider()
+	waitSnap(t, top, 20*time.Second, "the view asked for", func(s *topology.Snapshot) bool { return s.Provider.Leader == "node1" })
+	f.mu.Lock()
+	n := f.requests
+	f.mu.Unlock()
+	if n != 2 {
+		t.Fatalf("%d requests, want 2", n)
+	}
 }

@@ -41,6 +41,8 @@ func (t *Topology) pollProvider() {
 		case <-timer.C:
 		case <-changes:
 			timer.Stop()
+		case <-t.askView:
+			timer.Stop()
 		case <-t.done:
 			timer.Stop()
 			return

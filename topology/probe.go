@@ -16,13 +16,21 @@ import (
 // first reads the role and positions and is the probe; the second reads the
 // timeline and the third the system identifier: when a role lacks the
 // privilege for them they fail alone and are reported unknown.
+//
+// The probe also reads the server process it talks to (pg_backend_pid())
+// and when the server started (pg_postmaster_start_time()): behind a
+// connection pooler the first is not the process the connection announced,
+// may change from one probe to the next, and the probe connection outlives
+// a restart of the server, which the second tells.
 const (
 	probeRoleSQL = `SELECT r,
 	CASE WHEN NOT r THEN pg_current_wal_insert_lsn() END,
 	CASE WHEN r THEN pg_last_wal_replay_lsn() END,
 	CASE WHEN r THEN pg_last_wal_receive_lsn() END,
 	CASE WHEN NOT r THEN (SELECT string_agg(application_name || '=' || sync_state, ',' ORDER BY application_name)
-		FROM pg_stat_replication WHERE application_name <> '' AND sync_state IS NOT NULL) END
+		FROM pg_stat_replication WHERE application_name <> '' AND sync_state IS NOT NULL) END,
+	pg_backend_pid(),
+	pg_postmaster_start_time()::text
 FROM pg_is_in_recovery() AS r`
 	probeTimelineSQL = `SELECT CASE WHEN pg_is_in_recovery()
 	THEN coalesce((SELECT received_tli FROM pg_stat_wal_receiver WHERE received_tli > 0),
@@ -49,6 +57,11 @@ type result struct {
 	conn       uint64 // the probe connection's incarnation
 	sync       []SyncStandby
 	switches   []lagmeter.TimelineSwitch // the history of timeline, when read
+
+	backendPID uint32 // pg_backend_pid() of the probe
+	started    string // pg_postmaster_start_time() of the probe
+	pooler     bool   // backendPID is not the pid the connection announced
+	switched   bool   // the probe connection met two backends
 }
 
 // prober owns one host's probe connection; it runs in its own goroutine,
@@ -70,6 +83,13 @@ type prober struct {
 	// asked again), and switches what it read.
 	historyOf uint32
 	switches  []lagmeter.TimelineSwitch
+
+	// started is the server start time the probe connection saw last,
+	// backend the backend pid, and switched whether it met two backends
+	// (see result).
+	started  string
+	backend  uint32
+	switched bool
 }
 
 func (p *prober) run() {
@@ -146,12 +166,9 @@ func (p *prober) probe(parent context.Context) (res result) {
 			return res
 		}
 		p.conn = conn
-		p.incarn++
-		p.systemID = 0
-		// Another server may answer now: read its history again.
-		p.historyOf, p.switches = 0, nil
+		p.newServer()
+		p.started, p.backend, p.switched = "", 0, false
 	}
-	res.conn = p.incarn
 	sql := probeRoleSQL + ";\n" + probeTimelineSQL
 	if p.systemID == 0 {
 		sql += ";\n" + probeSystemSQL
@@ -175,6 +192,19 @@ func (p *prober) probe(parent context.Context) (res result) {
 		res.err = err
 		return res
 	}
+	if p.started != "" && res.started != p.started {
+		// The server restarted under a connection that survived it: a
+		// connection pooler's. What was learned of it no longer holds.
+		p.newServer()
+	}
+	p.started = res.started
+	if p.backend != 0 && res.backendPID != p.backend {
+		p.switched = true
+	}
+	p.backend = res.backendPID
+	res.conn = p.incarn
+	res.pooler = res.backendPID != p.conn.PID()
+	res.switched = p.switched
 	res.rtt = elapsed
 	if len(results) > 1 && results[1].Err == nil && len(results[1].Rows) == 1 {
 		if v := results[1].Rows[0][0]; v != nil {
@@ -209,6 +239,14 @@ func (p *prober) probe(parent context.Context) (res result) {
 	return res
 }
 
+// newServer forgets what the prober knew of the server: another one may
+// answer now (a new connection), or the same one after a restart.
+func (p *prober) newServer() {
+	p.incarn++
+	p.systemID = 0
+	p.historyOf, p.switches = 0, nil
+}
+
 // readHistory reads the timeline history file of a primary's timeline: the
 // switch points that tell which writes of older timelines survived the
 // promotions. It needs the privilege to read server files (superuser,
@@ -229,8 +267,18 @@ func (p *prober) readHistory(ctx context.Context, tli uint32) []lagmeter.Timelin
 }
 
 func parseRole(row [][]byte, res *result) error {
-	if len(row) != 5 || row[0] == nil {
+	if len(row) != 7 || row[0] == nil {
 		return errors.New("probe query: unexpected row")
+	}
+	if v := row[5]; v != nil {
+		pid, err := strconv.ParseUint(string(v), 10, 32)
+		if err != nil {
+			return fmt.Errorf("probe query: backend pid: %w", err)
+		}
+		res.backendPID = uint32(pid)
+	}
+	if v := row[6]; v != nil {
+		res.started = string(v)
 	}
 	res.inRecovery = string(row[0]) == "t"
 	for k, dst := range []*lagmeter.LSN{&res.insert, &res.replay, &res.receive} {

@@ -86,6 +86,19 @@ type HostState struct {
 	// connection (a standby's replay position) no longer holds.
 	Conn uint64 `json:"-"`
 
+	// Pooler is true when the last successful probe ran on a server
+	// process other than the one its connection announced (the backend
+	// pid of the connection's BackendKeyData): a connection pooler, such
+	// as PgBouncer, sits between the client and the server.
+	Pooler bool `json:"pooler,omitempty"`
+
+	// BackendSwitched is true when the probe connection has met two server
+	// processes: the pooler in front of the host hands out server sessions
+	// per transaction (or per statement), so session state does not last
+	// beyond a transaction. Its absence proves nothing: a pooler with a
+	// single idle server session keeps handing out the same one.
+	BackendSwitched bool `json:"backendSwitched,omitempty"`
+
 	// Switches is the timeline history of a primary on a timeline after
 	// the first: where each earlier timeline was left. It is read from the
 	// history file, which needs the privilege to read server files; nil

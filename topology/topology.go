@@ -81,6 +81,7 @@ type Topology struct {
 
 	results chan result
 	views   chan viewResult // from the provider's poller
+	askView chan struct{}   // ask the provider now (AskProvider)
 	// kicks has one channel per host, by index: probe now. The tracker
 	// replaces the slice when it adds a host.
 	kicks atomic.Pointer[[]chan struct{}]
@@ -114,6 +115,7 @@ func New(hosts []Host, opts Options) (*Topology, error) {
 		opts:    opts,
 		results: make(chan result, len(hosts)),
 		views:   make(chan viewResult, 1),
+		askView: make(chan struct{}, 1),
 		done:    make(chan struct{}),
 		subs:    make(map[*subscription]struct{}),
 	}
@@ -226,6 +228,16 @@ func (t *Topology) ProbeNow(i int) {
 	}
 	select {
 	case kicks[i] <- struct{}{}:
+	default:
+	}
+}
+
+// AskProvider asks the provider for its view now, rather than at its next
+// poll, for example while a write waits for a primary. It never blocks;
+// without a provider it does nothing.
+func (t *Topology) AskProvider() {
+	select {
+	case t.askView <- struct{}{}:
 	default:
 	}
 }

@@ -81,14 +81,9 @@ func (tr *tracker) discover(v View, a Authority) Authority {
 		return a
 	}
 	added := false
-	known := make([]bool, len(v.Members))
-	for _, k := range a.Member {
-		if k >= 0 {
-			known[k] = true
-		}
-	}
-	for k, m := range v.Members {
-		if known[k] || m.Host == "" || m.Port == 0 {
+	for _, m := range v.Members {
+		if m.Host == "" || m.Port == 0 || slices.ContainsFunc(tr.endpoints, func(e Endpoint) bool { return m.matches(e.Host, e.Port) }) {
+			// Known already (a member listed twice is added once).
 			continue
 		}
 		i := len(tr.hosts)
@@ -185,6 +180,7 @@ func (tr *tracker) apply(r result) {
 		h.Timeline = r.timeline
 		h.Switches = r.switches
 		h.Conn = r.conn
+		h.Pooler, h.BackendSwitched = r.pooler, r.switched
 		if r.systemID != 0 {
 			h.SystemID = r.systemID
 		}

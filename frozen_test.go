@@ -1,0 +1,583 @@
+package pgrouted_test
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/pgrouted/pgrouted"
+	"github.com/pgrouted/pgrouted/testcluster"
+)
+
+// frozenConnectTimeout is the connect_timeout of the frozen-primary tests:
+// far longer than any bound they wait with, so that a write that reached
+// the new primary within such a bound did not wait for a dial to the old
+// one to time out.
+const frozenConnectTimeout = 30 * time.Second
+
+// TestFrozenPrimary: the primary stops answering without closing anything
+// (its processes frozen, or its network cut), a replica is promoted, and
+// the old primary comes back later still believing it is the primary. Four
+// writers insert rows tagged (writer, sequence) in a loop throughout; a
+// fifth connection opens its primary session while the primary is frozen.
+//
+//   - The statements in flight on the old primary end with ErrOutcomeUnknown
+//     before the old primary is back, and are never run again.
+//   - The dial to the old primary is abandoned once the promotion is seen:
+//     that write runs on the new primary, long before connect_timeout.
+//   - Every writer writes on the new primary before the old one is back.
+//   - No write issued after the failover reaches the old primary, and no
+//     statement runs twice (the rows on both servers say so once the old
+//     primary is back).
+//
+// The time from the promotion to the first write on the new primary is
+// logged (the README's failover section quotes it), and bounded only by
+// frozenBound, which is below connect_timeout and the lease: no timing
+// assertion of a busy machine.
+//
+// PGROUTED_FROZEN_INTERVALS (a comma list of durations) runs both faults
+// at each of those probe intervals instead of the frozen primary at 250ms
+// and the blackholed one at 1s, to measure.
+func TestFrozenPrimary(t *testing.T) {
+	type fault struct {
+		name  string
+		apply func(ctx context.Context, n *testcluster.Node) error
+		heal  func(n *testcluster.Node) error
+	}
+	frozen := fault{"frozen",
+		func(ctx context.Context, n *testcluster.Node) error { return n.Freeze(ctx) },
+		func(n *testcluster.Node) error { return n.Thaw() }}
+	blackholed := fault{"blackholed",
+		func(_ context.Context, n *testcluster.Node) error { return n.Fault().Blackhole() },
+		func(n *testcluster.Node) error { return n.Fault().Heal() }}
+	type run struct {
+		f        fault
+		interval time.Duration
+	}
+	runs := []run{{frozen, 250 * time.Millisecond}, {blackholed, time.Second}}
+	if env := os.Getenv("PGROUTED_FROZEN_INTERVALS"); env != "" {
+		runs = nil
+		for _, v := range strings.Split(env, ",") {
+			d, err := time.ParseDuration(strings.TrimSpace(v))
+			if err != nil {
+				t.Fatalf("PGROUTED_FROZEN_INTERVALS: %v", err)
+			}
+			runs = append(runs, run{frozen, d}, run{blackholed, d})
+		}
+	}
+	for _, r := range runs {
+		t.Run(fmt.Sprintf("%s-%v", r.f.name, r.interval), func(t *testing.T) { frozenPrimary(t, r.interval, r.f.apply, r.f.heal) })
+	}
+}
+
+// frozenBound bounds each wait of the frozen-primary tests for what
+// pgrouted must do after the promotion: well below connect_timeout and the
+// lease, so that neither a dial timing out nor the lease running out can
+// satisfy it.
+const frozenBound = 20 * time.Second
+
+func frozenPrimary(t *testing.T, interval time.Duration, fault func(context.Context, *testcluster.Node) error, heal func(*testcluster.Node) error) {
+	ctx := testCtx(t)
+	restore(t)
+	mustExec(t, ctx, cluster.Primary(), "DROP TABLE IF EXISTS fz; CREATE TABLE fz (w int, seq int, at timestamptz DEFAULT clock_timestamp())")
+	replicated(t, ctx)
+	old, promoted := cluster.Node(0), cluster.Node(1)
+	dsn := cluster.DSN() + fmt.Sprintf("&pgrouted_probe_interval=%s&pgrouted_lease=60s&pgrouted_write_timeout=60s&connect_timeout=%d&pgrouted_names=%s",
+		interval, int(frozenConnectTimeout/time.Second), names())
+	db, conn, rec := openDSN(t, dsn, nil)
+
+	// outcome is one statement's end.
+	type outcome struct {
+		w, seq    int
+		after     bool // issued after the connector saw the new primary
+		err       error
+		ended     time.Time
+		heldUntil bool // it ended after the old primary was back
+	}
+	var (
+		mu       sync.Mutex
+		outcomes []outcome
+		failover atomic.Bool // the connector named the promoted node primary
+		back     atomic.Bool // the old primary is back
+	)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var halted sync.Once
+	halt := func() { halted.Do(func() { close(stop); wg.Wait() }) }
+	wctx, cancelWork := context.WithCancel(ctx)
+	defer func() { cancelWork(); halt() }()
+	write := func(ex interface {
+		ExecContext(context.Context, string, ...any) (sql.Result, error)
+	}, w, seq int) outcome {
+		o := outcome{w: w, seq: seq, after: failover.Load()}
+		_, o.err = ex.ExecContext(wctx, "INSERT INTO fz (w, seq) VALUES ($1, $2)", w, seq)
+		o.ended, o.heldUntil = time.Now(), back.Load()
+		mu.Lock()
+		outcomes = append(outcomes, o)
+		mu.Unlock()
+		return o
+	}
+	const writers = 4
+	var done [writers + 1]atomic.Int64 // statements each writer completed
+	for w := 0; w < writers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for seq := 0; ; seq++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if o := write(db, w, seq); o.err != nil && !errors.Is(o.err, pgrouted.ErrOutcomeUnknown) {
+					time.Sleep(5 * time.Millisecond)
+				}
+				done[w].Add(1)
+			}
+		}()
+	}
+	// Two readers read on the primary throughout: a read held by the old
+	// primary runs again on the new one, and none fails.
+	const readers = 2
+	var reads [readers]atomic.Int64
+	var readErrs atomic.Int64
+	for r := 0; r < readers; r++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rctx := pgrouted.WithRoute(wctx, pgrouted.Primary)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				var one int
+				if err := db.QueryRowContext(rctx, fmt.Sprintf("SELECT 1 /* primary reader %d */", r)).Scan(&one); err != nil {
+					if wctx.Err() == nil {
+						readErrs.Add(1)
+						t.Errorf("primary reader %d: %v", r, err)
+					}
+					time.Sleep(5 * time.Millisecond)
+					continue
+				}
+				reads[r].Add(1)
+			}
+		}()
+	}
+	// waitDone waits until every writer in ws completed a statement more
+	// than from, within frozenBound.
+	counts := func() []int64 {
+		c := make([]int64, len(done))
+		for i := range c {
+			c[i] = done[i].Load()
+		}
+		return c
+	}
+	waitDone := func(what string, from []int64, ws ...int) {
+		t.Helper()
+		deadline := time.Now().Add(frozenBound)
+		for _, w := range ws {
+			for done[w].Load() <= from[w] {
+				if time.Now().After(deadline) {
+					t.Fatalf("%s: writer %d completed no statement within %v", what, w, frozenBound)
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+		}
+	}
+	all := []int{0, 1, 2, 3}
+	waitDone("before the fault", make([]int64, len(done)), all...)
+	waitDone("before the fault", counts(), all...)
+
+	if err := fault(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	faultAt := time.Now()
+	healed := false
+	defer func() {
+		if !healed {
+			heal(old)
+		}
+	}()
+	// Every writer's connection is busy on the old primary: a new
+	// connection opens its primary session there now, and waits.
+	for deadline := time.Now().Add(frozenBound); db.Stats().InUse < writers+readers || db.Stats().Idle > 0; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the writers are not all held by the old primary: %+v", db.Stats())
+		}
+	}
+	dialer, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dialer.Close()
+	dialed := make(chan outcome, 1)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		dialed <- write(dialer, writers, 0)
+		done[writers].Add(1)
+	}()
+	time.Sleep(500 * time.Millisecond) // as the issue's user did: the promotion comes a moment later
+	// From when pg_ctl promote starts: the new primary may take writes
+	// before it returns.
+	promotedAt := time.Now()
+	if err := promoted.Promote(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(frozenBound); conn.Topology().Primary != promoted.Name(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the connector does not name %s primary within %v of its promotion: %+v", promoted.Name(), frozenBound, conn.Topology())
+		}
+	}
+	failover.Store(true)
+	seen := time.Since(promotedAt)
+	// Every writer, and the new connection, writes again (on the new
+	// primary) while the old one is still frozen.
+	waitDone("after the promotion", counts(), all...)
+	for r := range reads {
+		for from, deadline := reads[r].Load(), time.Now().Add(frozenBound); reads[r].Load() <= from+1; time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("after the promotion: primary reader %d completed no read within %v", r, frozenBound)
+			}
+		}
+	}
+	select {
+	case o := <-dialed:
+		if o.err != nil {
+			t.Fatalf("the write whose dial went to the frozen primary failed: %v", o.err)
+		}
+	case <-time.After(frozenBound):
+		t.Fatalf("the write whose dial went to the frozen primary did not complete within %v of the promotion (connect_timeout %v)", frozenBound, frozenConnectTimeout)
+	}
+	firstNew := time.Time{}
+	mu.Lock()
+	for _, o := range outcomes {
+		if o.err == nil && o.ended.After(promotedAt) && (firstNew.IsZero() || o.ended.Before(firstNew)) {
+			firstNew = o.ended
+		}
+	}
+	mu.Unlock()
+	// The old primary comes back, still a primary on the old timeline;
+	// the writers go on, on the new primary.
+	healed = true
+	if err := heal(old); err != nil {
+		t.Fatal(err)
+	}
+	back.Store(true)
+	for deadline := time.Now().Add(frozenBound); ; time.Sleep(5 * time.Millisecond) {
+		h := conn.Topology().Hosts[0]
+		if h.Name == old.Name() && h.Healthy && h.Role == "primary" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the old primary was not probed back within %v: %+v", frozenBound, h)
+		}
+	}
+	waitDone("with the old primary back", counts(), all...)
+	waitDone("with the old primary back", counts(), all...)
+	halt()
+	t.Logf("probe interval %v: from the start of pg_ctl promote, the connector named the new primary after %v, and the first write ran there after %v (%v after the fault, the promotion began %v after it)",
+		interval, seen.Round(time.Millisecond), firstNew.Sub(promotedAt).Round(time.Millisecond), firstNew.Sub(faultAt).Round(time.Millisecond), promotedAt.Sub(faultAt).Round(time.Millisecond))
+	if firstNew.IsZero() {
+		t.Fatal("no write succeeded after the promotion")
+	}
+
+	// What each server holds. The old primary first finishes what it had
+	// received before it froze.
+	type key struct{ w, seq int }
+	rowsOn := func(n *testcluster.Node) map[key]int {
+		t.Helper()
+		c, err := n.Connect(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close(ctx)
+		for deadline := time.Now().Add(frozenBound); ; time.Sleep(10 * time.Millisecond) {
+			var busy int
+			if err := c.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend' AND state <> 'idle' AND pid <> pg_backend_pid() AND application_name NOT IN ('pgrouted-probe')").Scan(&busy); err != nil {
+				t.Fatal(err)
+			}
+			if busy == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %d statements still running %v after it came back", n.Name(), busy, frozenBound)
+			}
+		}
+		rows, err := c.Query(ctx, "SELECT w, seq FROM fz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		m := map[key]int{}
+		for rows.Next() {
+			var k key
+			if err := rows.Scan(&k.w, &k.seq); err != nil {
+				t.Fatal(err)
+			}
+			m[k]++
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	onOld, onNew := rowsOn(old), rowsOn(promoted)
+	var lost, okAfter int
+	for _, o := range outcomes {
+		k := key{o.w, o.seq}
+		if onOld[k] > 1 || onNew[k] > 1 {
+			t.Errorf("writer %d statement %d ran twice: %d rows on %s, %d on %s", o.w, o.seq, onOld[k], old.Name(), onNew[k], promoted.Name())
+		}
+		switch {
+		case o.err == nil:
+			if onOld[k]+onNew[k] == 0 {
+				t.Errorf("writer %d statement %d succeeded and is on neither server", o.w, o.seq)
+			}
+			if o.after {
+				okAfter++
+			}
+		case errors.Is(o.err, pgrouted.ErrOutcomeUnknown):
+			lost++
+			var re *pgrouted.RouteError
+			if !errors.As(o.err, &re) || re.Reason != pgrouted.ReasonPrimaryLost {
+				t.Errorf("writer %d statement %d: %v is not a RouteError with reason %s", o.w, o.seq, o.err, pgrouted.ReasonPrimaryLost)
+			}
+			if errors.Is(o.err, driver.ErrBadConn) || errors.Is(o.err, context.Canceled) {
+				t.Errorf("writer %d statement %d: %v matches driver.ErrBadConn or context.Canceled: database/sql or the caller would run it again", o.w, o.seq, o.err)
+			}
+			if o.heldUntil {
+				t.Errorf("writer %d statement %d was held until the old primary came back: %v", o.w, o.seq, o.err)
+			}
+			if onNew[k] > 0 && onOld[k] == 0 {
+				// On both, it ran on the old primary before the fork and
+				// was replicated: its answer was what got lost.
+				t.Errorf("writer %d statement %d ended with an unknown outcome and ran on the new primary %s", o.w, o.seq, promoted.Name())
+			}
+		default:
+			t.Errorf("writer %d statement %d: %v", o.w, o.seq, o.err)
+		}
+		if o.after && onOld[k] > 0 {
+			t.Errorf("writer %d statement %d, issued after the failover, reached the old primary %s", o.w, o.seq, old.Name())
+		}
+		if o.err == nil && o.ended.After(promotedAt) && onOld[k] > 0 && onNew[k] > 0 {
+			t.Errorf("writer %d statement %d succeeded after the promotion and is on both servers", o.w, o.seq)
+		}
+	}
+	if lost == 0 {
+		t.Error("no statement in flight on the old primary ended with ErrOutcomeUnknown")
+	}
+	if n := conn.Stats().RouteErrors[pgrouted.ReasonPrimaryLost]; n != uint64(lost) {
+		t.Errorf("Stats().RouteErrors[%q] = %d, want %d", pgrouted.ReasonPrimaryLost, n, lost)
+	}
+	if okAfter == 0 {
+		t.Error("no write issued after the failover succeeded")
+	}
+	rerun := 0
+	for _, e := range rec.snapshot() {
+		if e.Err != nil && errors.Is(e.Err, pgrouted.ErrOutcomeUnknown) && e.Retried {
+			t.Errorf("a statement with an unknown outcome was run again: %+v", e)
+		}
+		if e.Op == pgrouted.OpRead && e.Retried && e.Err == nil && e.Endpoint == promoted.Name() {
+			rerun++
+		}
+	}
+	if rerun == 0 {
+		t.Error("no read held by the old primary ran again on the new one")
+	}
+	t.Logf("%d statements, %d ended with an unknown outcome, %d issued after the failover succeeded; %d reads held by the old primary ran again on the new one", len(outcomes), lost, okAfter, rerun)
+}
+
+// TestFrozenReplicaReleasesReads: a replica whose processes are frozen holds
+// the reads running on it until its probes fail and its circuit opens;
+// then they are released and run elsewhere (nothing had been returned),
+// and no read fails. connect_timeout is far longer than the waits, so
+// that a read released by its dial timing out would not pass.
+func TestFrozenReplicaReleasesReads(t *testing.T) {
+	ctx := testCtx(t)
+	restore(t)
+	db, conn, rec := open(t, fmt.Sprintf("connect_timeout=%d", int(frozenConnectTimeout/time.Second)), "pgrouted_latency_window=off")
+	replicasReady(t, conn)
+	waitReads(t, db, rec, 10*time.Second, "reads on node2", func(on map[string]int) bool { return on["node2"] > 0 })
+	n := cluster.Node(2)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var halted sync.Once
+	halt := func() { halted.Do(func() { close(stop); wg.Wait() }) }
+	wctx, cancelWork := context.WithCancel(ctx)
+	defer func() { cancelWork(); halt() }()
+	const readers = 6
+	var done [readers]atomic.Int64
+	for g := 0; g < readers; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			q := fmt.Sprintf("SELECT %d /* frozen reader */", g)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				var one int
+				if err := db.QueryRowContext(wctx, q).Scan(&one); err != nil {
+					if wctx.Err() == nil {
+						t.Errorf("reader %d: %v", g, err)
+					}
+					return
+				}
+				done[g].Add(1)
+			}
+		}()
+	}
+	counts := func() []int64 {
+		c := make([]int64, readers)
+		for g := range c {
+			c[g] = done[g].Load()
+		}
+		return c
+	}
+	waitEvery := func(what string, from []int64) {
+		t.Helper()
+		deadline := time.Now().Add(frozenBound)
+		for g := 0; g < readers; {
+			if done[g].Load() > from[g] {
+				g++
+				continue
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: reader %d completed no read within %v", what, g, frozenBound)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	waitEvery("before the freeze", make([]int64, readers))
+	if err := n.Freeze(ctx); err != nil {
+		t.Fatal(err)
+	}
+	thawed := false
+	defer func() {
+		if !thawed {
+			n.Thaw()
+		}
+	}()
+	for deadline := time.Now().Add(frozenBound); ; time.Sleep(5 * time.Millisecond) {
+		if h := conn.Topology().Hosts[2]; h.Name == n.Name() && h.Circuit == "open" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s's circuit did not open within %v of its freeze: %+v", n.Name(), frozenBound, conn.Topology().Hosts[2])
+		}
+	}
+	// Twice: a read held by the frozen replica when its circuit opened is
+	// released, then the reader goes on.
+	waitEvery("once the circuit is open", counts())
+	waitEvery("once the circuit is open", counts())
+	halt()
+	thawed = true
+	if err := n.Thaw(); err != nil {
+		t.Fatal(err)
+	}
+	held := 0
+	for _, e := range rec.snapshot() {
+		if e.Err != nil {
+			t.Errorf("a read failed: %v", e.Err)
+		}
+		if e.Retried && e.Err == nil && e.Endpoint != n.Name() {
+			held++
+		}
+	}
+	t.Logf("%d reads held by the frozen replica ran elsewhere", held)
+	if held == 0 {
+		t.Error("no read was held by the frozen replica: the test did not exercise it")
+	}
+}
+
+// TestFrozenPrimaryLeaseEnds: with no promotion, a frozen primary's lease
+// runs out. The statement in flight on it ends then, with
+// ErrOutcomeUnknown; a write issued after that waits for a primary and
+// fails with ErrNoPrimary (nothing was sent); once the primary is thawed,
+// writes run on it again, in a new term of the same epoch.
+func TestFrozenPrimaryLeaseEnds(t *testing.T) {
+	ctx := testCtx(t)
+	restore(t)
+	mustExec(t, ctx, cluster.Primary(), "DROP TABLE IF EXISTS fl; CREATE TABLE fl (id int)")
+	replicated(t, ctx)
+	const lease = 2 * time.Second
+	dsn := cluster.DSN() + fmt.Sprintf("&pgrouted_probe_interval=100ms&pgrouted_lease=%v&pgrouted_write_timeout=1s&connect_timeout=%d&pgrouted_names=%s",
+		lease, int(frozenConnectTimeout/time.Second), names())
+	pool, conn, _ := openDSN(t, dsn, nil)
+	// One connection throughout, whose primary session is the one frozen
+	// (database/sql would ping a pooled one before reusing it).
+	db, err := pool.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	old := cluster.Node(0)
+	if _, err := db.ExecContext(ctx, "INSERT INTO fl VALUES (0)"); err != nil {
+		t.Fatal(err)
+	}
+	epoch := conn.Topology().Epoch
+	if err := old.Freeze(ctx); err != nil {
+		t.Fatal(err)
+	}
+	thawed := false
+	defer func() {
+		if !thawed {
+			old.Thaw()
+		}
+	}()
+	frozeAt := time.Now()
+	held := make(chan error, 1)
+	go func() {
+		_, err := db.ExecContext(ctx, "INSERT INTO fl VALUES (1)")
+		held <- err
+	}()
+	select {
+	case err := <-held:
+		if !errors.Is(err, pgrouted.ErrOutcomeUnknown) {
+			t.Fatalf("the write held by the frozen primary ended with %v, not ErrOutcomeUnknown", err)
+		}
+		t.Logf("the write held by the frozen primary ended %v after the freeze (lease %v): %v", time.Since(frozeAt).Round(time.Millisecond), lease, err)
+	case <-time.After(frozenBound):
+		t.Fatalf("the write held by the frozen primary did not end within %v (lease %v, connect_timeout %v)", frozenBound, lease, frozenConnectTimeout)
+	}
+	if _, err := db.ExecContext(ctx, "INSERT INTO fl VALUES (2)"); !errors.Is(err, pgrouted.ErrNoPrimary) {
+		t.Fatalf("a write with no primary: %v, want ErrNoPrimary", err)
+	}
+	thawed = true
+	if err := old.Thaw(); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(frozenBound); ; time.Sleep(10 * time.Millisecond) {
+		var port int
+		err := db.QueryRowContext(ctx, "INSERT INTO fl VALUES (3) RETURNING inet_server_port()").Scan(&port)
+		if err == nil {
+			if name := portNames(t)[port]; name != old.Name() {
+				t.Fatalf("the write after the thaw ran on %s", name)
+			}
+			break
+		}
+		if !errors.Is(err, pgrouted.ErrNoPrimary) || time.Now().After(deadline) {
+			t.Fatalf("a write after the thaw: %v", err)
+		}
+	}
+	if e := conn.Topology().Epoch; e != epoch {
+		t.Errorf("epoch %d after the thaw, %d before: the primary did not change", e, epoch)
+	}
+	var twos int
+	if err := old.QueryRow(ctx, "SELECT count(*) FROM fl WHERE id = 2", nil, &twos); err != nil || twos != 0 {
+		t.Fatalf("the write refused with ErrNoPrimary is on the primary %d times (%v)", twos, err)
+	}
+}

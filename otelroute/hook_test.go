@@ -1,0 +1,67 @@
+package otelroute_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/pgrouted/pgrouted"
+	"github.com/pgrouted/pgrouted/otelroute"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// TestHookEvents feeds the hook events built by hand: one with no
+// context, one from a host the Config does not name (a discovered member),
+// and a caller's span annotated in place with SpanAnnotate. The OnRoute set
+// before Instrument still runs, first.
+func TestHookEvents(t *testing.T) {
+	tel := newTelemetry(t)
+	cfg, err := pgrouted.ParseConfig("postgres://app:" + marker + "@db1:5432,db2:5433/shop?pgrouted_names=a,b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var before []string
+	cfg.OnRoute = func(e pgrouted.RouteEvent) { before = append(before, e.Query) }
+	if err := otelroute.Instrument(cfg, otelroute.WithTracerProvider(tel.tp), otelroute.WithMeterProvider(tel.mp)); err != nil {
+		t.Fatal(err)
+	}
+	read := pgrouted.Decision{Op: pgrouted.OpRead, Endpoint: "b", Reason: pgrouted.ReasonReplica}
+	// No context: a root span of its own.
+	cfg.OnRoute(pgrouted.RouteEvent{Decision: read, Query: "SELECT 1", Duration: time.Millisecond})
+	// A discovered host, named host:port.
+	cfg.OnRoute(pgrouted.RouteEvent{Decision: pgrouted.Decision{Op: pgrouted.OpWrite, Endpoint: "10.1.2.3:6432", Primary: true, Reason: pgrouted.ReasonWrite},
+		Context: context.Background(), Query: "INSERT"})
+	spans := tel.spans.Ended()
+	if len(spans) != 2 || len(before) != 2 {
+		t.Fatalf("%d spans, %d events seen by the earlier hook; want 2 and 2", len(spans), len(before))
+	}
+	attrs := func(kvs []attribute.KeyValue) map[string]any {
+		m := map[string]any{}
+		for _, kv := range kvs {
+			m[string(kv.Key)] = kv.Value.AsInterface()
+		}
+		return m
+	}
+	if m := attrs(spans[0].Attributes()); spans[0].Parent().IsValid() || m["server.address"] != "db2" || m["server.port"] != int64(5433) ||
+		m["db.namespace"] != "shop" || m["pgrouted.endpoint"] != "b" || m["pgrouted.role"] != "replica" || m["pgrouted.op"] != "read" {
+		t.Errorf("event without context: span (parent %v) %v", spans[0].Parent().SpanID(), m)
+	}
+	if m := attrs(spans[1].Attributes()); m["server.address"] != "10.1.2.3" || m["server.port"] != int64(6432) || m["pgrouted.endpoint"] != "10.1.2.3:6432" || m["pgrouted.role"] != "primary" {
+		t.Errorf("discovered host: %v", m)
+	}
+
+	// SpanAnnotate: the caller's own (server) span gets the route.
+	cfg.OnRoute = nil
+	if err := otelroute.Instrument(cfg, otelroute.WithTracerProvider(tel.tp), otelroute.WithMeterProvider(tel.mp), otelroute.WithSpans(otelroute.SpanAnnotate)); err != nil {
+		t.Fatal(err)
+	}
+	ctx, span := tel.tp.Tracer("test").Start(context.Background(), "handler", trace.WithSpanKind(trace.SpanKindServer))
+	cfg.OnRoute(pgrouted.RouteEvent{Decision: read, Context: ctx, Query: "SELECT 1"})
+	span.End()
+	spans = tel.spans.Ended()
+	if len(spans) != 3 || spans[2].Name() != "handler" || attrs(spans[2].Attributes())["pgrouted.endpoint"] != "b" {
+		t.Errorf("SpanAnnotate: %d spans, the last %q with %v; want the handler's span annotated and no other", len(spans), spans[len(spans)-1].Name(), spans[len(spans)-1].Attributes())
+	}
+	noMarker(t, tel)
+}

@@ -1,0 +1,204 @@
+package otelroute
+
+import (
+	"context"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/pgrouted/pgrouted"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
+)
+
+// Source is what [RegisterMetrics] reads: *pgrouted.Connector implements
+// it.
+type Source interface {
+	Stats() pgrouted.Stats
+	Topology() pgrouted.Snapshot
+}
+
+var _ Source = (*pgrouted.Connector)(nil)
+
+// ops, fallbackReasons, errorReasons and roles are reported from the start,
+// at 0, as package promcollector does.
+var (
+	ops             = []string{pgrouted.OpRead, pgrouted.OpWrite, pgrouted.OpTx, pgrouted.OpLock}
+	fallbackReasons = []string{
+		pgrouted.ReasonNoReplicas, pgrouted.ReasonUnhealthy, pgrouted.ReasonBehind,
+		pgrouted.ReasonSaturated, pgrouted.ReasonPositionUnknown, pgrouted.ReasonReplicaFailed,
+	}
+	errorReasons = []string{
+		pgrouted.ReasonNoReplicas, pgrouted.ReasonUnhealthy, pgrouted.ReasonBehind,
+		pgrouted.ReasonSaturated, pgrouted.ReasonPositionUnknown, pgrouted.ReasonWriteOnReplica, pgrouted.ReasonNoPrimary,
+	}
+	hostRoles = []string{"primary", "standby", "unknown"}
+)
+
+// AttrHostRole is the role a host's last successful probe saw: primary,
+// standby or unknown, on the gauge pgrouted.host.role.
+const AttrHostRole = attribute.Key("pgrouted.probe.role")
+
+// AttrPoolState is idle or acquired (pgrouted.replica_pool.connections).
+const AttrPoolState = attribute.Key("pgrouted.pool.state")
+
+// RegisterMetrics creates the observable instruments listed in the package
+// documentation on the MeterProvider's meter (WithMeterProvider, default the
+// global one), all reported by one callback that reads src's Stats and
+// Topology once per collection, as package promcollector does per scrape.
+// Unregister the returned Registration to stop (before closing the
+// Connector, or it goes on reporting its last counts).
+func RegisterMetrics(src Source, opts ...Option) (metric.Registration, error) {
+	o := newOptions(opts)
+	m := o.mp.Meter(ScopeName, metric.WithSchemaURL(semconv.SchemaURL))
+	var (
+		err  error
+		inst []metric.Observable
+	)
+	counter := func(name, unit, desc string) metric.Int64ObservableCounter {
+		c, e := m.Int64ObservableCounter(name, metric.WithUnit(unit), metric.WithDescription(desc))
+		if e != nil && err == nil {
+			err = e
+		}
+		inst = append(inst, c)
+		return c
+	}
+	gauge := func(name, unit, desc string) metric.Float64ObservableGauge {
+		g, e := m.Float64ObservableGauge(name, metric.WithUnit(unit), metric.WithDescription(desc))
+		if e != nil && err == nil {
+			err = e
+		}
+		inst = append(inst, g)
+		return g
+	}
+	var (
+		statements      = counter("pgrouted.statements", "{statement}", "Statements run, per endpoint (host name) and op (read, write, tx, lock).")
+		fallbacks       = counter("pgrouted.fallbacks", "{statement}", "Reads that ran on the primary because no replica could serve them, per reason.")
+		routeErrors     = counter("pgrouted.route_errors", "{statement}", "Statements that could not run (no replica, no primary, write forced to a replica), per reason.")
+		readOnlyRetries = counter("pgrouted.read_only_retries", "{statement}", "Statements a replica refused with SQLSTATE 25006 (read_only_sql_transaction) that ran again on the primary.")
+		replicaRetries  = counter("pgrouted.replica_retries", "{statement}", "Reads that ran on another host after their replica's connection failed before any row.")
+		failovers       = counter("pgrouted.failovers", "{failover}", "Changes of primary seen (primary epochs after the first).")
+		conflicts       = counter("pgrouted.conflicting_primaries", "{observation}", "Observations of two or more hosts out of recovery with no strictly higher timeline among them (no primary: fail closed).")
+		timelineResets  = counter("pgrouted.timeline_resets", "{position}", "Read-your-writes positions given up because they were written on a timeline older than the primary's.")
+		lostWrites      = counter("pgrouted.lost_writes", "{write}", "Read-your-writes positions found past the point where the new primary's timeline history left theirs: writes the old primary acknowledged and a failover lost.")
+		functionRouted  = counter("pgrouted.function_routed", "{statement}", "Statements sent to the primary because of a function they call, or because a replica refused the same text before.")
+		functionPins    = counter("pgrouted.function_pins", "{connection}", "Connections pinned to the primary by such a statement.")
+		catalogReads    = counter("pgrouted.catalog_reads", "{read}", "Reads of the function catalog.")
+
+		epoch     = gauge("pgrouted.primary.epoch", "1", "Primary epoch: increments each time the primary becomes another host.")
+		lease     = gauge("pgrouted.primary.lease_remaining", "s", "How long the current primary stays trusted without a new successful probe; 0 when there is no trusted primary.")
+		hostRole  = gauge("pgrouted.host.role", "1", "1 for the role the host's last successful probe saw (primary, standby, unknown), 0 for the others.")
+		current   = gauge("pgrouted.host.current_primary", "1", "1 for the host writes go to now (the primary with a valid lease), 0 for the others.")
+		healthy   = gauge("pgrouted.host.healthy", "1", "1 when the host's last probe succeeded, else 0.")
+		circuit   = gauge("pgrouted.host.circuit_open", "1", "1 while the host's circuit breaker is open (no statement is sent to it), else 0.")
+		rtt       = gauge("pgrouted.host.probe_rtt", "s", "Exponentially weighted moving average of the host's probe round trip; absent while unknown.")
+		lagBytes  = gauge("pgrouted.replica.lag", "By", "WAL bytes a standby has yet to replay to reach the primary's last probed position; absent while unknown.")
+		lagBound  = gauge("pgrouted.replica.lag_bound", "s", "Upper bound on a standby's staleness, from the primary's WAL position history (no clock synchronisation needed); absent while unknown.")
+		inflight  = gauge("pgrouted.host.inflight_reads", "{read}", "Reads running on the host now through this Connector.")
+		poolConns = gauge("pgrouted.replica_pool.connections", "{connection}", "Connections of the host's replica pool, per state (idle, acquired).")
+		poolMax   = gauge("pgrouted.replica_pool.max_connections", "{connection}", "Size of the host's replica pool.")
+	)
+	if err != nil {
+		return nil, err
+	}
+	return m.RegisterCallback(func(_ context.Context, ob metric.Observer) error {
+		st := src.Stats()
+		top := src.Topology()
+		count := func(c metric.Int64ObservableCounter, v uint64, kv ...attribute.KeyValue) {
+			ob.ObserveInt64(c, int64(v), metric.WithAttributes(kv...))
+		}
+		set := func(g metric.Float64ObservableGauge, v float64, kv ...attribute.KeyValue) {
+			ob.ObserveFloat64(g, v, metric.WithAttributes(kv...))
+		}
+
+		endpoints := make([]string, 0, len(top.Hosts))
+		seen := map[string]bool{}
+		for _, h := range top.Hosts {
+			if !seen[h.Name] {
+				seen[h.Name] = true
+				endpoints = append(endpoints, h.Name)
+			}
+		}
+		for _, e := range slices.Sorted(maps.Keys(st.Statements)) {
+			if !seen[e] {
+				seen[e] = true
+				endpoints = append(endpoints, e)
+			}
+		}
+		for _, e := range endpoints {
+			byOp := st.Statements[e]
+			for _, op := range withExtra(ops, byOp) {
+				count(statements, byOp[op], AttrEndpoint.String(e), AttrOp.String(op))
+			}
+		}
+		for _, r := range withExtra(fallbackReasons, st.Fallbacks) {
+			count(fallbacks, st.Fallbacks[r], AttrReason.String(r))
+		}
+		for _, r := range withExtra(errorReasons, st.RouteErrors) {
+			count(routeErrors, st.RouteErrors[r], AttrReason.String(r))
+		}
+		count(readOnlyRetries, st.ReadOnlyRetries)
+		count(replicaRetries, st.ReplicaRetries)
+		count(failovers, st.Failovers)
+		count(conflicts, top.ConflictingPrimaries)
+		count(timelineResets, st.TimelineResets)
+		count(lostWrites, st.LostWrites)
+		count(functionRouted, st.FunctionRouted)
+		count(functionPins, st.FunctionPins)
+		count(catalogReads, st.CatalogReads)
+		set(epoch, float64(top.Epoch))
+		set(lease, top.LeaseRemainingMs/1e3)
+
+		for _, h := range top.Hosts {
+			ep := AttrEndpoint.String(h.Name)
+			for _, r := range withExtra(hostRoles, map[string]uint64{h.Role: 1}) {
+				set(hostRole, boolf(h.Role == r), ep, AttrHostRole.String(r))
+			}
+			set(current, boolf(top.Primary != "" && h.Name == top.Primary), ep)
+			set(healthy, boolf(h.Healthy), ep)
+			set(circuit, boolf(h.Circuit == "open"), ep)
+			if h.RTTMs > 0 {
+				set(rtt, seconds(h.RTTMs), ep)
+			}
+			if h.ByteLag != nil {
+				set(lagBytes, float64(*h.ByteLag), ep)
+			}
+			if h.LagBoundMs != nil {
+				set(lagBound, seconds(*h.LagBoundMs), ep)
+			}
+			set(inflight, float64(h.InflightReads), ep)
+			set(poolConns, float64(h.Pool.Idle), ep, AttrPoolState.String("idle"))
+			set(poolConns, float64(h.Pool.Acquired), ep, AttrPoolState.String("acquired"))
+			set(poolMax, float64(h.Pool.Max), ep)
+		}
+		return nil
+	}, inst...)
+}
+
+func boolf(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func seconds(ms float64) float64 { return ms * float64(time.Millisecond) / float64(time.Second) }
+
+// withExtra returns known followed by the keys of m that known lacks,
+// sorted, so that every known value is reported and none is lost.
+func withExtra[V any](known []string, m map[string]V) []string {
+	out := known
+	extra := false
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		if k == "" || slices.Contains(known, k) {
+			continue
+		}
+		if !extra {
+			out = append([]string(nil), known...)
+			extra = true
+		}
+		out = append(out, k)
+	}
+	return out
+}

@@ -1,0 +1,571 @@
+package pgrouted_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/pgrouted/pgrouted"
+	"github.com/pgrouted/pgrouted/testcluster"
+)
+
+// These tests run pgrouted through a PgBouncer in transaction pooling mode
+// in front of each node of the package's cluster, as many deployments do.
+
+var (
+	bouncersOnce sync.Once
+	bouncersErr  error
+	txBouncers   *testcluster.Poolers
+)
+
+// bouncers returns the package's transaction-mode poolers, one in front of
+// each node, started on first use and stopped with the cluster. A missing
+// pgbouncer fails the test with the command that installs it.
+func bouncers(t testing.TB) *testcluster.Poolers {
+	t.Helper()
+	bouncersOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		txBouncers, bouncersErr = cluster.StartPoolers(ctx, testcluster.PoolTransaction)
+	})
+	if bouncersErr != nil {
+		t.Fatal(bouncersErr)
+	}
+	return txBouncers
+}
+
+// openPooled opens pgrouted on the transaction poolers, with extra DSN
+// parameters and a log buffer, and waits until every host's probe has seen
+// its pooler.
+func openPooled(t testing.TB, extra ...string) (*sql.DB, *pgrouted.Connector, *routes, *syncBuffer) {
+	t.Helper()
+	dsn := bouncers(t).DSN() + "&pgrouted_probe_interval=100ms&pgrouted_lease=5s&pgrouted_write_timeout=20s&pgrouted_names=" + names()
+	for _, e := range extra {
+		dsn += "&" + e
+	}
+	logs := &syncBuffer{}
+	db, conn, rec := openDSN(t, dsn, func(cfg *pgrouted.Config) {
+		cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	})
+	replicasReady(t, conn) // every host probed, not just one replica
+	for _, h := range conn.Topology().Hosts {
+		if !h.Pooler {
+			t.Fatalf("%s: the probes do not see the PgBouncer in front of it: %+v", h.Name, h)
+		}
+	}
+	return db, conn, rec, logs
+}
+
+// runWorkload is the issue's: workers goroutines each insert a row and read it
+// back, n times, through db. A read that does not find the row just
+// written is stale.
+type workloadResult struct {
+	ops, errs, stale    int64
+	reads, replicaReads int64
+	firstErrs           []string
+}
+
+func runWorkload(t testing.TB, ctx context.Context, db *sql.DB, rec *routes, table string, workers, n int) workloadResult {
+	t.Helper()
+	if _, err := db.ExecContext(ctx, "CREATE TABLE "+table+" (id bigserial PRIMARY KEY, worker int NOT NULL, n int NOT NULL, v text NOT NULL)"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.ExecContext(context.Background(), "DROP TABLE IF EXISTS "+table) })
+	before := len(rec.snapshot())
+	var res workloadResult
+	var mu sync.Mutex
+	fail := func(err error) {
+		atomic.AddInt64(&res.errs, 1)
+		mu.Lock()
+		if len(res.firstErrs) < 5 {
+			res.firstErrs = append(res.firstErrs, err.Error())
+		}
+		mu.Unlock()
+	}
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < n; i++ {
+				v := fmt.Sprintf("w%d-%d", w, i)
+				atomic.AddInt64(&res.ops, 2)
+				if _, err := db.ExecContext(ctx, "INSERT INTO "+table+" (worker, n, v) VALUES ($1, $2, $3)", w, i, v); err != nil {
+					fail(err)
+					continue
+				}
+				var got string
+				err := db.QueryRowContext(ctx, "SELECT v FROM "+table+" WHERE worker = $1 AND n = $2", w, i).Scan(&got)
+				switch {
+				case errors.Is(err, sql.ErrNoRows):
+					atomic.AddInt64(&res.stale, 1)
+				case err != nil:
+					fail(err)
+				case got != v:
+					fail(fmt.Errorf("read %q, want %q", got, v))
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for _, e := range rec.snapshot()[before:] {
+		if e.Op == pgrouted.OpRead && e.Err == nil {
+			res.reads++
+			if !e.Primary {
+				res.replicaReads++
+			}
+		}
+	}
+	return res
+}
+
+// TestPooledRouting: through PgBouncer in transaction mode, a write runs on
+// the primary, a read of it (once replicated) on a replica, as without the
+// pooler; the probes see the pooler, and pgx's own statements use no named
+// prepared statement there (a read that falls back to the primary, a DDL).
+func TestPooledRouting(t *testing.T) {
+	ctx := testCtx(t)
+	db, conn, rec, logs := openPooled(t)
+	if _, err := db.ExecContext(ctx, "DROP TABLE IF EXISTS pgb_routing; CREATE TABLE pgb_routing (id int, v text)"); err != nil {
+		t.Fatal(err)
+	}
+	marker := fmt.Sprintf("pgb-routing-%d", time.Now().UnixNano())
+	if _, err := db.ExecContext(ctx, "INSERT INTO pgb_routing VALUES (1, $1) /* "+marker+"-w */", marker); err != nil {
+		t.Fatal(err)
+	}
+	if on := ranOn(t, marker+"-w"); len(on) != 1 || on[0] != cluster.Primary().Name() {
+		t.Fatalf("the write ran on %v, want the primary %s only", on, cluster.Primary().Name())
+	}
+	replicated(t, ctx)
+	waitReplicaRoute(t, conn)
+	var v string
+	if err := db.QueryRowContext(ctx, "SELECT v FROM pgb_routing WHERE id = 1 /* "+marker+"-r */").Scan(&v); err != nil || v != marker {
+		t.Fatalf("read back %q, %v; want %q", v, err, marker)
+	}
+	ev := lastRead(t, rec)
+	on := ranOn(t, marker+"-r")
+	if ev.Primary || len(on) != 1 || on[0] == cluster.Primary().Name() || on[0] != ev.Endpoint {
+		t.Fatalf("the read ran on %v (event %+v), want one replica", on, ev.Decision)
+	}
+	// A read forced to the primary takes pgx's own path: behind the
+	// pooler, as the unnamed statement, not one of pgx's named ones
+	// (the server logs which: "execute <unnamed>" or "execute
+	// stmtcache_…").
+	for i := 0; i < 20; i++ {
+		if err := db.QueryRowContext(pgrouted.WithRoute(ctx, pgrouted.Primary), "SELECT v FROM pgb_routing WHERE id = $1 /* "+marker+"-p */", 1).Scan(&v); err != nil {
+			t.Fatalf("read on the primary through the pooler: %v", err)
+		}
+	}
+	lines := logLines(t, cluster.Primary(), marker+"-p")
+	if len(lines) < 20 {
+		t.Fatalf("the primary logged %d executions of the forced read, want 20: %q", len(lines), lines)
+	}
+	for _, l := range lines {
+		if strings.Contains(l, "stmtcache_") || !strings.Contains(l, "execute <unnamed>") {
+			t.Fatalf("behind the pooler, pgx's path ran a named statement: %s", l)
+		}
+	}
+	if !strings.Contains(logs.String(), "host behind a connection pooler") {
+		t.Fatalf("the pooler in front of the primary was not logged: %q", logs.String())
+	}
+	// A read-only transaction runs on a replica; the pooler keeps one
+	// server session for the whole transaction.
+	tx, err := db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pid1, pid2 int
+	if err := tx.QueryRowContext(ctx, "SELECT pg_backend_pid()").Scan(&pid1); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.QueryRowContext(ctx, "SELECT v FROM pgb_routing WHERE id = $1", 1).Scan(&v); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.QueryRowContext(ctx, "SELECT pg_backend_pid()").Scan(&pid2); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if pid1 != pid2 {
+		t.Fatalf("a transaction through the pooler ran on two server sessions (%d, %d)", pid1, pid2)
+	}
+	evs := rec.snapshot()
+	if ev := evs[len(evs)-1]; ev.Primary || ev.Reason != pgrouted.ReasonInTx {
+		t.Fatalf("the read-only transaction's last statement: %+v, want a replica (in-tx)", ev.Decision)
+	}
+}
+
+// logLines returns the lines of node n's server log that hold marker.
+func logLines(t testing.TB, n *testcluster.Node, marker string) []string {
+	t.Helper()
+	b, err := os.ReadFile(n.LogFile())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.Contains(l, marker) {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// TestPooledWorkload is the issue's workload: 6 workers inserting a row and
+// reading it back through pgrouted, with the plain DSN (no
+// default_query_exec_mode) of the README's "Behind a connection pooler":
+// no error, no stale read. The replica share depends on how far behind
+// the replicas are at each read, so it is reported, not asserted.
+func TestPooledWorkload(t *testing.T) {
+	ctx := testCtx(t)
+	db, _, rec, _ := openPooled(t)
+	r := runWorkload(t, ctx, db, rec, "pgb_work", 6, 250)
+	t.Logf("through PgBouncer (pool_mode=transaction): %d statements, %d errors, %d stale reads, %d of %d reads on replicas (%.1f%%)",
+		r.ops, r.errs, r.stale, r.replicaReads, r.reads, 100*float64(r.replicaReads)/float64(max(r.reads, 1)))
+	if r.errs != 0 || r.stale != 0 {
+		t.Fatalf("%d errors (first: %q), %d stale reads; want none", r.errs, r.firstErrs, r.stale)
+	}
+	if r.reads != 6*250 {
+		t.Fatalf("%d reads recorded, want %d", r.reads, 6*250)
+	}
+}
+
+// TestPooledReplicaCheck: with replay paused on every replica behind its
+// pooler, a read of the caller's own write is checked on the replica, found
+// behind, and served by the primary; once replay resumes, the same read goes
+// back to a replica.
+func TestPooledReplicaCheck(t *testing.T) {
+	ctx := testCtx(t)
+	restore(t)
+	db, _, rec, _ := openPooled(t)
+	if _, err := db.ExecContext(ctx, "DROP TABLE IF EXISTS pgb_check; CREATE TABLE pgb_check (id int)"); err != nil {
+		t.Fatal(err)
+	}
+	replicated(t, ctx)
+	for _, r := range cluster.Replicas() {
+		if err := r.PauseReplay(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := db.ExecContext(ctx, "INSERT INTO pgb_check VALUES (1)"); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := db.QueryRowContext(ctx, "SELECT count(*) FROM pgb_check").Scan(&n); err != nil || n != 1 {
+		t.Fatalf("read of the caller's write: %d, %v; want 1", n, err)
+	}
+	if ev := lastRead(t, rec); !ev.Primary || ev.Reason != pgrouted.ReasonBehind {
+		t.Fatalf("read with every replica paused behind the write: %+v, want the primary (behind)", ev.Decision)
+	}
+	for _, r := range cluster.Replicas() {
+		if err := r.ResumeReplay(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	untilReplica(t, ctx, db, rec, "SELECT count(*) FROM pgb_check", 1)
+}
+
+// TestPooledFailover: the primary dies behind its pooler and a replica is
+// promoted behind its own; the probes, through the poolers, follow, and
+// writes go to the new primary.
+func TestPooledFailover(t *testing.T) {
+	ctx := testCtx(t)
+	restore(t)
+	db, conn, rec, _ := openPooled(t)
+	if _, err := db.ExecContext(ctx, "DROP TABLE IF EXISTS pgb_failover; CREATE TABLE pgb_failover (id int)"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, "INSERT INTO pgb_failover VALUES (1)"); err != nil {
+		t.Fatal(err)
+	}
+	replicated(t, ctx)
+	failOver(t, ctx, conn, false)
+	marker := fmt.Sprintf("pgb-failover-%d", time.Now().UnixNano())
+	if _, err := db.ExecContext(ctx, "INSERT INTO pgb_failover VALUES (2) /* "+marker+" */"); err != nil {
+		t.Fatalf("write after the failover: %v", err)
+	}
+	if on := ranOn(t, marker); len(on) != 1 || on[0] != "node1" {
+		t.Fatalf("the write after the failover ran on %v, want node1", on)
+	}
+	var n int
+	if err := db.QueryRowContext(ctx, "SELECT count(*) FROM pgb_failover").Scan(&n); err != nil || n != 2 {
+		t.Fatalf("read after the failover: %d, %v; want 2", n, err)
+	}
+	var writes []string
+	for _, e := range rec.snapshot() {
+		if e.Op == pgrouted.OpWrite && e.Err == nil && strings.Contains(e.Query, marker) {
+			writes = append(writes, e.Endpoint)
+		}
+	}
+	if len(writes) != 1 || writes[0] != "node1" {
+		t.Fatalf("route events of the write: %v, want node1", writes)
+	}
+}
+
+// TestPooledSessionStateIsNotASession shows what a transaction pooler
+// takes away, and that pgrouted says so: a SET through pgrouted pins the
+// connection to its primary session, which behind PgBouncer in transaction
+// mode is only a client connection to the pooler. The server session the
+// SET ran on goes back to the pool, where another client gets it with the
+// setting; while that client holds it, the pinned connection's next
+// statement runs on another server session, without it. pgrouted logs the
+// pin behind a pooler once.
+func TestPooledSessionStateIsNotASession(t *testing.T) {
+	ctx := testCtx(t)
+	db, _, rec, logs := openPooled(t)
+	pinned, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pinned.Close()
+	if _, err := pinned.ExecContext(ctx, "SET lock_timeout = '4321s'"); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(logs.String(), "session state on a host behind a connection pooler") {
+		t.Fatalf("the pin behind a pooler was not logged: %q", logs.String())
+	}
+	// Another client of the primary's pooler: PgBouncer hands out the
+	// most recently released server session first, the SET's, unless a
+	// probe holds it at that moment: try a few times.
+	var other *pgx.Conn
+	var otherTx pgx.Tx
+	for attempt := 0; attempt < 20 && otherTx == nil; attempt++ {
+		c, err := pgx.Connect(ctx, bouncers(t).Of(cluster.Primary()).DSN())
+		if err != nil {
+			t.Fatal(err)
+		}
+		tx, err := c.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var lt string
+		if err := tx.QueryRow(ctx, "SELECT current_setting('lock_timeout')").Scan(&lt); err != nil {
+			t.Fatal(err)
+		}
+		if lt == "4321s" {
+			other, otherTx = c, tx
+			break
+		}
+		tx.Rollback(ctx)
+		c.Close(ctx)
+	}
+	if otherTx == nil {
+		t.Fatal("no other client of the pooler got the server session of the SET in 20 tries")
+	}
+	defer other.Close(context.Background())
+	// The other client holds the SET's server session in its transaction:
+	// the pinned connection runs on another one.
+	var lt string
+	if err := pinned.QueryRowContext(ctx, "SHOW lock_timeout").Scan(&lt); err != nil {
+		t.Fatal(err)
+	}
+	if lt == "4321s" {
+		t.Fatal("the pinned connection saw its SET while another client held the server session it ran on")
+	}
+	if ev := rec.snapshot()[len(rec.snapshot())-1]; !ev.Primary || ev.Reason != pgrouted.ReasonPinned {
+		t.Fatalf("the SHOW after the SET: %+v, want the primary (pinned)", ev.Decision)
+	}
+	// Leave no session with the setting in the pool.
+	if _, err := otherTx.Exec(ctx, "RESET lock_timeout"); err != nil {
+		t.Fatal(err)
+	}
+	if err := otherTx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestPooledPreparedStatementHint: a statement run with pgx's named
+// prepared statements (here asked for with pgx's exec mode option; the
+// DSN's default_query_exec_mode is not needed behind a pooler the probes
+// see) meets, through a transaction pooler, the statement another client
+// prepared on the same server session. The error is PostgreSQL's (42P05,
+// errors.As finds it), and says which setting avoids it.
+func TestPooledPreparedStatementHint(t *testing.T) {
+	ctx := testCtx(t)
+	db, _, _, _ := openPooled(t)
+	var got error
+	for attempt := 0; attempt < 20 && got == nil; attempt++ {
+		q := fmt.Sprintf("SELECT %d AS attempt, pg_backend_pid()", attempt)
+		other, err := pgx.Connect(ctx, bouncers(t).Of(cluster.Primary()).DSN())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var a, pid int
+		err = other.QueryRow(ctx, q).Scan(&a, &pid) // prepares stmtcache_… on its server session
+		other.Close(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = db.QueryRowContext(pgrouted.WithRoute(ctx, pgrouted.Primary), q, pgx.QueryExecModeCacheStatement).Scan(&a, &pid)
+	}
+	var pe *pgconn.PgError
+	switch {
+	case got == nil:
+		t.Fatal("in 20 tries, the named statement never met another client's on a server session")
+	case !errors.As(got, &pe) || pe.Code != "42P05":
+		t.Fatalf("error %v, want PostgreSQL's 42P05", got)
+	case !strings.Contains(got.Error(), "default_query_exec_mode=cache_describe") || !strings.Contains(got.Error(), "connection pooler"):
+		t.Fatalf("the error does not say which setting avoids it: %v", got)
+	}
+	t.Logf("error: %v", got)
+}
+
+var (
+	sessionBouncersOnce sync.Once
+	sessionBouncersErr  error
+	sessionBouncers     *testcluster.Poolers
+)
+
+// sessionPoolers returns the package's session-mode poolers, started on
+// first use (by the benchmark only) and stopped with the cluster.
+func sessionPoolers(tb testing.TB) *testcluster.Poolers {
+	tb.Helper()
+	sessionBouncersOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		sessionBouncers, sessionBouncersErr = cluster.StartPoolers(ctx, testcluster.PoolSession)
+	})
+	if sessionBouncersErr != nil {
+		tb.Fatal(sessionBouncersErr)
+	}
+	return sessionBouncers
+}
+
+// BenchmarkPooler is the cost of each way of running pgrouted through
+// PgBouncer, against the same cluster without it: path is direct (no
+// pooler), PgBouncer in transaction mode, or in session mode; mode is the
+// DSN's default_query_exec_mode (default: none given, which behind a
+// pooler the probes see means cache_describe for pgx's own statements).
+// op=read is a one-row read by key, on a replica (the connector wrote
+// nothing: no position check); op=write-read inserts a row and reads it
+// back (read-your-writes: a replica that proves it has the row, or the
+// primary), and reports the share of those reads that a replica served.
+// Each reports its network round trips per op (every connection's, the
+// probes' included), which the load of the machine does not change.
+// The README's "Behind a connection pooler" quotes a run of
+//
+//	go test -run '^$' -bench BenchmarkPooler -benchtime 2000x -count 5 .
+func BenchmarkPooler(b *testing.B) {
+	ctx := context.Background()
+	if err := cluster.Primary().Exec(ctx, `DROP TABLE IF EXISTS pgb_bench;
+		CREATE TABLE pgb_bench (id bigserial PRIMARY KEY, v text NOT NULL);
+		INSERT INTO pgb_bench (v) SELECT 'row ' || i FROM generate_series(1, 1000) AS i`); err != nil {
+		b.Fatal(err)
+	}
+	if err := cluster.WaitReplicated(ctx); err != nil {
+		b.Fatal(err)
+	}
+	paths := []struct {
+		name string
+		dsn  func(testing.TB) string
+	}{
+		{"direct", func(testing.TB) string { return cluster.DSN() }},
+		{"pgbouncer-transaction", func(tb testing.TB) string { return bouncers(tb).DSN() }},
+		{"pgbouncer-session", func(tb testing.TB) string { return sessionPoolers(tb).DSN() }},
+	}
+	modes := []string{"default", "cache_describe", "exec", "simple_protocol"}
+	for _, path := range paths {
+		for _, mode := range modes {
+			if path.name != "pgbouncer-transaction" && mode != "default" && mode != "exec" {
+				continue
+			}
+			b.Run("path="+path.name+"/mode="+mode, func(b *testing.B) {
+				// Probes 1 s apart: their round trips count too, but
+				// at 3 per second they weigh nothing per op.
+				dsn := path.dsn(b) + "&pgrouted_probe_interval=1s&pgrouted_names=" + names()
+				if mode != "default" {
+					dsn += "&default_query_exec_mode=" + mode
+				}
+				for _, op := range []string{"read", "write-read"} {
+					b.Run("op="+op, func(b *testing.B) {
+						var trips atomic.Int64
+						db, _, rec := openDSN(b, dsn, func(cfg *pgrouted.Config) { countRoundTrips(cfg, &trips) })
+						db.SetMaxIdleConns(4)
+						var v string
+						before := len(rec.snapshot())
+						b.ReportAllocs()
+						b.ResetTimer()
+						trips.Store(0)
+						i := 0
+						for b.Loop() {
+							i++
+							id := int64(1 + i%1000)
+							if op == "write-read" {
+								if err := db.QueryRowContext(ctx, "INSERT INTO pgb_bench (v) VALUES ($1) RETURNING id", "bench").Scan(&id); err != nil {
+									b.Fatal(err)
+								}
+							}
+							if err := db.QueryRowContext(ctx, "SELECT v FROM pgb_bench WHERE id = $1", id).Scan(&v); err != nil {
+								b.Fatal(err)
+							}
+						}
+						b.StopTimer()
+						b.ReportMetric(float64(trips.Load())/float64(b.N), "round-trips/op")
+						reads, onReplica := 0, 0
+						for _, e := range rec.snapshot()[before:] {
+							if e.Op == pgrouted.OpRead {
+								reads++
+								if !e.Primary {
+									onReplica++
+								}
+							}
+						}
+						b.ReportMetric(100*float64(onReplica)/float64(max(reads, 1)), "%replica")
+					})
+				}
+			})
+		}
+	}
+}
+
+// countRoundTrips makes every connection of cfg's hosts count its round
+// trips in n: a write after a read (or the first write) starts one.
+func countRoundTrips(cfg *pgrouted.Config, n *atomic.Int64) {
+	for i := range cfg.Hosts {
+		cc := cfg.Hosts[i].ConnConfig
+		dial := cc.DialFunc
+		cc.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := dial(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			tc := &tripConn{Conn: c, n: n}
+			tc.read.Store(true)
+			return tc, nil
+		}
+	}
+}
+
+// tripConn counts the round trips of one connection.
+type tripConn struct {
+	net.Conn
+	n    *atomic.Int64
+	read atomic.Bool // the last operation was a read (pgconn may read in the background)
+}
+
+func (c *tripConn) Write(p []byte) (int, error) {
+	if c.read.Swap(false) {
+		c.n.Add(1)
+	}
+	return c.Conn.Write(p)
+}
+
+func (c *tripConn) Read(p []byte) (int, error) {
+	k, err := c.Conn.Read(p)
+	if k > 0 {
+		c.read.Store(true)
+	}
+	return k, err
+}

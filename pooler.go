@@ -1,0 +1,131 @@
+package pgrouted
+
+import (
+	"context"
+	"database/sql/driver"
+	"errors"
+	"log/slog"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// This file is what changes behind a connection pooler (PgBouncer, or a
+// managed pooler built on it) in front of a host. In pool_mode=transaction
+// a pooler gives each transaction (each autocommit statement) whichever
+// server session is free, so:
+//
+//   - a named prepared statement, pgx's statement cache
+//     (default_query_exec_mode=cache_statement, pgx's default), exists on
+//     the server session it was prepared on only: on another one it is
+//     missing (26000), and a client preparing the same text on a session
+//     another client already prepared it on is refused (42P05). pgrouted's
+//     own pipelined paths use the unnamed statement only, and so does pgx
+//     in cache_describe and exec mode;
+//   - session state (SET, temporary tables, advisory locks, LISTEN,
+//     PREPARE) does not last beyond the transaction that made it: the
+//     connection pgrouted pins to the primary session is not a server
+//     session any more.
+//
+// The probes tell a pooler (topology.HostState.Pooler): the server process
+// a probe runs on is not the one its connection announced. On such a host,
+// and on a host not probed yet, pgx's own path runs in cache_describe mode
+// rather than cache_statement (see statementArgs), and a connection that
+// pins session state there is logged once (see pinned).
+
+// statementArgs returns args for a statement that pgx runs on host idx
+// (the paths that are not pipelined): with pgx's exec mode option
+// QueryExecModeCacheDescribe in front when the DSN left pgx's default
+// (cache_statement) and the host is behind a pooler, or not probed yet.
+// Arguments that already start with an exec mode are left alone.
+func (c *Connector) statementArgs(idx int, args []driver.NamedValue) []driver.NamedValue {
+	if !c.describeOnly(idx) {
+		return args
+	}
+	if len(args) > 0 {
+		if _, ok := args[0].Value.(pgx.QueryExecMode); ok {
+			return args
+		}
+	}
+	out := make([]driver.NamedValue, 0, len(args)+1)
+	out = append(out, driver.NamedValue{Value: pgx.QueryExecModeCacheDescribe})
+	return append(out, args...)
+}
+
+// describeOnly reports whether pgx's own path must not use named prepared
+// statements on host idx: the DSN left pgx's default mode, and the host is
+// behind a pooler or has not answered a probe yet.
+func (c *Connector) describeOnly(idx int) bool {
+	h := c.hosts.at(idx)
+	if h.ConnConfig.DefaultQueryExecMode != pgx.QueryExecModeCacheStatement {
+		return false
+	}
+	st := &c.top.Snapshot().Hosts[idx]
+	if st.LastSuccess.IsZero() {
+		return true
+	}
+	if !st.Pooler {
+		return false
+	}
+	if h.poolerLogged.CompareAndSwap(false, true) && c.cfg.Logger != nil {
+		c.cfg.Logger.Info("pgrouted: host behind a connection pooler: pgx's statements use the unnamed statement (cache_describe), not named prepared statements",
+			"host", h.Name, "backendSwitched", st.BackendSwitched)
+	}
+	return true
+}
+
+// pin pins the connection to its primary session (a statement changed
+// session state), and says once per Connector, through Config.Logger,
+// when that session is behind a pooler: there the state may be gone by
+// the next transaction.
+func (cn *conn) pin() {
+	if cn.pinned {
+		return
+	}
+	cn.pinned = true
+	c := cn.c
+	st := &c.top.Snapshot().Hosts[cn.host]
+	if !st.Pooler || c.cfg.Logger == nil || !c.pinLogged.CompareAndSwap(false, true) {
+		return
+	}
+	level, msg := slog.LevelWarn, "pgrouted: session state on a host behind a connection pooler: the connection stays on the primary, but in pool_mode=transaction the pooler may run its next transaction on another server session, without this state (SET, temporary tables, advisory locks, LISTEN, prepared statements)"
+	c.cfg.Logger.Log(context.Background(), level, msg, "host", c.hosts.at(cn.host).Name, "backendSwitched", st.BackendSwitched)
+}
+
+// poolerHint is the advice added to the error of a statement that a
+// server refused for want of, or because of, one of pgx's named prepared
+// statements ("stmtcache_…", SQLSTATE 26000 or 42P05): what a connection
+// pooler in transaction mode does to them, and the setting that avoids
+// them.
+const poolerHint = "pgrouted: pgx's named prepared statement is missing on, or already exists on, " +
+	"this server session: a connection pooler in transaction mode (PgBouncer) shares server sessions between clients; " +
+	"use default_query_exec_mode=cache_describe (or exec) in the connection string, and no pgx.QueryExecModeCacheStatement argument " +
+	"(pgrouted uses cache_describe by itself on hosts whose probes see a pooler)"
+
+// poolerError is a PostgreSQL error about one of pgx's named prepared
+// statements, with poolerHint. errors.As still finds the *pgconn.PgError.
+type poolerError struct{ err error }
+
+func (e *poolerError) Error() string { return e.err.Error() + "; " + poolerHint }
+func (e *poolerError) Unwrap() error { return e.err }
+
+// withPoolerHint adds poolerHint to err when it is the refusal of one of
+// pgx's named prepared statements: 42P05 "prepared statement
+// "stmtcache_…" already exists" or 26000 "prepared statement
+// "stmtcache_…" does not exist". A statement named by the application
+// (PREPARE, EXECUTE) gets no hint.
+func withPoolerHint(err error) error {
+	var pe *pgconn.PgError
+	if err == nil || !errors.As(err, &pe) || (pe.Code != "42P05" && pe.Code != "26000") {
+		return err
+	}
+	if !strings.HasPrefix(pe.Message, `prepared statement "stmtcache_`) {
+		return err
+	}
+	var already *poolerError
+	if errors.As(err, &already) {
+		return err
+	}
+	return &poolerError{err}
+}
