@@ -37,6 +37,9 @@ type host struct {
 	// check), valid while the probe connection it was read alongside is
 	// the same.
 	known atomic.Pointer[knownReplay]
+	// missed is the last position a replica wait on it did not see in
+	// time (replicawait.go).
+	missed atomic.Pointer[waitMiss]
 	// flight is the replica connections borrowed now.
 	flight hostFlight
 	// descs are the statement descriptions read on it, for the pipelined
