@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# make bench: runs every benchmark of the bench module against a local
+# testcluster and writes bench/RESULTS.md.
+#
+#   1. the Go benchmarks (overhead_test.go), BENCH_COUNT times each, their
+#      output filtered to the lines benchstat reads (testcluster logs
+#      between them would confuse it), compared with benchstat;
+#   2. the workloads (package workload) with go run ./cmd/workload, which
+#      writes RESULTS.md with the benchstat table in it.
+#
+# Environment: BENCH_COUNT (default 6), BENCH_TIME (default 1s, per run of
+# a Go benchmark), BENCH_DURATION (default 6s, per workload run),
+# BENCH_NOTE (a line on the conditions, quoted in RESULTS.md).
+set -euo pipefail
+cd "$(dirname "$0")"
+
+count=${BENCH_COUNT:-6}
+benchtime=${BENCH_TIME:-1s}
+duration=${BENCH_DURATION:-6s}
+# The version of benchstat run when it is not installed (go run fetches it
+# through the module proxy).
+benchstat_version=v0.0.0-20260908200009-22c9c6c9d4da
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/pgrouted-bench.XXXXXX")
+# PostgreSQL runs as an unprivileged user when this runs as root: it must
+# reach its directories inside.
+chmod 1777 "$tmp"
+trap 'rm -rf "$tmp"' EXIT
+
+echo "bench: Go benchmarks, -count $count -benchtime $benchtime" >&2
+TMPDIR=$tmp go test -run '^$' -bench . -benchmem -count "$count" -benchtime "$benchtime" -timeout 20m . >"$tmp/bench.log" 2>&1 || {
+	cat "$tmp/bench.log" >&2
+	exit 1
+}
+grep -E '^(Benchmark|goos|goarch|pkg|cpu)' "$tmp/bench.log" >"$tmp/bench.txt"
+
+if command -v benchstat >/dev/null; then
+	benchstat=(benchstat)
+elif [ -x "$(go env GOPATH)/bin/benchstat" ]; then
+	benchstat=("$(go env GOPATH)/bin/benchstat")
+else
+	benchstat=(go run "golang.org/x/perf/cmd/benchstat@$benchstat_version")
+fi
+"${benchstat[@]}" -col /driver "$tmp/bench.txt" >"$tmp/benchstat.txt"
+
+echo "bench: workloads, $duration per run" >&2
+TMPDIR=$tmp go run ./cmd/workload -out RESULTS.md -benchstat "$tmp/benchstat.txt" -raw "$tmp/bench.txt" \
+	-duration "$duration" -command "make bench" -note "${BENCH_NOTE:-}"
+echo "bench: wrote bench/RESULTS.md" >&2
