@@ -16,6 +16,9 @@ TMPDIR=$tmp go test -race -count=1 -timeout 15m -v ./... "$@" || status=$?
 # The ORM examples are their own module (GORM, sqlx and ent stay out of the
 # library's go.mod).
 (cd examples && TMPDIR=$tmp go test -race -count=1 -timeout 10m -v ./... "$@") || status=$?
+# The benchmarks are their own module too (GORM, dbresolver); make test only
+# compiles and vets them (make bench runs them).
+(cd bench && go vet ./...) || status=$?
 
 # The race detector slows everything down, which hides readiness bugs: a
 # test that waits too little passes under -race and fails without it. The
