@@ -129,11 +129,18 @@ const waitForLSNVersion = 190000
 
 // hasWaitFor reports whether the server of pc has WAIT FOR LSN.
 func hasWaitFor(pc *pgconn.PgConn) bool {
-	v := pc.ParameterStatus("server_version")
-	major, _, _ := strings.Cut(v, ".")
-	major, _, _ = strings.Cut(major, " ")
-	n, err := strconv.Atoi(major)
-	return err == nil && n*10000 >= waitForLSNVersion
+	return serverMajor(pc.ParameterStatus("server_version"))*10000 >= waitForLSNVersion
+}
+
+// serverMajor is the major version in a server_version ("15.18 (Debian
+// 15.18-0+deb12u1)", "19beta1"), or 0.
+func serverMajor(v string) int {
+	end := 0
+	for end < len(v) && v[end] >= '0' && v[end] <= '9' {
+		end++
+	}
+	n, _ := strconv.Atoi(v[:end])
+	return n
 }
 
 // waitStepMs is the polling step of waitSQL: pg_sleep sleeps in whole
@@ -178,8 +185,15 @@ func waitForSQL(lsn lagmeter.LSN, wait time.Duration) string {
 }
 
 // waitForMissed reports whether err is WAIT FOR LSN's failure to see the
-// position: a timeout, or a server that left recovery.
+// position: a timeout, a server that left recovery, or a refusal to wait
+// (the statement's rules cannot be tried here, see the file comment). The
+// read after it in the pipeline did not run; the caller reads elsewhere.
 func waitForMissed(err error) bool {
 	var pe *pgconn.PgError
-	return errors.As(err, &pe) && (strings.Contains(pe.Message, "waiting for target LSN") || strings.Contains(pe.Message, "recovery is not in progress"))
+	if !errors.As(err, &pe) {
+		return false
+	}
+	return strings.Contains(pe.Message, "target LSN") || strings.Contains(pe.Message, "WAIT FOR") ||
+		strings.Contains(pe.Message, "recovery is not in progress") ||
+		strings.HasPrefix(pe.Code, "25") || strings.HasPrefix(pe.Code, "55")
 }
