@@ -35,11 +35,12 @@ import (
 // caller's watermark is checked against the replica's system and timeline
 // from the topology first (mayReach), as for the check.
 //
-// A replica that lags more than the wait is not waited on: once a wait on
-// a replica ends without the position, the replica is known to lag more
-// than the wait, and reads do not wait on it again (they check it once
-// and go to the primary, as without a wait) until it is seen at or past
-// the position it missed (by a probe or a check), or its server restarted.
+// A replica that lags more than the wait is not waited on (reads check it
+// once and go to the primary, as without a wait): one whose last probe
+// found it lacking WAL the primary had written more than the wait before
+// (lagmeter.History.LagFloor), and one on which a wait ended without the
+// position, until it is seen at or past the position it missed (by a
+// probe or a check) or its server restarted.
 
 type replicaWaitKey struct{}
 
@@ -69,9 +70,24 @@ func (c *Connector) waitFor(ctx context.Context, s *topology.Snapshot, pk pick) 
 		return 0
 	}
 	d := c.replicaWait(ctx)
-	if d > 0 && !c.hosts[pk.host].waitable(&s.Hosts[pk.host]) {
+	if d <= 0 {
 		return 0
 	}
+	h, st := c.hosts[pk.host], &s.Hosts[pk.host]
+	if !h.waitable(st) || c.lagFloor(s, h, st) > d {
+		return 0
+	}
+	return d
+}
+
+// lagFloor is a lower bound on the replay delay of the standby h (state
+// st) from its last probe (see lagmeter.History.LagFloor), or 0 when none
+// is known: when its probe failed, or a check since saw it further.
+func (c *Connector) lagFloor(s *topology.Snapshot, h *host, st *topology.HostState) time.Duration {
+	if !st.Healthy || h.replay(st) != st.ReplayLSN || s.Primary < 0 {
+		return 0
+	}
+	d, _ := c.history.LagFloor(st.ReplayLSN, st.LastSuccess, s.Hosts[s.Primary].RTT)
 	return d
 }
 

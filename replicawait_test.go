@@ -62,13 +62,15 @@ func TestReplicaWaitServesOwnWrite(t *testing.T) {
 // that may wait 50 ms (WithReplicaWait) waits, times out and runs on the
 // primary, which has the row; once a wait on each replica timed out, the
 // replicas are known to lag more than the wait and are not waited on
-// again: the next read-back goes to the primary without a wait.
+// again: the next read-backs go to the primary without a wait. The probes
+// are an hour apart, so that what they would learn of the lag (see
+// TestReplicaWaitSkipsLaggingReplica) does not decide first.
 func TestReplicaWaitTimeout(t *testing.T) {
 	ctx := testCtx(t)
 	restore(t)
 	mustExec(t, ctx, cluster.Primary(), "DROP TABLE IF EXISTS rwaitto; CREATE TABLE rwaitto (id int)")
 	replicated(t, ctx)
-	db, conn, rec := open(t)
+	db, conn, rec := open(t, "pgrouted_probe_interval=60m", "pgrouted_lease=120m")
 	replicasReady(t, conn)
 	for _, r := range cluster.Replicas() {
 		if err := r.PauseReplay(ctx); err != nil {
@@ -77,13 +79,10 @@ func TestReplicaWaitTimeout(t *testing.T) {
 	}
 	wctx := pgrouted.WithReplicaWait(ctx, 50*time.Millisecond)
 
-	// Each replica times out once (the picker takes them in turn).
+	// The picker takes the replicas in turn: each times out once.
 	replicas := uint64(len(cluster.Replicas()))
 	id := 0
-	for conn.Stats().ReplicaWaitTimeouts < replicas {
-		if id >= 20 {
-			t.Fatalf("after %d read-backs, %d waits timed out, want one per replica (%d)", id, conn.Stats().ReplicaWaitTimeouts, replicas)
-		}
+	for range replicas {
 		before := conn.Stats()
 		ev := writeReadBack(t, wctx, db, rec, "rwaitto", id)
 		id++
@@ -91,8 +90,8 @@ func TestReplicaWaitTimeout(t *testing.T) {
 		if !ev.Primary || ev.Reason != pgrouted.ReasonBehind {
 			t.Fatalf("read-back ran on %s (primary %v, reason %s) with replay paused, want the primary with reason %s", ev.Endpoint, ev.Primary, ev.Reason, pgrouted.ReasonBehind)
 		}
-		if after.ReplicaWaits-before.ReplicaWaits != after.ReplicaWaitTimeouts-before.ReplicaWaitTimeouts {
-			t.Fatalf("a wait ended without a timeout while replay was paused: waits %d→%d, timeouts %d→%d",
+		if after.ReplicaWaits-before.ReplicaWaits != 1 || after.ReplicaWaitTimeouts-before.ReplicaWaitTimeouts != 1 {
+			t.Fatalf("read-back %d: waits %d→%d, timeouts %d→%d; want one wait, timed out", id-1,
 				before.ReplicaWaits, after.ReplicaWaits, before.ReplicaWaitTimeouts, after.ReplicaWaitTimeouts)
 		}
 	}
@@ -110,7 +109,8 @@ func TestReplicaWaitTimeout(t *testing.T) {
 		t.Fatalf("%d more waits on replicas whose last wait timed out and that have not replayed since, want none", after.ReplicaWaits-before.ReplicaWaits)
 	}
 
-	// Once they replay again, reads may wait on them again.
+	// Once they replay again (seen by the checks of the reads), reads are
+	// served by replicas again.
 	for _, r := range cluster.Replicas() {
 		if err := r.ResumeReplay(ctx); err != nil {
 			t.Fatal(err)
@@ -127,6 +127,51 @@ func TestReplicaWaitTimeout(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("30s after replay resumed, read-backs still run on the primary (reason %s)", ev.Reason)
 		}
+	}
+}
+
+// TestReplicaWaitSkipsLaggingReplica: a replica whose probes show it
+// lacking WAL the primary wrote long before (replay paused, a write on the
+// primary, until its staleness bound passes 2 s) is not waited on with a
+// 50 ms wait: the read-back goes to the primary at once.
+func TestReplicaWaitSkipsLaggingReplica(t *testing.T) {
+	ctx := testCtx(t)
+	restore(t)
+	mustExec(t, ctx, cluster.Primary(), "DROP TABLE IF EXISTS rwaitlag; CREATE TABLE rwaitlag (id int)")
+	replicated(t, ctx)
+	db, conn, rec := open(t)
+	replicasReady(t, conn)
+	for _, r := range cluster.Replicas() {
+		if err := r.PauseReplay(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mustExec(t, ctx, cluster.Primary(), "INSERT INTO rwaitlag VALUES (-1)")
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		behind := 0
+		top := conn.Topology()
+		for _, h := range top.Hosts {
+			if h.Name != top.Primary && h.Healthy && h.LagBoundMs != nil && *h.LagBoundMs >= 2000 {
+				behind++
+			}
+		}
+		if behind == len(cluster.Replicas()) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the replicas' staleness bounds did not pass 2s within 30s of pausing replay: %+v", top.Hosts)
+		}
 		time.Sleep(20 * time.Millisecond)
+	}
+	before := conn.Stats()
+	for i := range 5 {
+		ev := writeReadBack(t, pgrouted.WithReplicaWait(ctx, 50*time.Millisecond), db, rec, "rwaitlag", i)
+		if !ev.Primary || ev.Reason != pgrouted.ReasonBehind {
+			t.Fatalf("read-back ran on %s (primary %v, reason %s), want the primary with reason %s", ev.Endpoint, ev.Primary, ev.Reason, pgrouted.ReasonBehind)
+		}
+	}
+	if after := conn.Stats(); after.ReplicaWaits != before.ReplicaWaits {
+		t.Fatalf("%d waits on replicas whose probes show them more than 2s behind, with a 50ms wait; want none", after.ReplicaWaits-before.ReplicaWaits)
 	}
 }
