@@ -9,14 +9,14 @@
 #      writes RESULTS.md with the benchstat table in it.
 #
 # Environment: BENCH_COUNT (default 6), BENCH_TIME (default 1s, per run of
-# a Go benchmark), BENCH_DURATION (default 6s, per workload run),
+# a Go benchmark), BENCH_DURATION (default 5s, per workload run),
 # BENCH_NOTE (a line on the conditions, quoted in RESULTS.md).
 set -euo pipefail
 cd "$(dirname "$0")"
 
 count=${BENCH_COUNT:-6}
 benchtime=${BENCH_TIME:-1s}
-duration=${BENCH_DURATION:-6s}
+duration=${BENCH_DURATION:-5s}
 # The version of benchstat run when it is not installed (go run fetches it
 # through the module proxy).
 benchstat_version=v0.0.0-20260908200009-22c9c6c9d4da
@@ -27,6 +27,8 @@ tmp=$(mktemp -d "${TMPDIR:-/tmp}/pgrouted-bench.XXXXXX")
 chmod 1777 "$tmp"
 trap 'rm -rf "$tmp"' EXIT
 
+load_before=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo unknown)
+started=$(date +%s)
 echo "bench: Go benchmarks, -count $count -benchtime $benchtime" >&2
 TMPDIR=$tmp go test -run '^$' -bench . -benchmem -count "$count" -benchtime "$benchtime" -timeout 20m . >"$tmp/bench.log" 2>&1 || {
 	cat "$tmp/bench.log" >&2
@@ -45,5 +47,6 @@ fi
 
 echo "bench: workloads, $duration per run" >&2
 TMPDIR=$tmp go run ./cmd/workload -out RESULTS.md -benchstat "$tmp/benchstat.txt" -raw "$tmp/bench.txt" \
-	-duration "$duration" -command "make bench" -note "${BENCH_NOTE:-}"
-echo "bench: wrote bench/RESULTS.md" >&2
+	-duration "$duration" -command "make bench" \
+	-note "load average (1, 5, 15 min) before the Go benchmarks: $load_before.${BENCH_NOTE:+ $BENCH_NOTE}"
+echo "bench: wrote bench/RESULTS.md in $(($(date +%s) - started)) s" >&2
