@@ -47,6 +47,6 @@ fi
 
 echo "bench: workloads, $duration per run" >&2
 TMPDIR=$tmp go run ./cmd/workload -out RESULTS.md -benchstat "$tmp/benchstat.txt" -raw "$tmp/bench.txt" \
-	-duration "$duration" -command "make bench" \
+	-duration "$duration" -command "make bench" -since "$started" \
 	-note "load average (1, 5, 15 min) before the Go benchmarks: $load_before.${BENCH_NOTE:+ $BENCH_NOTE}"
 echo "bench: wrote bench/RESULTS.md in $(($(date +%s) - started)) s" >&2

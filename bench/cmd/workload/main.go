@@ -35,14 +35,19 @@ func main() {
 	dur := flag.Duration("duration", 5*time.Second, "length of each steady workload run")
 	command := flag.String("command", "make bench", "the command to quote in the results")
 	note := flag.String("note", "", "a note on the conditions of the run")
+	since := flag.Int64("since", 0, "when the whole run began (Unix seconds), to report its length")
 	flag.Parse()
-	if err := run(*out, *statFile, *rawFile, *runRe, *dur, *command, *note); err != nil {
+	began := time.Now()
+	if *since > 0 {
+		began = time.Unix(*since, 0)
+	}
+	if err := run(*out, *statFile, *rawFile, *runRe, *dur, *command, *note, began); err != nil {
 		fmt.Fprintln(os.Stderr, "workload:", err)
 		os.Exit(1)
 	}
 }
 
-func run(out, statFile, rawFile, runRe string, dur time.Duration, command, note string) error {
+func run(out, statFile, rawFile, runRe string, dur time.Duration, command, note string, began time.Time) error {
 	re, err := regexp.Compile(runRe)
 	if err != nil {
 		return err
@@ -77,7 +82,8 @@ func run(out, statFile, rawFile, runRe string, dur time.Duration, command, note 
 	fmt.Fprintf(&b, "| OS | %s/%s, %s |\n", runtime.GOOS, runtime.GOARCH, kernel())
 	fmt.Fprintf(&b, "| Go | %s |\n", runtime.Version())
 	fmt.Fprintf(&b, "| PostgreSQL | %s (testcluster: 1 primary, 2 asynchronous streaming replicas on loopback, each behind a TCP fault point) |\n", c.Version())
-	fmt.Fprintf(&b, "| load average at the start | %s |\n", loadAvg())
+	fmt.Fprintf(&b, "| load average before the workloads | %s |\n", loadAvg())
+	fmt.Fprintf(&b, "| length of the run | %s (Go benchmarks and workloads, cluster starts included) |\n", time.Since(began).Round(time.Second))
 	if note != "" {
 		fmt.Fprintf(&b, "| conditions | %s |\n", note)
 	}
