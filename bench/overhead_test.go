@@ -85,9 +85,7 @@ func each(b *testing.B, op func(ctx context.Context, db *sql.DB, i int) error) {
 	for _, mode := range []string{"serial", "parallel32"} {
 		for _, s := range stacks(b) {
 			b.Run("mode="+mode+"/driver="+s.name, func(b *testing.B) {
-				if err := op(s.ctx, s.db, 1); err != nil { // warm the pool and caches
-					b.Fatal(err)
-				}
+				warm(b, s, op)
 				b.ReportAllocs()
 				b.ResetTimer()
 				if mode == "serial" {
@@ -113,6 +111,32 @@ func each(b *testing.B, op func(ctx context.Context, db *sql.DB, i int) error) {
 				})
 			})
 		}
+	}
+}
+
+// warm opens the connections the parallel runs use (and the replicas'
+// pools behind pgrouted) and fills the statement caches, outside the timed
+// loop.
+func warm(b *testing.B, s stack, op func(ctx context.Context, db *sql.DB, i int) error) {
+	b.Helper()
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for i := range 64 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range 4 {
+				if err := op(s.ctx, s.db, i*4+j); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		b.Fatal(err)
 	}
 }
 
@@ -144,7 +168,7 @@ func BenchmarkDecision(b *testing.B) {
 		{"read", `SELECT "users"."id", "users"."name" FROM "users" WHERE "users"."id" = $1 LIMIT $2`},
 		{"write", `INSERT INTO "users" ("name","email") VALUES ($1,$2) RETURNING "id"`},
 	} {
-		b.Run("stmt="+q.name, func(b *testing.B) {
+		b.Run("stmt="+q.name+"/driver=pgrouted", func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				if _, err := conn.Explain(ctx, q.sql); err != nil {

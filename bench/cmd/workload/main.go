@@ -186,8 +186,8 @@ func writeTargets(b *bytes.Buffer, facts map[string]float64, raw map[string][]be
 		d := forced/pgx - 1
 		fmt.Fprintf(b, "| pgrouted forced to the primary ≤ 3%% slower than pgx's driver, serial SELECT | %+.1f%% (%.0f µs vs %.0f µs) | %s |\n", 100*d, forced/1e3, pgx/1e3, verdict(d <= 0.03))
 	}
-	if l := raw["BenchmarkDecision/stmt=read"]; len(l) > 0 {
-		n := ns("BenchmarkDecision/stmt=read")
+	if l := raw["BenchmarkDecision/stmt=read/driver=pgrouted"]; len(l) > 0 {
+		n := ns("BenchmarkDecision/stmt=read/driver=pgrouted")
 		a := median(l, func(l benchLine) float64 { return l.allocs })
 		fmt.Fprintf(b, "| routing decision < 200 ns and 0 allocs (a read) | %.0f ns, %.0f allocs | %s |\n", n, a, verdict(n < 200 && a == 0))
 	}
