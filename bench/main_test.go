@@ -17,6 +17,7 @@ var cluster *testcluster.Cluster
 func TestMain(m *testing.M) {
 	testcluster.Main(m, testcluster.Options{
 		Replicas: 2,
+		Conf:     []string{"max_connections = 400"},
 		Logf:     func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) },
 	}, func(c *testcluster.Cluster) { cluster = c })
 }

@@ -83,7 +83,8 @@ func stacks(b *testing.B) []stack {
 // each runs op for every stack, serial and with 32 goroutines.
 func each(b *testing.B, op func(ctx context.Context, db *sql.DB, i int) error) {
 	for _, mode := range []string{"serial", "parallel32"} {
-		for _, s := range stacks(b) {
+		ss := stacks(b)
+		for _, s := range ss {
 			b.Run("mode="+mode+"/driver="+s.name, func(b *testing.B) {
 				warm(b, s, op)
 				b.ReportAllocs()
@@ -110,6 +111,11 @@ func each(b *testing.B, op func(ctx context.Context, db *sql.DB, i int) error) {
 					}
 				})
 			})
+		}
+		// Their connections count against max_connections: close them
+		// before the next mode opens its own.
+		for _, s := range ss {
+			s.db.Close()
 		}
 	}
 }
