@@ -1,5 +1,6 @@
 // Package workload holds the workload benchmarks of the bench module: one
-// function per scenario (read-your-writes, failover, replica loss, memory),
+// function per scenario (interleaved overhead, read-your-writes, failover,
+// replica loss, memory),
 // each running against the same testcluster and returning its results as
 // Tables. cmd/workload runs them and writes RESULTS.md. To add one, write a
 // func(ctx, *Env) ([]Table, error) and list it in Scenarios.
@@ -25,6 +26,7 @@ type Scenario struct {
 // Scenarios are the workload benchmarks, in the order RESULTS.md shows
 // them.
 var Scenarios = []Scenario{
+	{"overhead", Overhead},
 	{"ryw", ReadYourWrites},
 	{"failover", Failover},
 	{"replica-loss", ReplicaLoss},

@@ -184,7 +184,11 @@ func writeTargets(b *bytes.Buffer, facts map[string]float64, raw map[string][]be
 	ns := func(name string) float64 { return median(raw[name], func(l benchLine) float64 { return l.nsPerOp }) }
 	if pgx, forced := ns("BenchmarkSelect/mode=serial/driver=pgx"), ns("BenchmarkSelect/mode=serial/driver=pgrouted-primary"); pgx > 0 && forced > 0 {
 		d := forced/pgx - 1
-		fmt.Fprintf(b, "| pgrouted forced to the primary ≤ 3%% slower than pgx's driver, serial SELECT | %+.1f%% (%.0f µs vs %.0f µs) | %s |\n", 100*d, forced/1e3, pgx/1e3, verdict(d <= 0.03))
+		fmt.Fprintf(b, "| pgrouted forced to the primary ≤ 3%% slower than pgx's driver, serial SELECT (Go benchmark, medians of the rounds' means) | %+.1f%% (%.0f µs vs %.0f µs) | %s |\n", 100*d, forced/1e3, pgx/1e3, verdict(d <= 0.03))
+	}
+	if pgx, forced := facts["overhead/pgx/p50_us"], facts["overhead/pgrouted, forced to the primary/p50_us"]; pgx > 0 && forced > 0 {
+		d := forced/pgx - 1
+		fmt.Fprintf(b, "| … the same, medians of the interleaved statements (workload *Overhead, interleaved*) | %+.1f%% (%.0f µs vs %.0f µs) | %s |\n", 100*d, forced, pgx, verdict(d <= 0.03))
 	}
 	if l := raw["BenchmarkDecision/stmt=read/driver=pgrouted"]; len(l) > 0 {
 		n := ns("BenchmarkDecision/stmt=read/driver=pgrouted")
