@@ -209,6 +209,7 @@ type rywResult struct {
 	stmtsPerSec         float64
 	p50, p99, backP99   time.Duration
 	waits, waitTimeouts uint64
+	waitTime            time.Duration
 }
 
 var rywNextID atomic.Int64
@@ -246,7 +247,7 @@ func ReadYourWrites(ctx context.Context, e *Env) ([]Table, error) {
 			"throughput counts every statement. The pgrouted rows use one pgrouted.Session per worker (per-user read-your-writes) and the DSN keys `%s`. "+
 			"Median round trip of `SELECT 1` to a replica before the runs: %s.",
 			rywWorkers, rywPlain, e.Duration, rywDSNKeys[1:], Dur(rtt)),
-		Header: []string{"system", "delay", "reads", "replica share", "stale reads", "errors", "stmts/s", "read p50", "read p99", "read-back p99", "waits (timeouts)"},
+		Header: []string{"system", "delay", "reads", "replica share", "stale reads", "errors", "stmts/s", "read p50", "read p99", "read-back p99", "waits (timeouts), mean wait"},
 	}
 	for _, d := range rywDelays {
 		for _, sys := range rywSystems {
@@ -261,6 +262,9 @@ func ReadYourWrites(ctx context.Context, e *Env) ([]Table, error) {
 			waits := "-"
 			if r.waits > 0 || sys.name == rywWaitLabel {
 				waits = fmt.Sprintf("%d (%d)", r.waits, r.waitTimeouts)
+				if r.waits > 0 {
+					waits += ", mean " + Dur(r.waitTime/time.Duration(r.waits))
+				}
 			}
 			t.Add(sys.name, Dur(d), r.reads, Pct(r.replicaShare), r.stale, r.errs, fmt.Sprintf("%.0f", r.stmtsPerSec), r.p50, r.p99, r.backP99, waits)
 			key := fmt.Sprintf("ryw/%s/%v", sys.name, d)
@@ -276,7 +280,8 @@ func ReadYourWrites(ctx context.Context, e *Env) ([]Table, error) {
 		"GORM + dbresolver sends every read outside a transaction to a replica: its replica share is 100% by construction, and its stale reads are what that costs. "+
 			"pgrouted eventual makes no read-your-writes promise either. pgrouted session never serves a read-back from a replica that lacks the write: "+
 			"it checks the replica's replay position first (pipelined with the read), and without a wait goes to the primary when the replica is behind; "+
-			"with `pgrouted_replica_wait` it waits on the replica up to the wait, in the same pipeline (PostgreSQL 15: a polling query, see replicawait.go).")
+			"with `pgrouted_replica_wait` it waits on the replica up to the wait, in the same pipeline (PostgreSQL 15: a polling query, see replicawait.go). "+
+			"A wait's time runs from sending it to its answer (Stats.ReplicaWaitTime), one round trip included.")
 	return []Table{t}, nil
 }
 
@@ -365,6 +370,7 @@ func runRYW(ctx context.Context, e *Env, sys rywSystem) (rywResult, error) {
 	if isRouted {
 		st1 := rc.conn.Stats()
 		res.waits, res.waitTimeouts = st1.ReplicaWaits-st0.ReplicaWaits, st1.ReplicaWaitTimeouts-st0.ReplicaWaitTimeouts
+		res.waitTime = st1.ReplicaWaitTime - st0.ReplicaWaitTime
 	}
 	if v := firstErr.Load(); v != nil {
 		e.Logf("ryw: %s: %d errors, first: %v", sys.name, res.errs, v)
