@@ -5,17 +5,23 @@
 #               one, a failover) and what pgrouted did
 #   make test   the whole test suite, with -race, against real local
 #               PostgreSQL clusters
+#   make bench  pgrouted against pgx, GORM's dbresolver and a pin after
+#               write, on a local cluster (under 10 minutes); writes
+#               bench/RESULTS.md
 #
-# Both install PostgreSQL when it is missing and this runs as root with
+# All three install PostgreSQL when it is missing and this runs as root with
 # apt-get; otherwise they say which command to run.
 
-.PHONY: demo test postgres vet fmt
+.PHONY: demo test postgres vet fmt bench
 
 demo: postgres
 	go run ./cmd/pgrouted demo
 
 test: postgres
 	./scripts/test.sh
+
+bench: postgres
+	./bench/run.sh
 
 postgres:
 	@./scripts/ensure-postgres.sh
@@ -24,6 +30,7 @@ vet:
 	go vet ./...
 	cd examples && go vet ./...
 	cd otelroute && go vet ./...
+	cd bench && go vet ./...
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')

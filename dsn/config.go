@@ -106,6 +106,9 @@ var (
 	DefaultCircuitMaxBackoff = 30 * time.Second
 	// DefaultStrictBoot is the default of pgrouted_strict_boot.
 	DefaultStrictBoot = false
+
+	// DefaultReplicaWait is the default of pgrouted_replica_wait: off.
+	DefaultReplicaWait time.Duration = 0
 )
 
 // LagBudget is how far behind the primary a replica may be and still serve
@@ -290,6 +293,12 @@ type Config struct {
 	// ReadFunctions; default none). A statement calling one is a write.
 	WriteFunctions []string
 
+	// ReplicaWait is how long a read may wait on a replica that has not
+	// yet replayed the caller's writes for its replay to reach them,
+	// instead of going to the primary (pgrouted_replica_wait, default
+	// [DefaultReplicaWait]; 0 is off). Zero or more.
+	ReplicaWait time.Duration
+
 	// src is the connection string the Config was parsed from; nil for a
 	// Config built in code. A pointer, so that fmt's %v of a Config can
 	// never print the password it holds.
@@ -314,6 +323,7 @@ func defaultConfig() *Config {
 		CircuitFailures:   DefaultCircuitFailures,
 		CircuitMaxBackoff: DefaultCircuitMaxBackoff,
 		StrictBoot:        DefaultStrictBoot,
+		ReplicaWait:       DefaultReplicaWait,
 	}
 }
 

@@ -32,6 +32,8 @@ const (
 	keyStrictBoot        = "pgrouted_strict_boot"
 	keyReadFunctions     = "pgrouted_read_functions"
 	keyWriteFunctions    = "pgrouted_write_functions"
+
+	keyReplicaWait = "pgrouted_replica_wait"
 )
 
 // keySpec is how one pgrouted key is read, written and checked.
@@ -171,6 +173,8 @@ var specs = []keySpec{
 		check: func(*Config) string { return "" }},
 	funcListSpec(keyReadFunctions, func(c *Config) *[]string { return &c.ReadFunctions }),
 	funcListSpec(keyWriteFunctions, func(c *Config) *[]string { return &c.WriteFunctions }),
+
+	durationSpec(keyReplicaWait, func(c *Config) *time.Duration { return &c.ReplicaWait }, true),
 }
 
 // funcListSpec is the keySpec of a comma list of function names. Their
@@ -329,6 +333,7 @@ func nearestKey(key string) string {
 //	pgrouted_strict_boot          true | false                             false
 //	pgrouted_read_functions       comma list of function names             none
 //	pgrouted_write_functions      comma list of function names             none
+//	pgrouted_replica_wait         duration, 0 is off                       0
 //
 // A duration is a number with the unit ms, s or m, fractions allowed (1.5s);
 // a bare number means milliseconds. A size is a number with the unit B, KB,

@@ -40,6 +40,8 @@ type Collector struct {
 	functionRouted, functionPins                                           *prometheus.Desc
 	role, current, healthy, circuitOpen, rtt, lagBytes, lagBound, inflight *prometheus.Desc
 	poolConns, poolMax                                                     *prometheus.Desc
+
+	replicaWaits, replicaWaitSeconds, replicaWaitTimeouts *prometheus.Desc
 }
 
 var _ prometheus.Collector = (*Collector)(nil)
@@ -96,6 +98,10 @@ func New(src Source, opts ...Option) *Collector {
 		inflight:        d("inflight_reads", "Reads running on the host now through this Connector.", "endpoint"),
 		poolConns:       d("replica_pool_connections", "Connections of the host's replica pool, per state (idle, acquired).", "endpoint", "state"),
 		poolMax:         d("replica_pool_max_connections", "Size of the host's replica pool.", "endpoint"),
+
+		replicaWaits:        d("replica_waits_total", "Reads that waited on a replica for it to replay the caller's writes (pgrouted_replica_wait)."),
+		replicaWaitSeconds:  d("replica_wait_seconds_total", "Total time reads waited on replicas for their replay (one round trip included per wait)."),
+		replicaWaitTimeouts: d("replica_wait_timeouts_total", "Replica waits that ended without the caller's position: the read ran where it would have without a wait."),
 	}
 }
 
@@ -107,6 +113,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 		c.functionRouted, c.functionPins,
 		c.role, c.current, c.healthy, c.circuitOpen, c.rtt, c.lagBytes, c.lagBound, c.inflight,
 		c.poolConns, c.poolMax,
+		c.replicaWaits, c.replicaWaitSeconds, c.replicaWaitTimeouts,
 	} {
 		ch <- d
 	}
@@ -160,6 +167,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.lostWrites, st.LostWrites)
 	counter(c.functionRouted, st.FunctionRouted)
 	counter(c.functionPins, st.FunctionPins)
+	counter(c.replicaWaits, st.ReplicaWaits)
+	ch <- prometheus.MustNewConstMetric(c.replicaWaitSeconds, prometheus.CounterValue, st.ReplicaWaitTime.Seconds())
+	counter(c.replicaWaitTimeouts, st.ReplicaWaitTimeouts)
 	gauge(c.epoch, float64(top.Epoch))
 	gauge(c.lease, top.LeaseRemainingMs/1e3)
 
