@@ -5,18 +5,24 @@
 #               one, a failover) and what pgrouted did
 #   make test   the whole test suite, with -race, against real local
 #               PostgreSQL clusters
+#   make bench  pgrouted against pgx, GORM's dbresolver and a pin after
+#               write, on a local cluster (under 10 minutes); writes
+#               bench/RESULTS.md
 #
-# Both install PostgreSQL when it is missing and this runs as root with
+# All three install PostgreSQL when it is missing and this runs as root with
 # apt-get; otherwise they say which command to run. `make test` does the same
 # for Patroni and etcd (apt-get install -y patroni etcd-server).
 
-.PHONY: demo test postgres patroni vet fmt
+.PHONY: demo test postgres patroni vet fmt bench
 
 demo: postgres
 	go run ./cmd/pgrouted demo
 
 test: postgres patroni
 	./scripts/test.sh
+
+bench: postgres
+	./bench/run.sh
 
 postgres:
 	@./scripts/ensure-postgres.sh
@@ -30,6 +36,7 @@ vet:
 	go vet ./...
 	cd examples && go vet ./...
 	cd otelroute && go vet ./...
+	cd bench && go vet ./...
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')

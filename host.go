@@ -46,6 +46,10 @@ type host struct {
 	// leads is set while the host is the primary of the current term
 	// (term.go): only then may a primary session dial it.
 	leads atomic.Bool
+
+	// missed is the last position a replica wait on it did not see in
+	// time (replicawait.go).
+	missed atomic.Pointer[waitMiss]
 	// flight is the replica connections borrowed now.
 	flight hostFlight
 	// descs are the statement descriptions read on it, for the pipelined

@@ -264,6 +264,16 @@ type Stats struct {
 	// is pending make one read), and every 30 s. Each is one query on a
 	// connection of the primary's pool.
 	CatalogReads uint64 `json:"catalogReads"`
+
+	// ReplicaWaits counts the reads that waited on a replica for it to
+	// replay the caller's writes (pgrouted_replica_wait, WithReplicaWait);
+	// ReplicaWaitTime is the total time they waited, each measured from
+	// sending the wait to its answer (one round trip included); and
+	// ReplicaWaitTimeouts counts those that ended without the position
+	// (the read then ran where it would have without a wait).
+	ReplicaWaits        uint64        `json:"replicaWaits"`
+	ReplicaWaitTime     time.Duration `json:"replicaWaitTime"`
+	ReplicaWaitTimeouts uint64        `json:"replicaWaitTimeouts"`
 }
 
 // opIndex and reasonIndex number the ops and reasons counted.
@@ -307,6 +317,8 @@ type counters struct {
 
 	catalogRouted atomic.Uint64 // statements sent to the primary by a function verdict
 	functionPins  atomic.Uint64 // connections pinned by a function verdict or a refused read
+
+	wait waitCounters // the replica wait (replicawait.go)
 }
 
 // count records one reported statement.
@@ -356,6 +368,10 @@ func (c *Connector) Stats() Stats {
 		ReplicaRetries:  k.retries.Load(),
 		TimelineResets:  k.timelineResets.Load(),
 		LostWrites:      k.lostWrites.Load(),
+
+		ReplicaWaits:        k.wait.waits.Load(),
+		ReplicaWaitTime:     time.Duration(k.wait.nanos.Load()),
+		ReplicaWaitTimeouts: k.wait.timeouts.Load(),
 	}
 	if e := c.top.Snapshot().Epoch; e > 1 {
 		st.Failovers = e - 1

@@ -3,6 +3,7 @@ package pgrouted
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/pgrouted/pgrouted/dsn"
 	"github.com/pgrouted/pgrouted/internal/sqlclass"
@@ -24,6 +25,7 @@ type plan struct {
 	forced  Route
 	check   bool               // verify the replica's position before reading
 	wm      lagmeter.Watermark // what the check must find
+	wait    time.Duration      // how long the check may wait for it (replicawait.go)
 	err     error              // the statement cannot run
 	lost    bool               // the caller's last write was found lost in a failover
 	pin     bool               // the connection stays on the primary after it (beyond a Session class)
@@ -184,6 +186,7 @@ func (c *Connector) planReplica(ctx context.Context, p *plan, advance bool) {
 	pk := c.pickReplica(s, rc, advance, -1)
 	if pk.host >= 0 {
 		p.host, p.check, p.wm = pk.host, pk.check, pk.wm
+		p.wait = c.waitFor(ctx, s, pk)
 		switch {
 		case p.forced == Replica:
 			p.reason = ReasonForced
@@ -228,6 +231,7 @@ func (c *Connector) replan(ctx context.Context, p *plan, skip int) bool {
 		return false
 	}
 	p.host, p.check, p.wm = next.host, next.check, next.wm
+	p.wait = c.waitFor(ctx, s, next)
 	return true
 }
 

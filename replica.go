@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
@@ -91,13 +92,13 @@ func (cn *conn) runOnReplica(ctx context.Context, h *host, p *plan, cl *call) er
 		return cn.beginOnReplica(ctx, h, p, cl)
 	}
 	pipelined := p.check && cn.pipelinable(h.idx, cl)
-	b, err := cn.borrow(ctx, h, p.check && !pipelined, p.wm)
+	b, err := cn.borrow(ctx, h, p.check && !pipelined, p.wm, p.wait)
 	if err != nil {
 		return err
 	}
 	for {
 		if pipelined {
-			err = cn.readChecked(ctx, b, p.wm, cl)
+			err = cn.readChecked(ctx, b, p.wm, p.wait, cl)
 		} else if err = cl.on(ctx, b.Conn, cn.c.statementArgs(h.idx, cl.args)); err == nil && cl.rows != nil {
 			cl.rows = &replicaRows{Rows: cl.rows.(*stdlib.Rows), conn: b}
 		}
@@ -160,9 +161,10 @@ type borrowed struct {
 }
 
 // borrow takes a connection from h's pool. With check, it first checks the
-// replica's replay position on that connection (see checkReplica), and
-// gives it back with errNotCaughtUp when the replica lacks wm.
-func (cn *conn) borrow(ctx context.Context, h *host, check bool, wm lagmeter.Watermark) (*borrowed, error) {
+// replica's replay position on that connection (see checkReplica), waiting
+// up to wait for it, and gives it back with errNotCaughtUp when the
+// replica lacks wm.
+func (cn *conn) borrow(ctx context.Context, h *host, check bool, wm lagmeter.Watermark, wait time.Duration) (*borrowed, error) {
 	dc, err := h.replicas.Connect(ctx)
 	if err != nil {
 		return nil, err
@@ -176,7 +178,7 @@ func (cn *conn) borrow(ctx context.Context, h *host, check bool, wm lagmeter.Wat
 		return nil, fmt.Errorf("pgrouted: %s: circuit open", h.Name)
 	}
 	if check {
-		if err := cn.checkReplica(ctx, b, wm); err != nil {
+		if err := cn.checkReplica(ctx, b, wm, wait); err != nil {
 			b.giveBack()
 			return nil, err
 		}
@@ -224,15 +226,20 @@ func mayReach(s *topology.Snapshot, st *topology.HostState, wm lagmeter.Watermar
 }
 
 // checkReplica checks, with checkSQL sent alone on b, that the replica
-// has replayed up to wm, and returns errNotCaughtUp when it has not.
-func (cn *conn) checkReplica(ctx context.Context, b *borrowed, wm lagmeter.Watermark) error {
+// has replayed up to wm (waiting up to wait for it, see positionSQL), and
+// returns errNotCaughtUp when it has not.
+func (cn *conn) checkReplica(ctx context.Context, b *borrowed, wm lagmeter.Watermark, wait time.Duration) error {
 	s := cn.c.top.Snapshot()
 	st := &s.Hosts[b.h.idx]
 	if !mayReach(s, st, wm) {
 		return errNotCaughtUp
 	}
-	rr := b.Conn.Conn().PgConn().ExecParams(ctx, checkSQL(wm.LSN), nil, nil, nil, nil)
-	return b.h.readCheck(rr, st.Conn)
+	pc := b.Conn.Conn().PgConn()
+	start := time.Now()
+	rr := pc.ExecParams(ctx, positionSQL(pc, wm.LSN, wait), nil, nil, nil, nil)
+	err := b.h.readCheck(rr, st.Conn)
+	cn.c.waited(b.h, st.Conn, wm, wait, start, err)
+	return err
 }
 
 // readCheck reads the answer of checkSQL from rr: nil when the replica has
@@ -247,6 +254,9 @@ func (h *host) readCheck(rr *pgconn.ResultReader, probeConn uint64) error {
 		}
 	}
 	_, err := rr.Close()
+	if waitForMissed(err) {
+		return errNotCaughtUp
+	}
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) && strings.Contains(pe.Message, behindMark) {
 		err = errNotCaughtUp
@@ -273,7 +283,7 @@ func (cn *conn) pipelinable(host int, cl *call) bool {
 // returns errNotCaughtUp. On success cl.rows own b: closing them gives it
 // back; on error b is still the caller's, to run the read again on or to
 // give back.
-func (cn *conn) readChecked(ctx context.Context, b *borrowed, wm lagmeter.Watermark, cl *call) error {
+func (cn *conn) readChecked(ctx context.Context, b *borrowed, wm lagmeter.Watermark, wait time.Duration, cl *call) error {
 	s := cn.c.top.Snapshot()
 	st := &s.Hosts[b.h.idx]
 	if !mayReach(s, st, wm) {
@@ -285,18 +295,20 @@ func (cn *conn) readChecked(ctx context.Context, b *borrowed, wm lagmeter.Waterm
 		// The statement must be described first, and a replica that lacks
 		// the caller's writes may fail to (a table the caller just
 		// created): check it on its own this once.
-		if err := cn.checkReplica(ctx, b, wm); err != nil {
+		if err := cn.checkReplica(ctx, b, wm, wait); err != nil {
 			return err
 		}
+		wait = 0 // it holds wm now
 	}
 	e, err := encode(ctx, pc, descs, cl.query, cl.args, true)
 	if err != nil {
 		return err
 	}
 	pl := pc.PgConn().StartPipeline(ctx)
-	pl.SendQueryParams(checkSQL(wm.LSN), nil, nil, nil, nil)
+	pl.SendQueryParams(positionSQL(pc.PgConn(), wm.LSN, wait), nil, nil, nil, nil)
 	e.send(pl)
 	pl.SendPipelineSync()
+	start := time.Now()
 	if err := pl.Flush(); err != nil {
 		pl.Close()
 		return err
@@ -304,6 +316,7 @@ func (cn *conn) readChecked(ctx context.Context, b *borrowed, wm lagmeter.Waterm
 	rr, err := nextResult(pl)
 	if err == nil {
 		err = b.h.readCheck(rr, st.Conn)
+		cn.c.waited(b.h, st.Conn, wm, wait, start, err)
 	}
 	if err != nil {
 		pl.Close()

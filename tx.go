@@ -102,7 +102,7 @@ func (cn *conn) beginOnPrimary(ctx context.Context, ev *RouteEvent, opts driver.
 // beginOnReplica opens the read-only transaction of cl on a connection
 // borrowed from h's pool, after the position check p asks for.
 func (cn *conn) beginOnReplica(ctx context.Context, h *host, p *plan, cl *call) error {
-	b, err := cn.borrow(ctx, h, p.check, p.wm)
+	b, err := cn.borrow(ctx, h, p.check, p.wm, p.wait)
 	if err != nil {
 		return err
 	}

@@ -106,6 +106,9 @@ var (
 	DefaultCircuitMaxBackoff = 30 * time.Second
 	// DefaultStrictBoot is the default of pgrouted_strict_boot.
 	DefaultStrictBoot = false
+
+	// DefaultReplicaWait is the default of pgrouted_replica_wait: off.
+	DefaultReplicaWait time.Duration = 0
 )
 
 // LagBudget is how far behind the primary a replica may be and still serve
@@ -311,6 +314,11 @@ type Config struct {
 	// string's user, database and TLS settings (pgrouted_discover, default
 	// [DefaultDiscover]).
 	Discover bool
+	// ReplicaWait is how long a read may wait on a replica that has not
+	// yet replayed the caller's writes for its replay to reach them,
+	// instead of going to the primary (pgrouted_replica_wait, default
+	// [DefaultReplicaWait]; 0 is off). Zero or more.
+	ReplicaWait time.Duration
 
 	// src is the connection string the Config was parsed from; nil for a
 	// Config built in code. A pointer, so that fmt's %v of a Config can
@@ -339,6 +347,7 @@ func defaultConfig() *Config {
 		Topology:          DefaultTopology,
 		PatroniTimeout:    DefaultPatroniTimeout,
 		Discover:          DefaultDiscover,
+		ReplicaWait:       DefaultReplicaWait,
 	}
 }
 

@@ -303,6 +303,8 @@ var cases = []dsnCase{
 		hosts: plain("db1:5432"), set: func(c *Config) { c.ReadOnlyTx = ReadOnlyTxPrimary }},
 	{name: "pin_after_write", dsn: "host=db1 sslmode=disable pgrouted_pin_after_write=1.5s",
 		hosts: plain("db1:5432"), set: func(c *Config) { c.PinAfterWrite = 1500 * time.Millisecond }},
+	{name: "replica_wait", dsn: "host=db1 sslmode=disable pgrouted_replica_wait=10ms",
+		hosts: plain("db1:5432"), set: func(c *Config) { c.ReplicaWait = 10 * time.Millisecond }},
 	{name: "write_timeout zero", dsn: "host=db1 sslmode=disable pgrouted_write_timeout=0s",
 		hosts: plain("db1:5432"), set: func(c *Config) { c.WriteTimeout = 0 }},
 	{name: "lease", dsn: "host=db1 sslmode=disable pgrouted_lease=2m",
@@ -539,10 +541,10 @@ func TestParse(t *testing.T) {
 
 // routingOnly prints the routing settings of c, for a diff.
 func routingOnly(c *Config) string {
-	return fmt.Sprintf("%v %v %v %v %v %v %v %v %v %v %v %v %v %v %v %v %v %v",
+	return fmt.Sprintf("%v %v %v %v %v %v %v %v %v %v %v %v %v %v %v %v %v %v %v",
 		c.Consistency, c.MaxLag, c.ProbeInterval, c.Select, c.LatencyWindow, c.Fallback, c.ReadOnlyTx,
 		c.PinAfterWrite, c.WriteTimeout, c.Lease, c.ReplicaMaxConns, c.CircuitFailures, c.CircuitMaxBackoff, c.StrictBoot,
-		c.Topology, redactEndpoints(c.PatroniEndpoints), c.PatroniTimeout, c.Discover)
+		c.Topology, redactEndpoints(c.PatroniEndpoints), c.PatroniTimeout, c.Discover, c.ReplicaWait)
 }
 
 func checkError(t *testing.T, err error, text, key string) {

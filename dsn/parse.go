@@ -37,6 +37,7 @@ const (
 	keyPatroniEndpoints = "pgrouted_patroni_endpoints"
 	keyPatroniTimeout   = "pgrouted_patroni_timeout"
 	keyDiscover         = "pgrouted_discover"
+	keyReplicaWait      = "pgrouted_replica_wait"
 )
 
 // keySpec is how one pgrouted key is read, written and checked.
@@ -217,6 +218,8 @@ var specs = []keySpec{
 		},
 		get:   func(c *Config) string { return strconv.FormatBool(c.Discover) },
 		check: func(*Config) string { return "" }},
+
+	durationSpec(keyReplicaWait, func(c *Config) *time.Duration { return &c.ReplicaWait }, true),
 }
 
 // funcListSpec is the keySpec of a comma list of function names. Their
@@ -379,6 +382,7 @@ func nearestKey(key string) string {
 //	pgrouted_patroni_endpoints    comma list of http(s) URLs               none (required with patroni)
 //	pgrouted_patroni_timeout      duration                                 2s
 //	pgrouted_discover             true | false                             false
+//	pgrouted_replica_wait         duration, 0 is off                       0
 //
 // A duration is a number with the unit ms, s or m, fractions allowed (1.5s);
 // a bare number means milliseconds. A size is a number with the unit B, KB,

@@ -55,6 +55,7 @@ func TestValidate(t *testing.T) {
 		{"fallback unknown", func(c *Config) { c.Fallback = "retry" }, "pgrouted_fallback (retry) must be one of primary, error", keyFallback},
 		{"readonly_tx unknown", func(c *Config) { c.ReadOnlyTx = "" }, "pgrouted_readonly_tx () must be one of replica, primary", keyReadOnlyTx},
 		{"pin negative", func(c *Config) { c.PinAfterWrite = -time.Millisecond }, "pgrouted_pin_after_write (-1ms) must not be negative", keyPinAfterWrite},
+		{"replica_wait negative", func(c *Config) { c.ReplicaWait = -time.Millisecond }, "pgrouted_replica_wait (-1ms) must not be negative", keyReplicaWait},
 		{"write_timeout negative", func(c *Config) { c.WriteTimeout = -time.Second }, "pgrouted_write_timeout (-1s) must not be negative", keyWriteTimeout},
 		{"lease zero", func(c *Config) { c.Lease = 0 }, "pgrouted_lease (0s) must be greater than 0", keyLease},
 		{"lease equal to probe", func(c *Config) { c.Lease = 2 * time.Second; c.ProbeInterval = 2 * time.Second },

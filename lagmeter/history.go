@@ -280,6 +280,33 @@ func (h *History) StalenessBound(replay LSN, now time.Time) (time.Duration, bool
 	return since(now, s[i].sent), true
 }
 
+// LagFloor returns a lower bound on the replay delay of a replica that had
+// replayed only up to replay at time at (a standby probe sent at at that
+// read replay), and false when none can be proven.
+//
+// The oldest sample whose position is past replay was read by a probe
+// sent at its Sent time, answered at most rtt later (rtt bounds the
+// primary probe's round trip): that WAL existed then, and the replica had
+// not replayed it at at. So WAL reaches it at least at - (Sent + rtt) after
+// it is written, and a read that needs WAL written now waits at least that
+// long on it. It returns false when no sample kept is past replay, or the
+// bound is not positive. Like StalenessBound it does not allocate.
+func (h *History) LagFloor(replay LSN, at time.Time, rtt time.Duration) (time.Duration, bool) {
+	if replay == 0 {
+		return 0, false
+	}
+	s := h.load().samples
+	i := newestAtOrBefore(s, replay) + 1
+	if i >= len(s) {
+		return 0, false
+	}
+	d := at.Sub(s[i].sent) - rtt
+	if d <= 0 {
+		return 0, false
+	}
+	return d, true
+}
+
 func since(now, t time.Time) time.Duration {
 	if d := now.Sub(t); d > 0 {
 		return d

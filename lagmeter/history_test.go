@@ -76,6 +76,38 @@ func TestStalenessBound(t *testing.T) {
 	}
 }
 
+func TestLagFloor(t *testing.T) {
+	s := time.Second
+	ms := time.Millisecond
+	rising := []Sample{{at(0), 100}, {at(1 * s), 200}, {at(2 * s), 300}}
+	tests := []struct {
+		name   string
+		replay LSN
+		at     time.Time
+		rtt    time.Duration
+		want   time.Duration
+		ok     bool
+	}{
+		{"replay unknown", 0, at(3 * s), 0, 0, false},
+		{"caught up with the newest sample", 300, at(3 * s), 0, 0, false},
+		{"past the newest sample", 1 << 40, at(3 * s), 0, 0, false},
+		{"behind the newest sample only", 250, at(2500 * ms), 0, 500 * ms, true},
+		{"behind two samples: the oldest one past it counts", 150, at(2500 * ms), 0, 1500 * ms, true},
+		{"the round trip is taken off", 150, at(2500 * ms), 100 * ms, 1400 * ms, true},
+		{"behind every sample", 50, at(2500 * ms), 0, 2500 * ms, true},
+		{"not positive", 250, at(2 * s), 10 * ms, 0, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHistory(t, 0, Origin{}, rising...)
+			got, ok := h.LagFloor(tt.replay, tt.at, tt.rtt)
+			if got != tt.want || ok != tt.ok {
+				t.Fatalf("LagFloor(%d, %v, %v) = %v, %v; want %v, %v", tt.replay, tt.at.Sub(t0), tt.rtt, got, ok, tt.want, tt.ok)
+			}
+		})
+	}
+}
+
 func TestStalenessBoundZeroHistory(t *testing.T) {
 	var h History
 	if _, ok := h.StalenessBound(1, t0); ok {

@@ -44,6 +44,7 @@ type Collector struct {
 	// The topology provider's (pgrouted_topology=patroni, Config.Provider):
 	// exported only when there is one.
 	provider, providerUp, providerLease, leaderTimeline, noReads *prometheus.Desc
+	replicaWaits, replicaWaitSeconds, replicaWaitTimeouts        *prometheus.Desc
 }
 
 var _ prometheus.Collector = (*Collector)(nil)
@@ -105,6 +106,10 @@ func New(src Source, opts ...Option) *Collector {
 		providerLease:   d("topology_provider_lease_remaining_seconds", "How long the topology provider's last answer stays authoritative; 0 once pgrouted_lease passed without one (no primary: writes wait, then fail).", "provider"),
 		leaderTimeline:  d("topology_provider_leader_timeline", "The timeline of the leader the topology provider names, as it reports it; absent while it names none.", "provider"),
 		noReads:         d("topology_provider_no_reads", "1 when the topology provider lets the host serve no reads (not listed, not running or streaming, or tagged noloadbalance), else 0.", "endpoint"),
+
+		replicaWaits:        d("replica_waits_total", "Reads that waited on a replica for it to replay the caller's writes (pgrouted_replica_wait)."),
+		replicaWaitSeconds:  d("replica_wait_seconds_total", "Total time reads waited on replicas for their replay (one round trip included per wait)."),
+		replicaWaitTimeouts: d("replica_wait_timeouts_total", "Replica waits that ended without the caller's position: the read ran where it would have without a wait."),
 	}
 }
 
@@ -117,6 +122,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 		c.role, c.current, c.healthy, c.circuitOpen, c.rtt, c.lagBytes, c.lagBound, c.inflight,
 		c.poolConns, c.poolMax,
 		c.provider, c.providerUp, c.providerLease, c.leaderTimeline, c.noReads,
+		c.replicaWaits, c.replicaWaitSeconds, c.replicaWaitTimeouts,
 	} {
 		ch <- d
 	}
@@ -170,6 +176,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.lostWrites, st.LostWrites)
 	counter(c.functionRouted, st.FunctionRouted)
 	counter(c.functionPins, st.FunctionPins)
+	counter(c.replicaWaits, st.ReplicaWaits)
+	ch <- prometheus.MustNewConstMetric(c.replicaWaitSeconds, prometheus.CounterValue, st.ReplicaWaitTime.Seconds())
+	counter(c.replicaWaitTimeouts, st.ReplicaWaitTimeouts)
 	gauge(c.epoch, float64(top.Epoch))
 	gauge(c.lease, top.LeaseRemainingMs/1e3)
 

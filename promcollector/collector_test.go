@@ -3,6 +3,7 @@ package promcollector_test
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/pgrouted/pgrouted"
 	"github.com/pgrouted/pgrouted/promcollector"
@@ -38,6 +39,10 @@ func fixed() *fake {
 			LostWrites:      9,
 			FunctionRouted:  10,
 			FunctionPins:    11,
+
+			ReplicaWaits:        12,
+			ReplicaWaitTime:     1500 * time.Millisecond,
+			ReplicaWaitTimeouts: 13,
 		},
 		top: pgrouted.Snapshot{
 			Primary:              "east",
@@ -164,6 +169,15 @@ pgrouted_lost_writes_total 9
 # HELP pgrouted_timeline_resets_total Read-your-writes positions given up because they were written on a timeline older than the primary's (a failover may have lost them): reads went to the primary until a position on the new timeline was known.
 # TYPE pgrouted_timeline_resets_total counter
 pgrouted_timeline_resets_total 8
+# HELP pgrouted_replica_waits_total Reads that waited on a replica for it to replay the caller's writes (pgrouted_replica_wait).
+# TYPE pgrouted_replica_waits_total counter
+pgrouted_replica_waits_total 12
+# HELP pgrouted_replica_wait_seconds_total Total time reads waited on replicas for their replay (one round trip included per wait).
+# TYPE pgrouted_replica_wait_seconds_total counter
+pgrouted_replica_wait_seconds_total 1.5
+# HELP pgrouted_replica_wait_timeouts_total Replica waits that ended without the caller's position: the read ran where it would have without a wait.
+# TYPE pgrouted_replica_wait_timeouts_total counter
+pgrouted_replica_wait_timeouts_total 13
 # HELP pgrouted_statements_total Statements run, per endpoint (host name) and op (read, write, tx, lock).
 # TYPE pgrouted_statements_total counter
 pgrouted_statements_total{endpoint="east",op="lock"} 0

@@ -20,6 +20,10 @@ TMPDIR=$tmp go test -race -count=1 -timeout 15m -v ./... "$@" || status=$?
 # library's go.mod).
 (cd otelroute && TMPDIR=$tmp go test -race -count=1 -timeout 10m -v ./... "$@") || status=$?
 
+# The benchmarks are their own module too (GORM, dbresolver); make test only
+# compiles and vets them (make bench runs them).
+(cd bench && go vet ./...) || status=$?
+
 # The race detector slows everything down, which hides readiness bugs: a
 # test that waits too little passes under -race and fails without it. The
 # packages that wait on servers, probes and failovers run once more at full

@@ -1,0 +1,279 @@
+// Command workload runs the workload benchmarks of package workload on a
+// local testcluster (1 primary, 2 replicas) and writes RESULTS.md: the
+// machine, the versions, the Go benchmarks' benchstat output (from a file
+// run.sh made), one table per workload, and the issue's targets with what
+// was measured.
+//
+//	go run ./cmd/workload -out RESULTS.md -benchstat benchstat.txt -raw bench.txt
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"regexp"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	_ "github.com/jackc/pgx/v5/stdlib"
+	"github.com/pgrouted/pgrouted/bench/workload"
+	"github.com/pgrouted/pgrouted/testcluster"
+)
+
+func main() {
+	out := flag.String("out", "RESULTS.md", "file to write")
+	statFile := flag.String("benchstat", "", "benchstat output of the Go benchmarks")
+	rawFile := flag.String("raw", "", "the Go benchmarks' filtered output (for the targets)")
+	runRe := flag.String("run", ".", "regexp of the scenarios to run")
+	dur := flag.Duration("duration", 5*time.Second, "length of each steady workload run")
+	command := flag.String("command", "make bench", "the command to quote in the results")
+	note := flag.String("note", "", "a note on the conditions of the run")
+	since := flag.Int64("since", 0, "when the whole run began (Unix seconds), to report its length")
+	flag.Parse()
+	began := time.Now()
+	if *since > 0 {
+		began = time.Unix(*since, 0)
+	}
+	if err := run(*out, *statFile, *rawFile, *runRe, *dur, *command, *note, began); err != nil {
+		fmt.Fprintln(os.Stderr, "workload:", err)
+		os.Exit(1)
+	}
+}
+
+func run(out, statFile, rawFile, runRe string, dur time.Duration, command, note string, began time.Time) error {
+	re, err := regexp.Compile(runRe)
+	if err != nil {
+		return err
+	}
+	logf := func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) }
+	ctx := context.Background()
+	started := time.Now()
+	c, err := testcluster.Start(ctx, testcluster.Options{Replicas: 2, Conf: []string{"max_connections = 400"}, Logf: logf})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	env := &workload.Env{Cluster: c, Duration: dur, Logf: logf, Facts: map[string]float64{}}
+	var tables []workload.Table
+	for _, s := range workload.Scenarios {
+		if !re.MatchString(s.Name) {
+			continue
+		}
+		ts, err := s.Run(ctx, env)
+		if err != nil {
+			return fmt.Errorf("%s: %w", s.Name, err)
+		}
+		tables = append(tables, ts...)
+	}
+
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "# pgrouted benchmarks\n\n")
+	fmt.Fprintf(&b, "Written by `%s` (bench/run.sh: the Go benchmarks with `go test -bench`, compared with benchstat, then `go run ./cmd/workload`); do not edit by hand, except the *Analysis* section at the end.\n\n", command)
+	fmt.Fprintf(&b, "| | |\n|---|---|\n")
+	fmt.Fprintf(&b, "| date | %s |\n", started.UTC().Format("2006-01-02 15:04 UTC"))
+	fmt.Fprintf(&b, "| machine | %s, %d CPUs (GOMAXPROCS %d), %s |\n", cpuModel(), runtime.NumCPU(), runtime.GOMAXPROCS(0), memTotal())
+	fmt.Fprintf(&b, "| OS | %s/%s, %s |\n", runtime.GOOS, runtime.GOARCH, kernel())
+	fmt.Fprintf(&b, "| Go | %s |\n", runtime.Version())
+	fmt.Fprintf(&b, "| PostgreSQL | %s (testcluster: 1 primary, 2 asynchronous streaming replicas on loopback, each behind a TCP fault point) |\n", c.Version())
+	fmt.Fprintf(&b, "| load average before the workloads | %s |\n", loadAvg())
+	fmt.Fprintf(&b, "| length of the run | %s (Go benchmarks and workloads, cluster starts included) |\n", time.Since(began).Round(time.Second))
+	if note != "" {
+		fmt.Fprintf(&b, "| conditions | %s |\n", note)
+	}
+	fmt.Fprintln(&b)
+
+	raw := map[string][]benchLine{}
+	if rawFile != "" {
+		if raw, err = readRaw(rawFile); err != nil {
+			return err
+		}
+	}
+	writeTargets(&b, env.Facts, raw)
+
+	if statFile != "" {
+		stat, err := os.ReadFile(statFile)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(&b, "## Go benchmarks: overhead and the routing decision\n\n")
+		fmt.Fprintf(&b, "bench/overhead_test.go: a one-row `SELECT` by primary key and a one-row `INSERT`, serial and with 32 goroutines, through "+
+			"pgx's database/sql driver straight to the primary (`pgx`), pgrouted on the cluster with reads on the replicas (`pgrouted`), "+
+			"and pgrouted with every statement routed to the primary (`pgrouted-primary`, the same server as `pgx`); and pgrouted's routing "+
+			"decision alone (`Connector.Explain`: classification of the text and choice of the endpoint). benchstat, the columns by driver, "+
+			"the percentages against `pgx`:\n\n```\n%s```\n\n", stat)
+	}
+	fmt.Fprintf(&b, "## Workloads\n\n")
+	workload.Write(&b, tables)
+	if prev, err := os.ReadFile(out); err == nil {
+		if i := bytes.Index(prev, []byte(analysisHeading)); i >= 0 {
+			b.Write(prev[i:])
+		}
+	}
+	return os.WriteFile(out, b.Bytes(), 0o644)
+}
+
+// analysisHeading starts the hand-written section that a new run keeps.
+const analysisHeading = "## Analysis"
+
+type benchLine struct {
+	nsPerOp, allocs float64
+}
+
+// readRaw reads `go test -bench` output: per benchmark name (without the
+// -N suffix), its runs.
+func readRaw(path string) (map[string][]benchLine, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	m := map[string][]benchLine{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fs := strings.Fields(sc.Text())
+		if len(fs) < 4 || !strings.HasPrefix(fs[0], "Benchmark") {
+			continue
+		}
+		name := fs[0]
+		if i := strings.LastIndex(name, "-"); i > 0 {
+			name = name[:i]
+		}
+		var l benchLine
+		for i := 2; i+1 < len(fs); i += 2 {
+			v, _ := strconv.ParseFloat(fs[i], 64)
+			switch fs[i+1] {
+			case "ns/op":
+				l.nsPerOp = v
+			case "allocs/op":
+				l.allocs = v
+			}
+		}
+		m[name] = append(m[name], l)
+	}
+	return m, sc.Err()
+}
+
+func median(ls []benchLine, f func(benchLine) float64) float64 {
+	if len(ls) == 0 {
+		return 0
+	}
+	vs := make([]float64, len(ls))
+	for i, l := range ls {
+		vs[i] = f(l)
+	}
+	sort.Float64s(vs)
+	return vs[len(vs)/2]
+}
+
+func writeTargets(b *bytes.Buffer, facts map[string]float64, raw map[string][]benchLine) {
+	fmt.Fprintf(b, "## Targets\n\nThe issue's targets, with what this run measured (computed from the tables below; medians for the Go benchmarks).\n\n")
+	fmt.Fprintf(b, "| target | measured | |\n|---|---|---|\n")
+	verdict := func(ok bool) string {
+		if ok {
+			return "met"
+		}
+		return "**missed**"
+	}
+	ns := func(name string) float64 { return median(raw[name], func(l benchLine) float64 { return l.nsPerOp }) }
+	if pgx, forced := ns("BenchmarkSelect/mode=serial/driver=pgx"), ns("BenchmarkSelect/mode=serial/driver=pgrouted-primary"); pgx > 0 && forced > 0 {
+		d := forced/pgx - 1
+		fmt.Fprintf(b, "| pgrouted forced to the primary ≤ 3%% slower than pgx's driver, serial SELECT (Go benchmark, medians of the rounds' means) | %+.1f%% (%.0f µs vs %.0f µs) | %s |\n", 100*d, forced/1e3, pgx/1e3, verdict(d <= 0.03))
+	}
+	if pgx, forced := facts["overhead/pgx/p50_us"], facts["overhead/pgrouted, forced to the primary/p50_us"]; pgx > 0 && forced > 0 {
+		d := forced/pgx - 1
+		fmt.Fprintf(b, "| … the same, medians of the interleaved statements (workload *Overhead, interleaved*) | %+.1f%% (%.0f µs vs %.0f µs) | %s |\n", 100*d, forced, pgx, verdict(d <= 0.03))
+	}
+	if l := raw["BenchmarkDecision/stmt=read/driver=pgrouted"]; len(l) > 0 {
+		n := ns("BenchmarkDecision/stmt=read/driver=pgrouted")
+		a := median(l, func(l benchLine) float64 { return l.allocs })
+		fmt.Fprintf(b, "| routing decision < 200 ns and 0 allocs (a read) | %.0f ns, %.0f allocs | %s |\n", n, a, verdict(n < 200 && a == 0))
+	}
+	var stale float64
+	var runs int
+	for k, v := range facts {
+		if strings.HasPrefix(k, "ryw/pgrouted") && strings.HasSuffix(k, "/stale") && !strings.Contains(k, "eventual") {
+			stale += v
+			runs++
+		}
+	}
+	if runs > 0 {
+		fmt.Fprintf(b, "| 0 stale reads for pgrouted (read-your-writes modes) in every run | %.0f stale reads in %d runs | %s |\n", stale, runs, verdict(stale == 0))
+	}
+	for _, sys := range []string{"pgrouted session", "pgrouted session + replica_wait=10ms"} {
+		for _, d := range []time.Duration{0, time.Millisecond} {
+			if v, ok := facts[fmt.Sprintf("ryw/%s/%v/share", sys, d)]; ok {
+				fmt.Fprintf(b, "| at %v replication delay replicas serve ≥ 90%% of all reads (%s) | %.1f%% | %s |\n", d, sys, 100*v, verdict(v >= 0.9))
+			}
+		}
+	}
+	if v, ok := facts["ryw/pgrouted session + replica_wait=10ms/5ms/share"]; ok {
+		p99 := facts["ryw/pgrouted session + replica_wait=10ms/5ms/p99_ms"]
+		rtt := facts["rtt_ms"]
+		fmt.Fprintf(b, "| replica_wait=10ms at 5 ms delay: replicas serve ≥ 90%% of reads | %.1f%% | %s |\n", 100*v, verdict(v >= 0.9))
+		fmt.Fprintf(b, "| … and p99 read latency < the wait + one round trip (%.2f ms) | %.2f ms | %s |\n", 10+rtt, p99, verdict(p99 < 10+rtt))
+	}
+	for _, iv := range []time.Duration{250 * time.Millisecond, time.Second} {
+		if v, ok := facts[fmt.Sprintf("failover/%v/unavail_ms", iv)]; ok {
+			limit := float64(iv+time.Second) / 1e6
+			fmt.Fprintf(b, "| failover write unavailability ≤ probe interval + 1 s (%v) | %.0f ms | %s |\n", iv, v, verdict(v <= limit))
+		}
+	}
+	fmt.Fprintln(b)
+}
+
+func cpuModel() string {
+	data, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return "unknown CPU"
+	}
+	for _, l := range strings.Split(string(data), "\n") {
+		if k, v, ok := strings.Cut(l, ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return "unknown CPU"
+}
+
+func memTotal() string {
+	data, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return "memory unknown"
+	}
+	for _, l := range strings.Split(string(data), "\n") {
+		if strings.HasPrefix(l, "MemTotal:") {
+			fs := strings.Fields(l)
+			if len(fs) >= 2 {
+				kb, _ := strconv.ParseFloat(fs[1], 64)
+				return fmt.Sprintf("%.1f GiB RAM", kb/(1<<20))
+			}
+		}
+	}
+	return "memory unknown"
+}
+
+func kernel() string {
+	out, err := exec.Command("uname", "-r").Output()
+	if err != nil {
+		return "kernel unknown"
+	}
+	return "Linux " + strings.TrimSpace(string(out))
+}
+
+func loadAvg() string {
+	data, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	fs := strings.Fields(string(data))
+	if len(fs) < 3 {
+		return "unknown"
+	}
+	return strings.Join(fs[:3], " ") + " (1, 5, 15 min)"
+}

@@ -1,0 +1,5 @@
+package bench
+
+import "runtime"
+
+func runtimeProcs() int { return runtime.GOMAXPROCS(0) }

@@ -1,0 +1,126 @@
+// Package workload holds the workload benchmarks of the bench module: one
+// function per scenario (interleaved overhead, read-your-writes, failover,
+// replica loss, memory),
+// each running against the same testcluster and returning its results as
+// Tables. cmd/workload runs them and writes RESULTS.md. To add one, write a
+// func(ctx, *Env) ([]Table, error) and list it in Scenarios.
+package workload
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/pgrouted/pgrouted"
+	"github.com/pgrouted/pgrouted/testcluster"
+)
+
+// Scenario is one workload benchmark.
+type Scenario struct {
+	Name string // for cmd/workload's -run flag
+	Run  func(ctx context.Context, e *Env) ([]Table, error)
+}
+
+// Scenarios are the workload benchmarks, in the order RESULTS.md shows
+// them.
+var Scenarios = []Scenario{
+	{"overhead", Overhead},
+	{"ryw", ReadYourWrites},
+	{"failover", Failover},
+	{"replica-loss", ReplicaLoss},
+	{"memory", Memory},
+}
+
+// Env is what a scenario runs against.
+type Env struct {
+	Cluster *testcluster.Cluster
+	// Duration is how long each measured run of a steady workload lasts.
+	Duration time.Duration
+	// Logf reports progress (not part of the results).
+	Logf func(format string, args ...any)
+	// Facts collects single measurements that the summary of targets
+	// quotes, by name.
+	Facts map[string]float64
+}
+
+// Restore brings the cluster back to node0 primary with every replica
+// streaming and no fault.
+func (e *Env) Restore(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	return e.Cluster.Restore(ctx)
+}
+
+// SetReplicationDelay delays the WAL every replica receives by d (the
+// fault point on its replication link; 0 removes it).
+func (e *Env) SetReplicationDelay(d time.Duration) error {
+	for _, r := range e.Cluster.Replicas() {
+		if err := r.ReplicationFault().Latency(d); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// OpenRouted opens pgrouted on the whole cluster with the extra DSN keys
+// (each "&key=value") and returns once reads go to a replica.
+func (e *Env) OpenRouted(ctx context.Context, extra string) (*sql.DB, *pgrouted.Connector, error) {
+	cfg, err := pgrouted.ParseConfig(e.Cluster.DSN() + extra)
+	if err != nil {
+		return nil, nil, err
+	}
+	conn, err := pgrouted.NewConnector(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	db := sql.OpenDB(conn)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		d, err := conn.Explain(ctx, "SELECT 1")
+		if err == nil && !d.Primary {
+			return db, conn, nil
+		}
+		if time.Now().After(deadline) {
+			db.Close()
+			return nil, nil, fmt.Errorf("reads do not go to a replica after 30s: %+v, %v", d, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// percentile returns the p-th percentile (0-100) of sorted ds.
+func percentile(ds []time.Duration, p float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	i := int(float64(len(ds)-1) * p / 100)
+	return ds[i]
+}
+
+func sortDurations(ds []time.Duration) {
+	sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
+}
+
+// roundTrip is the median round trip of a trivial query to the first
+// replica, straight through pgx's driver: the unit the replica wait's
+// latency target is counted in.
+func roundTrip(ctx context.Context, e *Env) (time.Duration, error) {
+	db, err := sql.Open("pgx", e.Cluster.Replicas()[0].DSN())
+	if err != nil {
+		return 0, err
+	}
+	defer db.Close()
+	var ds []time.Duration
+	for range 300 {
+		t := time.Now()
+		var one int
+		if err := db.QueryRowContext(ctx, "SELECT 1").Scan(&one); err != nil {
+			return 0, err
+		}
+		ds = append(ds, time.Since(t))
+	}
+	sortDurations(ds)
+	return percentile(ds, 50), nil
+}

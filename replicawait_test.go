@@ -1,0 +1,177 @@
+package pgrouted_test
+
+import (
+	"context"
+	"database/sql"
+	"testing"
+	"time"
+
+	"github.com/pgrouted/pgrouted"
+)
+
+// writeReadBack inserts row id into table through db and reads it back at
+// once with ctx; it fails the test when the read misses the row (a stale
+// read) and returns the read's RouteEvent.
+func writeReadBack(t *testing.T, ctx context.Context, db *sql.DB, rec *routes, table string, id int) pgrouted.RouteEvent {
+	t.Helper()
+	if _, err := db.ExecContext(ctx, "INSERT INTO "+table+" (id) VALUES ($1)", id); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := db.QueryRowContext(ctx, "SELECT count(*) FROM "+table+" WHERE id = $1", id).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	ev := lastRead(t, rec)
+	if n != 1 {
+		t.Fatalf("read-back of row %d found %d rows (a stale read), served by %s (primary %v, reason %s)", id, n, ev.Endpoint, ev.Primary, ev.Reason)
+	}
+	return ev
+}
+
+// TestReplicaWaitServesOwnWrite: with replication delayed by 100 ms on
+// every replica, a read-back right after its write cannot be proven fresh
+// on any replica; with pgrouted_replica_wait it waits on a replica for the
+// write instead of going to the primary, and sees the row.
+func TestReplicaWaitServesOwnWrite(t *testing.T) {
+	ctx := testCtx(t)
+	restore(t)
+	mustExec(t, ctx, cluster.Primary(), "DROP TABLE IF EXISTS rwait; CREATE TABLE rwait (id int)")
+	replicated(t, ctx)
+	db, conn, rec := open(t, "pgrouted_replica_wait=10s")
+	replicasReady(t, conn)
+	for _, r := range cluster.Replicas() {
+		if err := r.ReplicationFault().Latency(100 * time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const n = 20
+	for i := range n {
+		ev := writeReadBack(t, ctx, db, rec, "rwait", i)
+		if ev.Primary {
+			t.Fatalf("read-back %d ran on the primary (reason %s), want a replica that waited for the write", i, ev.Reason)
+		}
+	}
+	st := conn.Stats()
+	t.Logf("%d read-backs: %d waits, %v waited in all, %d timeouts", n, st.ReplicaWaits, st.ReplicaWaitTime, st.ReplicaWaitTimeouts)
+	if st.ReplicaWaits == 0 || st.ReplicaWaitTimeouts != 0 {
+		t.Fatalf("Stats: %d waits, %d timeouts; want at least one wait (replication is 100 ms behind) and no timeout within 10s", st.ReplicaWaits, st.ReplicaWaitTimeouts)
+	}
+}
+
+// TestReplicaWaitTimeout: with replay paused on every replica, a read-back
+// that may wait 50 ms (WithReplicaWait) waits, times out and runs on the
+// primary, which has the row; once a wait on each replica timed out, the
+// replicas are known to lag more than the wait and are not waited on
+// again: the next read-backs go to the primary without a wait. The probes
+// are an hour apart, so that what they would learn of the lag (see
+// TestReplicaWaitSkipsLaggingReplica) does not decide first.
+func TestReplicaWaitTimeout(t *testing.T) {
+	ctx := testCtx(t)
+	restore(t)
+	mustExec(t, ctx, cluster.Primary(), "DROP TABLE IF EXISTS rwaitto; CREATE TABLE rwaitto (id int)")
+	replicated(t, ctx)
+	db, conn, rec := open(t, "pgrouted_probe_interval=60m", "pgrouted_lease=120m")
+	replicasReady(t, conn)
+	for _, r := range cluster.Replicas() {
+		if err := r.PauseReplay(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wctx := pgrouted.WithReplicaWait(ctx, 50*time.Millisecond)
+
+	// The picker takes the replicas in turn: each times out once.
+	replicas := uint64(len(cluster.Replicas()))
+	id := 0
+	for range replicas {
+		before := conn.Stats()
+		ev := writeReadBack(t, wctx, db, rec, "rwaitto", id)
+		id++
+		after := conn.Stats()
+		if !ev.Primary || ev.Reason != pgrouted.ReasonBehind {
+			t.Fatalf("read-back ran on %s (primary %v, reason %s) with replay paused, want the primary with reason %s", ev.Endpoint, ev.Primary, ev.Reason, pgrouted.ReasonBehind)
+		}
+		if after.ReplicaWaits-before.ReplicaWaits != 1 || after.ReplicaWaitTimeouts-before.ReplicaWaitTimeouts != 1 {
+			t.Fatalf("read-back %d: waits %d→%d, timeouts %d→%d; want one wait, timed out", id-1,
+				before.ReplicaWaits, after.ReplicaWaits, before.ReplicaWaitTimeouts, after.ReplicaWaitTimeouts)
+		}
+	}
+
+	// Both are known to lag more than 50 ms: no more waits.
+	before := conn.Stats()
+	for range 5 {
+		ev := writeReadBack(t, wctx, db, rec, "rwaitto", id)
+		id++
+		if !ev.Primary {
+			t.Fatalf("read-back ran on replica %s with replay paused", ev.Endpoint)
+		}
+	}
+	if after := conn.Stats(); after.ReplicaWaits != before.ReplicaWaits {
+		t.Fatalf("%d more waits on replicas whose last wait timed out and that have not replayed since, want none", after.ReplicaWaits-before.ReplicaWaits)
+	}
+
+	// Once they replay again (seen by the checks of the reads), reads are
+	// served by replicas again.
+	for _, r := range cluster.Replicas() {
+		if err := r.ResumeReplay(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	replicated(t, ctx)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ev := writeReadBack(t, pgrouted.WithReplicaWait(ctx, 10*time.Second), db, rec, "rwaitto", id)
+		id++
+		if !ev.Primary {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("30s after replay resumed, read-backs still run on the primary (reason %s)", ev.Reason)
+		}
+	}
+}
+
+// TestReplicaWaitSkipsLaggingReplica: a replica whose probes show it
+// lacking WAL the primary wrote long before (replay paused, a write on the
+// primary, until its staleness bound passes 2 s) is not waited on with a
+// 50 ms wait: the read-back goes to the primary at once.
+func TestReplicaWaitSkipsLaggingReplica(t *testing.T) {
+	ctx := testCtx(t)
+	restore(t)
+	mustExec(t, ctx, cluster.Primary(), "DROP TABLE IF EXISTS rwaitlag; CREATE TABLE rwaitlag (id int)")
+	replicated(t, ctx)
+	db, conn, rec := open(t)
+	replicasReady(t, conn)
+	for _, r := range cluster.Replicas() {
+		if err := r.PauseReplay(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mustExec(t, ctx, cluster.Primary(), "INSERT INTO rwaitlag VALUES (-1)")
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		behind := 0
+		top := conn.Topology()
+		for _, h := range top.Hosts {
+			if h.Name != top.Primary && h.Healthy && h.LagBoundMs != nil && *h.LagBoundMs >= 2000 {
+				behind++
+			}
+		}
+		if behind == len(cluster.Replicas()) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the replicas' staleness bounds did not pass 2s within 30s of pausing replay: %+v", top.Hosts)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	before := conn.Stats()
+	for i := range 5 {
+		ev := writeReadBack(t, pgrouted.WithReplicaWait(ctx, 50*time.Millisecond), db, rec, "rwaitlag", i)
+		if !ev.Primary || ev.Reason != pgrouted.ReasonBehind {
+			t.Fatalf("read-back ran on %s (primary %v, reason %s), want the primary with reason %s", ev.Endpoint, ev.Primary, ev.Reason, pgrouted.ReasonBehind)
+		}
+	}
+	if after := conn.Stats(); after.ReplicaWaits != before.ReplicaWaits {
+		t.Fatalf("%d waits on replicas whose probes show them more than 2s behind, with a 50ms wait; want none", after.ReplicaWaits-before.ReplicaWaits)
+	}
+}
