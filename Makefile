@@ -10,14 +10,15 @@
 #               bench/RESULTS.md
 #
 # All three install PostgreSQL when it is missing and this runs as root with
-# apt-get; otherwise they say which command to run.
+# apt-get; otherwise they say which command to run. `make test` does the same
+# for Patroni and etcd (apt-get install -y patroni etcd-server).
 
-.PHONY: demo test postgres vet fmt bench
+.PHONY: demo test postgres patroni vet fmt bench
 
 demo: postgres
 	go run ./cmd/pgrouted demo
 
-test: postgres
+test: postgres patroni
 	./scripts/test.sh
 
 bench: postgres
@@ -25,6 +26,11 @@ bench: postgres
 
 postgres:
 	@./scripts/ensure-postgres.sh
+
+# Patroni and etcd, for the tests of the Patroni topology provider (the demo
+# does not need them).
+patroni:
+	@./scripts/ensure-patroni.sh
 
 vet:
 	go vet ./...

@@ -192,13 +192,13 @@ func parseFuncNames(key string, list []string) ([]sqlclass.FuncName, error) {
 // is unknown, which is safe.
 func (c *Connector) loadCatalog(ctx context.Context) ([]sqlclass.FuncDef, error) {
 	s := c.top.Snapshot()
-	order := make([]int, 0, len(c.hosts))
+	order := make([]int, 0, len(c.hosts.all()))
 	if s.Primary >= 0 {
 		order = append(order, s.Primary)
 	}
 	for _, healthy := range []bool{true, false} {
-		for i := range c.hosts {
-			if i != s.Primary && s.Hosts[i].Healthy == healthy {
+		for i := range s.Hosts {
+			if i != s.Primary && s.Hosts[i].Healthy == healthy && !s.Hosts[i].Removed {
 				order = append(order, i)
 			}
 		}
@@ -206,7 +206,7 @@ func (c *Connector) loadCatalog(ctx context.Context) ([]sqlclass.FuncDef, error)
 	err := errors.New("no host")
 	for _, i := range order {
 		var defs []sqlclass.FuncDef
-		err = c.hosts[i].pool.AcquireFunc(ctx, func(pc *pgxpool.Conn) error {
+		err = c.hosts.at(i).pool.AcquireFunc(ctx, func(pc *pgxpool.Conn) error {
 			var rerr error
 			defs, rerr = readFunctions(ctx, pc.Conn().PgConn())
 			return rerr

@@ -155,7 +155,7 @@ func (cn *conn) catalogChanged() {
 	cn.c.funcs.invalidate()
 	// The schema may have changed too: describe statements again (a
 	// change made elsewhere is met by the recovery of stale.go).
-	for _, h := range cn.c.hosts {
+	for _, h := range cn.c.hosts.all() {
 		h.descs.reset()
 	}
 	if cn.descs != nil {

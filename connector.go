@@ -46,6 +46,16 @@ type Config struct {
 	// When it returns another name, the policy chooses. It runs on the
 	// statement's goroutine for every such read: keep it fast.
 	Select func(ctx context.Context, candidates []Candidate) string
+
+	// Provider, when set, is the application's or an orchestrator's
+	// authority on which host leads and which hosts serve (see
+	// [topology.Provider]; [topology.Manual] is a small one to drive from
+	// code), under the same rules as pgrouted_topology=patroni: a write
+	// goes to a host only when the provider names it leader and the
+	// host's own probe finds it out of recovery, both inside
+	// pgrouted_lease; two leaders mean no primary. It cannot be combined
+	// with pgrouted_topology=patroni, which builds a provider of its own.
+	Provider topology.Provider
 }
 
 // Candidate is an eligible replica offered to Config.Select.
@@ -81,7 +91,7 @@ var DefaultConnectTimeout = 5 * time.Second
 // closes it.
 type Connector struct {
 	cfg    Config
-	hosts  []*host // in DSN order, as in topology snapshots
+	hosts  hostTable // in DSN order, then discovered ones, as in topology snapshots
 	top    *topology.Topology
 	picker picker // chooses among eligible replicas (pick.go)
 
@@ -107,6 +117,11 @@ type Connector struct {
 	// writes was logged.
 	loggedTimeline atomic.Uint32
 
+	// drains are the pools of removed hosts being closed.
+	drains sync.WaitGroup
+	// patroni is the provider the Connector built for
+	// pgrouted_topology=patroni, closed with it; nil otherwise.
+	patroni *topology.Patroni
 	// terms is the current primary's term (term.go), which followTerms
 	// ends when the topology moves on, until stopTerms is closed.
 	terms     terms
@@ -151,16 +166,32 @@ func NewConnector(cfg *Config) (*Connector, error) {
 			c.closePools()
 			return nil, err
 		}
-		c.hosts = append(c.hosts, hs)
+		c.hosts.add(hs)
 	}
 	// own.Config.Select is the pgrouted_select policy; own.Select, the
 	// Config.Select hook, goes in front of it.
-	c.picker = newPicker(own.Config.Select, own.LatencyWindow, c.hosts, own.Select, own.Logger)
+	c.picker = newPicker(own.Config.Select, own.LatencyWindow, &c.hosts, own.Select, own.Logger)
+	prov, err := newProvider(&own)
+	if err != nil {
+		c.closePools()
+		return nil, err
+	}
+	if p, ok := prov.(*topology.Patroni); ok && own.Provider == nil {
+		c.patroni = p
+	}
+	var discover func(int, topology.Member) (topology.Host, bool)
+	var onRemove func(int)
+	if own.Discover {
+		discover, onRemove = c.discoverHost, c.removeHost
+	}
 	top, err := topology.New(th, topology.Options{
+		Provider: prov,
+		Discover: discover,
+		OnRemove: onRemove,
 		Interval: own.ProbeInterval,
 		Lease:    own.Lease,
-		OnProbe:  func(i int, err error) { c.hosts[i].breaker.ReportProbe(err) },
-		Backoff:  func(i, _ int) time.Duration { return c.hosts[i].breaker.ProbeBackoff() },
+		OnProbe:  func(i int, err error) { c.hosts.at(i).breaker.ReportProbe(err) },
+		Backoff:  func(i, _ int) time.Duration { return c.hosts.at(i).breaker.ProbeBackoff() },
 	})
 	if err != nil {
 		c.closePools()
@@ -178,6 +209,25 @@ func NewConnector(cfg *Config) (*Connector, error) {
 	}()
 	c.funcs.start(c.loadCatalog, DefaultConnectTimeout+5*time.Second, own.ProbeInterval)
 	return c, nil
+}
+
+// newProvider returns the topology provider cfg asks for: Patroni's under
+// pgrouted_topology=patroni, else Config.Provider, else none (the probes
+// alone).
+func newProvider(cfg *Config) (topology.Provider, error) {
+	switch {
+	case cfg.Topology == dsn.TopologyPatroni && cfg.Provider != nil:
+		return nil, fmt.Errorf("pgrouted: pgrouted_topology=patroni and Config.Provider are both set: choose one")
+	case cfg.Topology == dsn.TopologyPatroni:
+		p, err := topology.NewPatroni(cfg.PatroniEndpoints, cfg.PatroniTimeout, nil)
+		if err != nil {
+			return nil, fmt.Errorf("pgrouted: pgrouted_patroni_endpoints: %w", err)
+		}
+		return p, nil
+	case cfg.Discover && cfg.Provider == nil:
+		return nil, fmt.Errorf("pgrouted: pgrouted_discover=true needs a topology provider: pgrouted_topology=patroni, or Config.Provider")
+	}
+	return cfg.Provider, nil
 }
 
 // Connect implements driver.Connector. It does no I/O: a connection opens
@@ -231,7 +281,7 @@ func (c *Connector) strictBoot(ctx context.Context) error {
 // a host whose circuit opened.
 func (c *Connector) circuitChanged(ch circuit.Change) {
 	if ch.To == circuit.Open {
-		for _, h := range c.hosts {
+		for _, h := range c.hosts.all() {
 			if h.Name == ch.Name {
 				h.flight.abort()
 			}
@@ -268,17 +318,21 @@ func (c *Connector) Close() error {
 	if c.logDone != nil {
 		<-c.logDone
 	}
-	for i, h := range c.hosts {
-		if !s.Hosts[i].Healthy || !h.breaker.Allow() {
+	for i := range s.Hosts {
+		if h := c.hosts.at(i); !h.removed.Load() && (!s.Hosts[i].Healthy || !h.breaker.Allow()) {
 			h.dropIdle()
 		}
 	}
 	c.closePools()
+	c.drains.Wait()
+	if c.patroni != nil {
+		c.patroni.CloseIdleConnections()
+	}
 	return nil
 }
 
 func (c *Connector) closePools() {
-	for _, h := range c.hosts {
+	for _, h := range c.hosts.all() {
 		h.pool.Close()
 	}
 }
@@ -295,7 +349,8 @@ func (c *Connector) watch(events <-chan topology.Event) {
 			continue
 		}
 		attrs := []any{"event", e.Kind.String()}
-		if e.Kind != topology.EventHostUp && e.Kind != topology.EventHostDown {
+		switch e.Kind {
+		case topology.EventPrimaryChanged, topology.EventPrimaryLost, topology.EventConflict:
 			attrs = append(attrs, "epoch", e.Epoch)
 		}
 		if e.Host != "" {

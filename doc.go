@@ -131,6 +131,20 @@
 // it may have run there, and pgrouted never runs it again. A read that had
 // returned no row runs again on the new primary.
 //
+// # Topology providers
+//
+// With pgrouted_topology=patroni (pgrouted_patroni_endpoints) or
+// [Config].Provider, a provider is the authority on which host leads: a
+// write goes to a host only when the provider names it leader and the
+// host's own probe finds it out of recovery, both within pgrouted_lease;
+// two running leaders, an unknown leader or a provider silent past the
+// lease mean no primary (writes wait, then fail closed). Reads still need
+// the replicas' own replay positions; members the provider does not list as
+// running or streaming, or tags noloadbalance, serve none. Under
+// pgrouted_discover=true, members the DSN does not name become hosts. See
+// package topology ([topology.Authorize], [topology.Patroni],
+// [topology.Manual]).
+//
 // # Read-your-writes
 //
 // After each committed write (an autocommit statement, or the COMMIT of a

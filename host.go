@@ -57,6 +57,12 @@ type host struct {
 	descs descCache
 	// statements counts the statements run on it, per op (see Stats).
 	statements [len(opNames)]atomic.Uint64
+
+	// discovered is set for a host the topology provider reported that the
+	// DSN does not name (pgrouted_discover); removed once it left the
+	// provider's view (its pool is then closed after draining).
+	discovered bool
+	removed    atomic.Bool
 }
 
 // newHost builds host i of cfg: its breaker (whose changes go to

@@ -19,11 +19,20 @@ import (
 var cluster *testcluster.Cluster
 
 func TestMain(m *testing.M) {
-	testcluster.Main(m, testcluster.Options{
+	os.Exit(testcluster.Run(testcluster.Options{
 		Replicas: 2,
 		Conf:     []string{"log_statement = 'all'"},
 		Logf:     func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) },
-	}, func(c *testcluster.Cluster) { cluster = c })
+	}, func(c *testcluster.Cluster) int {
+		cluster = c
+		code := m.Run()
+		// The Patroni cluster, when a test left it open.
+		if err := closePatroni(); err != nil {
+			fmt.Fprintf(os.Stderr, "FAIL: close the Patroni cluster: %v\n", err)
+			code = 1
+		}
+		return code
+	}))
 }
 
 func testCtx(t testing.TB) context.Context {

@@ -25,8 +25,36 @@ type Snapshot struct {
 	ConflictingPrimaries uint64 `json:"conflictingPrimaries"`
 	// Taken is when the snapshot was taken.
 	Taken time.Time `json:"taken"`
+	// Provider is the topology provider's state (pgrouted_topology=patroni
+	// or Config.Provider); nil when the probes alone decide.
+	Provider *ProviderInfo `json:"provider,omitempty"`
 	// Hosts are in DSN order.
 	Hosts []HostInfo `json:"hosts"`
+}
+
+// ProviderInfo is the topology provider's part of a [Snapshot]. It holds no
+// password: a Patroni URL's is redacted.
+type ProviderInfo struct {
+	// Name is the provider's: "patroni", "manual", or an application's.
+	Name string `json:"name"`
+	// Endpoint is where its last answer came from (the Patroni URL).
+	Endpoint string `json:"endpoint,omitempty"`
+	// LeaseRemainingMs is how long its last answer stays authoritative; 0
+	// once pgrouted_lease has passed without one.
+	LeaseRemainingMs float64 `json:"leaseRemainingMs"`
+	// Leader is the host its last answer names leader and that pgrouted
+	// knows, "" for none. It is the primary only when the host's own probe
+	// also finds it out of recovery (see Snapshot.Primary).
+	Leader string `json:"leader,omitempty"`
+	// LeaderTimeline is the leader's timeline as the provider reports it.
+	LeaderTimeline uint32 `json:"leaderTimeline,omitempty"`
+	// UnknownLeader names a running leader it reports that is no host
+	// pgrouted knows (not authorised).
+	UnknownLeader string `json:"unknownLeader,omitempty"`
+	// Conflict is true when its last answer named two running leaders.
+	Conflict bool `json:"conflict,omitempty"`
+	// LastError is its last failure, empty after an answer.
+	LastError string `json:"lastError,omitempty"`
 }
 
 // HostInfo is one host in a [Snapshot].
@@ -72,6 +100,20 @@ type HostInfo struct {
 	Pool PoolInfo `json:"pool"`
 	// LastError is the last probe error, if the last probe failed.
 	LastError string `json:"lastError,omitempty"`
+	// Member, MemberRole and MemberState are what the topology provider
+	// says of the host: its member name, role (leader, replica,
+	// sync_standby, standby_leader) and state (running, streaming, ...).
+	Member      string `json:"member,omitempty"`
+	MemberRole  string `json:"memberRole,omitempty"`
+	MemberState string `json:"memberState,omitempty"`
+	// NoLoadBalance is true when the provider tags it noloadbalance.
+	NoLoadBalance bool `json:"noLoadBalance,omitempty"`
+	// NoReads is true when the provider lets it serve no reads (not
+	// listed, not running or streaming, or noloadbalance).
+	NoReads bool `json:"noReads,omitempty"`
+	// Discovered is true for a host the topology provider reported that
+	// the DSN does not name (pgrouted_discover).
+	Discovered bool `json:"discovered,omitempty"`
 }
 
 // PoolInfo describes a replica connection pool.
@@ -91,10 +133,19 @@ func (c *Connector) Topology() Snapshot {
 		LeaseRemainingMs:     ms(s.LeaseRemaining(now)),
 		ConflictingPrimaries: s.Conflicts,
 		Taken:                now,
-		Hosts:                make([]HostInfo, len(s.Hosts)),
+		Hosts:                make([]HostInfo, 0, len(s.Hosts)),
 	}
 	if s.LeaseValid(now) {
 		out.Primary = s.Hosts[s.Primary].Name
+	}
+	if p := s.Provider; p != nil {
+		out.Provider = &ProviderInfo{
+			Name: p.Name, Endpoint: p.Endpoint, Leader: p.Leader, LeaderTimeline: p.LeaderTimeline,
+			UnknownLeader: p.Unknown, Conflict: p.Conflict, LastError: p.LastError,
+		}
+		if !p.Confirmed.IsZero() {
+			out.Provider.LeaseRemainingMs = ms(max(s.Lease-now.Sub(p.Confirmed), 0))
+		}
 	}
 	var primaryInsert lagmeter.LSN
 	if s.Primary >= 0 {
@@ -102,7 +153,11 @@ func (c *Connector) Topology() Snapshot {
 		primaryInsert = p.Layout.RecordEnd(p.InsertLSN)
 	}
 	for i := range s.Hosts {
-		h, hs := &s.Hosts[i], c.hosts[i]
+		h, hs := &s.Hosts[i], c.hosts.at(i)
+		if h.Removed {
+			// A discovered host that left: gone, once drained.
+			continue
+		}
 		st := hs.pool.Stat()
 		hi := HostInfo{
 			Name:          h.Name,
@@ -116,6 +171,12 @@ func (c *Connector) Topology() Snapshot {
 			InflightReads: hs.inflight(),
 			Pool:          PoolInfo{Total: st.TotalConns(), Idle: st.IdleConns(), Acquired: st.AcquiredConns(), Max: st.MaxConns()},
 			LastError:     h.LastError,
+			Member:        h.Member,
+			MemberRole:    h.MemberRole,
+			MemberState:   h.MemberState,
+			NoLoadBalance: h.NoLoadBalance,
+			NoReads:       h.NoReads,
+			Discovered:    h.Discovered,
 		}
 		hi.Pooler, hi.BackendSwitched = h.Pooler, h.BackendSwitched
 		if h.Role.String() == "standby" {
@@ -133,7 +194,7 @@ func (c *Connector) Topology() Snapshot {
 				}
 			}
 		}
-		out.Hosts[i] = hi
+		out.Hosts = append(out.Hosts, hi)
 	}
 	return out
 }
@@ -280,8 +341,8 @@ func (c *Connector) count(ev *RouteEvent) {
 	if ev.Endpoint == "" {
 		return
 	}
-	for _, h := range c.hosts {
-		if h.Name == ev.Endpoint {
+	for _, h := range c.hosts.all() {
+		if h.Name == ev.Endpoint && !h.removed.Load() {
 			h.statements[opIndex(ev.Op)].Add(1)
 			break
 		}
@@ -315,12 +376,19 @@ func (c *Connector) Stats() Stats {
 	if e := c.top.Snapshot().Epoch; e > 1 {
 		st.Failovers = e - 1
 	}
-	for _, h := range c.hosts {
+	for _, h := range c.hosts.all() {
 		m := map[string]uint64{}
 		for j, op := range opNames {
 			if n := h.statements[j].Load(); n > 0 {
 				m[op] = n
 			}
+		}
+		if prev, ok := st.Statements[h.Name]; ok {
+			// A discovered host that left and came back: one name.
+			for op, n := range m {
+				prev[op] += n
+			}
+			continue
 		}
 		st.Statements[h.Name] = m
 	}

@@ -28,7 +28,7 @@ type picker interface {
 // newPicker returns the picker of policy over hosts, keeping the
 // candidates within window of the fastest (dsn.LatencyWindowOff: all);
 // with a Config.Select hook, the hook's picker in front of it.
-func newPicker(policy dsn.SelectPolicy, window time.Duration, hosts []*host, hook func(context.Context, []Candidate) string, logger *slog.Logger) picker {
+func newPicker(policy dsn.SelectPolicy, window time.Duration, hosts *hostTable, hook func(context.Context, []Candidate) string, logger *slog.Logger) picker {
 	var p picker
 	switch policy {
 	case dsn.SelectNearest:
@@ -90,7 +90,7 @@ func (p *roundRobin) pick(_ context.Context, s *topology.Snapshot, cand []int, a
 // pgrouted_weights entry, interleaved (pgrouted_select=weighted).
 type weighted struct {
 	window time.Duration
-	hosts  []*host
+	hosts  *hostTable
 	n      atomic.Uint64
 }
 
@@ -99,19 +99,20 @@ func (p *weighted) pick(_ context.Context, s *topology.Snapshot, cand []int, adv
 	if len(cand) == 1 {
 		return cand[0]
 	}
+	hosts := p.hosts.all()
 	total := 0
 	for _, i := range cand {
-		total += p.hosts[i].Weight
+		total += hosts[i].Weight
 	}
 	// Step through the positions 0..total-1 by a stride coprime with total,
 	// so that a host of weight w gets w reads in every total, spread out
 	// rather than in a burst.
 	x := int((turn(&p.n, advance) * weightStride(total)) % uint64(total))
 	for _, i := range cand {
-		if x < p.hosts[i].Weight {
+		if x < hosts[i].Weight {
 			return i
 		}
-		x -= p.hosts[i].Weight
+		x -= hosts[i].Weight
 	}
 	return cand[len(cand)-1]
 }
@@ -120,7 +121,7 @@ func (p *weighted) pick(_ context.Context, s *topology.Snapshot, cand []int, adv
 // random choices on the in-flight count, pgrouted_select=least-inflight).
 type leastInflight struct {
 	window time.Duration
-	hosts  []*host
+	hosts  *hostTable
 }
 
 func (p leastInflight) pick(_ context.Context, s *topology.Snapshot, cand []int, _ bool) int {
@@ -133,7 +134,7 @@ func (p leastInflight) pick(_ context.Context, s *topology.Snapshot, cand []int,
 	if b >= a {
 		b++
 	}
-	if p.hosts[cand[b]].inflight() < p.hosts[cand[a]].inflight() {
+	if hosts := p.hosts.all(); hosts[cand[b]].inflight() < hosts[cand[a]].inflight() {
 		return cand[b]
 	}
 	return cand[a]
@@ -168,7 +169,7 @@ func (p random) pick(_ context.Context, s *topology.Snapshot, cand []int, _ bool
 // panics, and for Explain.
 type selectHook struct {
 	fn     func(context.Context, []Candidate) string
-	hosts  []*host
+	hosts  *hostTable
 	next   picker
 	logger *slog.Logger
 }
@@ -197,7 +198,7 @@ func (p *selectHook) ask(ctx context.Context, s *topology.Snapshot, cand []int) 
 		primaryInsert = s.Hosts[s.Primary].InsertLSN
 	}
 	for k, i := range cand {
-		h, st := p.hosts[i], &s.Hosts[i]
+		h, st := p.hosts.at(i), &s.Hosts[i]
 		lag, known := lagmeter.ByteLag(primaryInsert, h.replay(st))
 		cs[k] = Candidate{Name: st.Name, Weight: h.Weight, Inflight: h.inflight(), RTT: st.RTT, ByteLag: lag, ByteLagKnown: known}
 	}

@@ -17,7 +17,7 @@ func TestSelectHookPicker(t *testing.T) {
 	var seen []Candidate
 	answer := "c"
 	calls := 0
-	c.picker = newPicker(dsn.SelectRoundRobin, dsn.LatencyWindowOff, c.hosts, func(_ context.Context, cs []Candidate) string {
+	c.picker = newPicker(dsn.SelectRoundRobin, dsn.LatencyWindowOff, &c.hosts, func(_ context.Context, cs []Candidate) string {
 		calls++
 		seen = cs
 		if answer == "panic" {

@@ -27,7 +27,7 @@ const maxDescriptions = 256
 // among the arguments. Those keep pgx's own path, at the price of a round
 // trip.
 func (c *Connector) pipelineOK(host int, args []driver.NamedValue) bool {
-	switch c.hosts[host].ConnConfig.DefaultQueryExecMode {
+	switch c.hosts.at(host).ConnConfig.DefaultQueryExecMode {
 	case pgx.QueryExecModeCacheStatement, pgx.QueryExecModeCacheDescribe:
 	default:
 		return false

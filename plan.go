@@ -282,13 +282,15 @@ func (c *Connector) pickReplica(s *topology.Snapshot, rc readCtx, advance bool, 
 	}
 	pinned := session && c.cfg.PinAfterWrite > 0 && rc.now.Sub(rc.st.lastWrite) < c.cfg.PinAfterWrite
 	saturated := 0
+	hosts := c.hosts.all()
 	for i := range s.Hosts {
 		h := &s.Hosts[i]
-		if h.Role != topology.RoleStandby || i == s.Primary {
+		if h.Role != topology.RoleStandby || i == s.Primary || h.NoReads {
+			// NoReads: the topology provider lets it serve no reads.
 			continue
 		}
 		standbys++
-		hs := c.hosts[i]
+		hs := hosts[i]
 		if !hs.breaker.Allow() || i == skip {
 			continue
 		}

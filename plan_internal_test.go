@@ -19,10 +19,10 @@ func testConnector(policy dsn.SelectPolicy, window time.Duration, weights []int,
 	c := &Connector{}
 	s := &topology.Snapshot{Primary: -1}
 	for i, w := range weights {
-		c.hosts = append(c.hosts, &host{Host: dsn.Host{Name: string(rune('a' + i)), Weight: w}, idx: i})
+		c.hosts.add(&host{Host: dsn.Host{Name: string(rune('a' + i)), Weight: w}, idx: i})
 		s.Hosts = append(s.Hosts, topology.HostState{Name: string(rune('a' + i)), RTT: rtts[i]})
 	}
-	c.picker = newPicker(policy, window, c.hosts, nil, nil)
+	c.picker = newPicker(policy, window, &c.hosts, nil, nil)
 	return c, s
 }
 
@@ -78,7 +78,7 @@ func TestChoosePolicies(t *testing.T) {
 		t.Fatalf("round-robin without RTTs: %v", got)
 	}
 	c, s = testConnector(dsn.SelectLeastInflight, dsn.LatencyWindowOff, []int{1, 1}, []time.Duration{ms, ms})
-	c.hosts[0].flight.n.Store(10)
+	c.hosts.at(0).flight.n.Store(10)
 	if got := counts(c, s, 100, 0, 1); got[1] != 100 {
 		t.Fatalf("least-inflight with host 0 busy: %v", got)
 	}
@@ -114,14 +114,14 @@ func benchConnector(b *testing.B, policy dsn.SelectPolicy, n int) (*Connector, *
 		if err != nil {
 			b.Fatal(err)
 		}
-		c.hosts = append(c.hosts, &host{Host: dsn.Host{Name: name, Weight: 1 + i%3}, idx: i, breaker: br, maxConns: 4})
+		c.hosts.add(&host{Host: dsn.Host{Name: name, Weight: 1 + i%3}, idx: i, breaker: br, maxConns: 4})
 		h := topology.HostState{Name: name, Role: topology.RoleStandby, Healthy: true, RTT: time.Duration(1+i%5) * time.Millisecond, SystemID: 7, Timeline: 1, ReplayLSN: 1 << 30}
 		if i == 0 {
 			h.Role, h.ReplayLSN, h.InsertLSN = topology.RolePrimary, 0, 1<<30
 		}
 		s.Hosts = append(s.Hosts, h)
 	}
-	c.picker = newPicker(policy, 20*time.Millisecond, c.hosts, nil, nil)
+	c.picker = newPicker(policy, 20*time.Millisecond, &c.hosts, nil, nil)
 	c.writes.wrote(lagmeter.Watermark{SystemID: 7, Timeline: 1, LSN: 1 << 29}, time.Now())
 	return c, s
 }

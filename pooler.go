@@ -57,7 +57,7 @@ func (c *Connector) statementArgs(idx int, args []driver.NamedValue) []driver.Na
 // statements on host idx: the DSN left pgx's default mode, and the host is
 // behind a pooler or has not answered a probe yet.
 func (c *Connector) describeOnly(idx int) bool {
-	h := c.hosts[idx]
+	h := c.hosts.at(idx)
 	if h.ConnConfig.DefaultQueryExecMode != pgx.QueryExecModeCacheStatement {
 		return false
 	}
@@ -90,7 +90,7 @@ func (cn *conn) pin() {
 		return
 	}
 	level, msg := slog.LevelWarn, "pgrouted: session state on a host behind a connection pooler: the connection stays on the primary, but in pool_mode=transaction the pooler may run its next transaction on another server session, without this state (SET, temporary tables, advisory locks, LISTEN, prepared statements)"
-	c.cfg.Logger.Log(context.Background(), level, msg, "host", c.hosts[cn.host].Name, "backendSwitched", st.BackendSwitched)
+	c.cfg.Logger.Log(context.Background(), level, msg, "host", c.hosts.at(cn.host).Name, "backendSwitched", st.BackendSwitched)
 }
 
 // poolerHint is the advice added to the error of a statement that a

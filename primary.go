@@ -54,7 +54,7 @@ func (cn *conn) primaryConn(ctx context.Context, op string) (*stdlib.Conn, error
 			return cn.primary, nil
 		}
 		idx := t.host
-		h := cn.c.hosts[idx]
+		h := cn.c.hosts.at(idx)
 		dctx, release := t.dialContext(ctx)
 		dc, err := h.sessions.Connect(dctx)
 		release()
@@ -146,7 +146,7 @@ func lostError(op string, err error) error {
 // once the session changed its state (a SET search_path, say), its own.
 func (cn *conn) descsOf() *descCache {
 	if !cn.pinned {
-		return &cn.c.hosts[cn.host].descs
+		return &cn.c.hosts.at(cn.host).descs
 	}
 	if cn.descs == nil {
 		cn.descs = new(descCache)
@@ -178,6 +178,9 @@ func (c *Connector) waitPrimary(ctx context.Context, op string, deadline time.Ti
 			for i := range s.Hosts {
 				c.top.ProbeNow(i)
 			}
+			// And the topology provider, if any: a new leader is
+			// seen as soon as both agree.
+			c.top.AskProvider()
 		}
 		until := kicked.Add(rekick)
 		if deadline.Before(until) {
@@ -236,7 +239,7 @@ func (cn *conn) runOnPrimary(ctx context.Context, p *plan, r sqlclass.Result, ev
 		if err != nil {
 			return err
 		}
-		ev.Primary, ev.Endpoint = true, cn.c.hosts[cn.host].Name
+		ev.Primary, ev.Endpoint = true, cn.c.hosts.at(cn.host).Name
 		inTx := cn.inSQLTx()
 		if r.Has(sqlclass.Session) || p.pin {
 			// Pin before running: even a failed string may have changed

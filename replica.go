@@ -30,7 +30,7 @@ import (
 // not fall back (Connector.mayFallBack): then it returns a RouteError.
 func (cn *conn) runOnReplicas(ctx context.Context, p *plan, ev *RouteEvent, cl *call) error {
 	for attempt := 0; ; attempt++ {
-		h := cn.c.hosts[p.host]
+		h := cn.c.hosts.at(p.host)
 		ev.Endpoint = h.Name
 		err := cn.runOnReplica(ctx, h, p, cl)
 		if err == nil {
@@ -65,7 +65,10 @@ func (cn *conn) runOnReplicas(ctx context.Context, p *plan, ev *RouteEvent, cl *
 			cn.c.refused.add(cl.query)
 			return err
 		}
-		if ctx.Err() != nil || !replicaRetryable(err) {
+		if ctx.Err() != nil || (!replicaRetryable(err) && !h.removed.Load()) {
+			// A host removed from the provider's view (pgrouted_discover)
+			// closes its pool, which cancels the dials in progress: that
+			// read ran nowhere, it runs elsewhere too.
 			return err
 		}
 		cn.c.top.ProbeNow(h.idx)

@@ -73,7 +73,7 @@ func (c *Connector) waitFor(ctx context.Context, s *topology.Snapshot, pk pick) 
 	if d <= 0 {
 		return 0
 	}
-	h, st := c.hosts[pk.host], &s.Hosts[pk.host]
+	h, st := c.hosts.at(pk.host), &s.Hosts[pk.host]
 	if !h.waitable(st) || c.lagFloor(s, h, st) > d {
 		return 0
 	}

@@ -60,7 +60,7 @@ func staleStatement(err error) bool {
 // dropStale forgets the descriptions of query everywhere the pipelined
 // paths keep them: every host's, and the connection's own.
 func (cn *conn) dropStale(query string) {
-	for _, h := range cn.c.hosts {
+	for _, h := range cn.c.hosts.all() {
 		h.descs.drop(query)
 	}
 	if cn.descs != nil {

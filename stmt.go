@@ -47,7 +47,7 @@ func (cn *conn) describe(ctx context.Context, query string) (*pgconn.StatementDe
 	}
 	p := cn.c.plan(ctx, request{r: sqlclass.Result{Class: sqlclass.Read, Statements: 1}, pinned: cn.pinned}, false)
 	if p.err == nil && !p.primary {
-		h := cn.c.hosts[p.host]
+		h := cn.c.hosts.at(p.host)
 		if b, err := cn.borrow(ctx, h, p.check, p.wm, p.wait); err == nil {
 			sd, err := prepareOn(ctx, b.Conn, query, &h.descs)
 			b.giveBack()

@@ -117,7 +117,7 @@ func (c *Connector) moveTerm(s *topology.Snapshot, now time.Time) *term {
 	t := c.terms.cur.Load()
 	valid := s.LeaseValid(now)
 	if t != nil && (t.ended() || t.host != s.Primary || t.epoch != s.Epoch || !valid) {
-		c.hosts[t.host].leads.Store(false)
+		c.hosts.at(t.host).leads.Store(false)
 		t.finish()
 		c.terms.cur.Store(nil)
 		t = nil
@@ -125,7 +125,7 @@ func (c *Connector) moveTerm(s *topology.Snapshot, now time.Time) *term {
 	if t == nil && valid {
 		ctx, stop := context.WithCancel(context.Background())
 		t = &term{host: s.Primary, epoch: s.Epoch, ctx: ctx, stop: stop}
-		c.hosts[t.host].leads.Store(true)
+		c.hosts.at(t.host).leads.Store(true)
 		c.terms.cur.Store(t)
 	}
 	return t

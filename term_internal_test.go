@@ -17,13 +17,13 @@ import (
 func TestTermFollowsTheTopology(t *testing.T) {
 	c := &Connector{}
 	for i := 0; i < 2; i++ {
-		c.hosts = append(c.hosts, &host{Host: dsn.Host{Name: string(rune('a' + i))}, idx: i})
+		c.hosts.add(&host{Host: dsn.Host{Name: string(rune('a' + i))}, idx: i})
 	}
 	now := time.Now()
 	snap := func(primary int, epoch uint64, confirmed time.Time) *topology.Snapshot {
 		return &topology.Snapshot{Hosts: make([]topology.HostState, 2), Primary: primary, Epoch: epoch, Confirmed: confirmed, Lease: 10 * time.Second}
 	}
-	leads := func() [2]bool { return [2]bool{c.hosts[0].leads.Load(), c.hosts[1].leads.Load()} }
+	leads := func() [2]bool { return [2]bool{c.hosts.at(0).leads.Load(), c.hosts.at(1).leads.Load()} }
 
 	if tm := c.moveTerm(snap(-1, 0, time.Time{}), now); tm != nil {
 		t.Fatalf("a term without a primary: %+v", tm)

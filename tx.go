@@ -86,7 +86,7 @@ func (cn *conn) beginOnPrimary(ctx context.Context, ev *RouteEvent, opts driver.
 	if err != nil {
 		return nil, err
 	}
-	ev.Primary, ev.Endpoint = true, cn.c.hosts[cn.host].Name
+	ev.Primary, ev.Endpoint = true, cn.c.hosts.at(cn.host).Name
 	inner, err := sc.BeginTx(ctx, opts)
 	if err != nil {
 		if errors.Is(err, driver.ErrBadConn) {
@@ -143,7 +143,7 @@ func (t *tx) run(ctx context.Context, r sqlclass.Result, cl *call, began time.Ti
 	}
 	err = withPoolerHint(err)
 	cn.c.report(RouteEvent{
-		Decision: Decision{Op: opOf(r.Class), Endpoint: cn.c.hosts[t.host].Name, Primary: t.replica == nil, Reason: ReasonInTx},
+		Decision: Decision{Op: opOf(r.Class), Endpoint: cn.c.hosts.at(t.host).Name, Primary: t.replica == nil, Reason: ReasonInTx},
 		Context:  ctx,
 		Query:    cl.query, Duration: time.Since(began), Err: err,
 	})
@@ -195,7 +195,7 @@ func (t *tx) end(began time.Time, query string, err error) {
 		cn.bad = true
 	}
 	cn.c.report(RouteEvent{
-		Decision: Decision{Op: OpTx, Endpoint: cn.c.hosts[t.host].Name, Primary: t.replica == nil, Reason: ReasonInTx},
+		Decision: Decision{Op: OpTx, Endpoint: cn.c.hosts.at(t.host).Name, Primary: t.replica == nil, Reason: ReasonInTx},
 		Context:  t.ctx,
 		Query:    query, Duration: time.Since(began), Err: err,
 	})

@@ -293,6 +293,27 @@ type Config struct {
 	// ReadFunctions; default none). A statement calling one is a write.
 	WriteFunctions []string
 
+	// Topology is where the authority on the primary comes from
+	// (pgrouted_topology, default [DefaultTopology]): the probes alone, or
+	// Patroni's REST API with the probes checking it.
+	Topology TopologySource
+
+	// PatroniEndpoints are Patroni REST URLs, asked in order
+	// (pgrouted_patroni_endpoints, a comma list; required with
+	// [TopologyPatroni], and only then). Each is http or https, and may
+	// carry basic-auth userinfo, which is never shown.
+	PatroniEndpoints []string
+
+	// PatroniTimeout bounds each request to Patroni's REST API
+	// (pgrouted_patroni_timeout, default [DefaultPatroniTimeout]). Positive,
+	// and less than Lease under [TopologyPatroni].
+	PatroniTimeout time.Duration
+
+	// Discover makes the members a topology provider reports that no host
+	// of the connection string names hosts as well, with the connection
+	// string's user, database and TLS settings (pgrouted_discover, default
+	// [DefaultDiscover]).
+	Discover bool
 	// ReplicaWait is how long a read may wait on a replica that has not
 	// yet replayed the caller's writes for its replay to reach them,
 	// instead of going to the primary (pgrouted_replica_wait, default
@@ -323,6 +344,9 @@ func defaultConfig() *Config {
 		CircuitFailures:   DefaultCircuitFailures,
 		CircuitMaxBackoff: DefaultCircuitMaxBackoff,
 		StrictBoot:        DefaultStrictBoot,
+		Topology:          DefaultTopology,
+		PatroniTimeout:    DefaultPatroniTimeout,
+		Discover:          DefaultDiscover,
 		ReplicaWait:       DefaultReplicaWait,
 	}
 }
@@ -337,6 +361,7 @@ func (c *Config) Clone() *Config {
 	n := *c
 	n.ReadFunctions = slices.Clone(c.ReadFunctions)
 	n.WriteFunctions = slices.Clone(c.WriteFunctions)
+	n.PatroniEndpoints = slices.Clone(c.PatroniEndpoints)
 	if c.Hosts != nil {
 		n.Hosts = make([]Host, len(c.Hosts))
 		for i, h := range c.Hosts {

@@ -333,7 +333,8 @@ var cases = []dsnCase{
 		"&pgrouted_consistency=eventual&pgrouted_max_lag=16MB&pgrouted_probe_interval=0.5s&pgrouted_select=nearest" +
 		"&pgrouted_latency_window=5ms&pgrouted_weights=3,2,1&pgrouted_names=a,b,c&pgrouted_fallback=error" +
 		"&pgrouted_readonly_tx=primary&pgrouted_pin_after_write=100ms&pgrouted_write_timeout=10s&pgrouted_lease=5s" +
-		"&pgrouted_replica_max_conns=20&pgrouted_circuit_failures=3&pgrouted_circuit_max_backoff=2m&pgrouted_strict_boot=yes",
+		"&pgrouted_replica_max_conns=20&pgrouted_circuit_failures=3&pgrouted_circuit_max_backoff=2m&pgrouted_strict_boot=yes" +
+		"&pgrouted_topology=patroni&pgrouted_patroni_endpoints=http://db1:8008,https://db2:8008&pgrouted_patroni_timeout=1s&pgrouted_discover=true",
 		hosts: []hostWant{
 			{name: "a", addr: "db1:5432", weight: 3},
 			{name: "b", addr: "db2:5433", weight: 2},
@@ -344,6 +345,7 @@ var cases = []dsnCase{
 				Select: SelectNearest, LatencyWindow: 5 * time.Millisecond, Fallback: FallbackError, ReadOnlyTx: ReadOnlyTxPrimary,
 				PinAfterWrite: 100 * time.Millisecond, WriteTimeout: 10 * time.Second, Lease: 5 * time.Second,
 				ReplicaMaxConns: 20, CircuitFailures: 3, CircuitMaxBackoff: 2 * time.Minute, StrictBoot: true}
+			c.Topology, c.PatroniEndpoints, c.PatroniTimeout, c.Discover = TopologyPatroni, []string{"http://db1:8008", "https://db2:8008"}, time.Second, true
 		}},
 
 	// Unknown keys.
@@ -466,6 +468,38 @@ var cases = []dsnCase{
 	{name: "pgx password in bad key", dsn: "password=" + marker + " bad key=1", err: `missing "=" after "bad"`},
 	{name: "pgx slash in password", dsn: "postgres://u:" + marker + "/x@db1/db?sslmode=bogus", err: "invalid port"},
 	{name: "pgx bad percent in query", dsn: "postgres://db1/db?password=" + marker + "&x=%zz", err: "invalid percent-encoded token"},
+
+	// Topology providers (issue 16).
+	{name: "topology patroni kv", dsn: "host=db1,db2 sslmode=disable pgrouted_topology=patroni pgrouted_patroni_endpoints='http://db1:8008, http://db2:8008' pgrouted_patroni_timeout=500ms pgrouted_discover=true",
+		hosts: plain("db1:5432", "db2:5432"),
+		set: func(c *Config) {
+			c.Topology, c.PatroniEndpoints, c.PatroniTimeout, c.Discover = TopologyPatroni, []string{"http://db1:8008", "http://db2:8008"}, 500*time.Millisecond, true
+		}},
+	{name: "topology patroni url, endpoint with a password", dsn: "postgres://app:" + marker + "@db1/app?sslmode=disable&pgrouted_topology=patroni&pgrouted_patroni_endpoints=" + "https%3A%2F%2Fpatroni%3A" + marker + "%40db1%3A8008",
+		hosts: plain("db1:5432"),
+		set: func(c *Config) {
+			c.Topology, c.PatroniEndpoints = TopologyPatroni, []string{"https://patroni:" + marker + "@db1:8008"}
+		}},
+	{name: "topology probe explicit", dsn: "host=db1 sslmode=disable pgrouted_topology=probe pgrouted_discover=false",
+		hosts: plain("db1:5432")},
+	{name: "topology unknown", dsn: "host=db1 pgrouted_topology=consul",
+		err: "pgrouted_topology (consul) must be one of probe, patroni", key: "pgrouted_topology"},
+	{name: "patroni without endpoints", dsn: "host=db1 password=" + marker + " pgrouted_topology=patroni",
+		err: "pgrouted_patroni_endpoints is required with pgrouted_topology=patroni", key: "pgrouted_patroni_endpoints"},
+	{name: "endpoints without patroni", dsn: "host=db1 pgrouted_patroni_endpoints=http://db1:8008",
+		err: "pgrouted_topology=patroni", key: "pgrouted_patroni_endpoints"},
+	{name: "endpoint not http", dsn: "host=db1 pgrouted_topology=patroni pgrouted_patroni_endpoints='http://db1:8008,ftp://u:" + marker + "@db2:8008'",
+		err: "entry 2 (ftp://u:xxxxx@db2:8008) must be an http or https URL", key: "pgrouted_patroni_endpoints"},
+	{name: "endpoint not a url", dsn: "host=db1 pgrouted_topology=patroni pgrouted_patroni_endpoints='http://u:" + marker + "@db 1:%zz'",
+		err: "entry 1 is not a URL", key: "pgrouted_patroni_endpoints"},
+	{name: "endpoint without host", dsn: "host=db1 pgrouted_topology=patroni pgrouted_patroni_endpoints=http://",
+		err: "entry 1 (http:) has no host", key: "pgrouted_patroni_endpoints"},
+	{name: "patroni timeout zero", dsn: "host=db1 pgrouted_patroni_timeout=0",
+		err: "pgrouted_patroni_timeout (0) must be greater than 0", key: "pgrouted_patroni_timeout"},
+	{name: "patroni timeout past the lease", dsn: "host=db1 pgrouted_topology=patroni pgrouted_patroni_endpoints=http://db1:8008 pgrouted_patroni_timeout=10s",
+		err: "pgrouted_patroni_timeout (10s) must be less than pgrouted_lease (10s)", key: "pgrouted_patroni_timeout"},
+	{name: "discover not bool", dsn: "host=db1 pgrouted_discover='yes please'",
+		err: "pgrouted_discover", key: "pgrouted_discover"},
 }
 
 // TestParse runs the table.
@@ -507,10 +541,10 @@ func TestParse(t *testing.T) {
 
 // routingOnly prints the routing settings of c, for a diff.
 func routingOnly(c *Config) string {
-	return fmt.Sprintf("%v %v %v %v %v %v %v %v %v %v %v %v %v %v %v",
+	return fmt.Sprintf("%v %v %v %v %v %v %v %v %v %v %v %v %v %v %v %v %v %v %v",
 		c.Consistency, c.MaxLag, c.ProbeInterval, c.Select, c.LatencyWindow, c.Fallback, c.ReadOnlyTx,
 		c.PinAfterWrite, c.WriteTimeout, c.Lease, c.ReplicaMaxConns, c.CircuitFailures, c.CircuitMaxBackoff, c.StrictBoot,
-		c.ReplicaWait)
+		c.Topology, redactEndpoints(c.PatroniEndpoints), c.PatroniTimeout, c.Discover, c.ReplicaWait)
 }
 
 func checkError(t *testing.T, err error, text, key string) {

@@ -50,6 +50,14 @@ type source struct {
 }
 
 func format(c *Config, redact bool) string {
+	if redact && endpointPasswords(c) {
+		// A Patroni URL's password may sit in the source string in any
+		// encoding: write the string afresh, the URLs redacted.
+		cc := *c
+		cc.src = nil
+		cc.PatroniEndpoints = redactEndpoints(c.PatroniEndpoints)
+		return synthesize(&cc, true)
+	}
 	if c.src == nil || !c.hostsUnchanged() {
 		return synthesize(c, redact)
 	}
@@ -477,4 +485,15 @@ func encodeURL(v string) string {
 		b.WriteByte(hex[c&15])
 	}
 	return b.String()
+}
+
+// endpointPasswords reports whether a Patroni endpoint of c, or of the
+// string it was parsed from, carries a password.
+func endpointPasswords(c *Config) bool {
+	var sec secrets
+	collectEndpointSecrets(strings.Join(c.PatroniEndpoints, ","), &sec)
+	if c.src != nil {
+		collectEndpointSecrets(strings.Join(c.src.parsed.PatroniEndpoints, ","), &sec)
+	}
+	return len(sec.set) > 0 || sec.short
 }

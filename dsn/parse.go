@@ -33,7 +33,11 @@ const (
 	keyReadFunctions     = "pgrouted_read_functions"
 	keyWriteFunctions    = "pgrouted_write_functions"
 
-	keyReplicaWait = "pgrouted_replica_wait"
+	keyTopology         = "pgrouted_topology"
+	keyPatroniEndpoints = "pgrouted_patroni_endpoints"
+	keyPatroniTimeout   = "pgrouted_patroni_timeout"
+	keyDiscover         = "pgrouted_discover"
+	keyReplicaWait      = "pgrouted_replica_wait"
 )
 
 // keySpec is how one pgrouted key is read, written and checked.
@@ -47,6 +51,17 @@ type keySpec struct {
 	// check returns the rule c's value breaks, or "". Parse and Validate
 	// share it.
 	check func(c *Config) string
+	// show, when set, returns c's value as an error may show it (no
+	// password); else get does.
+	show func(c *Config) string
+}
+
+// shown is s's value in c as an error may show it.
+func (s *keySpec) shown(c *Config) string {
+	if s.show != nil {
+		return s.show(c)
+	}
+	return s.get(c)
 }
 
 // specs lists the keys in the order Format writes them. pgrouted_weights and
@@ -173,6 +188,36 @@ var specs = []keySpec{
 		check: func(*Config) string { return "" }},
 	funcListSpec(keyReadFunctions, func(c *Config) *[]string { return &c.ReadFunctions }),
 	funcListSpec(keyWriteFunctions, func(c *Config) *[]string { return &c.WriteFunctions }),
+	// The topology provider's keys (issue 16).
+	{key: keyTopology,
+		set: func(c *Config, v string) string { c.Topology = TopologySource(v); return "" },
+		get: func(c *Config) string { return string(c.Topology) },
+		check: func(c *Config) string {
+			return oneOf(c.Topology, TopologyProbe, TopologyPatroni)
+		}},
+	{key: keyPatroniEndpoints,
+		set: func(c *Config, v string) string {
+			c.PatroniEndpoints = nil
+			if v != "" {
+				c.PatroniEndpoints = splitList(v)
+			}
+			return ""
+		},
+		get:   func(c *Config) string { return strings.Join(c.PatroniEndpoints, ",") },
+		show:  func(c *Config) string { return strings.Join(redactEndpoints(c.PatroniEndpoints), ",") },
+		check: checkEndpoints},
+	durationSpec(keyPatroniTimeout, func(c *Config) *time.Duration { return &c.PatroniTimeout }, false),
+	{key: keyDiscover,
+		set: func(c *Config, v string) string {
+			b, err := parseBool(v)
+			if err != nil {
+				return ruleBool
+			}
+			c.Discover = b
+			return ""
+		},
+		get:   func(c *Config) string { return strconv.FormatBool(c.Discover) },
+		check: func(*Config) string { return "" }},
 
 	durationSpec(keyReplicaWait, func(c *Config) *time.Duration { return &c.ReplicaWait }, true),
 }
@@ -333,6 +378,10 @@ func nearestKey(key string) string {
 //	pgrouted_strict_boot          true | false                             false
 //	pgrouted_read_functions       comma list of function names             none
 //	pgrouted_write_functions      comma list of function names             none
+//	pgrouted_topology             probe | patroni                          probe
+//	pgrouted_patroni_endpoints    comma list of http(s) URLs               none (required with patroni)
+//	pgrouted_patroni_timeout      duration                                 2s
+//	pgrouted_discover             true | false                             false
 //	pgrouted_replica_wait         duration, 0 is off                       0
 //
 // A duration is a number with the unit ms, s or m, fractions allowed (1.5s);
@@ -402,6 +451,12 @@ func Parse(connString string) (*Config, error) {
 			targetSessionAttrs(cc.ValidateConnect)), nil)
 	}
 
+	for _, s := range routing {
+		if s.key == keyPatroniEndpoints {
+			collectEndpointSecrets(s.value, &sec)
+		}
+	}
+
 	cfg := defaultConfig()
 	var names, weights *setting
 	for i, s := range routing {
@@ -422,7 +477,11 @@ func Parse(connString string) (*Config, error) {
 			rule = spec.check(cfg)
 		}
 		if rule != "" {
-			return nil, newError(sec, s.key, fmt.Sprintf("%s (%s) %s", s.key, s.value, rule), nil)
+			shown := s.value
+			if spec.show != nil {
+				shown = spec.shown(cfg)
+			}
+			return nil, newError(sec, s.key, fmt.Sprintf("%s (%s) %s", s.key, shown, rule), nil)
 		}
 	}
 

@@ -25,6 +25,7 @@ func (c *Config) Validate() error {
 			sec.add(h.ConnConfig.Password)
 		}
 	}
+	collectEndpointSecrets(strings.Join(c.PatroniEndpoints, ","), &sec)
 	if err := c.validate(sec); err != nil {
 		return err
 	}
@@ -86,12 +87,21 @@ func (c *Config) validate(sec secrets) *ParseError {
 			continue
 		}
 		if rule := s.check(c); rule != "" {
-			return fail(s.key, "%s (%s) %s", s.key, s.get(c), rule)
+			return fail(s.key, "%s (%s) %s", s.key, s.shown(c), rule)
 		}
 	}
 	if d, ok := c.MaxLag.Time(); ok && d <= c.ProbeInterval {
 		return fail(keyMaxLag, "%s (%s) must be greater than %s (%s): a replica's lag is only known to within one probe interval",
 			keyMaxLag, formatDuration(d), keyProbeInterval, formatDuration(c.ProbeInterval))
+	}
+	switch {
+	case c.Topology == TopologyPatroni && len(c.PatroniEndpoints) == 0:
+		return fail(keyPatroniEndpoints, "%s is required with %s=patroni: a comma list of Patroni REST URLs (http://pg-a:8008,http://pg-b:8008)", keyPatroniEndpoints, keyTopology)
+	case c.Topology != TopologyPatroni && len(c.PatroniEndpoints) > 0:
+		return fail(keyPatroniEndpoints, "%s is set but %s is %s: set %s=patroni to follow Patroni", keyPatroniEndpoints, keyTopology, c.Topology, keyTopology)
+	case c.Topology == TopologyPatroni && c.PatroniTimeout >= c.Lease:
+		return fail(keyPatroniTimeout, "%s (%s) must be less than %s (%s): an answer slower than the lease could never keep a primary",
+			keyPatroniTimeout, formatDuration(c.PatroniTimeout), keyLease, formatDuration(c.Lease))
 	}
 	if c.Lease <= c.ProbeInterval {
 		return fail(keyLease, "%s (%s) must be greater than %s (%s): a primary must be probed again before its lease runs out",

@@ -41,7 +41,10 @@ type Collector struct {
 	role, current, healthy, circuitOpen, rtt, lagBytes, lagBound, inflight *prometheus.Desc
 	poolConns, poolMax                                                     *prometheus.Desc
 
-	replicaWaits, replicaWaitSeconds, replicaWaitTimeouts *prometheus.Desc
+	// The topology provider's (pgrouted_topology=patroni, Config.Provider):
+	// exported only when there is one.
+	provider, providerUp, providerLease, leaderTimeline, noReads *prometheus.Desc
+	replicaWaits, replicaWaitSeconds, replicaWaitTimeouts        *prometheus.Desc
 }
 
 var _ prometheus.Collector = (*Collector)(nil)
@@ -98,6 +101,11 @@ func New(src Source, opts ...Option) *Collector {
 		inflight:        d("inflight_reads", "Reads running on the host now through this Connector.", "endpoint"),
 		poolConns:       d("replica_pool_connections", "Connections of the host's replica pool, per state (idle, acquired).", "endpoint", "state"),
 		poolMax:         d("replica_pool_max_connections", "Size of the host's replica pool.", "endpoint"),
+		provider:        d("topology_provider_info", "1, labelled with the topology provider (patroni, manual, ...) and the endpoint of its last answer (password redacted).", "provider", "source"),
+		providerUp:      d("topology_provider_up", "1 when the topology provider's last request was answered, else 0.", "provider"),
+		providerLease:   d("topology_provider_lease_remaining_seconds", "How long the topology provider's last answer stays authoritative; 0 once pgrouted_lease passed without one (no primary: writes wait, then fail).", "provider"),
+		leaderTimeline:  d("topology_provider_leader_timeline", "The timeline of the leader the topology provider names, as it reports it; absent while it names none.", "provider"),
+		noReads:         d("topology_provider_no_reads", "1 when the topology provider lets the host serve no reads (not listed, not running or streaming, or tagged noloadbalance), else 0.", "endpoint"),
 
 		replicaWaits:        d("replica_waits_total", "Reads that waited on a replica for it to replay the caller's writes (pgrouted_replica_wait)."),
 		replicaWaitSeconds:  d("replica_wait_seconds_total", "Total time reads waited on replicas for their replay (one round trip included per wait)."),
@@ -113,6 +121,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 		c.functionRouted, c.functionPins,
 		c.role, c.current, c.healthy, c.circuitOpen, c.rtt, c.lagBytes, c.lagBound, c.inflight,
 		c.poolConns, c.poolMax,
+		c.provider, c.providerUp, c.providerLease, c.leaderTimeline, c.noReads,
 		c.replicaWaits, c.replicaWaitSeconds, c.replicaWaitTimeouts,
 	} {
 		ch <- d
@@ -193,6 +202,18 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(c.poolConns, float64(h.Pool.Idle), h.Name, "idle")
 		gauge(c.poolConns, float64(h.Pool.Acquired), h.Name, "acquired")
 		gauge(c.poolMax, float64(h.Pool.Max), h.Name)
+	}
+
+	if p := top.Provider; p != nil {
+		gauge(c.provider, 1, p.Name, p.Endpoint)
+		gauge(c.providerUp, boolf(p.LastError == "" && p.Endpoint != ""), p.Name)
+		gauge(c.providerLease, p.LeaseRemainingMs/1e3, p.Name)
+		if p.LeaderTimeline != 0 && p.Leader != "" {
+			gauge(c.leaderTimeline, float64(p.LeaderTimeline), p.Name)
+		}
+		for _, h := range top.Hosts {
+			gauge(c.noReads, boolf(h.NoReads), h.Name)
+		}
 	}
 }
 

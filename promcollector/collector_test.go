@@ -241,3 +241,56 @@ func TestEmptySource(t *testing.T) {
 		t.Fatalf("%d global series", n)
 	}
 }
+
+// TestProviderMetrics: the topology provider's series appear only with a
+// provider, with the endpoint that answered (no password), its lease and
+// the leader's timeline.
+func TestProviderMetrics(t *testing.T) {
+	if n := testutil.CollectAndCount(promcollector.New(fixed()), "pgrouted_topology_provider_info", "pgrouted_topology_provider_no_reads"); n != 0 {
+		t.Fatalf("%d provider series without a provider", n)
+	}
+	f := fixed()
+	f.top.Provider = &pgrouted.ProviderInfo{Name: "patroni", Endpoint: "http://patroni:xxxxx@pg-a:8008", Leader: "east", LeaderTimeline: 4, LeaseRemainingMs: 2500}
+	f.top.Hosts[2].NoReads = true
+	want := `
+# HELP pgrouted_topology_provider_info 1, labelled with the topology provider (patroni, manual, ...) and the endpoint of its last answer (password redacted).
+# TYPE pgrouted_topology_provider_info gauge
+pgrouted_topology_provider_info{provider="patroni",source="http://patroni:xxxxx@pg-a:8008"} 1
+# HELP pgrouted_topology_provider_lease_remaining_seconds How long the topology provider's last answer stays authoritative; 0 once pgrouted_lease passed without one (no primary: writes wait, then fail).
+# TYPE pgrouted_topology_provider_lease_remaining_seconds gauge
+pgrouted_topology_provider_lease_remaining_seconds{provider="patroni"} 2.5
+# HELP pgrouted_topology_provider_leader_timeline The timeline of the leader the topology provider names, as it reports it; absent while it names none.
+# TYPE pgrouted_topology_provider_leader_timeline gauge
+pgrouted_topology_provider_leader_timeline{provider="patroni"} 4
+# HELP pgrouted_topology_provider_no_reads 1 when the topology provider lets the host serve no reads (not listed, not running or streaming, or tagged noloadbalance), else 0.
+# TYPE pgrouted_topology_provider_no_reads gauge
+pgrouted_topology_provider_no_reads{endpoint="east"} 0
+pgrouted_topology_provider_no_reads{endpoint="south"} 1
+pgrouted_topology_provider_no_reads{endpoint="west"} 0
+# HELP pgrouted_topology_provider_up 1 when the topology provider's last request was answered, else 0.
+# TYPE pgrouted_topology_provider_up gauge
+pgrouted_topology_provider_up{provider="patroni"} 1
+`
+	c := promcollector.New(f)
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want),
+		"pgrouted_topology_provider_info", "pgrouted_topology_provider_up", "pgrouted_topology_provider_lease_remaining_seconds",
+		"pgrouted_topology_provider_leader_timeline", "pgrouted_topology_provider_no_reads"); err != nil {
+		t.Fatal(err)
+	}
+	problems, err := testutil.CollectAndLint(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("lint: %s: %s", p.Metric, p.Text)
+	}
+	f.top.Provider.LastError = "patroni: no endpoint answered"
+	down := `
+# HELP pgrouted_topology_provider_up 1 when the topology provider's last request was answered, else 0.
+# TYPE pgrouted_topology_provider_up gauge
+pgrouted_topology_provider_up{provider="patroni"} 0
+`
+	if err := testutil.CollectAndCompare(c, strings.NewReader(down), "pgrouted_topology_provider_up"); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -35,4 +35,18 @@
 // [Cluster.Close] stops every process it started and removes the temporary
 // directory. If the test process ends without calling it (a panic, os.Exit,
 // SIGKILL), a small watchdog process started with the cluster does the same.
+//
+// # Patroni
+//
+// [StartPatroni] starts a real Patroni cluster instead, from the
+// distribution's packages (`apt-get install -y patroni etcd-server`; when
+// they are missing the error wraps [ErrNoPatroni] and gives that command):
+// one etcd and three Patroni members on loopback ports, which boots in
+// seconds (ttl 6s, loop_wait 1s) and whose [PatroniCluster.Close] leaves no
+// process behind. Its controls wait for real effects:
+// [PatroniCluster.Switchover], [PatroniCluster.KillLeader] and
+// [PatroniMember.Start], [PatroniMember.StopREST] and
+// [PatroniMember.BlackholeREST] (each member's REST API is reached through a
+// fault point, [PatroniCluster.Endpoints]), and [PatroniMember.SetTag] (for
+// example noloadbalance).
 package testcluster

@@ -53,3 +53,35 @@ func decide(claims []claim, now time.Time, lease time.Duration) decision {
 	}
 	return d
 }
+
+// decideProvider applies the rules of a provider's authority on top of the
+// probes' claims at now: the primary is the host the provider's view
+// authorises as leader (see [Authorize]), when that view is inside the
+// lease (viewAt is when its request was sent; zero: no view yet) and the
+// host's own probe found it out of recovery inside the lease too. It is
+// confirmed at the older of the two. A conflict in the view means no
+// primary. Claims of other hosts give nothing: the provider's consensus
+// decides which host leads, the probes only whether it is writable.
+func decideProvider(claims []claim, a *Authority, viewAt time.Time, now time.Time, lease time.Duration) decision {
+	d := decision{primary: -1}
+	if a == nil || viewAt.IsZero() || now.Sub(viewAt) >= lease {
+		return d
+	}
+	if a.Conflict {
+		d.conflict = true
+		return d
+	}
+	if a.Leader < 0 {
+		return d
+	}
+	for _, c := range claims {
+		if c.index != a.Leader || now.Sub(c.sentAt) >= lease {
+			continue
+		}
+		d.primary, d.confirmed = c.index, c.sentAt
+		if viewAt.Before(d.confirmed) {
+			d.confirmed = viewAt
+		}
+	}
+	return d
+}

@@ -34,6 +34,22 @@
 // asks for an immediate probe, for faster signals such as SQLSTATE 25006 on
 // a connection that believed it was on the primary.
 //
+// Providers: with [Options].Provider, an authority beside the probes says
+// which member leads and which serve: [Patroni] (GET /cluster on its REST
+// endpoints, in order, the first that answers), [Manual] (driven from
+// code), or an application's own [Provider]. [Authorize] holds the rules:
+// only a running leader (or master) can be the primary, a standby_leader
+// never; two running leaders are a conflict (no primary, counted in
+// [Snapshot].Conflicts); the leader must be a known host (host compared
+// ignoring case, port equal). A host is then the primary only when the
+// provider authorises it and its own probe finds it out of recovery, both
+// within the lease: a provider that stops answering lets the primary lapse
+// at the end of the lease, and the probes never decide alone. Members that
+// are not listed, not running or streaming, or tagged noloadbalance serve
+// no reads ([HostState].NoReads). With [Options].Discover, members that no
+// host matches become hosts (appended; indexes never move), and discovered
+// hosts that leave the view are stopped and marked Removed.
+//
 // [Topology.Subscribe] delivers [Event]s (host up or down, primary changed,
 // lost, or in conflict) on a channel; the tracker never waits for a
 // subscriber. [Topology.Close] stops every goroutine it started.

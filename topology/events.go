@@ -22,6 +22,12 @@ const (
 	// EventConflict: two or more hosts are out of recovery and no timeline
 	// is strictly highest among them: there is no primary (fail closed).
 	EventConflict
+	// EventHostAdded: a member the provider reports became a host
+	// (Options.Discover).
+	EventHostAdded
+	// EventHostRemoved: a discovered host left the provider's view; it is
+	// no longer probed.
+	EventHostRemoved
 )
 
 // String names the kind.
@@ -37,6 +43,10 @@ func (k EventKind) String() string {
 		return "primary-lost"
 	case EventConflict:
 		return "primary-conflict"
+	case EventHostAdded:
+		return "host-added"
+	case EventHostRemoved:
+		return "host-removed"
 	}
 	return "unknown"
 }

@@ -69,6 +69,9 @@ type result struct {
 type prober struct {
 	t        *Topology
 	i        int
+	host     Host          // its probe configuration
+	kick     chan struct{} // probe now
+	stop     chan struct{} // closed when the host is removed
 	conn     *pgconn.PgConn
 	incarn   uint64 // counts probe connections: a new one may see a restarted server
 	systemID uint64
@@ -96,6 +99,8 @@ func (p *prober) run() {
 		select {
 		case <-p.t.done:
 			cancel()
+		case <-p.stop:
+			cancel()
 		case <-ctx.Done():
 		}
 	}()
@@ -106,6 +111,8 @@ func (p *prober) run() {
 		select {
 		case p.t.results <- res:
 		case <-p.t.done:
+			return
+		case <-p.stop:
 			return
 		}
 		wait := p.t.opts.Interval - time.Since(start)
@@ -120,9 +127,12 @@ func (p *prober) run() {
 		timer := time.NewTimer(max(wait, 0))
 		select {
 		case <-timer.C:
-		case <-p.t.kicks[p.i]:
+		case <-p.kick:
 			timer.Stop()
 		case <-p.t.done:
+			timer.Stop()
+			return
+		case <-p.stop:
 			timer.Stop()
 			return
 		}
@@ -150,7 +160,7 @@ func (p *prober) probe(parent context.Context) (res result) {
 		}
 	}()
 	if p.conn == nil || p.conn.IsClosed() {
-		conn, err := pgconn.ConnectConfig(ctx, p.t.hosts[p.i].Config)
+		conn, err := pgconn.ConnectConfig(ctx, p.host.Config)
 		if err != nil {
 			res.err = err
 			return res
@@ -294,7 +304,7 @@ func parseRole(row [][]byte, res *result) error {
 // redact removes the host's password from an error's text, should a
 // library ever echo it.
 func (p *prober) redact(err error) error {
-	pw := p.t.hosts[p.i].Config.Password
+	pw := p.host.Config.Password
 	if pw == "" || !strings.Contains(err.Error(), pw) {
 		return err
 	}

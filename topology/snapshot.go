@@ -116,6 +116,29 @@ type HostState struct {
 	// by the standby's application_name equal to the host's Name; empty
 	// when not known.
 	SyncState string `json:"syncState,omitempty"`
+
+	// Member, MemberRole and MemberState are what the provider's last view
+	// says of the host (its member name, role and state); empty without a
+	// provider, or when the view does not list the host.
+	Member      string `json:"member,omitempty"`
+	MemberRole  string `json:"memberRole,omitempty"`
+	MemberState string `json:"memberState,omitempty"`
+
+	// NoLoadBalance is true when the provider tags the host noloadbalance.
+	NoLoadBalance bool `json:"noLoadBalance,omitempty"`
+
+	// NoReads is true when the provider does not let the host serve reads:
+	// its last view does not list it, lists it neither running nor
+	// streaming, or tags it noloadbalance. Always false without a provider.
+	NoReads bool `json:"noReads,omitempty"`
+
+	// Discovered is true for a host the provider reported that the
+	// configuration does not name (Options.Discover).
+	Discovered bool `json:"discovered,omitempty"`
+
+	// Removed is true for a discovered host that left the provider's view:
+	// it is no longer probed and serves nothing. Its index is never reused.
+	Removed bool `json:"removed,omitempty"`
 }
 
 // Snapshot is an immutable picture of the cluster. Readers get it with
@@ -140,11 +163,16 @@ type Snapshot struct {
 	Lease time.Duration `json:"lease"`
 
 	// Conflicts counts the observations of two or more hosts out of
-	// recovery with no strictly highest timeline among them.
+	// recovery with no strictly highest timeline among them; with a
+	// provider, the views that reported two or more running leaders.
 	Conflicts uint64 `json:"conflicts"`
 
 	// Conflict is true when the last evaluation saw such a conflict.
 	Conflict bool `json:"conflict"`
+
+	// Provider is the provider's state (see [Options].Provider); nil when
+	// the probes alone decide.
+	Provider *ProviderState `json:"provider,omitempty"`
 
 	// SyncStandbys is the primary's pg_stat_replication, application_name
 	// to sync_state.
@@ -183,10 +211,11 @@ func (s *Snapshot) LeaseRemaining(now time.Time) time.Duration {
 	return s.Lease - now.Sub(s.Confirmed)
 }
 
-// Index returns the index of the host named name, or -1.
+// Index returns the index of the host named name, or -1. A removed host
+// is not found.
 func (s *Snapshot) Index(name string) int {
 	for i := range s.Hosts {
-		if s.Hosts[i].Name == name {
+		if s.Hosts[i].Name == name && !s.Hosts[i].Removed {
 			return i
 		}
 	}

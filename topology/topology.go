@@ -43,6 +43,27 @@ type Options struct {
 	// OnProbe, when set, is called by the tracker after each probe of host
 	// i, with the probe's error (nil on success). It must not block.
 	OnProbe func(i int, err error)
+
+	// Provider, when set, is the authority on which host leads and which
+	// serve (Patroni, an orchestrator, the application): a host is then the
+	// primary only when the provider names it leader and its own probe
+	// finds it out of recovery, both inside the lease. The Topology asks it
+	// every Interval, and whenever its Changes channel delivers. Without
+	// it, the probes alone decide.
+	Provider Provider
+
+	// Discover, when set with a Provider, is asked for each member of a
+	// view that matches no host: it returns the Host to probe it as, which
+	// becomes host i of the snapshots (hosts are only ever appended), or
+	// false to leave the member out. It runs on the tracker's goroutine:
+	// it must be quick and must not wait for the Topology.
+	Discover func(i int, m Member) (Host, bool)
+
+	// OnRemove, when set, is called on the tracker's goroutine when
+	// discovered host i left the provider's view: its prober is stopped,
+	// and from the next snapshot on it is Removed (its index stays, never
+	// reused). It must not block.
+	OnRemove func(i int)
 }
 
 // ProbeApplicationName is the application_name of probe connections.
@@ -52,17 +73,20 @@ const ProbeApplicationName = "pgrouted-probe"
 // learns as an immutable [Snapshot]. Create it with [New], stop it with
 // [Topology.Close].
 type Topology struct {
-	hosts []Host
-	opts  Options
+	opts Options
 
 	snap    atomic.Pointer[Snapshot]
 	changed atomic.Pointer[chan struct{}] // closed when the next snapshot is published
 	history *lagmeter.History             // the primary's WAL positions, for staleness bounds
 
 	results chan result
-	kicks   []chan struct{} // one per host: probe now
-	done    chan struct{}
-	wg      sync.WaitGroup
+	views   chan viewResult // from the provider's poller
+	askView chan struct{}   // ask the provider now (AskProvider)
+	// kicks has one channel per host, by index: probe now. The tracker
+	// replaces the slice when it adds a host.
+	kicks atomic.Pointer[[]chan struct{}]
+	done  chan struct{}
+	wg    sync.WaitGroup
 
 	subMu   sync.Mutex
 	subs    map[*subscription]struct{}
@@ -88,10 +112,10 @@ func New(hosts []Host, opts Options) (*Topology, error) {
 		opts.Lease = 10 * time.Second
 	}
 	t := &Topology{
-		hosts:   make([]Host, len(hosts)),
 		opts:    opts,
 		results: make(chan result, len(hosts)),
-		kicks:   make([]chan struct{}, len(hosts)),
+		views:   make(chan viewResult, 1),
+		askView: make(chan struct{}, 1),
 		done:    make(chan struct{}),
 		subs:    make(map[*subscription]struct{}),
 	}
@@ -100,41 +124,59 @@ func New(hosts []Host, opts Options) (*Topology, error) {
 	}
 	t.history = lagmeter.NewHistory(opts.HistoryCapacity)
 	first := &Snapshot{Hosts: make([]HostState, len(hosts)), Primary: -1, Lease: opts.Lease, Taken: time.Now()}
+	probed := make([]Host, len(hosts))
 	for i, h := range hosts {
 		if h.Config == nil {
 			return nil, fmt.Errorf("topology: host %q has no connection configuration", h.Name)
 		}
-		cfg := h.Config.Copy()
-		cfg.ValidateConnect = nil
-		cfg.AfterConnect = nil
-		cfg.OnNotice = nil
-		cfg.OnNotification = nil
-		if cfg.RuntimeParams == nil {
-			cfg.RuntimeParams = map[string]string{}
-		}
-		cfg.RuntimeParams["application_name"] = ProbeApplicationName
-		if cfg.ConnectTimeout <= 0 || cfg.ConnectTimeout > opts.Timeout {
-			cfg.ConnectTimeout = opts.Timeout
-		}
-		t.hosts[i] = Host{Name: h.Name, Addr: h.Addr, Config: cfg}
-		t.kicks[i] = make(chan struct{}, 1)
+		probed[i] = probeHost(h, opts.Timeout)
 		first.Hosts[i] = HostState{Name: h.Name, Addr: h.Addr}
 	}
+	if opts.Provider != nil {
+		first.Provider = &ProviderState{Name: opts.Provider.Name()}
+		for i := range first.Hosts {
+			first.Hosts[i].NoReads = true
+		}
+	}
+	kicks := []chan struct{}{}
+	t.kicks.Store(&kicks)
 	t.snap.Store(first)
 	tr := newTracker(t, first)
-	t.wg.Add(1 + len(hosts))
+	for i := range probed {
+		tr.startProber(i, probed[i])
+	}
+	t.wg.Add(1)
 	go func() {
 		defer t.wg.Done()
 		tr.run()
 	}()
-	for i := range t.hosts {
-		p := &prober{t: t, i: i}
+	if opts.Provider != nil {
+		t.wg.Add(1)
 		go func() {
 			defer t.wg.Done()
-			p.run()
+			t.pollProvider()
 		}()
 	}
 	return t, nil
+}
+
+// probeHost returns h as its prober connects: a copy of its configuration
+// with application_name pgrouted-probe, no hooks, and a connect timeout
+// within the probe's.
+func probeHost(h Host, timeout time.Duration) Host {
+	cfg := h.Config.Copy()
+	cfg.ValidateConnect = nil
+	cfg.AfterConnect = nil
+	cfg.OnNotice = nil
+	cfg.OnNotification = nil
+	if cfg.RuntimeParams == nil {
+		cfg.RuntimeParams = map[string]string{}
+	}
+	cfg.RuntimeParams["application_name"] = ProbeApplicationName
+	if cfg.ConnectTimeout <= 0 || cfg.ConnectTimeout > timeout {
+		cfg.ConnectTimeout = timeout
+	}
+	return Host{Name: h.Name, Addr: h.Addr, Config: cfg}
 }
 
 // Snapshot returns the current picture of the cluster. It is one atomic
@@ -180,11 +222,22 @@ func (t *Topology) History() *lagmeter.History { return t.history }
 // 25006 on a connection that believed it was on the primary. It never
 // blocks; a probe already asked for is not asked twice.
 func (t *Topology) ProbeNow(i int) {
-	if i < 0 || i >= len(t.kicks) {
+	kicks := *t.kicks.Load()
+	if i < 0 || i >= len(kicks) {
 		return
 	}
 	select {
-	case t.kicks[i] <- struct{}{}:
+	case kicks[i] <- struct{}{}:
+	default:
+	}
+}
+
+// AskProvider asks the provider for its view now, rather than at its next
+// poll, for example while a write waits for a primary. It never blocks;
+// without a provider it does nothing.
+func (t *Topology) AskProvider() {
+	select {
+	case t.askView <- struct{}{}:
 	default:
 	}
 }

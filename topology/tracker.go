@@ -22,10 +22,23 @@ type tracker struct {
 	conflicts   uint64
 	conflict    bool
 	sync        [][]SyncStandby // per host, from its last probe as primary
+
+	// With a provider: where each host listens, for matching members; the
+	// authority of its last view, when that view's request was sent, and
+	// what the snapshot shows of it.
+	endpoints []Endpoint
+	auth      *Authority
+	viewAt    time.Time
+	prov      ProviderState
+
+	// stops has, per host, the channel that stops its prober; initial is
+	// the number of configured hosts (the others were discovered).
+	stops   []chan struct{}
+	initial int
 }
 
 func newTracker(t *Topology, first *Snapshot) *tracker {
-	return &tracker{
+	tr := &tracker{
 		t:           t,
 		hosts:       slices.Clone(first.Hosts),
 		claims:      make([]*claim, len(first.Hosts)),
@@ -33,7 +46,85 @@ func newTracker(t *Topology, first *Snapshot) *tracker {
 		primary:     -1,
 		lastPrimary: -1,
 		histHost:    -1,
+		initial:     len(first.Hosts),
 	}
+	if t.opts.Provider != nil {
+		tr.prov = ProviderState{Name: t.opts.Provider.Name()}
+	}
+	return tr
+}
+
+// startProber starts the prober of host i, h being its probe
+// configuration (see probeHost). Hosts are started in index order.
+func (tr *tracker) startProber(i int, h Host) {
+	t := tr.t
+	kick, stop := make(chan struct{}, 1), make(chan struct{})
+	tr.endpoints = append(tr.endpoints, endpointOf(h))
+	tr.stops = append(tr.stops, stop)
+	kicks := append(slices.Clone(*t.kicks.Load()), kick)
+	t.kicks.Store(&kicks)
+	p := &prober{t: t, i: i, host: h, kick: kick, stop: stop}
+	t.wg.Add(1)
+	go func() {
+		defer t.wg.Done()
+		p.run()
+	}()
+}
+
+// discover adds a host for each member of v that matches none (see
+// Options.Discover), and removes the discovered hosts that v no longer
+// lists (see Options.OnRemove). a is v's authority over the hosts before;
+// it returns the authority over the hosts after.
+func (tr *tracker) discover(v View, a Authority) Authority {
+	opts := &tr.t.opts
+	if opts.Discover == nil {
+		return a
+	}
+	added := false
+	for _, m := range v.Members {
+		if m.Host == "" || m.Port == 0 || slices.ContainsFunc(tr.endpoints, func(e Endpoint) bool { return m.matches(e.Host, e.Port) }) {
+			// Known already (a member listed twice is added once).
+			continue
+		}
+		i := len(tr.hosts)
+		h, ok := opts.Discover(i, m)
+		if !ok || h.Config == nil {
+			continue
+		}
+		tr.hosts = append(tr.hosts, HostState{Name: h.Name, Addr: h.Addr, Discovered: true})
+		tr.claims = append(tr.claims, nil)
+		tr.sync = append(tr.sync, nil)
+		tr.startProber(i, probeHost(h, opts.Timeout))
+		tr.emit(Event{Kind: EventHostAdded, Host: h.Name})
+		added = true
+	}
+	if added {
+		a = Authorize(v, tr.endpoints)
+	}
+	removed := false
+	for i := tr.initial; i < len(tr.hosts); i++ {
+		if tr.hosts[i].Removed || a.Member[i] >= 0 {
+			continue
+		}
+		close(tr.stops[i])
+		tr.hosts[i] = HostState{Name: tr.hosts[i].Name, Addr: tr.hosts[i].Addr, Discovered: true, Removed: true, NoReads: true}
+		tr.claims[i], tr.sync[i] = nil, nil
+		tr.endpoints[i] = Endpoint{} // matches no member any more
+		if opts.OnRemove != nil {
+			opts.OnRemove(i)
+		}
+		tr.emit(Event{Kind: EventHostRemoved, Host: tr.hosts[i].Name})
+		removed = true
+	}
+	if removed {
+		a = Authorize(v, tr.endpoints)
+	}
+	return a
+}
+
+// endpointOf is where h listens, as members are matched to it.
+func endpointOf(h Host) Endpoint {
+	return Endpoint{Host: h.Config.Host, Port: h.Config.Port}
 }
 
 func (tr *tracker) run() {
@@ -44,6 +135,8 @@ func (tr *tracker) run() {
 		select {
 		case r := <-tr.t.results:
 			tr.apply(r)
+		case v := <-tr.t.views:
+			tr.applyView(v)
 		case <-tick.C:
 			tr.evaluate(false, nil)
 		case <-tr.t.done:
@@ -56,6 +149,10 @@ const ewmaWeight = 0.2
 
 func (tr *tracker) apply(r result) {
 	h := &tr.hosts[r.i]
+	if h.Removed {
+		// Sent before its prober stopped.
+		return
+	}
 	wasHealthy, known := h.Healthy, !h.LastProbe.IsZero()
 	h.LastProbe = r.sentAt
 	if r.err != nil {
@@ -113,6 +210,43 @@ func (tr *tracker) apply(r result) {
 	tr.evaluate(r.err == nil && !r.inRecovery, &r)
 }
 
+// applyView takes in one answer of the provider: on success its authority
+// replaces the last one and its lease is refreshed; on failure the last
+// view stays, its lease running out.
+func (tr *tracker) applyView(v viewResult) {
+	if v.err != nil {
+		tr.prov.LastError = v.err.Error()
+		tr.evaluate(false, nil)
+		return
+	}
+	a := tr.discover(v.view, Authorize(v.view, tr.endpoints))
+	tr.auth, tr.viewAt = &a, v.sentAt
+	tr.prov.LastError = ""
+	tr.prov.Endpoint = v.view.Endpoint
+	tr.prov.Confirmed = v.sentAt
+	tr.prov.Conflict, tr.prov.Unknown = a.Conflict, a.Unknown
+	tr.prov.Leader, tr.prov.LeaderTimeline = "", a.LeaderTimeline
+	if a.Leader >= 0 {
+		tr.prov.Leader = tr.hosts[a.Leader].Name
+	}
+	for i := range tr.hosts {
+		h := &tr.hosts[i]
+		h.Member, h.MemberRole, h.MemberState, h.NoLoadBalance = "", "", "", false
+		if k := a.Member[i]; k >= 0 {
+			m := v.view.Members[k]
+			h.Member, h.MemberRole, h.MemberState, h.NoLoadBalance = m.Name, m.Role, m.State, m.NoLoadBalance
+		}
+		h.NoReads = !a.Readable[i]
+		if h.Removed {
+			h.Member, h.MemberRole, h.MemberState = "", "", ""
+		}
+	}
+	if a.Conflict {
+		tr.conflicts++
+	}
+	tr.evaluate(false, nil)
+}
+
 // evaluate decides the primary and publishes a snapshot. observed is true
 // when called for a probe that saw a host out of recovery.
 func (tr *tracker) evaluate(observed bool, r *result) {
@@ -123,9 +257,15 @@ func (tr *tracker) evaluate(observed bool, r *result) {
 			claims = append(claims, *c)
 		}
 	}
-	d := decide(claims, now, tr.t.opts.Lease)
-	if d.conflict && observed {
-		tr.conflicts++
+	var d decision
+	if tr.t.opts.Provider != nil {
+		// Conflicts are counted per view, in applyView.
+		d = decideProvider(claims, tr.auth, tr.viewAt, now, tr.t.opts.Lease)
+	} else {
+		d = decide(claims, now, tr.t.opts.Lease)
+		if d.conflict && observed {
+			tr.conflicts++
+		}
 	}
 	if d.conflict && !tr.conflict {
 		tr.emit(Event{Kind: EventConflict, Epoch: tr.epoch})
@@ -160,6 +300,10 @@ func (tr *tracker) publish(now time.Time) {
 		Conflicts: tr.conflicts,
 		Conflict:  tr.conflict,
 		Taken:     now,
+	}
+	if tr.t.opts.Provider != nil {
+		p := tr.prov
+		s.Provider = &p
 	}
 	for i := range s.Hosts {
 		s.Hosts[i].SyncState = ""

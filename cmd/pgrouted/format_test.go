@@ -273,3 +273,21 @@ func TestFormatters(t *testing.T) {
 		}
 	}
 }
+
+func TestProviderLineRendering(t *testing.T) {
+	top := sampleTopology()
+	if got := providerLine(top); got != "" {
+		t.Fatalf("a provider line without a provider: %q", got)
+	}
+	top.Provider = &pgrouted.ProviderInfo{Name: "patroni", Endpoint: "http://patroni:xxxxx@pg-a:8008", Leader: "node0", LeaderTimeline: 2, LeaseRemainingMs: 9100}
+	top.Hosts[2].NoReads = true
+	got := renderTopology(top, 0, false)
+	want := "primary: node0 (epoch 2, lease 4.20s)\nprovider: patroni via http://patroni:xxxxx@pg-a:8008 (leader node0, timeline 2, lease 9.10s); no reads on node2\nHOST"
+	if !strings.HasPrefix(got, want) {
+		t.Fatalf("got:\n%s\nwant it to begin with:\n%s", got, want)
+	}
+	top.Provider = &pgrouted.ProviderInfo{Name: "patroni", Conflict: true, LastError: "patroni: no endpoint answered:\nhttp://pg-a:8008: HTTP 503"}
+	if got, want := providerLine(top), "provider: patroni (two running leaders: no primary, lease expired); no reads on node2; last error: patroni: no endpoint answered: http://pg-a:8008: HTTP 503"; got != want {
+		t.Fatalf("got  %q\nwant %q", got, want)
+	}
+}

@@ -118,6 +118,53 @@ func probeErrors(top pgrouted.Snapshot, color bool) string {
 	return b.String()
 }
 
+// providerLine is the line under the header when a topology provider
+// decides: its name, the endpoint that answered, the leader it names and
+// its timeline, its lease, and its last error; "" without a provider.
+func providerLine(top pgrouted.Snapshot) string {
+	p := top.Provider
+	if p == nil {
+		return ""
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "provider: %s", p.Name)
+	if p.Endpoint != "" {
+		fmt.Fprintf(&b, " via %s", p.Endpoint)
+	}
+	switch {
+	case p.Conflict:
+		b.WriteString(" (two running leaders: no primary")
+	case p.Leader != "":
+		fmt.Fprintf(&b, " (leader %s", p.Leader)
+		if p.LeaderTimeline != 0 {
+			fmt.Fprintf(&b, ", timeline %d", p.LeaderTimeline)
+		}
+	case p.UnknownLeader != "":
+		fmt.Fprintf(&b, " (leader %s is not a known host", p.UnknownLeader)
+	default:
+		b.WriteString(" (no leader")
+	}
+	if p.LeaseRemainingMs > 0 {
+		fmt.Fprintf(&b, ", lease %s", formatMs(p.LeaseRemainingMs))
+	} else {
+		b.WriteString(", lease expired")
+	}
+	b.WriteString(")")
+	var noReads []string
+	for _, h := range top.Hosts {
+		if h.NoReads && h.Name != top.Primary {
+			noReads = append(noReads, h.Name)
+		}
+	}
+	if len(noReads) > 0 {
+		fmt.Fprintf(&b, "; no reads on %s", strings.Join(noReads, ", "))
+	}
+	if p.LastError != "" {
+		fmt.Fprintf(&b, "; last error: %s", oneLine(p.LastError))
+	}
+	return b.String()
+}
+
 // topologyHeader is the line above the table: the primary, its epoch and
 // lease, and conflicts.
 func topologyHeader(top pgrouted.Snapshot) string {
@@ -245,6 +292,14 @@ func secretsOf(dsn string, cfg *pgrouted.Config) []string {
 		for _, h := range cfg.Hosts {
 			if h.ConnConfig != nil {
 				add(h.ConnConfig.Password)
+			}
+		}
+		// Patroni URLs may carry basic-auth passwords.
+		for _, e := range cfg.PatroniEndpoints {
+			if u, err := url.Parse(e); err == nil && u.User != nil {
+				if pw, ok := u.User.Password(); ok {
+					add(pw)
+				}
 			}
 		}
 	}

@@ -19,7 +19,9 @@ func topologyCmd(ctx context.Context, args []string, stdout, stderr io.Writer) i
 probe (or --timeout), and print what pgrouted sees: which host is the primary
 and, for each host, its role, circuit breaker, timeline, replay position, lag
 in bytes and as a staleness bound, probe round trip, sync state, reads in
-flight, pool and last probe error. With --watch, print it again every second
+flight, pool and last probe error; with pgrouted_topology=patroni, the
+Patroni endpoint that answered, the leader it names and its timeline, its
+lease and the hosts it lets serve no reads. With --watch, print it again every second
 until Ctrl-C. No password is printed.
 
 Exit status: 0 when a host answered; 1 when none did; 2 on bad arguments or
@@ -110,6 +112,9 @@ func renderTopology(top pgrouted.Snapshot, maxLag time.Duration, color bool) str
 	}
 	if color {
 		head = paint(bold, head)
+	}
+	if pl := providerLine(top); pl != "" {
+		head += "\n" + pl
 	}
 	out := head + "\n" + topologyTable(top, maxLag).render(color)
 	if errs := probeErrors(top, color); errs != "" {

@@ -1,0 +1,91 @@
+package dsn
+
+import (
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// TopologySource is where the authority on the primary comes from
+// (pgrouted_topology).
+type TopologySource string
+
+// The values of pgrouted_topology.
+const (
+	// TopologyProbe: the probes of pg_is_in_recovery() on the hosts alone.
+	TopologyProbe TopologySource = "probe"
+	// TopologyPatroni: Patroni's REST API (pgrouted_patroni_endpoints) names
+	// the leader; the probes still check it.
+	TopologyPatroni TopologySource = "patroni"
+)
+
+// The defaults of the topology keys (see the other defaults in config.go).
+var (
+	// DefaultTopology is the default of pgrouted_topology.
+	DefaultTopology = TopologyProbe
+	// DefaultPatroniTimeout is the default of pgrouted_patroni_timeout.
+	DefaultPatroniTimeout = 2 * time.Second
+	// DefaultDiscover is the default of pgrouted_discover.
+	DefaultDiscover = false
+)
+
+// checkEndpoints is the rule of pgrouted_patroni_endpoints: each entry an
+// http or https URL with a host and no query. Its message never shows a
+// password.
+func checkEndpoints(c *Config) string {
+	for i, e := range c.PatroniEndpoints {
+		u, err := url.Parse(e)
+		switch {
+		case e == "":
+			return fmt.Sprintf("entry %d is empty", i+1)
+		case err != nil:
+			return fmt.Sprintf("entry %d is not a URL (expected http://host:port)", i+1)
+		case u.Scheme != "http" && u.Scheme != "https":
+			return fmt.Sprintf("entry %d (%s) must be an http or https URL", i+1, u.Redacted())
+		case u.Host == "":
+			return fmt.Sprintf("entry %d (%s) has no host", i+1, u.Redacted())
+		case u.RawQuery != "" || u.Fragment != "":
+			return fmt.Sprintf("entry %d (%s) must have no query or fragment", i+1, u.Redacted())
+		}
+	}
+	return ""
+}
+
+// redactEndpoints returns the endpoints with their passwords masked; an
+// entry that is not a URL is masked whole.
+func redactEndpoints(list []string) []string {
+	out := make([]string, len(list))
+	for i, e := range list {
+		u, err := url.Parse(e)
+		switch {
+		case err != nil:
+			out[i] = mask
+		default:
+			out[i] = u.Redacted()
+		}
+	}
+	return out
+}
+
+// collectEndpointSecrets adds the userinfo password of every entry of a
+// pgrouted_patroni_endpoints value, found leniently (a malformed URL
+// too).
+func collectEndpointSecrets(v string, sec *secrets) {
+	for _, e := range strings.Split(v, ",") {
+		_, rest, ok := strings.Cut(e, "://")
+		if !ok {
+			rest = e
+		}
+		if i := strings.IndexAny(rest, "/?#"); i >= 0 {
+			rest = rest[:i]
+		}
+		at := strings.LastIndexByte(rest, '@')
+		if at < 0 {
+			continue
+		}
+		if _, pw, ok := strings.Cut(rest[:at], ":"); ok {
+			sec.addRaw(pw)
+		}
+	}
+}

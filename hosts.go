@@ -1,0 +1,145 @@
+package pgrouted
+
+import (
+	"crypto/tls"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/pgrouted/pgrouted/dsn"
+	"github.com/pgrouted/pgrouted/topology"
+)
+
+// hostTable is the Connector's hosts, indexed as in topology snapshots: the
+// DSN's, then those discovered (pgrouted_discover). It only grows, so that
+// an index means the same host for ever: a host found by discovery is
+// appended before any snapshot names it, and one that leaves stays in its
+// place, removed, its pool drained and closed. Readers load the slice with
+// one atomic load and take no lock.
+type hostTable struct {
+	p  atomic.Pointer[[]*host]
+	mu sync.Mutex // serialises add
+}
+
+// at returns host i. Every index of a snapshot of the Connector's topology
+// is valid.
+func (t *hostTable) at(i int) *host { return (*t.p.Load())[i] }
+
+// all returns the hosts now; the slice is never changed in place.
+func (t *hostTable) all() []*host {
+	if p := t.p.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// add appends h, which must have the next index.
+func (t *hostTable) add(h *host) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	next := append(append([]*host(nil), t.all()...), h)
+	t.p.Store(&next)
+}
+
+// discoverHost builds host i for member m of the topology provider's view,
+// with the DSN's user, database, TLS and other settings (those of its first
+// TCP host), and adds it to c.hosts. It runs on the topology's tracker
+// (topology.Options.Discover).
+func (c *Connector) discoverHost(i int, m topology.Member) (topology.Host, bool) {
+	if i != len(c.hosts.all()) {
+		c.logWarn("pgrouted: discovered member not added: host index mismatch", "member", m.Name)
+		return topology.Host{}, false
+	}
+	tmpl := templateOf(c.cfg.Hosts)
+	if tmpl == nil {
+		c.logWarn("pgrouted: discovered member not added: the DSN names no TCP host whose settings it could take", "member", m.Name)
+		return topology.Host{}, false
+	}
+	cc := tmpl.Copy()
+	cc.Host, cc.Port = m.Host, m.Port
+	cc.TLSConfig = retarget(cc.TLSConfig, tmpl.Host, m.Host)
+	fallbacks := make([]*pgconn.FallbackConfig, 0, len(cc.Fallbacks))
+	for _, fb := range cc.Fallbacks {
+		fallbacks = append(fallbacks, &pgconn.FallbackConfig{Host: m.Host, Port: m.Port, TLSConfig: retarget(fb.TLSConfig, tmpl.Host, m.Host)})
+	}
+	cc.Fallbacks = fallbacks
+	_, addr := pgconn.NetworkAddress(m.Host, m.Port)
+	name := m.Name
+	for _, h := range c.hosts.all() {
+		if name == "" || (strings.EqualFold(h.Name, name) && !h.removed.Load()) || strings.EqualFold(name, "primary") {
+			name = addr
+			break
+		}
+	}
+	dh := dsn.Host{Name: name, Addr: addr, Weight: dsn.DefaultWeight, ConnConfig: cc}
+	hs, err := newHost(i, dh, &c.cfg.Config, c.circuitChanged)
+	if err != nil {
+		c.logWarn("pgrouted: discovered member not added", "member", m.Name, "error", err.Error())
+		return topology.Host{}, false
+	}
+	hs.discovered = true
+	c.hosts.add(hs)
+	c.logInfo("pgrouted: host discovered", "host", name, "address", addr)
+	return topology.Host{Name: name, Addr: addr, Config: &cc.Config}, true
+}
+
+// templateOf returns the configuration a discovered host copies: the
+// first TCP host's (a unix socket's has no TLS settings to pass on), or
+// nil when every host is a unix socket.
+func templateOf(hosts []dsn.Host) *pgx.ConnConfig {
+	for _, h := range hosts {
+		if h.ConnConfig != nil && !isSocket(h.ConnConfig.Host) {
+			return h.ConnConfig
+		}
+	}
+	return nil
+}
+
+// isSocket reports whether host is a unix socket directory, as pgconn
+// tells them apart.
+func isSocket(host string) bool { return strings.HasPrefix(host, "/") }
+
+// retarget returns a copy of cfg for a server at host instead of from: its
+// ServerName (the name verify-full checks, and SNI) follows the host.
+func retarget(cfg *tls.Config, from, host string) *tls.Config {
+	if cfg == nil {
+		return nil
+	}
+	n := cfg.Clone()
+	if n.ServerName == from || n.ServerName == "" {
+		n.ServerName = host
+	}
+	return n
+}
+
+// removeHost is told by the topology that discovered host i left the
+// provider's view: it takes no new reads (the snapshot says removed), and
+// its pool is closed once the reads on it returned their connections.
+func (c *Connector) removeHost(i int) {
+	h := c.hosts.at(i)
+	if h.removed.Swap(true) {
+		return
+	}
+	c.drains.Add(1)
+	go func() {
+		defer c.drains.Done()
+		// pgxpool's Close waits for every acquired connection to be
+		// released: the reads in flight finish first.
+		h.pool.Close()
+	}()
+	c.logInfo("pgrouted: host removed", "host", h.Name)
+}
+
+func (c *Connector) logInfo(msg string, args ...any) {
+	if c.cfg.Logger != nil {
+		c.cfg.Logger.Info(msg, args...)
+	}
+}
+
+func (c *Connector) logWarn(msg string, args ...any) {
+	if c.cfg.Logger != nil {
+		c.cfg.Logger.Warn(msg, args...)
+	}
+}

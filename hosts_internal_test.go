@@ -1,0 +1,51 @@
+package pgrouted
+
+import (
+	"testing"
+
+	"github.com/pgrouted/pgrouted/dsn"
+	"github.com/pgrouted/pgrouted/topology"
+)
+
+// A discovered host takes the DSN's settings from its first TCP host, its
+// TLS server name following the member's host.
+func TestDiscoveredHostSettings(t *testing.T) {
+	cfg, err := ParseConfig("host=/tmp,db1.example,db2.example port=5432,5433,5434 user=app dbname=shop sslmode=verify-full sslrootcert=system pgrouted_discover=true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &Connector{cfg: *cfg}
+	for i, h := range cfg.Hosts {
+		hs, err := newHost(i, h, &cfg.Config, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.hosts.add(hs)
+	}
+	defer c.closePools()
+	th, ok := c.discoverHost(3, topology.Member{Name: "pg-new", Host: "db9.example", Port: 6000})
+	if !ok {
+		t.Fatal("member not added")
+	}
+	got := th.Config
+	if got.Host != "db9.example" || got.Port != 6000 || got.User != "app" || got.Database != "shop" {
+		t.Fatalf("discovered host at %s:%d as %s on %s", got.Host, got.Port, got.User, got.Database)
+	}
+	if got.TLSConfig == nil || got.TLSConfig.ServerName != "db9.example" {
+		t.Fatalf("TLS %+v: want verify-full against db9.example", got.TLSConfig)
+	}
+	if tmpl := cfg.Hosts[1].ConnConfig.TLSConfig; tmpl.ServerName != "db1.example" {
+		t.Fatalf("the template's TLS changed: server name %q", tmpl.ServerName)
+	}
+	h := c.hosts.at(3)
+	if th.Name != "pg-new" || h.Name != "pg-new" || !h.discovered || h.Addr != "db9.example:6000" || h.Weight != dsn.DefaultWeight {
+		t.Fatalf("host %+v (topology name %q)", h.Host, th.Name)
+	}
+	// A name already taken, or the wrong index, is not reused.
+	if th, ok := c.discoverHost(4, topology.Member{Name: "PG-NEW", Host: "db8.example", Port: 6000}); !ok || th.Name != "db8.example:6000" {
+		t.Fatalf("second member named %q (added %v), want its address", th.Name, ok)
+	}
+	if _, ok := c.discoverHost(9, topology.Member{Name: "x", Host: "db7.example", Port: 6000}); ok {
+		t.Fatal("a member added at an index out of step with the host table")
+	}
+}
