@@ -26,6 +26,9 @@ type conn struct {
 	pinned bool
 	tx     *tx  // the open database/sql transaction, if any
 	bad    bool // the connection must be discarded
+	// waited is how long the statement being routed waited on replicas
+	// for their replay (replica.go, RouteEvent.Waited).
+	waited time.Duration
 
 	// catalogPending is set when a statement that may change the function
 	// catalog ran inside a transaction: the catalog is read again once it

@@ -169,9 +169,9 @@ func TestReadYourWritesUnderDelay(t *testing.T) {
 	}
 	plain := func(int) context.Context { return ctx }
 
-	// 8 writers for 20s on one *sql.DB: the connector's watermark.
+	// 8 writers for 8s on one *sql.DB: the connector's watermark.
 	db, _, rec := open(t)
-	shareConn := replicaShare(t, db, rec, "lagw", 20*time.Second, plain)
+	shareConn := replicaShare(t, db, rec, "lagw", 8*time.Second, plain)
 
 	// The same with per-user Sessions across two *sql.DB, two
 	// "processes": each write's session travels to the reader as its text
@@ -182,7 +182,7 @@ func TestReadYourWritesUnderDelay(t *testing.T) {
 	for i := range sessions {
 		sessions[i] = pgrouted.NewSession()
 	}
-	shareSess := replicaShare2(t, writer, reader, recR, "lagw", 20*time.Second,
+	shareSess := replicaShare2(t, writer, reader, recR, "lagw", 8*time.Second,
 		func(w int) context.Context { return pgrouted.WithSession(ctx, sessions[w]) },
 		func(w int, _ context.Context) context.Context {
 			token, err := sessions[w].MarshalText()
@@ -197,7 +197,7 @@ func TestReadYourWritesUnderDelay(t *testing.T) {
 		})
 
 	dbPin, _, recPin := open(t, "pgrouted_pin_after_write=1s")
-	sharePin := replicaShare(t, dbPin, recPin, "lagw", 5*time.Second, plain)
+	sharePin := replicaShare(t, dbPin, recPin, "lagw", 3*time.Second, plain)
 	t.Logf("share of later reads served by replicas: connector watermark %.0f%%, per-user sessions carried by token %.0f%%, pin-after-write 1s %.0f%%",
 		100*shareConn, 100*shareSess, 100*sharePin)
 	if shareConn < minReplicaShare || shareSess < minReplicaShare {

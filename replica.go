@@ -29,6 +29,8 @@ import (
 // ev.Primary and the caller runs it on the primary, unless the plan may
 // not fall back (Connector.mayFallBack): then it returns a RouteError.
 func (cn *conn) runOnReplicas(ctx context.Context, p *plan, ev *RouteEvent, cl *call) error {
+	cn.waited = 0
+	defer func() { ev.Waited = cn.waited }()
 	for attempt := 0; ; attempt++ {
 		h := cn.c.hosts.at(p.host)
 		ev.Endpoint = h.Name
@@ -238,7 +240,7 @@ func (cn *conn) checkReplica(ctx context.Context, b *borrowed, wm lagmeter.Water
 	start := time.Now()
 	rr := pc.ExecParams(ctx, positionSQL(pc, wm.LSN, wait), nil, nil, nil, nil)
 	err := b.h.readCheck(rr, st.Conn)
-	cn.c.waited(b.h, st.Conn, wm, wait, start, err)
+	cn.waited += cn.c.waited(b.h, st.Conn, wm, wait, start, err)
 	return err
 }
 
@@ -316,7 +318,7 @@ func (cn *conn) readChecked(ctx context.Context, b *borrowed, wm lagmeter.Waterm
 	rr, err := nextResult(pl)
 	if err == nil {
 		err = b.h.readCheck(rr, st.Conn)
-		cn.c.waited(b.h, st.Conn, wm, wait, start, err)
+		cn.waited += cn.c.waited(b.h, st.Conn, wm, wait, start, err)
 	}
 	if err != nil {
 		pl.Close()

@@ -113,14 +113,17 @@ func (h *host) noteMiss(conn uint64, lsn lagmeter.LSN) {
 // waited accounts for a position check on h (probe connection conn) that
 // could wait up to wait for wm, sent at start and answered with err: a
 // wait counted in Stats, and a miss noted on h (see waitable).
-func (c *Connector) waited(h *host, conn uint64, wm lagmeter.Watermark, wait time.Duration, start time.Time, err error) {
+// It returns the wait's duration, 0 when there was none.
+func (c *Connector) waited(h *host, conn uint64, wm lagmeter.Watermark, wait time.Duration, start time.Time, err error) time.Duration {
 	if wait <= 0 || (err != nil && !errors.Is(err, errNotCaughtUp)) {
-		return
+		return 0
 	}
-	c.noteWait(time.Since(start), err == nil)
+	d := time.Since(start)
+	c.noteWait(d, err == nil)
 	if err != nil {
 		h.noteMiss(conn, wm.LSN)
 	}
+	return d
 }
 
 // waitCounters are the replica wait's Stats.

@@ -45,13 +45,18 @@ func TestReplicaWaitServesOwnWrite(t *testing.T) {
 		}
 	}
 	const n = 20
+	var waited time.Duration
 	for i := range n {
 		ev := writeReadBack(t, ctx, db, rec, "rwait", i)
 		if ev.Primary {
 			t.Fatalf("read-back %d ran on the primary (reason %s), want a replica that waited for the write", i, ev.Reason)
 		}
+		waited += ev.Waited
 	}
 	st := conn.Stats()
+	if waited != st.ReplicaWaitTime {
+		t.Errorf("the read-backs' RouteEvent.Waited add up to %v, Stats.ReplicaWaitTime says %v: every wait is one of theirs", waited, st.ReplicaWaitTime)
+	}
 	t.Logf("%d read-backs: %d waits, %v waited in all, %d timeouts", n, st.ReplicaWaits, st.ReplicaWaitTime, st.ReplicaWaitTimeouts)
 	if st.ReplicaWaits == 0 || st.ReplicaWaitTimeouts != 0 {
 		t.Fatalf("Stats: %d waits, %d timeouts; want at least one wait (replication is 100 ms behind) and no timeout within 10s", st.ReplicaWaits, st.ReplicaWaitTimeouts)
@@ -93,6 +98,9 @@ func TestReplicaWaitTimeout(t *testing.T) {
 		if after.ReplicaWaits-before.ReplicaWaits != 1 || after.ReplicaWaitTimeouts-before.ReplicaWaitTimeouts != 1 {
 			t.Fatalf("read-back %d: waits %d→%d, timeouts %d→%d; want one wait, timed out", id-1,
 				before.ReplicaWaits, after.ReplicaWaits, before.ReplicaWaitTimeouts, after.ReplicaWaitTimeouts)
+		}
+		if ev.Waited < 50*time.Millisecond {
+			t.Fatalf("read-back %d: RouteEvent.Waited %v after a wait that timed out at 50ms", id-1, ev.Waited)
 		}
 	}
 

@@ -201,6 +201,12 @@ type RouteEvent struct {
 	// Retried is true when the statement ran again elsewhere after a
 	// replica failed or refused it.
 	Retried bool
+	// Waited is how long the read waited on its replica for the replica's
+	// replay to reach the caller's position (pgrouted_replica_wait,
+	// WithReplicaWait), one round trip included; 0 when it did not wait.
+	// A wait that timed out is counted too: the read then ran where it
+	// would have without one (Reason says where and why).
+	Waited time.Duration
 	// WriteLost is true on the read that found the caller's last write
 	// (the connector's, or its Session's) missing from the new primary's
 	// history after a failover: the old primary acknowledged it, and it was

@@ -37,6 +37,7 @@
 //	                    replica could serve it; for a statement that could not run, the
 //	                    RouteError's reason
 //	pgrouted.retried    true when it ran again elsewhere after a replica failed or refused it
+//	pgrouted.replica_wait  seconds a read waited on its replica for the caller's position (pgrouted_replica_wait); only when it waited
 //	pgrouted.write_lost true on the read that found the caller's last write lost in a failover
 //	pgrouted.function   the function that sent it to the primary, when one did
 //

@@ -28,7 +28,8 @@ func TestHookEvents(t *testing.T) {
 	}
 	read := pgrouted.Decision{Op: pgrouted.OpRead, Endpoint: "b", Reason: pgrouted.ReasonReplica}
 	// No context: a root span of its own.
-	cfg.OnRoute(pgrouted.RouteEvent{Decision: read, Query: "SELECT 1", Duration: time.Millisecond})
+	// It waited 5 ms on its replica for the caller's position.
+	cfg.OnRoute(pgrouted.RouteEvent{Decision: read, Query: "SELECT 1", Duration: time.Millisecond, Waited: 5 * time.Millisecond})
 	// A discovered host, named host:port.
 	cfg.OnRoute(pgrouted.RouteEvent{Decision: pgrouted.Decision{Op: pgrouted.OpWrite, Endpoint: "10.1.2.3:6432", Primary: true, Reason: pgrouted.ReasonWrite},
 		Context: context.Background(), Query: "INSERT"})
@@ -46,6 +47,12 @@ func TestHookEvents(t *testing.T) {
 	if m := attrs(spans[0].Attributes()); spans[0].Parent().IsValid() || m["server.address"] != "db2" || m["server.port"] != int64(5433) ||
 		m["db.namespace"] != "shop" || m["pgrouted.endpoint"] != "b" || m["pgrouted.role"] != "replica" || m["pgrouted.op"] != "read" {
 		t.Errorf("event without context: span (parent %v) %v", spans[0].Parent().SpanID(), m)
+	}
+	if m := attrs(spans[0].Attributes()); m["pgrouted.replica_wait"] != 0.005 {
+		t.Errorf("read that waited 5ms on its replica: pgrouted.replica_wait = %v, want 0.005", m["pgrouted.replica_wait"])
+	}
+	if _, ok := attrs(spans[1].Attributes())["pgrouted.replica_wait"]; ok {
+		t.Errorf("a write that did not wait has pgrouted.replica_wait")
 	}
 	if m := attrs(spans[1].Attributes()); m["server.address"] != "10.1.2.3" || m["server.port"] != int64(6432) || m["pgrouted.endpoint"] != "10.1.2.3:6432" || m["pgrouted.role"] != "primary" {
 		t.Errorf("discovered host: %v", m)

@@ -85,6 +85,8 @@ func RegisterMetrics(src Source, opts ...Option) (metric.Registration, error) {
 		functionRouted  = counter("pgrouted.function_routed", "{statement}", "Statements sent to the primary because of a function they call, or because a replica refused the same text before.")
 		functionPins    = counter("pgrouted.function_pins", "{connection}", "Connections pinned to the primary by such a statement.")
 		catalogReads    = counter("pgrouted.catalog_reads", "{read}", "Reads of the function catalog.")
+		replicaWaits    = counter("pgrouted.replica_waits", "{read}", "Reads that waited on a replica for it to replay the caller's writes (pgrouted_replica_wait).")
+		waitTimeouts    = counter("pgrouted.replica_wait_timeouts", "{read}", "Replica waits that ended without the caller's position: the read ran where it would have without a wait.")
 
 		epoch     = gauge("pgrouted.primary.epoch", "1", "Primary epoch: increments each time the primary becomes another host.")
 		lease     = gauge("pgrouted.primary.lease_remaining", "s", "How long the current primary stays trusted without a new successful probe; 0 when there is no trusted primary.")
@@ -147,6 +149,8 @@ func RegisterMetrics(src Source, opts ...Option) (metric.Registration, error) {
 		count(functionRouted, st.FunctionRouted)
 		count(functionPins, st.FunctionPins)
 		count(catalogReads, st.CatalogReads)
+		count(replicaWaits, st.ReplicaWaits)
+		count(waitTimeouts, st.ReplicaWaitTimeouts)
 		set(epoch, float64(top.Epoch))
 		set(lease, top.LeaseRemainingMs/1e3)
 

@@ -39,6 +39,10 @@ const (
 	// AttrRetried is true when the statement ran again elsewhere after a
 	// replica failed or refused it (SQLSTATE 25006).
 	AttrRetried = attribute.Key("pgrouted.retried")
+	// AttrReplicaWait is set on a read that waited on its replica for the
+	// replica's replay to reach the caller's position
+	// (RouteEvent.Waited, pgrouted_replica_wait): how long, in seconds.
+	AttrReplicaWait = attribute.Key("pgrouted.replica_wait")
 	// AttrWriteLost is set, true, on the read that found the caller's last
 	// write lost in a failover (RouteEvent.WriteLost).
 	AttrWriteLost = attribute.Key("pgrouted.write_lost")
@@ -301,6 +305,9 @@ func (h *hook) onRoute(ev pgrouted.RouteEvent) {
 			if h.queryText {
 				span.SetAttributes(semconv.DBQueryText(ev.Query))
 			}
+			if ev.Waited > 0 {
+				span.SetAttributes(AttrReplicaWait.Float64(ev.Waited.Seconds()))
+			}
 			if ev.Err != nil {
 				var pe *pgconn.PgError
 				if errors.As(ev.Err, &pe) {
@@ -314,6 +321,9 @@ func (h *hook) onRoute(ev pgrouted.RouteEvent) {
 		span.End(trace.WithTimestamp(now))
 	} else if span.IsRecording() {
 		span.SetAttributes(ra.span...)
+		if ev.Waited > 0 {
+			span.SetAttributes(AttrReplicaWait.Float64(ev.Waited.Seconds()))
+		}
 	}
 
 	if h.duration != nil {

@@ -12,27 +12,38 @@ import (
 // failoverIntervals are the probe intervals the failover runs at.
 var failoverIntervals = []time.Duration{250 * time.Millisecond, time.Second}
 
+// How the old primary goes in a failover run.
+const (
+	oldStopped = "stopped" // pg_ctl stop -m fast: its connections close
+	oldFrozen  = "frozen"  // SIGSTOP: its connections stay open, unanswered
+)
+
 // Failover measures write unavailability across a failover: a writer
 // inserts in a loop and 4 readers read in a loop through pgrouted; the
-// benchmark stops the primary (fast shutdown) and promotes node1. The
-// unavailability is the time from the start of the stop to the end of the
-// first successful write started after it.
+// benchmark stops the primary (fast shutdown) or freezes it (SIGSTOP, as
+// a stalled machine would), and promotes node1. The unavailability is the
+// time from the start of the stop or freeze to the end of the first
+// successful write started after it.
 func Failover(ctx context.Context, e *Env) ([]Table, error) {
 	t := Table{
 		Title: "Failover",
 		Intro: "One writer (INSERT in a loop) and 4 readers (SELECT by primary key in a loop) through pgrouted; the benchmark stops the primary " +
-			"(`pg_ctl stop -m fast`) and at once promotes a replica (`pg_ctl promote`, waited for). *Write unavailability* runs from the start of the stop " +
+			"(`pg_ctl stop -m fast`: its connections close) or freezes it (SIGSTOP of the postmaster and its children: its connections stay open and unanswered, " +
+			"as with a stalled machine; `connect_timeout` is 30 s) and at once promotes a replica (`pg_ctl promote`, waited for). *Write unavailability* runs from the start of the stop or freeze " +
 			"to the end of the first successful write started after it (writes wait for a primary, up to `pgrouted_write_timeout`). " +
+			"Write errors are writes that failed after it (a write in flight on a frozen primary ends with `ErrOutcomeUnknown`: it may have run there). " +
 			"Read errors are the reads that returned an error between the stop and 2 s after the first successful write.",
-		Header: []string{"probe interval", "stop + promote took", "write unavailability", "write errors", "reads", "read errors", "target (≤ interval + 1 s)"},
+		Header: []string{"old primary", "probe interval", "stop/freeze + promote took", "write unavailability", "write errors", "reads", "read errors", "target (≤ interval + 1 s)"},
 	}
-	for _, iv := range failoverIntervals {
-		e.Logf("failover: probe interval %v", iv)
-		row, err := runFailover(ctx, e, iv)
-		if err != nil {
-			return nil, fmt.Errorf("failover at %v: %w", iv, err)
+	for _, how := range []string{oldStopped, oldFrozen} {
+		for _, iv := range failoverIntervals {
+			e.Logf("failover: primary %s, probe interval %v", how, iv)
+			row, err := runFailover(ctx, e, iv, how)
+			if err != nil {
+				return nil, fmt.Errorf("failover (%s) at %v: %w", how, iv, err)
+			}
+			t.Rows = append(t.Rows, row)
 		}
-		t.Rows = append(t.Rows, row)
 	}
 	if err := e.Restore(ctx); err != nil {
 		return nil, err
@@ -41,7 +52,7 @@ func Failover(ctx context.Context, e *Env) ([]Table, error) {
 	return []Table{t}, nil
 }
 
-func runFailover(ctx context.Context, e *Env, iv time.Duration) ([]string, error) {
+func runFailover(ctx context.Context, e *Env, iv time.Duration, how string) ([]string, error) {
 	if err := e.Restore(ctx); err != nil {
 		return nil, err
 	}
@@ -54,7 +65,7 @@ func runFailover(ctx context.Context, e *Env, iv time.Duration) ([]string, error
 	if err := e.Cluster.WaitReplicated(ctx); err != nil {
 		return nil, err
 	}
-	db, _, err := e.OpenRouted(ctx, fmt.Sprintf("&pgrouted_probe_interval=%dms&pgrouted_lease=%dms&pgrouted_write_timeout=30s",
+	db, _, err := e.OpenRouted(ctx, fmt.Sprintf("&connect_timeout=30&pgrouted_probe_interval=%dms&pgrouted_lease=%dms&pgrouted_write_timeout=30s",
 		iv.Milliseconds(), max(10*iv, 3*time.Second).Milliseconds()))
 	if err != nil {
 		return nil, err
@@ -117,7 +128,12 @@ func runFailover(ctx context.Context, e *Env, iv time.Duration) ([]string, error
 	old, next := e.Cluster.Primary(), e.Cluster.Node(1)
 	t0 := time.Now()
 	stopAt.Store(t0.UnixNano())
-	if err := old.Stop(ctx); err != nil {
+	if how == oldFrozen {
+		if err := old.Freeze(ctx); err != nil {
+			return nil, err
+		}
+		defer old.Thaw() // Restore also thaws it, and turns it into a replica
+	} else if err := old.Stop(ctx); err != nil {
 		return nil, err
 	}
 	if err := next.Promote(ctx); err != nil {
@@ -137,10 +153,10 @@ func runFailover(ctx context.Context, e *Env, iv time.Duration) ([]string, error
 	cancel()
 	wg.Wait()
 	unavail := time.Duration(firstWrite.Load() - t0.UnixNano())
-	e.Facts[fmt.Sprintf("failover/%v/unavail_ms", iv)] = float64(unavail) / 1e6
+	e.Facts[fmt.Sprintf("failover/%s/%v/unavail_ms", how, iv)] = float64(unavail) / 1e6
 	met := "met"
 	if unavail > iv+time.Second {
 		met = "missed"
 	}
-	return []string{Dur(iv), Dur(took), Dur(unavail), fmt.Sprint(writeErrs.Load()), fmt.Sprint(reads.Load()), fmt.Sprint(readErrs.Load()), met}, nil
+	return []string{how, Dur(iv), Dur(took), Dur(unavail), fmt.Sprint(writeErrs.Load()), fmt.Sprint(reads.Load()), fmt.Sprint(readErrs.Load()), met}, nil
 }

@@ -219,10 +219,12 @@ func writeTargets(b *bytes.Buffer, facts map[string]float64, raw map[string][]be
 		fmt.Fprintf(b, "| replica_wait=10ms at 5 ms delay: replicas serve ≥ 90%% of reads | %.1f%% | %s |\n", 100*v, verdict(v >= 0.9))
 		fmt.Fprintf(b, "| … and p99 read latency < the wait + one round trip (%.2f ms) | %.2f ms | %s |\n", 10+rtt, p99, verdict(p99 < 10+rtt))
 	}
-	for _, iv := range []time.Duration{250 * time.Millisecond, time.Second} {
-		if v, ok := facts[fmt.Sprintf("failover/%v/unavail_ms", iv)]; ok {
-			limit := float64(iv+time.Second) / 1e6
-			fmt.Fprintf(b, "| failover write unavailability ≤ probe interval + 1 s (%v) | %.0f ms | %s |\n", iv, v, verdict(v <= limit))
+	for _, how := range []string{"stopped", "frozen"} {
+		for _, iv := range []time.Duration{250 * time.Millisecond, time.Second} {
+			if v, ok := facts[fmt.Sprintf("failover/%s/%v/unavail_ms", how, iv)]; ok {
+				limit := float64(iv+time.Second) / 1e6
+				fmt.Fprintf(b, "| failover write unavailability ≤ probe interval + 1 s (primary %s, %v) | %.0f ms | %s |\n", how, iv, v, verdict(v <= limit))
+			}
 		}
 	}
 	fmt.Fprintln(b)
