@@ -469,7 +469,7 @@ var cases = []dsnCase{
 	{name: "pgx slash in password", dsn: "postgres://u:" + marker + "/x@db1/db?sslmode=bogus", err: "invalid port"},
 	{name: "pgx bad percent in query", dsn: "postgres://db1/db?password=" + marker + "&x=%zz", err: "invalid percent-encoded token"},
 
-	// Topology providers (issue 16).
+	// Topology providers.
 	{name: "topology patroni kv", dsn: "host=db1,db2 sslmode=disable pgrouted_topology=patroni pgrouted_patroni_endpoints='http://db1:8008, http://db2:8008' pgrouted_patroni_timeout=500ms pgrouted_discover=true",
 		hosts: plain("db1:5432", "db2:5432"),
 		set: func(c *Config) {

@@ -188,7 +188,7 @@ var specs = []keySpec{
 		check: func(*Config) string { return "" }},
 	funcListSpec(keyReadFunctions, func(c *Config) *[]string { return &c.ReadFunctions }),
 	funcListSpec(keyWriteFunctions, func(c *Config) *[]string { return &c.WriteFunctions }),
-	// The topology provider's keys (issue 16).
+	// The topology provider's keys.
 	{key: keyTopology,
 		set: func(c *Config, v string) string { c.Topology = TopologySource(v); return "" },
 		get: func(c *Config) string { return string(c.Topology) },

@@ -11,7 +11,7 @@ import (
 	"github.com/pgrouted/pgrouted"
 )
 
-// TestLoggerOneLinePerTopologyEvent checks what issue 9 asks of
+// TestLoggerOneLinePerTopologyEvent checks what is asked of
 // Config.Logger: one structured line for each topology event (host down and
 // up, circuit opened and closed, primary changed) and none per statement.
 // It goes through the demo's slog handler, so it checks that too.

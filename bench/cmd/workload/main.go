@@ -1,7 +1,7 @@
 // Command workload runs the workload benchmarks of package workload on a
 // local testcluster (1 primary, 2 replicas) and writes RESULTS.md: the
 // machine, the versions, the Go benchmarks' benchstat output (from a file
-// run.sh made), one table per workload, and the targets with what
+// run.sh made), one table per workload, and the project's targets with what
 // was measured.
 //
 //	go run ./cmd/workload -out RESULTS.md -benchstat benchstat.txt -raw bench.txt
@@ -173,7 +173,7 @@ func median(ls []benchLine, f func(benchLine) float64) float64 {
 }
 
 func writeTargets(b *bytes.Buffer, facts map[string]float64, raw map[string][]benchLine) {
-	fmt.Fprintf(b, "## Targets\n\nThe issue's targets, with what this run measured (computed from the tables below; medians for the Go benchmarks).\n\n")
+	fmt.Fprintf(b, "## Targets\n\nThe project's performance targets, with what this run measured (computed from the tables below; medians for the Go benchmarks).\n\n")
 	fmt.Fprintf(b, "| target | measured | |\n|---|---|---|\n")
 	verdict := func(ok bool) string {
 		if ok {
