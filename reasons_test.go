@@ -82,20 +82,26 @@ func TestNoReplicaReasons(t *testing.T) {
 		wantReason(t, ctx, db, pgrouted.ReasonBehind)
 	})
 	t.Run("saturated", func(t *testing.T) {
-		db, _, _ := open(t, "pgrouted_fallback=error", "pgrouted_replica_max_conns=1")
+		// Both replicas must be eligible before each read holds one's only
+		// connection, and none kept out by the latency window (noisy
+		// first probes on a busy machine).
+		db, conn, _ := open(t, "pgrouted_fallback=error", "pgrouted_replica_max_conns=1", "pgrouted_latency_window=off")
+		replicasReady(t, conn)
 		var held []*sql.Rows
-		for len(held) < 2 {
-			rows, err := db.QueryContext(ctx, "SELECT generate_series(1, 3)")
-			if err != nil {
-				t.Fatal(err)
-			}
-			held = append(held, rows)
-		}
+		// Registered first: a failure below must not leave rows open, or
+		// the *sql.DB's Close waits for them until the test's deadline.
 		defer func() {
 			for _, r := range held {
 				r.Close()
 			}
 		}()
+		for len(held) < 2 {
+			rows, err := db.QueryContext(ctx, "SELECT generate_series(1, 3)")
+			if err != nil {
+				t.Fatalf("read %d of 2, each holding one replica's only connection: %v", len(held)+1, err)
+			}
+			held = append(held, rows)
+		}
 		wantReason(t, ctx, db, pgrouted.ReasonSaturated)
 	})
 	t.Run("position-unknown", func(t *testing.T) {
