@@ -336,14 +336,31 @@ func TestPooledSessionStateIsNotASession(t *testing.T) {
 	if !strings.Contains(logs.String(), "session state on a host behind a connection pooler") {
 		t.Fatalf("the pin behind a pooler was not logged: %q", logs.String())
 	}
-	// Another client of the primary's pooler: PgBouncer hands out the
-	// most recently released server session first, the SET's, unless a
-	// probe holds it at that moment: try a few times.
+	// Other clients of the primary's pooler, each holding its server
+	// session in an open transaction until one has the SET's: PgBouncer
+	// hands out the most recently released idle server session first, so
+	// a client that gave its session back at once would get that same
+	// session again on the next try. Holding them walks through every
+	// idle session of the pool (40 at most, far more than this test's
+	// clients use), whichever a probe held at the moment of the SET.
+	type held struct {
+		c  *pgx.Conn
+		tx pgx.Tx
+	}
+	var others []held
+	release := func() {
+		for _, h := range others {
+			h.tx.Rollback(context.Background())
+			h.c.Close(context.Background())
+		}
+		others = nil
+	}
+	defer release()
 	var other *pgx.Conn
 	var otherTx pgx.Tx
-	for attempt := 0; attempt < 20 && otherTx == nil; attempt++ {
-		// The simple protocol: each attempt may get the server session an
-		// earlier one prepared its named statement on (42P05).
+	for attempt := 0; attempt < 30 && otherTx == nil; attempt++ {
+		// The simple protocol: no named statement to meet on a session
+		// another client prepared it on (42P05).
 		cc, err := pgx.ParseConfig(bouncers(t).Of(cluster.Primary()).DSN())
 		if err != nil {
 			t.Fatal(err)
@@ -355,21 +372,25 @@ func TestPooledSessionStateIsNotASession(t *testing.T) {
 		}
 		tx, err := c.Begin(ctx)
 		if err != nil {
+			c.Close(ctx)
 			t.Fatal(err)
 		}
 		var lt string
 		if err := tx.QueryRow(ctx, "SELECT current_setting('lock_timeout')").Scan(&lt); err != nil {
+			c.Close(ctx)
 			t.Fatal(err)
 		}
 		if lt == "4321s" {
 			other, otherTx = c, tx
 			break
 		}
-		tx.Rollback(ctx)
-		c.Close(ctx)
+		others = append(others, held{c, tx})
 	}
+	// The sessions without the setting go back to the pool for the pinned
+	// connection's next statement.
+	release()
 	if otherTx == nil {
-		t.Fatal("no other client of the pooler got the server session of the SET in 20 tries")
+		t.Fatal("no other client of the pooler got the server session of the SET in 30 tries")
 	}
 	defer other.Close(context.Background())
 	// The other client holds the SET's server session in its transaction:
