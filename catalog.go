@@ -224,12 +224,23 @@ func (c *Connector) loadCatalog(ctx context.Context) ([]sqlclass.FuncDef, error)
 // classify classifies query, judging the functions it calls by the
 // catalog's snapshot. Before the first snapshot every function is unknown:
 // a statement that calls one waits for it (catalogBootWait at most) rather
-// than pin its connection for a call of count(*).
+// than pin its connection for a call of count(*). Classifications under a
+// loaded snapshot are cached (classcache.go); those made before the first
+// load are not, so that the next run of the same text waits for it again.
 func (c *Connector) classify(ctx context.Context, query string) sqlclass.Result {
-	r := sqlclass.ClassifyWith(query, c.funcs.functions())
-	if r.Func == sqlclass.FuncUnknown && !c.funcs.isLoaded() && c.funcs.waitLoaded(ctx, catalogBootWait) {
-		r = sqlclass.ClassifyWith(query, c.funcs.functions())
+	fns := c.funcs.functions()
+	if r, ok := c.classes.get(query, fns); ok {
+		return r
 	}
+	r := sqlclass.ClassifyWith(query, fns)
+	if !c.funcs.isLoaded() {
+		if r.Func != sqlclass.FuncUnknown || !c.funcs.waitLoaded(ctx, catalogBootWait) {
+			return r
+		}
+		fns = c.funcs.functions()
+		r = sqlclass.ClassifyWith(query, fns)
+	}
+	c.classes.put(query, fns, r)
 	return r
 }
 

@@ -108,6 +108,7 @@ type Connector struct {
 	// judges calls by; refused, the statements a replica refused (catalog.go).
 	funcs   *catalog
 	refused refusedSet
+	classes *classCache // classifications by text (classcache.go)
 
 	// pinLogged is set once a connection pinned session state behind a
 	// connection pooler was logged (pooler.go).
@@ -152,7 +153,7 @@ func NewConnector(cfg *Config) (*Connector, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Connector{cfg: own, funcs: newCatalog(read, write)}
+	c := &Connector{cfg: own, funcs: newCatalog(read, write), classes: newClassCache()}
 	if d, ok := own.MaxLag.Time(); ok {
 		c.budget.MaxTime = d
 	} else if n, ok := own.MaxLag.Bytes(); ok {

@@ -36,6 +36,11 @@ func TestDemo(t *testing.T) {
 	}
 	if !s.Completed || s.StaleReads != 0 || s.Errors != 0 || s.Checks < 100 {
 		t.Errorf("completed %v, %d stale reads in %d checks, %d errors %q", s.Completed, s.StaleReads, s.Checks, s.Errors, s.ErrorSamples)
+		for _, e := range s.Events {
+			if strings.HasPrefix(e.Message, "STALE READ") {
+				t.Errorf("%s", e.Message)
+			}
+		}
 	}
 	if s.ReplicaReads == 0 || s.Endpoints["node2"]["read"] == 0 {
 		t.Errorf("replicas served %d reads (node2: %d)", s.ReplicaReads, s.Endpoints["node2"]["read"])

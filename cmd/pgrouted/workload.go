@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -87,6 +88,9 @@ func newWorkload(db *sql.DB, events *eventLog, think time.Duration) *workload {
 // watches writes around the failover. It runs on every statement: it takes
 // one short lock for writes only.
 func (w *workload) onRoute(ev pgrouted.RouteEvent) {
+	if tr, ok := ev.Context.Value(traceKey{}).(*trace); ok {
+		tr.add(ev)
+	}
 	if ev.Err != nil {
 		return
 	}
@@ -116,6 +120,52 @@ func (w *workload) onRoute(ev pgrouted.RouteEvent) {
 			first()
 		}
 	}
+}
+
+// traceKey is the context key of a trace.
+type traceKey struct{}
+
+// trace keeps the route events of one worker's write and its check, so that
+// a stale read says where the write and the read ran and why.
+type trace struct {
+	mu     sync.Mutex
+	events []string
+}
+
+// withTrace returns ctx with a new trace, and the trace.
+func withTrace(ctx context.Context) (context.Context, *trace) {
+	tr := &trace{}
+	return context.WithValue(ctx, traceKey{}, tr), tr
+}
+
+func (t *trace) add(ev pgrouted.RouteEvent) {
+	s := fmt.Sprintf("%s on %s (%s", ev.Op, ev.Endpoint, ev.Reason)
+	if ev.Retried {
+		s += ", retried"
+	}
+	if ev.Waited > 0 {
+		s += ", waited " + ev.Waited.String()
+	}
+	if ev.WriteLost {
+		s += ", write lost"
+	}
+	if ev.Err != nil {
+		s += ", error: " + oneLine(ev.Err.Error())
+	}
+	s += ")"
+	t.mu.Lock()
+	t.events = append(t.events, s)
+	t.mu.Unlock()
+}
+
+// String lists the events in order.
+func (t *trace) String() string {
+	if t == nil {
+		return ""
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return strings.Join(t.events, "; ")
 }
 
 // openWindow starts a fault window and returns its index.
@@ -266,7 +316,7 @@ func (w *workload) check(ctx, stmtCtx context.Context, s *writeSeq, who string) 
 	}
 	w.checks.Add(1)
 	if got != 1 {
-		w.staleRead(fmt.Sprintf("%s did not see its write #%d", who, s.lastAckedN))
+		w.staleRead(fmt.Sprintf("%s did not see its write #%d%s", who, s.lastAckedN, traced(stmtCtx)))
 	}
 	started = time.Now()
 	err = w.db.QueryRowContext(stmtCtx, "SELECT count(*) FROM demo_orders WHERE writer = $1", s.writer).Scan(&got)
@@ -276,16 +326,25 @@ func (w *workload) check(ctx, stmtCtx context.Context, s *writeSeq, who string) 
 	}
 	w.checks.Add(1)
 	if got < s.acked {
-		w.staleRead(fmt.Sprintf("%s saw %d of its %d writes", who, got, s.acked))
+		w.staleRead(fmt.Sprintf("%s saw %d of its %d writes%s", who, got, s.acked, traced(stmtCtx)))
 	}
+}
+
+// traced returns ": " and the route events of ctx's trace, or "".
+func traced(ctx context.Context) string {
+	if tr, ok := ctx.Value(traceKey{}).(*trace); ok {
+		return ": " + tr.String()
+	}
+	return ""
 }
 
 // writer inserts a row and reads it back at once, in autocommit mode.
 func (w *workload) writer(ctx context.Context, id int) {
 	s := &writeSeq{writer: id}
 	for ctx.Err() == nil {
-		if w.insert(ctx, ctx, s) {
-			w.check(ctx, ctx, s, fmt.Sprintf("writer %d", id))
+		stmtCtx, _ := withTrace(ctx)
+		if w.insert(ctx, stmtCtx, s) {
+			w.check(ctx, stmtCtx, s, fmt.Sprintf("writer %d", id))
 		}
 		w.pause(ctx)
 	}
@@ -308,7 +367,8 @@ func (w *workload) sessionUsers(ctx context.Context) {
 		if err := s.UnmarshalText(tokens[u]); err != nil {
 			w.fail(ctx, "read", time.Now(), fmt.Errorf("session token: %w", err))
 		}
-		ok := w.insert(ctx, pgrouted.WithSession(ctx, s), seqs[u])
+		tctx, _ := withTrace(ctx)
+		ok := w.insert(ctx, pgrouted.WithSession(tctx, s), seqs[u])
 		tok, err := s.MarshalText()
 		if err != nil {
 			w.fail(ctx, "read", time.Now(), fmt.Errorf("session token: %w", err))
@@ -320,7 +380,7 @@ func (w *workload) sessionUsers(ctx context.Context) {
 			if err := next.UnmarshalText(tok); err != nil {
 				w.fail(ctx, "read", time.Now(), fmt.Errorf("session token: %w", err))
 			}
-			w.check(ctx, pgrouted.WithSession(ctx, next), seqs[u], fmt.Sprintf("user %d", u))
+			w.check(ctx, pgrouted.WithSession(tctx, next), seqs[u], fmt.Sprintf("user %d", u))
 		}
 		w.pause(ctx)
 	}

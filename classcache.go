@@ -1,0 +1,67 @@
+package pgrouted
+
+// This file is the classification cache: the classes of statement texts
+// already classified, so that the texts an application sends again and
+// again (an ORM's, a prepared statement's) are lexed once, not on every
+// run. A classification depends on the text and on the function catalog's
+// snapshot it judged calls by (catalog.go): an entry made under an older
+// snapshot is a miss.
+
+import (
+	"hash/maphash"
+	"sync/atomic"
+
+	"github.com/pgrouted/pgrouted/internal/sqlclass"
+)
+
+const (
+	// classSlots is the number of entries: a text goes to the slot its
+	// hash names, replacing what was there. An application's recurring
+	// texts (an ORM's, its prepared statements') number in the tens or
+	// hundreds; one that inlines values in its texts replaces entries at
+	// each statement and pays one classification per statement, as
+	// without a cache.
+	classSlots = 1024
+	// maxClassifiedLen is the longest text the cache keeps: a longer one
+	// (a batch, a migration) is classified on every run.
+	maxClassifiedLen = 4096
+)
+
+// classCache maps statement texts to their classifications, each under
+// the catalog snapshot it was made with: a direct-mapped table of
+// immutable entries. Lookups take no lock and do not allocate; a store
+// allocates one entry.
+type classCache struct {
+	seed  maphash.Seed
+	slots [classSlots]atomic.Pointer[classEntry]
+}
+
+// classEntry is one text's classification under the catalog snapshot fns.
+type classEntry struct {
+	query string
+	fns   *sqlclass.Functions
+	r     sqlclass.Result
+}
+
+func newClassCache() *classCache { return &classCache{seed: maphash.MakeSeed()} }
+
+func (cc *classCache) slot(query string) *atomic.Pointer[classEntry] {
+	return &cc.slots[maphash.String(cc.seed, query)%classSlots]
+}
+
+// get returns query's classification under fns, if the cache holds it.
+func (cc *classCache) get(query string, fns *sqlclass.Functions) (sqlclass.Result, bool) {
+	e := cc.slot(query).Load()
+	if e == nil || e.fns != fns || e.query != query {
+		return sqlclass.Result{}, false
+	}
+	return e.r, true
+}
+
+// put stores query's classification r under fns.
+func (cc *classCache) put(query string, fns *sqlclass.Functions, r sqlclass.Result) {
+	if len(query) > maxClassifiedLen {
+		return
+	}
+	cc.slot(query).Store(&classEntry{query: query, fns: fns, r: r})
+}
