@@ -9,6 +9,7 @@ package pgrouted
 
 import (
 	"hash/maphash"
+	"strings"
 	"sync/atomic"
 
 	"github.com/pgrouted/pgrouted/internal/sqlclass"
@@ -30,7 +31,7 @@ const (
 // classCache maps statement texts to their classifications, each under
 // the catalog snapshot it was made with: a direct-mapped table of
 // immutable entries. Lookups take no lock and do not allocate; a store
-// allocates one entry.
+// allocates one entry and a copy of the text.
 type classCache struct {
 	seed  maphash.Seed
 	slots [classSlots]atomic.Pointer[classEntry]
@@ -63,5 +64,7 @@ func (cc *classCache) put(query string, fns *sqlclass.Functions, r sqlclass.Resu
 	if len(query) > maxClassifiedLen {
 		return
 	}
-	cc.slot(query).Store(&classEntry{query: query, fns: fns, r: r})
+	// A copy: query may be a slice of a larger buffer the entry would
+	// keep alive.
+	cc.slot(query).Store(&classEntry{query: strings.Clone(query), fns: fns, r: r})
 }

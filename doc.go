@@ -25,7 +25,9 @@
 // DISCARD, PREPARE, DECLARE, LISTEN, CREATE TEMP, set_config and advisory
 // locks change session state. Keywords inside literals, quoted identifiers,
 // dollar quotes and comments do not count; a string of several statements
-// takes its most dangerous class.
+// takes its most dangerous class. A text is classified once per snapshot
+// of the function catalog (catalog.go) and remembered (classcache.go): the
+// texts an application sends again and again cost one lookup.
 //
 //   - A read in autocommit mode runs on an eligible replica (round-robin).
 //     With none eligible it runs on the primary, or fails with
@@ -75,6 +77,8 @@
 //     judged by a snapshot of the primary's catalog (a VOLATILE or unknown
 //     user function sends it to the primary and pins the connection), and
 //     statements a replica refused before go to the primary first.
+//     classcache.go remembers each text's classification under the
+//     catalog snapshot it was made with.
 //   - plan.go: the one decision, for every statement, every read-only
 //     transaction and [Connector.Explain]: primary or replica, which
 //     replica, whether it must check its replay position first, whether

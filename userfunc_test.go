@@ -425,3 +425,38 @@ func TestNewFunctionsNeverReachAReplica(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestClassificationFollowsTheCatalog: a text classified while its function
+// was STABLE is judged again once the catalog knows the function became
+// VOLATILE. Classifications are remembered by text (classcache.go), each
+// under the catalog snapshot it was made with: a verdict made under an
+// older snapshot is never reused.
+func TestClassificationFollowsTheCatalog(t *testing.T) {
+	ctx := testCtx(t)
+	setupFunctions(t, ctx)
+	db, conn, _ := openFunctions(t)
+	const q = "SELECT app.tenant()"
+	// Remembered as a read, on a replica.
+	for range 3 {
+		if d, err := conn.Explain(ctx, q); err != nil || d.Primary {
+			t.Fatalf("a STABLE function: %+v, %v; want a replica", d, err)
+		}
+	}
+	if _, err := db.ExecContext(ctx, "ALTER FUNCTION app.tenant() VOLATILE"); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		d, err := conn.Explain(ctx, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Primary && d.Reason == pgrouted.ReasonVolatileFunction {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("20s after ALTER FUNCTION … VOLATILE through the driver, the same text is still %+v", d)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
