@@ -581,3 +581,91 @@ func TestFrozenPrimaryLeaseEnds(t *testing.T) {
 		t.Fatalf("the write refused with ErrNoPrimary is on the primary %d times (%v)", twos, err)
 	}
 }
+
+// TestTermEndsDuringReturningRows: an INSERT … RETURNING whose rows reached
+// the caller and whose commit then waits (a deferred trigger sleeps at
+// commit) when the primary's term ends (the provider clears the primary):
+// pgrouted closes the session, and the caller reading the rows gets
+// ErrOutcomeUnknown (the write may have committed, and here it did), not
+// a bare network error. Under session consistency the rows come from
+// pgrouted's pipeline (the write and its position read); under eventual,
+// from pgx's own rows.
+func TestTermEndsDuringReturningRows(t *testing.T) {
+	ctx := testCtx(t)
+	mustExec(t, ctx, cluster.Primary(), `
+CREATE TABLE IF NOT EXISTS term_ret (id bigserial PRIMARY KEY, v text NOT NULL, run text NOT NULL);
+CREATE OR REPLACE FUNCTION term_ret_slow_commit() RETURNS trigger LANGUAGE plpgsql AS
+	$$ BEGIN PERFORM pg_sleep(2); RETURN NULL; END $$;
+DROP TRIGGER IF EXISTS term_ret_slow ON term_ret;
+CREATE CONSTRAINT TRIGGER term_ret_slow AFTER INSERT ON term_ret DEFERRABLE INITIALLY DEFERRED
+	FOR EACH ROW WHEN (NEW.id % 1000 = 0) EXECUTE FUNCTION term_ret_slow_commit()`)
+	for _, consistency := range []string{"session", "eventual"} {
+		t.Run(consistency, func(t *testing.T) {
+			db, conn, _, m := openManual(t, "pgrouted_consistency="+consistency, "pgrouted_write_timeout=1s")
+			run := fmt.Sprintf("%s-%d", consistency, time.Now().UnixNano())
+			// 1000 rows: the RETURNING rows (200 KB) fill the server's
+			// output buffer, so they reach the caller before the commit,
+			// whose answer waits for the trigger.
+			rows, err := db.QueryContext(ctx, `INSERT INTO term_ret (v, run)
+				SELECT repeat('x', 200), $1 FROM generate_series(1, 1000) RETURNING v`, run)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer rows.Close()
+			if !rows.Next() {
+				t.Fatalf("no first row: %v", rows.Err())
+			}
+			// The trigger sleeps at commit: end the term now.
+			waitSleeping(t, ctx, "term_ret")
+			m.ClearPrimary()
+			waitTopology(t, conn, 10*time.Second, "no primary once cleared", func(s pgrouted.Snapshot) bool { return s.Primary == "" })
+			n := 1
+			for rows.Next() {
+				n++
+			}
+			err = rows.Err()
+			if err == nil {
+				err = rows.Close()
+			}
+			if !errors.Is(err, pgrouted.ErrOutcomeUnknown) {
+				t.Fatalf("after %d rows, the rows of a write whose primary's term ended before its commit answered: %v; want ErrOutcomeUnknown", n, err)
+			}
+			// It had run: the outcome was unknown to the caller only.
+			var got int
+			deadline := time.Now().Add(20 * time.Second)
+			for {
+				if err := cluster.Primary().QueryRow(ctx, "SELECT count(*) FROM term_ret WHERE run = $1", []any{run}, &got); err != nil {
+					t.Fatal(err)
+				}
+				if got == 1000 || time.Now().After(deadline) {
+					break
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			if got != 1000 {
+				t.Fatalf("%d rows of the write committed, want 1000 (it ran once)", got)
+			}
+		})
+	}
+}
+
+// waitSleeping waits until a statement on the primary naming table sleeps
+// in pg_sleep.
+func waitSleeping(t *testing.T, ctx context.Context, table string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		var n int
+		if err := cluster.Primary().QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE wait_event = 'PgSleep' AND query LIKE '%' || $1 || '%' AND pid <> pg_backend_pid()`, []any{table}, &n); err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no statement on %s sleeps on the primary after 20s", table)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

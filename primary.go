@@ -135,7 +135,7 @@ func (cn *conn) lost(sc *stdlib.Conn) bool {
 // when nothing was sent (driver.ErrBadConn: database/sql runs it again on
 // a new connection).
 func lostError(op string, err error) error {
-	if err == nil || errors.Is(err, driver.ErrBadConn) {
+	if err == nil || errors.Is(err, driver.ErrBadConn) || errors.Is(err, ErrOutcomeUnknown) {
 		return err
 	}
 	return &RouteError{Op: op, Reason: ReasonPrimaryLost, cause: err}
@@ -365,7 +365,7 @@ func (cn *conn) raiseAfter(ctx context.Context, positioned bool, pos lagmeter.LS
 		// A statement returning rows: it commits once its rows are all
 		// sent, and the session is busy until they are closed; raise the
 		// watermark then.
-		cl.rows = &wroteRows{Rows: cl.rows.(*stdlib.Rows), cn: cn, ctx: ctx, host: cn.host}
+		cl.rows = &wroteRows{Rows: cl.rows.(*stdlib.Rows), cn: cn, sc: cn.primary, ctx: ctx, host: cn.host}
 	default:
 		// Committed (autocommit, or COMMIT): raise the watermark, even
 		// after an error, since part of a string may have run.
@@ -435,18 +435,22 @@ func startPositioned(ctx context.Context, pc *pgx.Conn, e *encoded) (*pgconn.Pip
 
 // finishPositioned reads the position query and its Sync after a statement
 // whose outcome was err, and ends the pipeline. pos is 0 when err is not
-// nil.
+// nil, and when the position could not be read.
+//
+// err nil means the server answered the statement's Sync: it committed.
+// A position query that fails after that (the connection broke, or the
+// primary's term ended and closed it) does not make the statement fail:
+// it succeeded, at a position nobody read (pos 0: the caller's watermark
+// becomes unknown, see Connector.wrote). The broken connection is found
+// closed at its next use.
 func finishPositioned(pl *pgconn.Pipeline, err error) (lagmeter.LSN, error) {
 	var text string
 	if err == nil || isPgError(err) {
-		_, perr := pipelinedResult(pl, &text)
-		if !isPgError(perr) && perr != nil && err == nil {
-			err = perr
+		if _, perr := pipelinedResult(pl, &text); perr != nil {
+			text = ""
 		}
 	}
-	if cerr := pl.Close(); err == nil && cerr != nil && !isPgError(cerr) {
-		err = cerr
-	}
+	pl.Close()
 	if err != nil {
 		return 0, err
 	}
@@ -480,7 +484,15 @@ func (cn *conn) queryPositioned(ctx context.Context, sc *stdlib.Conn, query stri
 		finishPositioned(pl, err)
 		return nil, err
 	}
-	return newResultRows(pc.TypeMap(), rr, func(rerr error) error {
+	// The term may end while the rows or the commit's answer are on their
+	// way: the write may have committed, and the error says so.
+	lostErr := func(err error) error {
+		if err != nil && !isPgError(err) && cn.lost(sc) {
+			return lostError(OpWrite, err)
+		}
+		return err
+	}
+	rows, err := newResultRows(pc.TypeMap(), rr, func(rerr error) error {
 		if serr := finishSync(pl, rerr); serr != nil && rerr == nil {
 			rerr = serr
 		}
@@ -491,9 +503,14 @@ func (cn *conn) queryPositioned(ctx context.Context, sc *stdlib.Conn, query stri
 		if isPgError(rerr) {
 			descs.drop(query)
 		}
+		rerr = lostErr(rerr)
 		done(pos, rerr)
 		return rerr
 	})
+	if err == nil {
+		rows.(*resultRows).nextErr = lostErr
+	}
+	return rows, err
 }
 
 // commitPositioned commits the primary session's transaction and reads the

@@ -58,11 +58,12 @@ type resultRows struct {
 	columns  []string
 	convert  []valueFunc
 	done     func(error) error
-	loaded   bool  // rr holds a row Next has not returned yet
-	rrClosed bool  // rr is closed (by Next at the end, or by Close)
-	rrErr    error // the error of closing rr
-	closed   bool  // Close ran done
-	closeErr error // what done returned
+	nextErr  func(error) error // what Next returns for the query's error; nil: the error as is
+	loaded   bool              // rr holds a row Next has not returned yet
+	rrClosed bool              // rr is closed (by Next at the end, or by Close)
+	rrErr    error             // the error of closing rr
+	closed   bool              // Close ran done
+	closeErr error             // what done returned
 }
 
 var (
@@ -240,13 +241,17 @@ func (r *resultRows) ColumnTypeScanType(index int) reflect.Type {
 }
 
 // Next reads the next row into dest. After the last row it closes the
-// reader and returns the error of the query, or io.EOF.
+// reader and returns the error of the query (as nextErr makes it), or
+// io.EOF.
 func (r *resultRows) Next(dest []driver.Value) error {
 	if r.loaded {
 		r.loaded = false // the first row, read by newResultRows
 	} else if r.rrClosed || !r.rr.NextRow() {
 		r.closeReader()
 		if r.rrErr != nil {
+			if r.nextErr != nil {
+				return r.nextErr(r.rrErr)
+			}
 			return r.rrErr
 		}
 		return io.EOF

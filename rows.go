@@ -2,6 +2,8 @@ package pgrouted
 
 import (
 	"context"
+	"database/sql/driver"
+	"io"
 
 	"github.com/jackc/pgx/v5/stdlib"
 )
@@ -33,14 +35,29 @@ func (r *replicaRows) Close() error {
 type wroteRows struct {
 	*stdlib.Rows
 	cn   *conn
+	sc   *stdlib.Conn // the primary session the rows come from
 	ctx  context.Context
 	host int
 	done bool
 }
 
+// Next implements driver.Rows.
+func (r *wroteRows) Next(dest []driver.Value) error {
+	return r.lostErr(r.Rows.Next(dest))
+}
+
+// lostErr is err, or the error of a write whose primary was lost while
+// its rows or its commit's answer were on their way (primary.go: lost).
+func (r *wroteRows) lostErr(err error) error {
+	if err == nil || err == io.EOF || isPgError(err) || r.sc == nil || !r.cn.lost(r.sc) {
+		return err
+	}
+	return lostError(OpWrite, err)
+}
+
 // Close implements driver.Rows.
 func (r *wroteRows) Close() error {
-	err := r.Rows.Close()
+	err := r.lostErr(r.Rows.Close())
 	if !r.done {
 		r.done = true
 		if r.cn.primary != nil && !r.cn.inSQLTx() {
