@@ -132,8 +132,12 @@
 // one), and the connections of the sessions still open there are closed. A
 // statement that was waiting for the old primary's answer fails with a
 // [RouteError] matching [ErrOutcomeUnknown] (reason [ReasonPrimaryLost]):
-// it may have run there, and pgrouted never runs it again. A read that had
-// returned no row runs again on the new primary.
+// it may have run there, and pgrouted never runs it again; so do the rows
+// of a write (INSERT … RETURNING) cut off before its commit's answer. A
+// write whose commit was answered is a success even when the read of its
+// position that follows it is cut off: the caller's position becomes
+// unknown, and its reads go to the primary until a probe reads a later one.
+// A read that had returned no row runs again on the new primary.
 //
 // # Topology providers
 //
