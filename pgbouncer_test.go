@@ -185,6 +185,7 @@ func TestPooledRouting(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer tx.Rollback() // on a failure: an open transaction would hold DB.Close
 	var pid1, pid2 int
 	if err := tx.QueryRowContext(ctx, "SELECT pg_backend_pid()").Scan(&pid1); err != nil {
 		t.Fatal(err)

@@ -128,6 +128,7 @@ func TestMetricsMatchStats(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer tx.Rollback() // on a failure: an open transaction would hold DB.Close
 	if _, err := tx.ExecContext(ctx, "INSERT INTO otel_m (v) VALUES ('t')"); err != nil {
 		t.Fatal(err)
 	}

@@ -179,11 +179,13 @@ func TestSpans(t *testing.T) {
 		}
 		defer reg.Unregister()
 		// Until both replicas answered their first probe, reads go to
-		// whichever did.
+		// whichever did; and the other one must be eligible for the
+		// retry (with probes an hour apart, one whose first probe is
+		// late stays out).
 		deadline := time.Now().Add(15 * time.Second)
 		for {
 			n, _, _ := traced(t, ctx, tel, db, trace.SpanKindInternal, "SELECT inet_server_port()")
-			if n == victim {
+			if n == victim && standbysProbed(conn) {
 				break
 			}
 			if time.Now().After(deadline) {
@@ -272,4 +274,16 @@ func TestSpanError(t *testing.T) {
 		t.Errorf("spans %v, want the two callers' and one per statement", got)
 	}
 	noMarker(t, tel)
+}
+
+// standbysProbed reports whether every host but the primary answered a
+// probe as a standby, with its replay position.
+func standbysProbed(conn *pgrouted.Connector) bool {
+	top := conn.Topology()
+	for _, h := range top.Hosts {
+		if h.Name != top.Primary && (h.Role != "standby" || !h.Healthy || h.ReplayLSN == "") {
+			return false
+		}
+	}
+	return top.Primary != ""
 }

@@ -214,10 +214,10 @@ func probed(top pgrouted.Snapshot) bool {
 // waitProbed waits until every host was probed once, or timeout, or ctx
 // ends; it returns the last snapshot and whether every host was probed.
 // When a host answered as primary it waits for its lease too: the
-// standbys' lag needs the primary's position. When no primary is known and
-// some host's probe failed, it gives the probes a few more intervals (a
-// busy host may just have been slow to answer the first one) before it
-// settles for no primary.
+// standbys' lag needs the primary's position. When some host's probe
+// failed, it gives the probes a few more intervals (a busy host may just
+// have been slow to answer the first one) before it shows that host down,
+// or settles for no primary.
 func waitProbed(ctx context.Context, conn *pgrouted.Connector, timeout, interval time.Duration) (pgrouted.Snapshot, bool) {
 	deadline := time.Now().Add(timeout)
 	var failedSince time.Time
@@ -225,8 +225,13 @@ func waitProbed(ctx context.Context, conn *pgrouted.Connector, timeout, interval
 		top := conn.Topology()
 		if probed(top) {
 			switch {
-			case top.Primary != "":
+			case top.Primary != "" && !anyFailed(top):
 				return top, true
+			case top.Primary != "" && failedSince.IsZero():
+				failedSince = time.Now()
+			case top.Primary != "" && time.Since(failedSince) >= 3*interval:
+				return top, true // a host that stays down is shown down
+			case top.Primary != "":
 			case primaryUp(top):
 			case !anyFailed(top):
 				return top, true // every host answered: none is a primary
