@@ -152,6 +152,14 @@ type workload struct {
 	rErrs  []error
 	last   time.Time
 	gap    time.Duration
+	done   []doneWrite // the successful writes, in order
+}
+
+// doneWrite is a successful write of a workload: the server it ran on, by
+// its port (RETURNING), and when it was issued and answered.
+type doneWrite struct {
+	port             int
+	issued, answered time.Time
 }
 
 func startWorkload(name string, db *sql.DB, tag string) *workload {
@@ -166,13 +174,15 @@ func startWorkload(name string, db *sql.DB, tag string) *workload {
 			default:
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			_, err := writeTagged(ctx, db, tag)
+			issued := time.Now()
+			port, err := writeTagged(ctx, db, tag)
 			cancel()
 			now := time.Now()
 			w.mu.Lock()
 			if err != nil {
 				w.wErrs = append(w.wErrs, err)
 			} else {
+				w.done = append(w.done, doneWrite{port: port, issued: issued, answered: now})
 				w.writes++
 				if !w.last.IsZero() && now.Sub(w.last) > w.gap {
 					w.gap = now.Sub(w.last)
@@ -271,6 +281,23 @@ func checkFailover(t *testing.T, ctx context.Context, pc *testcluster.PatroniClu
 		if lastOld != nil && firstNew != nil && !lastOld.Before(*firstNew) {
 			t.Errorf("%s, %s provider: a write ran on the old leader %s at %s, after the new leader %s took one at %s",
 				event, w.name, old.Name(), lastOld.Format(time.RFC3339Nano), leader.Name(), firstNew.Format(time.RFC3339Nano))
+		}
+		// The same on the client's side, which also sees the rows the old
+		// leader took and the new one never got (a killed leader's last
+		// writes, which pg_rewind discards): no write issued after the
+		// first write on the new leader was answered ran on the old one.
+		var firstNewAnswered time.Time
+		for _, d := range w.done {
+			if d.port == leader.Port() && (firstNewAnswered.IsZero() || d.answered.Before(firstNewAnswered)) {
+				firstNewAnswered = d.answered
+			}
+		}
+		for _, d := range w.done {
+			if d.port == old.Port() && !firstNewAnswered.IsZero() && d.issued.After(firstNewAnswered) {
+				t.Errorf("%s, %s provider: a write issued at %s ran on the old leader %s, after a write on the new leader %s was answered at %s",
+					event, w.name, d.issued.Format(time.RFC3339Nano), old.Name(), leader.Name(), firstNewAnswered.Format(time.RFC3339Nano))
+				break
+			}
 		}
 		if len(w.rErrs) > 0 {
 			t.Errorf("%s, %s provider: %d of %d reads failed; the first: %v", event, w.name, len(w.rErrs), len(w.rErrs)+w.reads, w.rErrs[0])
