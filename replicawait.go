@@ -121,9 +121,27 @@ func (c *Connector) waited(h *host, conn uint64, wm lagmeter.Watermark, wait tim
 	d := time.Since(start)
 	c.noteWait(d, err == nil)
 	if err != nil {
-		h.noteMiss(conn, wm.LSN)
+		h.noteMiss(conn, c.missedAt(wm))
 	}
 	return d
+}
+
+// missedAt is the position that a wait for wm which ended without it leaves
+// its replica unwaited on until (see waitable): wm's, but not past the
+// primary's insert position at its last probe. A position past that one (a
+// write made since, or a forged token's) says nothing about the replica's
+// lag, and one that nothing ever writes would keep the replica from every
+// caller's waits for good.
+func (c *Connector) missedAt(wm lagmeter.Watermark) lagmeter.LSN {
+	s := c.top.Snapshot()
+	if s.Primary < 0 {
+		return wm.LSN
+	}
+	p := &s.Hosts[s.Primary]
+	if p.InsertLSN == 0 || p.SystemID != wm.SystemID || p.Timeline != wm.Timeline {
+		return wm.LSN
+	}
+	return min(wm.LSN, p.Layout.RecordEnd(p.InsertLSN))
 }
 
 // waitCounters are the replica wait's Stats.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 )
 
@@ -15,11 +16,17 @@ import (
 // A Session travels between processes (a cookie, a header) as text:
 // MarshalText and UnmarshalText. The text is versioned and names the
 // cluster's system identifier, so a token of another cluster is refused
-// clearly (an error wrapping [ErrForeignSession]) instead of being trusted.
+// clearly (an error wrapping [ErrForeignSession]) instead of being trusted;
+// a Session restored from a token its holder could have altered can forget
+// such a token instead ([Session.IgnoreForeign]).
 // A Session is safe for concurrent use.
 type Session struct {
-	m mark
+	m       mark
+	foreign atomic.Pointer[foreignPolicy] // set by IgnoreForeign
 }
+
+// foreignPolicy is what IgnoreForeign asked for.
+type foreignPolicy struct{ dropped func() }
 
 // NewSession returns a Session without writes.
 func NewSession() *Session { return &Session{} }
@@ -41,6 +48,42 @@ func sessionFrom(ctx context.Context) *Session {
 // ErrForeignSession: a Session's token names another cluster (another
 // system identifier) than the one the statement runs on.
 var ErrForeignSession = errors.New("pgrouted: session token belongs to another cluster")
+
+// IgnoreForeign makes s, restored from a token that a client could have
+// altered (a cookie, a header), treat a token of another cluster as no
+// token: a statement that finds s's position on another system identifier
+// than its cluster's starts s afresh, as [NewSession] would, instead of
+// failing with [ErrForeignSession], and calls dropped (when not nil) once
+// for the token it dropped. Call it before s is used.
+func (s *Session) IgnoreForeign(dropped func()) {
+	s.foreign.Store(&foreignPolicy{dropped: dropped})
+}
+
+// dropForeign returns the state a read of s uses when st, s's state, names
+// another system than sys: an error wrapping ErrForeignSession, unless s
+// ignores foreign tokens; then a fresh state, which replaces st when commit
+// is true (not for Explain).
+func (s *Session) dropForeign(st *markState, sys uint64, commit bool) (*markState, error) {
+	pol := s.foreign.Load()
+	if pol == nil {
+		return st, fmt.Errorf("%w: the token names system %d, this cluster is %d", ErrForeignSession, st.wm.SystemID, sys)
+	}
+	if !commit {
+		return zeroMark, nil
+	}
+	for {
+		if s.m.p.CompareAndSwap(st, zeroMark) {
+			if pol.dropped != nil {
+				pol.dropped()
+			}
+			return zeroMark, nil
+		}
+		// Another statement dropped it, or a write replaced it.
+		if st = s.m.load(); st.wm.IsZero() || st.wm.SystemID == sys {
+			return st, nil
+		}
+	}
+}
 
 // unknownSuffix marks a token whose last write's position could not be
 // read: the receiving process sends reads to the primary until its own

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql/driver"
 	"errors"
-	"fmt"
 	"sync/atomic"
 	"time"
 
@@ -75,7 +74,10 @@ func (c *Connector) readCtx(ctx context.Context, s *topology.Snapshot, commit bo
 	}
 	rc.st = rc.mark.load()
 	if sys := clusterSystemID(s); sys != 0 && !rc.st.wm.IsZero() && rc.st.wm.SystemID != sys && rc.mark != &c.writes {
-		return rc, fmt.Errorf("%w: the token names system %d, this cluster is %d", ErrForeignSession, rc.st.wm.SystemID, sys)
+		var err error
+		if rc.st, err = sessionFrom(ctx).dropForeign(rc.st, sys, commit); err != nil {
+			return rc, err
+		}
 	}
 	if w := rc.st.wm; !w.IsZero() && s.Primary >= 0 {
 		p := &s.Hosts[s.Primary]
