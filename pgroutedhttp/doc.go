@@ -1,0 +1,88 @@
+// Package pgroutedhttp carries a user's read-your-writes position between
+// the instances of a service behind a load balancer, in a cookie and a
+// response header, so that a user who wrote through one instance reads
+// their write through any other, still from a replica.
+//
+// Wrap the handler:
+//
+//	http.ListenAndServe(addr, pgroutedhttp.Middleware(mux))
+//
+// and run the handler's statements with the request's context
+// (db.QueryContext(r.Context(), ...)). [Middleware] reads the user's token
+// from the request header Pgrouted-Session, else from the cookie
+// pgrouted_session, and puts a [pgrouted.Session] restored from it in the
+// request's context ([pgrouted.WithSession]): the handler's reads need that
+// position on a replica (and wait up to pgrouted_replica_wait for one to
+// replay it, else run on the primary), and its writes raise it. The
+// updated token goes back in the same cookie (HttpOnly, SameSite=Lax,
+// Path=/, Secure when the request came over TLS) and in the response header
+// Pgrouted-Session, for clients that carry it by hand (another service, a
+// mobile application).
+//
+// # When the token is written
+//
+// The token rides on the response's header: it is set when the handler
+// writes the header (WriteHeader, its first Write, a Flush, ReadFrom), and,
+// when the handler wrote nothing, when it returns. A write made after the
+// header went out (while streaming a response) cannot ride on it: the
+// client carries the position of the writes made before it, and a read of
+// the later write in its next request may miss it on a replica. Run the
+// writes before writing the response, as a POST that redirects does. A
+// handler that hijacks the connection (http.Hijacker, or
+// http.ResponseController's Hijack) before writing the header writes its
+// own response: no token goes with it. Informational responses (1xx other
+// than 101) do not carry it; the final one does.
+//
+// The ResponseWriter the handler gets implements http.Flusher,
+// http.Hijacker and io.ReaderFrom, and Unwrap for
+// http.ResponseController: each reaches the server's own ResponseWriter
+// (Flush does nothing, and Hijack fails, where that one cannot).
+//
+// # What the token says
+//
+// The token is pgrouted.Session's text, "v1:<system identifier>:<timeline>:<LSN>"
+// (hexadecimal), with ";unknown" after it when the position of the user's
+// last write could not be read (in the cookie, ";" is written "%3B"). It is
+// not a secret and grants nothing, but it is not opaque: it shows the
+// database cluster's system identifier (chosen when the cluster was
+// created; it tells one cluster from another), the timeline (how many
+// promotions its history has seen) and the WAL position of the user's last
+// write, so two tokens show how many bytes of WAL the whole cluster wrote
+// between them: its rate of writes.
+//
+// # Tokens that cannot be trusted
+//
+// A client can send anything. A token that does not parse, or that names
+// another cluster (another system identifier: a stale cookie after the
+// database was replaced, a token of another service sharing the domain), is
+// ignored: the request runs with a fresh Session, as a first visit would,
+// and the token is counted ([Options.Rejected]); never an error response.
+// A malformed one is found when the request arrives; a foreign one when the
+// handler's first read compares it with the cluster (see
+// [pgrouted.Session.IgnoreForeign]). The response then deletes the cookie,
+// unless the handler wrote.
+//
+// A token with this cluster's identifier and a position the cluster has not
+// written (forged, ahead of the primary) cannot be told from a write made
+// an instant ago elsewhere. It is honoured: each of that user's reads waits
+// up to pgrouted_replica_wait on a replica, then runs on the primary, as
+// for any position no replica has replayed; a missed wait for it does not
+// keep other users' reads from waiting on that replica. It costs its sender
+// reads on the primary and nobody else anything: a client could as well
+// not send its cookie to read stale data, or read on the primary by
+// sending a far position. A service for which that matters signs the
+// token in a middleware of its own.
+//
+// # Options
+//
+// [Middleware] uses [DefaultOptions]. An [Options] value sets the cookie's
+// name, the header's name, the cookie's Max-Age and Secure attribute:
+//
+//	opts := &pgroutedhttp.Options{CookieName: "rw", MaxAge: time.Hour}
+//	handler := opts.Middleware(mux)
+//
+// A token matters only until every replica has replayed its position
+// (usually well under a second; at most pgrouted_max_lag when one is set):
+// a cookie that expires later than that costs nothing, one that expires
+// earlier lets a read miss the user's write on a lagging replica.
+package pgroutedhttp
