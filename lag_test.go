@@ -234,6 +234,18 @@ func TestSessionToken(t *testing.T) {
 	if !errors.Is(err, pgrouted.ErrForeignSession) {
 		t.Fatalf("read with a foreign session token: %v, want ErrForeignSession", err)
 	}
+	// A Session that ignores foreign tokens forgets it, once, and reads.
+	dropped := 0
+	s.IgnoreForeign(func() { dropped++ })
+	for range 2 {
+		var one int
+		if err := db.QueryRowContext(pgrouted.WithSession(ctx, &s), "SELECT 1").Scan(&one); err != nil {
+			t.Fatalf("read with a foreign token ignored: %v", err)
+		}
+	}
+	if b, _ := s.MarshalText(); dropped != 1 || len(b) != 0 {
+		t.Fatalf("after reads with a foreign token ignored: dropped %d times, token %q; want once, empty", dropped, b)
+	}
 }
 
 // readsOn runs n plain reads and counts the endpoints that served them.
