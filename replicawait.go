@@ -40,7 +40,8 @@ import (
 // found it lacking WAL the primary had written more than the wait before
 // (lagmeter.History.LagFloor), and one on which a wait ended without the
 // position, until it is seen at or past the position it missed (by a
-// probe or a check) or its server restarted.
+// probe or a check) or its server restarted, or until a primary probe
+// shows that the position it missed was not written (a forged one).
 
 type replicaWaitKey struct{}
 
@@ -74,7 +75,7 @@ func (c *Connector) waitFor(ctx context.Context, s *topology.Snapshot, pk pick) 
 		return 0
 	}
 	h, st := c.hosts.at(pk.host), &s.Hosts[pk.host]
-	if !h.waitable(st) || c.lagFloor(s, h, st) > d {
+	if !h.waitable(s, st) || c.lagFloor(s, h, st) > d {
 		return 0
 	}
 	return d
@@ -95,19 +96,30 @@ func (c *Connector) lagFloor(s *topology.Snapshot, h *host, st *topology.HostSta
 type waitMiss struct {
 	conn uint64 // the host's probe connection incarnation then
 	lsn  lagmeter.LSN
+	at   time.Time // when the wait ended
 }
 
-// waitable reports whether a read may wait on h (in state st): not while
-// a wait on it missed a position that h is not yet known to have replayed.
-func (h *host) waitable(st *topology.HostState) bool {
+// waitable reports whether a read may wait on h (in state st, of s): not
+// while a wait on it missed a position that h is not yet known to have
+// replayed, unless a primary probe sent after the miss found the primary
+// short of that position: nobody had written it (a forged token's), so
+// the miss says nothing of h's lag, and h would otherwise never replay it.
+func (h *host) waitable(s *topology.Snapshot, st *topology.HostState) bool {
 	m := h.missed.Load()
-	return m == nil || m.conn != st.Conn || h.replay(st) >= m.lsn
+	if m == nil || m.conn != st.Conn || h.replay(st) >= m.lsn {
+		return true
+	}
+	if s.Primary < 0 {
+		return false
+	}
+	p := &s.Hosts[s.Primary]
+	return p.InsertLSN != 0 && p.LastSuccess.After(m.at) && p.Layout.RecordEnd(p.InsertLSN) < m.lsn
 }
 
 // noteMiss records that a wait on h (probe connection conn) ended before
 // h replayed lsn.
 func (h *host) noteMiss(conn uint64, lsn lagmeter.LSN) {
-	h.missed.Store(&waitMiss{conn: conn, lsn: lsn})
+	h.missed.Store(&waitMiss{conn: conn, lsn: lsn, at: time.Now()})
 }
 
 // waited accounts for a position check on h (probe connection conn) that
@@ -121,27 +133,9 @@ func (c *Connector) waited(h *host, conn uint64, wm lagmeter.Watermark, wait tim
 	d := time.Since(start)
 	c.noteWait(d, err == nil)
 	if err != nil {
-		h.noteMiss(conn, c.missedAt(wm))
+		h.noteMiss(conn, wm.LSN)
 	}
 	return d
-}
-
-// missedAt is the position that a wait for wm which ended without it leaves
-// its replica unwaited on until (see waitable): wm's, but not past the
-// primary's insert position at its last probe. A position past that one (a
-// write made since, or a forged token's) says nothing about the replica's
-// lag, and one that nothing ever writes would keep the replica from every
-// caller's waits for good.
-func (c *Connector) missedAt(wm lagmeter.Watermark) lagmeter.LSN {
-	s := c.top.Snapshot()
-	if s.Primary < 0 {
-		return wm.LSN
-	}
-	p := &s.Hosts[s.Primary]
-	if p.InsertLSN == 0 || p.SystemID != wm.SystemID || p.Timeline != wm.Timeline {
-		return wm.LSN
-	}
-	return min(wm.LSN, p.Layout.RecordEnd(p.InsertLSN))
 }
 
 // waitCounters are the replica wait's Stats.

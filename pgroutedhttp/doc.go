@@ -66,12 +66,14 @@
 // written (forged, ahead of the primary) cannot be told from a write made
 // an instant ago elsewhere. It is honoured: each of that user's reads waits
 // up to pgrouted_replica_wait on a replica, then runs on the primary, as
-// for any position no replica has replayed; a missed wait for it does not
-// keep other users' reads from waiting on that replica. It costs its sender
-// reads on the primary and nobody else anything: a client could as well
-// not send its cookie to read stale data, or read on the primary by
-// sending a far position. A service for which that matters signs the
-// token in a middleware of its own.
+// for any position no replica has replayed. It costs its sender reads on
+// the primary; the others, at most, that until the next probe of the
+// primary (pgrouted_probe_interval) their reads do not wait on a replica
+// whose wait missed it (they run on the primary if that replica lacks
+// their writes). A client could as well not send its cookie (and read its
+// own writes stale) or send a far position (and read on the primary). A
+// service for which that matters signs the token in a middleware of its
+// own.
 //
 // # Options
 //
