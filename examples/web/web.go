@@ -17,20 +17,18 @@ import (
 func WriteError(w http.ResponseWriter, err error) {
 	switch {
 	case errors.Is(err, pgrouted.ErrNoPrimary):
-		// No primary within pgrouted_write_timeout (a failover that
-		// lasts): nothing ran. The client may send the request again.
+		// No primary within pgrouted_write_timeout: nothing ran; retry.
 		w.Header().Set("Retry-After", "2")
 		http.Error(w, "database failing over; retry", http.StatusServiceUnavailable)
 	case errors.Is(err, pgrouted.ErrNoReplica):
-		// A read that had to run on a replica (WithRoute(ctx,
-		// pgrouted.Replica), or pgrouted_fallback=error) found none fresh
-		// enough: nothing ran. Retry later, or read from the primary.
+		// A read forced to a replica (or pgrouted_fallback=error) found
+		// none fresh enough: nothing ran; retry, or read from the primary.
 		w.Header().Set("Retry-After", "1")
 		http.Error(w, "no replica fresh enough; retry", http.StatusServiceUnavailable)
 	case errors.Is(err, pgrouted.ErrOutcomeUnknown):
 		// The primary was replaced before it answered: the write may have
-		// committed there. Never resend it blindly: the client looks
-		// first, or the request carries an idempotency key.
+		// committed. Never resend it blindly: check first, or send an
+		// idempotency key.
 		http.Error(w, "outcome unknown; check before retrying", http.StatusGatewayTimeout)
 	default:
 		http.Error(w, "internal error", http.StatusInternalServerError)
