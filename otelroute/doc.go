@@ -79,6 +79,8 @@
 //	pgrouted.lost_writes                                  acknowledged writes a failover lost
 //	pgrouted.function_routed, pgrouted.function_pins      statements and connections sent to the primary by a function
 //	pgrouted.catalog_reads                                reads of the function catalog
+//	pgrouted.replica_waits                                reads that waited on a replica for the caller's position (pgrouted_replica_wait)
+//	pgrouted.replica_wait_timeouts                        waits that ended without the position
 //
 // Gauges, now, per host (pgrouted.endpoint):
 //

@@ -20,12 +20,20 @@
 //
 //	pgrouted_statements_total{endpoint,op}      statements run, op = read, write, tx, lock
 //	pgrouted_fallbacks_total{reason}            reads that ran on the primary because no replica could serve them
-//	pgrouted_route_errors_total{reason}         statements that could not run (ErrNoReplica, ErrNoPrimary, ...)
+//	                                            (no-replicas, unhealthy, behind, saturated, position-unknown, replica-failed)
+//	pgrouted_route_errors_total{reason}         statements that could not run (ErrNoReplica, ErrWriteOnReplica, ErrNoPrimary),
+//	                                            and those whose primary was lost before it answered (primary-lost: ErrOutcomeUnknown)
 //	pgrouted_read_only_retries_total            statements a replica refused with SQLSTATE 25006, run again on the primary
 //	pgrouted_replica_retries_total              reads that ran elsewhere after their replica's connection failed
 //	pgrouted_failovers_total                    changes of primary seen
 //	pgrouted_conflicting_primaries_total        observations of two primaries with no strictly higher timeline
 //	pgrouted_timeline_resets_total              read-your-writes positions of an older timeline given up after a failover
+//	pgrouted_lost_writes_total                  acknowledged writes the new primary's timeline history shows a failover lost
+//	pgrouted_function_routed_total              statements sent to the primary by a function they call, or by an earlier 25006
+//	pgrouted_function_pins_total                connections such a statement pinned to the primary
+//	pgrouted_replica_waits_total                reads that waited on a replica for the caller's position (pgrouted_replica_wait)
+//	pgrouted_replica_wait_seconds_total         the time those reads waited (one round trip included per wait)
+//	pgrouted_replica_wait_timeouts_total        waits that ended without the position (the read ran where it would have)
 //
 // Gauges, now:
 //
@@ -41,6 +49,18 @@
 //	pgrouted_inflight_reads{endpoint}           reads running on the host now
 //	pgrouted_replica_pool_connections{endpoint,state}  the host's replica pool: state = idle, acquired
 //	pgrouted_replica_pool_max_connections{endpoint}    the replica pool's size
+//
+// Gauges of the topology provider, only when there is one
+// (pgrouted_topology=patroni, Config.Provider):
+//
+//	pgrouted_topology_provider_info{provider,source}            1, with the provider's name and the endpoint of its last answer (password redacted)
+//	pgrouted_topology_provider_up{provider}                     1 when the provider's last request was answered
+//	pgrouted_topology_provider_lease_remaining_seconds{provider} how long its last answer stays authoritative
+//	pgrouted_topology_provider_leader_timeline{provider}        the timeline of the leader it names (absent while it names none)
+//	pgrouted_topology_provider_no_reads{endpoint}               1 when the provider lets the host serve no reads
+//
+// Stats().CatalogReads is not exported here (otelroute exports it as
+// pgrouted.catalog_reads).
 //
 // A host that stops answering keeps the role it was last seen in, with
 // pgrouted_healthy 0: an old primary that was stopped still shows role

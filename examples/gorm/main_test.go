@@ -149,6 +149,47 @@ func TestOpenByDriverName(t *testing.T) {
 	}
 }
 
+// TestOpenConnector: GORM opened on a Connector whose handle the caller
+// keeps: the Connector's Stats count what GORM ran, per host, and its
+// Topology names the three hosts; reads see the writes.
+func TestOpenConnector(t *testing.T) {
+	defer clustertest.Guard(t)
+	clustertest.Reset(t)
+	ctx := clustertest.Ctx(t)
+	db, conn, err := OpenConnector(clustertest.DSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	db = db.Session(&gorm.Session{Logger: logger.Discard})
+	closeOnCleanup(t, db)
+	if err := Migrate(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	u := User{Name: "through the connector"}
+	if err := db.WithContext(ctx).Create(&u).Error; err != nil {
+		t.Fatal(err)
+	}
+	var got User
+	if err := db.WithContext(ctx).First(&got, u.ID).Error; err != nil {
+		t.Fatal(err)
+	}
+	clustertest.Fresh(t, got.Name == u.Name, "read after create through the Connector: %q", got.Name)
+	if top := conn.Topology(); len(top.Hosts) != 3 || top.Primary != "node0" {
+		t.Errorf("Topology: primary %q, %d hosts", top.Primary, len(top.Hosts))
+	}
+	st := conn.Stats()
+	if st.Statements["node0"][pgrouted.OpTx] == 0 {
+		t.Errorf("Stats counted no transaction on the primary: %+v", st.Statements)
+	}
+	var reads uint64
+	for _, byOp := range st.Statements {
+		reads += byOp[pgrouted.OpRead]
+	}
+	if reads == 0 {
+		t.Errorf("Stats counted no read: %+v", st.Statements)
+	}
+}
+
 // TestMigrations: AutoMigrate, forced to the primary, runs there
 // entirely, its catalog reads included, and is idempotent.
 func TestMigrations(t *testing.T) {

@@ -17,6 +17,27 @@ func Open(dsn string) (*gorm.DB, error) {
 	return gorm.Open(postgres.New(postgres.Config{DriverName: "pgrouted", DSN: dsn}), &gorm.Config{})
 }
 
+// OpenConnector opens GORM on a pgrouted Connector and keeps its handle:
+// Stats, Topology, TopologyHandler and the metrics collectors need it,
+// and a *gorm.DB opened with DriverName cannot reach it.
+func OpenConnector(dsn string) (*gorm.DB, *pgrouted.Connector, error) {
+	cfg, err := pgrouted.ParseConfig(dsn)
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := pgrouted.NewConnector(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	sqlDB := sql.OpenDB(c) // closing it closes the Connector
+	db, err := gorm.Open(postgres.New(postgres.Config{Conn: sqlDB}), &gorm.Config{})
+	if err != nil {
+		sqlDB.Close()
+		return nil, nil, err
+	}
+	return db, c, nil
+}
+
 // OpenWithHooks opens GORM on a pgrouted Connector, for what a DSN cannot
 // carry: an OnRoute hook that sees where every statement ran. Keep the
 // Connector: Explain, Topology and Stats describe the routing.
