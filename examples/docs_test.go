@@ -186,7 +186,7 @@ func TestRootREADMESnippetsAreTheCode(t *testing.T) {
 			}
 		}
 	}
-	for _, want := range []string{"examples/databasesql/open.go", "examples/gorm/open.go", "examples/sqlx/open.go", "examples/ent/open.go", "examples/web/web.go"} {
+	for _, want := range []string{"examples/databasesql/open.go", "examples/gorm/open.go", "examples/sqlx/open.go", "examples/ent/open.go", "examples/web/web.go", "examples/nethttp/server.go"} {
 		if !slices.Contains(names, want) {
 			t.Errorf("README.md shows nothing of %s", want)
 		}

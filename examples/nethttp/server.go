@@ -8,6 +8,7 @@ import (
 	"net/http"
 
 	"github.com/pgrouted/pgrouted"
+	"github.com/pgrouted/pgrouted/examples/web"
 	"github.com/pgrouted/pgrouted/pgroutedhttp"
 )
 
@@ -29,28 +30,37 @@ func Migrate(ctx context.Context, db *sql.DB) error {
 // else from the primary.
 func Handler(db *sql.DB) http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /notes", func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("POST /notes", createNote(db))
+	mux.HandleFunc("GET /notes/{id}", showNote(db))
+	return pgroutedhttp.Middleware(mux)
+}
+
+// createNote stores a note. The write is done before the response's
+// header goes out, so the cookie set with it carries the note's position.
+func createNote(db *sql.DB) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
 		var id int64
 		err := db.QueryRowContext(r.Context(), "INSERT INTO notes (text) VALUES ($1) RETURNING id", r.FormValue("text")).Scan(&id)
 		if err != nil {
-			http.Error(w, "cannot store the note", http.StatusInternalServerError)
+			web.WriteError(w, err)
 			return
 		}
-		// The write is done before the response's header goes out, so the
-		// cookie set with it carries the note's position.
 		http.Redirect(w, r, fmt.Sprintf("/notes/%d", id), http.StatusSeeOther)
-	})
-	mux.HandleFunc("GET /notes/{id}", func(w http.ResponseWriter, r *http.Request) {
+	}
+}
+
+// showNote shows a note.
+func showNote(db *sql.DB) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
 		var text string
 		err := db.QueryRowContext(r.Context(), "SELECT text FROM notes WHERE id = $1", r.PathValue("id")).Scan(&text)
 		switch {
 		case errors.Is(err, sql.ErrNoRows):
 			http.NotFound(w, r)
 		case err != nil:
-			http.Error(w, "cannot read the note", http.StatusInternalServerError)
+			web.WriteError(w, err)
 		default:
 			fmt.Fprintln(w, text)
 		}
-	})
-	return pgroutedhttp.Middleware(mux)
+	}
 }

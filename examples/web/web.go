@@ -1,12 +1,10 @@
-// Package web is what an HTTP application adds around pgrouted: the answer
-// a handler gives for each of pgrouted's errors, and a user's
-// read-your-writes Session carried from one instance of the application to
-// the next in a cookie. The README quotes it; its tests run it against a
-// real primary with two replicas.
+// Package web is the answer an HTTP handler gives for each of pgrouted's
+// errors. The README quotes it, and the notes service in examples/nethttp
+// uses it. (A user's read-your-writes Session is carried from one instance
+// to the next by package pgroutedhttp: see examples/nethttp.)
 package web
 
 import (
-	"encoding/base64"
 	"errors"
 	"net/http"
 
@@ -33,34 +31,4 @@ func WriteError(w http.ResponseWriter, err error) {
 	default:
 		http.Error(w, "internal error", http.StatusInternalServerError)
 	}
-}
-
-// SessionCookie is the cookie that carries a user's Session.
-const SessionCookie = "pgrouted_session"
-
-// LoadSession returns the user's Session from the request's cookie, or a
-// new one. Run the request's statements with pgrouted.WithSession(ctx, s):
-// its reads then need on a replica the writes this user made through any
-// instance, not only this one's.
-func LoadSession(r *http.Request) *pgrouted.Session {
-	s := pgrouted.NewSession()
-	if c, err := r.Cookie(SessionCookie); err == nil {
-		if tok, err := base64.RawURLEncoding.DecodeString(c.Value); err == nil {
-			_ = s.UnmarshalText(tok) // a bad token leaves s new
-		}
-	}
-	return s
-}
-
-// SaveSession sets the cookie, after the handler's writes and before its
-// body. The token is base64: its ";unknown" suffix is not a valid cookie
-// value as it is.
-func SaveSession(w http.ResponseWriter, s *pgrouted.Session) error {
-	tok, err := s.MarshalText()
-	if err != nil {
-		return err
-	}
-	http.SetCookie(w, &http.Cookie{Name: SessionCookie, Value: base64.RawURLEncoding.EncodeToString(tok),
-		Path: "/", HttpOnly: true, Secure: true, SameSite: http.SameSiteLaxMode})
-	return nil
 }
