@@ -117,6 +117,12 @@ type HostState struct {
 	// when not known.
 	SyncState string `json:"syncState,omitempty"`
 
+	// Missing lists the grants the probing role lacks on the host
+	// ([GrantReadAllStats], [GrantReadFile]), and the messages of probe
+	// statements refused for want of a privilege, sorted. The probes
+	// work without them, with less (see [PrivilegeEffect]).
+	Missing []string `json:"missing,omitempty"`
+
 	// Member, MemberRole and MemberState are what the provider's last view
 	// says of the host (its member name, role and state); empty without a
 	// provider, or when the view does not list the host.
