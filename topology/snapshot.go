@@ -101,7 +101,7 @@ type HostState struct {
 
 	// Switches is the timeline history of a primary on a timeline after
 	// the first: where each earlier timeline was left. It is read from the
-	// history file, which needs the privilege to read server files; nil
+	// history file, which needs EXECUTE on pg_read_file(text); nil
 	// when unknown.
 	Switches []lagmeter.TimelineSwitch `json:"switches,omitempty"`
 
