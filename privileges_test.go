@@ -221,3 +221,48 @@ func TestOrdinaryRoleFailover(t *testing.T) {
 		})
 	}
 }
+
+// TestOrdinaryRoleStandbyTimeline: without pg_read_all_stats a standby
+// that followed the promoted one is known on the new timeline only from
+// its next restartpoint. Until then the session's reads (whose position
+// moved to the new timeline) run on the new primary and see their write;
+// after it they go back to the standby.
+func TestOrdinaryRoleStandbyTimeline(t *testing.T) {
+	ctx := testCtx(t)
+	restore(t)
+	mustExec(t, ctx, cluster.Primary(), "DROP TABLE IF EXISTS priv_tl; CREATE TABLE priv_tl (id int)")
+	ordinaryRole(t, ctx, "app_history", true, "priv_tl")
+	db, conn, rec := openDSN(t, asRole(t, "app_history"), nil)
+	sctx := pgrouted.WithSession(ctx, pgrouted.NewSession())
+	if _, err := db.ExecContext(sctx, "INSERT INTO priv_tl VALUES (1)"); err != nil {
+		t.Fatal(err)
+	}
+	replicated(t, ctx)
+	failOver(t, ctx, conn, false)
+	top := conn.Topology()
+	t.Logf("after the failover: node1 timeline %d, node2 (followed, not rebuilt) timeline %d", top.Hosts[1].Timeline, top.Hosts[2].Timeline)
+	for range 5 {
+		var n int
+		if err := db.QueryRowContext(sctx, "SELECT count(*) FROM priv_tl").Scan(&n); err != nil || n != 1 {
+			t.Fatalf("read after the failover: %d, %v; want 1", n, err)
+		}
+		if ev := lastRead(t, rec); ev.WriteLost || (!ev.Primary && conn.Topology().Hosts[2].Timeline < top.Hosts[1].Timeline) {
+			t.Fatalf("read on %s (lost %v) while node2 is seen on an older timeline", ev.Endpoint, ev.WriteLost)
+		}
+	}
+	// The restartpoint: a checkpoint on the new primary, replayed, then
+	// one on the standby.
+	mustExec(t, ctx, cluster.Node(1), "CHECKPOINT")
+	lsn, err := cluster.Node(1).CurrentLSN(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cluster.Node(2).WaitReplayed(ctx, lsn); err != nil {
+		t.Fatal(err)
+	}
+	mustExec(t, ctx, cluster.Node(2), "CHECKPOINT")
+	untilReplica(t, sctx, db, rec, "SELECT count(*) FROM priv_tl", 1)
+	if h := conn.Topology().Hosts[2]; h.Timeline != top.Hosts[1].Timeline {
+		t.Fatalf("node2 seen on timeline %d after its restartpoint, want %d", h.Timeline, top.Hosts[1].Timeline)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"io/fs"
 	"os"
 	"strings"
 	"sync"
@@ -12,6 +13,8 @@ import (
 
 	"github.com/pgrouted/pgrouted"
 	"github.com/pgrouted/pgrouted/testcluster"
+	"github.com/pressly/goose/v3"
+	"github.com/pressly/goose/v3/lock"
 )
 
 // cluster is a primary (node0) with two streaming replicas, shared by the
@@ -199,5 +202,31 @@ func TestGooseLegacyFreshProcess(t *testing.T) {
 func TestMigrateFreshProcess(t *testing.T) {
 	freshProcessUp(t, "migrate_log", "schema_migrations", func(_ context.Context, db *sql.DB, v int) error {
 		return MigrateUp(db, uint(v))
+	})
+}
+
+// TestGooseLockedFreshProcess: goose's Provider with its Postgres session
+// locker, which holds an advisory lock on the connection it reads the
+// version table with.
+func TestGooseLockedFreshProcess(t *testing.T) {
+	freshProcessUp(t, "goose_log", "goose_db_version", func(ctx context.Context, db *sql.DB, v int) error {
+		fsys, err := fs.Sub(gooseFiles, "goose")
+		if err != nil {
+			return err
+		}
+		l, err := lock.NewPostgresSessionLocker()
+		if err != nil {
+			return err
+		}
+		p, err := goose.NewProvider(goose.DialectPostgres, db, fsys, goose.WithSessionLocker(l))
+		if err != nil {
+			return err
+		}
+		if v == 0 {
+			_, err = p.Up(ctx)
+		} else {
+			_, err = p.UpTo(ctx, int64(v))
+		}
+		return err
 	})
 }
