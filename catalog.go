@@ -232,13 +232,13 @@ func (c *Connector) classify(ctx context.Context, query string) sqlclass.Result 
 	if r, ok := c.classes.get(query, fns); ok {
 		return r
 	}
-	r := sqlclass.ClassifyWith(query, fns)
+	r := classifyText(query, fns)
 	if !c.funcs.isLoaded() {
 		if r.Func != sqlclass.FuncUnknown || !c.funcs.waitLoaded(ctx, catalogBootWait) {
 			return r
 		}
 		fns = c.funcs.functions()
-		r = sqlclass.ClassifyWith(query, fns)
+		r = classifyText(query, fns)
 	}
 	c.classes.put(query, fns, r)
 	return r

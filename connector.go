@@ -349,6 +349,10 @@ func (c *Connector) watch(events <-chan topology.Event) {
 		if c.cfg.Logger == nil {
 			continue
 		}
+		if e.Kind == topology.EventPrivilegeMissing {
+			c.logMissingPrivilege(e) // privileges.go
+			continue
+		}
 		attrs := []any{"event", e.Kind.String()}
 		switch e.Kind {
 		case topology.EventPrimaryChanged, topology.EventPrimaryLost, topology.EventConflict:

@@ -171,7 +171,8 @@
 // read-your-writes carries over; past it the old primary acknowledged a
 // write that was lost with it, and [RouteEvent].WriteLost,
 // [Stats].LostWrites and a warning through [Config].Logger say so. Reading
-// the history file needs a role allowed to read server files; without it a
+// the history file needs EXECUTE on pg_read_file(text) (docs/privileges.md;
+// pg_read_server_files alone does not give it); without it a
 // write the promoted standby was not seen to replay cannot be told apart,
 // and reads of it go to the new primary until the new timeline's position
 // is known ([Stats].TimelineResets).

@@ -100,6 +100,12 @@ type HostInfo struct {
 	Pool PoolInfo `json:"pool"`
 	// LastError is the last probe error, if the last probe failed.
 	LastError string `json:"lastError,omitempty"`
+	// MissingPrivileges lists the grants the connecting role lacks on the
+	// host ("pg_read_all_stats", "EXECUTE ON FUNCTION pg_read_file(text)")
+	// and the messages of probe statements refused for want of one.
+	// pgrouted works without them, with less; Config.Logger was told once
+	// what each costs (see docs/privileges.md).
+	MissingPrivileges []string `json:"missingPrivileges,omitempty"`
 	// Member, MemberRole and MemberState are what the topology provider
 	// says of the host: its member name, role (leader, replica,
 	// sync_standby, standby_leader) and state (running, streaming, ...).
@@ -179,6 +185,7 @@ func (c *Connector) Topology() Snapshot {
 			Discovered:    h.Discovered,
 		}
 		hi.Pooler, hi.BackendSwitched = h.Pooler, h.BackendSwitched
+		hi.MissingPrivileges = h.Missing
 		if h.Role.String() == "standby" {
 			replay := hs.replay(h)
 			if replay != 0 {

@@ -77,7 +77,7 @@ const (
 	ReasonSessionState   = "session-state"    // the statement changes session state: the connection stays on the primary
 	ReasonPinned         = "pinned"           // an earlier statement changed session state on this connection
 	ReasonInTx           = "in-tx"            // the statement runs inside a transaction
-	ReasonForced         = "forced"           // WithRoute or a routing comment chose the endpoint
+	ReasonForced         = "forced"           // WithRoute or a routing comment chose the endpoint, or the read is of a migration tool's version table or the system catalogs (docs/migrations.md)
 	ReasonReadOnlyTx     = "read-only-tx"     // a read-only transaction runs on a replica
 	ReasonSerializableRO = "serializable"     // a SERIALIZABLE transaction cannot run on a hot standby
 	ReasonRetry25006     = "read-only-retry"  // the replica refused the statement (SQLSTATE 25006): it ran again on the primary

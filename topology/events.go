@@ -28,6 +28,10 @@ const (
 	// EventHostRemoved: a discovered host left the provider's view; it is
 	// no longer probed.
 	EventHostRemoved
+	// EventPrivilegeMissing: the probing role lacks Privilege (a grant,
+	// such as [GrantReadFile]); Err says what is lost without it. Sent once
+	// per grant and Topology, naming the first host that showed it.
+	EventPrivilegeMissing
 )
 
 // String names the kind.
@@ -47,6 +51,8 @@ func (k EventKind) String() string {
 		return "host-added"
 	case EventHostRemoved:
 		return "host-removed"
+	case EventPrivilegeMissing:
+		return "privilege-missing"
 	}
 	return "unknown"
 }
@@ -57,8 +63,10 @@ type Event struct {
 	Host     string // the host concerned, if any
 	Previous string // the previous primary, for primary events
 	Epoch    uint64
-	Err      string // the probe error, for EventHostDown
-	Time     time.Time
+	Err      string // the probe error, for EventHostDown; the effect, for EventPrivilegeMissing
+	// Privilege is the missing grant, for EventPrivilegeMissing.
+	Privilege string
+	Time      time.Time
 }
 
 type subscription struct {

@@ -12,10 +12,13 @@ import (
 	"github.com/pgrouted/pgrouted/lagmeter"
 )
 
-// probeSQL is one simple-protocol round trip of up to three statements. The
-// first reads the role and positions and is the probe; the second reads the
-// timeline and the third the system identifier: when a role lacks the
-// privilege for them they fail alone and are reported unknown.
+// probeSQL is one simple-protocol round trip of up to four statements. The
+// first reads the role and positions and is the probe; then, once per
+// connection, which grants the role has (privileges.go); then the timeline
+// and, until known, the system identifier. A statement refused for want of
+// a privilege leaves what it reads unknown, and the ones after it unread
+// (the server skips the rest of the string); the refusal is reported in
+// HostState.Missing.
 //
 // The probe also reads the server process it talks to (pg_backend_pid())
 // and when the server started (pg_postmaster_start_time()): behind a
@@ -57,6 +60,7 @@ type result struct {
 	conn       uint64 // the probe connection's incarnation
 	sync       []SyncStandby
 	switches   []lagmeter.TimelineSwitch // the history of timeline, when read
+	missing    []string                  // the grants the role lacks (see HostState.Missing)
 
 	backendPID uint32 // pg_backend_pid() of the probe
 	started    string // pg_postmaster_start_time() of the probe
@@ -83,6 +87,11 @@ type prober struct {
 	// asked again), and switches what it read.
 	historyOf uint32
 	switches  []lagmeter.TimelineSwitch
+
+	// privChecked is set once the probe connection read which grants the
+	// role has; missing is what it lacks (privileges.go).
+	privChecked bool
+	missing     []string
 
 	// started is the server start time the probe connection saw last,
 	// backend the backend pid, and switched whether it met two backends
@@ -169,9 +178,15 @@ func (p *prober) probe(parent context.Context) (res result) {
 		p.newServer()
 		p.started, p.backend, p.switched = "", 0, false
 	}
-	sql := probeRoleSQL + ";\n" + probeTimelineSQL
+	sql, privIdx, tlIdx, sysIdx := probeRoleSQL, -1, 1, -1
+	if !p.privChecked {
+		sql += ";\n" + probePrivilegesSQL
+		privIdx, tlIdx = 1, 2
+	}
+	sql += ";\n" + probeTimelineSQL
 	if p.systemID == 0 {
 		sql += ";\n" + probeSystemSQL
+		sysIdx = tlIdx + 1
 	}
 	start := time.Now()
 	results, err := p.conn.Exec(ctx, sql).ReadAll()
@@ -206,15 +221,23 @@ func (p *prober) probe(parent context.Context) (res result) {
 	res.pooler = res.backendPID != p.conn.PID()
 	res.switched = p.switched
 	res.rtt = elapsed
-	if len(results) > 1 && results[1].Err == nil && len(results[1].Rows) == 1 {
-		if v := results[1].Rows[0][0]; v != nil {
+	if privIdx > 0 && len(results) > privIdx && results[privIdx].Err == nil && len(results[privIdx].Rows) == 1 {
+		p.missing, p.privChecked = parsePrivileges(results[privIdx].Rows[0]), true
+	}
+	for _, k := range []int{tlIdx, sysIdx} {
+		if k > 0 && len(results) > k && results[k].Err != nil {
+			p.missing = addMissing(p.missing, refused(results[k].Err))
+		}
+	}
+	if len(results) > tlIdx && results[tlIdx].Err == nil && len(results[tlIdx].Rows) == 1 {
+		if v := results[tlIdx].Rows[0][0]; v != nil {
 			if tli, err := strconv.ParseUint(string(v), 10, 32); err == nil {
 				res.timeline = uint32(tli)
 			}
 		}
 	}
-	if p.systemID == 0 && len(results) > 2 && results[2].Err == nil && len(results[2].Rows) == 1 {
-		if row := results[2].Rows[0]; len(row) == 4 && row[0] != nil {
+	if sysIdx > 0 && len(results) > sysIdx && results[sysIdx].Err == nil && len(results[sysIdx].Rows) == 1 {
+		if row := results[sysIdx].Rows[0]; len(row) == 4 && row[0] != nil {
 			p.systemID, _ = strconv.ParseUint(string(row[0]), 10, 64)
 			var n [3]uint64
 			for k := range n {
@@ -236,6 +259,7 @@ func (p *prober) probe(parent context.Context) (res result) {
 		}
 		res.switches = p.switches
 	}
+	res.missing = p.missing
 	return res
 }
 
@@ -245,17 +269,21 @@ func (p *prober) newServer() {
 	p.incarn++
 	p.systemID = 0
 	p.historyOf, p.switches = 0, nil
+	p.privChecked, p.missing = false, nil
 }
 
 // readHistory reads the timeline history file of a primary's timeline: the
 // switch points that tell which writes of older timelines survived the
-// promotions. It needs the privilege to read server files (superuser,
-// pg_read_server_files, or EXECUTE on pg_read_file granted); without it
-// the answer is nil and the driver knows only a lower bound of the switch
-// point (see HostState.SwitchFloor).
+// promotions. It needs EXECUTE on pg_read_file(text) (a superuser has it;
+// membership in pg_read_server_files does not give it); without it the
+// answer is nil, the refusal is reported (GrantReadFile), and the driver
+// knows only a lower bound of the switch point (see HostState.SwitchFloor).
 func (p *prober) readHistory(ctx context.Context, tli uint32) []lagmeter.TimelineSwitch {
 	sql := fmt.Sprintf("SELECT pg_read_file('pg_wal/%08X.history')", tli)
 	results, err := p.conn.Exec(ctx, sql).ReadAll()
+	if refused(err) != "" {
+		p.missing = addMissing(p.missing, GrantReadFile)
+	}
 	if err != nil || len(results) != 1 || len(results[0].Rows) != 1 || results[0].Rows[0][0] == nil {
 		return nil
 	}

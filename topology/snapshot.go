@@ -101,7 +101,7 @@ type HostState struct {
 
 	// Switches is the timeline history of a primary on a timeline after
 	// the first: where each earlier timeline was left. It is read from the
-	// history file, which needs the privilege to read server files; nil
+	// history file, which needs EXECUTE on pg_read_file(text); nil
 	// when unknown.
 	Switches []lagmeter.TimelineSwitch `json:"switches,omitempty"`
 
@@ -116,6 +116,12 @@ type HostState struct {
 	// by the standby's application_name equal to the host's Name; empty
 	// when not known.
 	SyncState string `json:"syncState,omitempty"`
+
+	// Missing lists the grants the probing role lacks on the host
+	// ([GrantReadAllStats], [GrantReadFile]), and the messages of probe
+	// statements refused for want of a privilege, sorted. The probes
+	// work without them, with less (see [PrivilegeEffect]).
+	Missing []string `json:"missing,omitempty"`
 
 	// Member, MemberRole and MemberState are what the provider's last view
 	// says of the host (its member name, role and state); empty without a

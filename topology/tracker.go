@@ -22,6 +22,7 @@ type tracker struct {
 	conflicts   uint64
 	conflict    bool
 	sync        [][]SyncStandby // per host, from its last probe as primary
+	reported    map[string]bool // the missing grants already reported (privileges.go)
 
 	// With a provider: where each host listens, for matching members; the
 	// authority of its last view, when that view's request was sent, and
@@ -181,6 +182,8 @@ func (tr *tracker) apply(r result) {
 		h.Switches = r.switches
 		h.Conn = r.conn
 		h.Pooler, h.BackendSwitched = r.pooler, r.switched
+		h.Missing = r.missing
+		tr.reportMissing(h.Name, r.missing)
 		if r.systemID != 0 {
 			h.SystemID = r.systemID
 		}

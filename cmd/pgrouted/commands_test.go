@@ -144,7 +144,8 @@ func TestExplainCommand(t *testing.T) {
 		want   []string
 		primry bool
 	}{
-		{"SELECT * FROM pg_class", exitOK, []string{"op:       read", "(a replica)", "reason:   replica"}, false},
+		{"SELECT * FROM t", exitOK, []string{"op:       read", "(a replica)", "reason:   replica"}, false},
+		{"SELECT * FROM pg_class", exitOK, []string{"op:       read", "node0 (the primary)", "forced"}, true},
 		{"INSERT INTO t VALUES (1)", exitOK, []string{"op:       write", "node0 (the primary)", "reason:   write: the statement is not a read"}, true},
 		{"SELECT * FROM t FOR UPDATE", exitOK, []string{"op:       lock", "node0 (the primary)"}, true},
 		{"SET search_path = x", exitOK, []string{"session-state"}, true},

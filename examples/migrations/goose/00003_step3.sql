@@ -1,0 +1,5 @@
+-- +goose Up
+INSERT INTO goose_log (v) VALUES (3);
+
+-- +goose Down
+DELETE FROM goose_log WHERE v = 3;

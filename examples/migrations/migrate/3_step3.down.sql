@@ -1,0 +1,1 @@
+DELETE FROM migrate_log WHERE v = 3;

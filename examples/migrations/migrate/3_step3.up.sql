@@ -1,0 +1,1 @@
+INSERT INTO migrate_log (v) VALUES (3);
