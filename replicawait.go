@@ -27,9 +27,10 @@ import (
 //
 // PostgreSQL 19 has WAIT FOR LSN for this; on older servers the wait is a
 // query that polls pg_last_wal_replay_lsn() with pg_sleep in 1 ms steps,
-// bounded by the wait (waitSQL). Only PostgreSQL 15 runs here: the WAIT FOR
-// form is chosen by the server's version, and is not exercised by the
-// tests; the benchmark measures the polling form.
+// bounded by the wait (waitSQL). The tests run the polling form on
+// PostgreSQL 13 to 18 (make test-versions); the WAIT FOR form is chosen by
+// the server's version, and is not exercised by the tests; the benchmark
+// measures the polling form.
 //
 // Neither compares timelines (WAIT FOR LSN is timeline-blind too): the
 // caller's watermark is checked against the replica's system and timeline

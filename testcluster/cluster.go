@@ -132,6 +132,9 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	if c.version, c.verStr, err = serverVersion(c.bin); err != nil {
 		return nil, err
 	}
+	if err := c.checkMajor(opts.BinDir == ""); err != nil {
+		return nil, err
+	}
 
 	if c.base, err = os.MkdirTemp(opts.Dir, "pgrouted-testcluster-"); err != nil {
 		return nil, fmt.Errorf("testcluster: %w", err)
@@ -398,6 +401,9 @@ func (c *Cluster) Dir() string { return c.base }
 
 // Version is the PostgreSQL version string of the binaries in use.
 func (c *Cluster) Version() string { return c.verStr }
+
+// Major is the PostgreSQL major version of the binaries in use (13, 14, ...).
+func (c *Cluster) Major() int { return c.version / 10000 }
 
 // DSN returns one multi-host connection string (URL form) for every node,
 // through the fault points, primary first, with sslmode=disable.

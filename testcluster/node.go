@@ -308,7 +308,7 @@ func (n *Node) PauseReplay(ctx context.Context) error {
 	}
 	for {
 		var state string
-		if err := n.QueryRow(ctx, "SELECT pg_get_wal_replay_pause_state()", nil, &state); err != nil {
+		if err := n.QueryRow(ctx, pauseStateSQL(n.c.Major()), nil, &state); err != nil {
 			return err
 		}
 		if state == "paused" {
@@ -330,7 +330,7 @@ func (n *Node) ResumeReplay(ctx context.Context) error {
 	}
 	for {
 		var state string
-		if err := n.QueryRow(ctx, "SELECT pg_get_wal_replay_pause_state()", nil, &state); err != nil {
+		if err := n.QueryRow(ctx, pauseStateSQL(n.c.Major()), nil, &state); err != nil {
 			return err
 		}
 		if state == "not paused" {
@@ -364,7 +364,8 @@ func (n *Node) Follow(ctx context.Context, primary *Node) error {
 
 // Rejoin turns the node, running or not (typically an old primary), into a
 // standby of primary: it stops the node, replaces its data directory with a
-// fresh base backup of primary (pg_basebackup -R -X stream), starts it and
+// fresh base backup of primary (pg_basebackup -R -X stream, or a copy where
+// there is no pg_basebackup, see the package documentation), starts it and
 // waits until it streams.
 func (n *Node) Rejoin(ctx context.Context, primary *Node) error {
 	if n == primary {
@@ -387,8 +388,9 @@ func (n *Node) Rejoin(ctx context.Context, primary *Node) error {
 	return n.waitStreaming(ctx, primary, since)
 }
 
-// clone makes the node a standby of primary with a base backup taken through
-// its replication link, and starts it.
+// clone makes the node a standby of primary with a base backup (taken
+// through its replication link by pg_basebackup, or copied by copyFrom),
+// whose replication connection goes through its link, and starts it.
 func (n *Node) clone(ctx context.Context, primary *Node) error {
 	began := time.Now()
 	if err := n.link.Heal(); err != nil {
@@ -399,15 +401,23 @@ func (n *Node) clone(ctx context.Context, primary *Node) error {
 	}
 	host, port, _ := net.SplitHostPort(n.link.Addr())
 	conninfo := fmt.Sprintf("host=%s port=%s user=%s application_name=%s", host, port, n.c.opts.User, n.name)
-	if err := n.c.run.run(ctx, "pg_basebackup", "-D", n.dataDir, "-R", "-X", "stream",
-		"--checkpoint=fast", "--no-sync", "-d", conninfo); err != nil {
-		return err
+	how := "pg_basebackup"
+	if n.c.hasBasebackup() {
+		if err := n.c.run.run(ctx, "pg_basebackup", "-D", n.dataDir, "-R", "-X", "stream",
+			"--checkpoint=fast", "--no-sync", "-d", conninfo); err != nil {
+			return err
+		}
+	} else {
+		how = "a copy"
+		if err := n.copyFrom(ctx, primary, conninfo); err != nil {
+			return err
+		}
 	}
 	// PostgreSQL refuses a data directory with group or other access.
 	if err := os.Chmod(n.dataDir, 0o700); err != nil {
 		return fmt.Errorf("testcluster: %w", err)
 	}
-	n.c.opts.Logf("testcluster: %s cloned from %s in %s", n.name, primary.name, time.Since(began).Round(time.Millisecond))
+	n.c.opts.Logf("testcluster: %s cloned from %s with %s in %s", n.name, primary.name, how, time.Since(began).Round(time.Millisecond))
 	return n.Start(ctx)
 }
 

