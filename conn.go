@@ -106,7 +106,8 @@ func (cn *conn) run(ctx context.Context, cl *call) error {
 		return cn.tx.run(ctx, r, cl, began)
 	}
 	p := cn.c.plan(ctx, request{r: r, pinned: cn.pinned, inTx: cn.inSQLTx(), fn: r.FuncName(cl.query), refused: cn.c.refused.has(cl.query)}, true)
-	ev := RouteEvent{Decision: Decision{Op: p.op, Reason: p.reason, Function: p.fn}, Context: ctx, Query: cl.query, WriteLost: p.lost}
+	ev := RouteEvent{Decision: Decision{Op: p.op, Reason: p.reason, Function: p.fn}, Context: ctx, Query: cl.query, WriteLost: p.lost,
+		Global: p.global.used, GlobalWait: p.global.wait}
 	defer func() {
 		ev.Duration = time.Since(began)
 		cn.c.report(ev)

@@ -100,6 +100,9 @@ type Connector struct {
 
 	// writes is the position of the last writes through this connector.
 	writes mark
+	// index shares the reads of the primary's position among global reads
+	// (readindex.go, global.go).
+	index *readIndex
 	// booted is set once every host answered (pgrouted_strict_boot).
 	booted atomic.Bool
 	// counters are behind Stats (with each host's statement counters).
@@ -154,6 +157,7 @@ func NewConnector(cfg *Config) (*Connector, error) {
 		return nil, err
 	}
 	c := &Connector{cfg: own, funcs: newCatalog(read, write), classes: newClassCache()}
+	c.index = newReadIndex(c.fetchPosition)
 	if d, ok := own.MaxLag.Time(); ok {
 		c.budget.MaxTime = d
 	} else if n, ok := own.MaxLag.Bytes(); ok {
@@ -310,6 +314,7 @@ func (c *Connector) Close() error {
 	}
 	c.closed = true
 	c.funcs.close()
+	c.index.close()
 	if c.stopTerms != nil {
 		close(c.stopTerms)
 		<-c.termsDone
@@ -333,6 +338,7 @@ func (c *Connector) Close() error {
 }
 
 func (c *Connector) closePools() {
+	c.index.close() // a failed NewConnector too
 	for _, h := range c.hosts.all() {
 		h.pool.Close()
 	}

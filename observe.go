@@ -274,6 +274,15 @@ type Stats struct {
 	ReplicaWaits        uint64        `json:"replicaWaits"`
 	ReplicaWaitTime     time.Duration `json:"replicaWaitTime"`
 	ReplicaWaitTimeouts uint64        `json:"replicaWaitTimeouts"`
+
+	// PositionFetches counts the reads of the primary's WAL position made
+	// for global consistency (one query each, on a connection of the
+	// primary's pool), PositionFetchErrors those that failed, and
+	// GlobalReads the reads they served: concurrent reads share one
+	// fetch, so PositionFetches/GlobalReads is the primary's cost per read.
+	PositionFetches     uint64 `json:"positionFetches"`
+	PositionFetchErrors uint64 `json:"positionFetchErrors"`
+	GlobalReads         uint64 `json:"globalReads"`
 }
 
 // opIndex and reasonIndex number the ops and reasons counted.
@@ -372,6 +381,10 @@ func (c *Connector) Stats() Stats {
 		ReplicaWaits:        k.wait.waits.Load(),
 		ReplicaWaitTime:     time.Duration(k.wait.nanos.Load()),
 		ReplicaWaitTimeouts: k.wait.timeouts.Load(),
+
+		PositionFetches:     c.index.fetches.Load(), // global.go
+		PositionFetchErrors: c.index.failed.Load(),
+		GlobalReads:         c.index.served.Load(),
 	}
 	if e := c.top.Snapshot().Epoch; e > 1 {
 		st.Failovers = e - 1

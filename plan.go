@@ -30,6 +30,7 @@ type plan struct {
 	lost    bool               // the caller's last write was found lost in a failover
 	pin     bool               // the connection stays on the primary after it (beyond a Session class)
 	fn      string             // the function that decided (see Decision.Function)
+	global  globalRead         // the primary's position under global consistency (global.go)
 }
 
 // request is what a decision is asked about.
@@ -182,6 +183,7 @@ func (c *Connector) planReplica(ctx context.Context, p *plan, advance bool) {
 		p.err = err
 		return
 	}
+	rc = c.globalPosition(ctx, s, rc, &p.global, advance) // global.go
 	p.lost = rc.lost
 	pk := c.pickReplica(s, rc, advance, -1)
 	if pk.host >= 0 {
@@ -226,6 +228,7 @@ func (c *Connector) replan(ctx context.Context, p *plan, skip int) bool {
 	if err != nil {
 		return false
 	}
+	rc = c.globalPosition(ctx, s, rc, &p.global, true) // global.go: the same position
 	next := c.pickReplica(s, rc, true, skip)
 	if next.host < 0 {
 		return false
@@ -275,12 +278,12 @@ func (c *Connector) pickReplica(s *topology.Snapshot, rc readCtx, advance bool, 
 	cand, maybe := buf[:0], maybeBuf[:0]
 	standbys, healthy := 0, 0
 	unknown := false
-	session := c.cfg.Consistency == dsn.ConsistencySession
+	session := rc.cons != dsn.ConsistencyEventual // session or global: a position to reach
 	wm := rc.st.wm
 	if !session {
 		wm = lagmeter.Watermark{}
 	}
-	pinned := session && c.cfg.PinAfterWrite > 0 && rc.now.Sub(rc.st.lastWrite) < c.cfg.PinAfterWrite
+	pinned := rc.cons == dsn.ConsistencySession && c.cfg.PinAfterWrite > 0 && rc.now.Sub(rc.st.lastWrite) < c.cfg.PinAfterWrite
 	saturated := 0
 	hosts := c.hosts.all()
 	for i := range s.Hosts {

@@ -9,7 +9,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
-	"github.com/pgrouted/pgrouted/dsn"
 	"github.com/pgrouted/pgrouted/internal/sqlclass"
 	"github.com/pgrouted/pgrouted/lagmeter"
 )
@@ -249,7 +248,7 @@ func (cn *conn) runOnPrimary(ctx context.Context, p *plan, r sqlclass.Result, ev
 			}
 			cn.pin()
 		}
-		positioned := cn.positioned(r, cl)
+		positioned := cn.positioned(ctx, r, cl)
 		pos, err := cn.execPrimary(ctx, sc, positioned, cl)
 		if err != nil {
 			retry, stop, ferr := cn.primaryFailed(ctx, p, sc, err, inTx, attempt)
@@ -381,10 +380,10 @@ func (cn *conn) raiseAfter(ctx context.Context, positioned bool, pos lagmeter.LS
 // in autocommit mode can run pipelined with the read of the WAL position
 // that follows its commit (see execPositioned): one INSERT, UPDATE, DELETE,
 // MERGE or data-modifying WITH (not COPY, DDL, CALL or DO, which the
-// ordinary path runs as pgx does), under session consistency, with pgx's
+// ordinary path runs as pgx does), unless consistency is eventual, with pgx's
 // default extended-protocol modes and no pgx option among its arguments.
-func (cn *conn) positioned(r sqlclass.Result, cl *call) bool {
-	if !r.DML || cn.c.cfg.Consistency != dsn.ConsistencySession || cn.inSQLTx() {
+func (cn *conn) positioned(ctx context.Context, r sqlclass.Result, cl *call) bool {
+	if !r.DML || !cn.c.tracksWrites(ctx) || cn.inSQLTx() {
 		return false
 	}
 	return cn.c.pipelineOK(cn.host, cl.args)

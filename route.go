@@ -213,6 +213,16 @@ type RouteEvent struct {
 	// lost with it. From then on read-your-writes covers what survived.
 	// See Stats.LostWrites.
 	WriteLost bool
+	// Global is true when the read needed the primary's WAL position read
+	// after it began (global consistency, see WithConsistency), and asked
+	// for it: it ran on a replica that had replayed that position, or on
+	// the primary. GlobalWait is how long it waited for the position (one
+	// primary round trip, or two when a read of it was already in flight);
+	// when the position could not be read (no primary, an error), the read
+	// ran where a read of unknown position runs (Reason
+	// ReasonPositionUnknown).
+	Global     bool
+	GlobalWait time.Duration
 }
 
 type maxLagKey struct{}

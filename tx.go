@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/stdlib"
-	"github.com/pgrouted/pgrouted/dsn"
 	"github.com/pgrouted/pgrouted/internal/sqlclass"
 )
 
@@ -51,7 +50,8 @@ func (cn *conn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, 
 		return nil, fmt.Errorf("pgrouted: isolation level %s is not supported by PostgreSQL", iso)
 	}
 	p := cn.c.plan(ctx, request{begin: true, readOnly: opts.ReadOnly, serializable: iso == sql.LevelSerializable, pinned: cn.pinned, inTx: cn.inSQLTx()}, true)
-	ev := RouteEvent{Decision: Decision{Op: OpTx, Reason: p.reason}, Context: ctx, Query: "BEGIN", WriteLost: p.lost}
+	ev := RouteEvent{Decision: Decision{Op: OpTx, Reason: p.reason}, Context: ctx, Query: "BEGIN", WriteLost: p.lost,
+		Global: p.global.used, GlobalWait: p.global.wait}
 	defer func() {
 		ev.Duration = time.Since(began)
 		cn.c.report(ev)
@@ -155,7 +155,7 @@ func (t *tx) run(ctx context.Context, r sqlclass.Result, cl *call, began time.Ti
 func (t *tx) Commit() error {
 	began := time.Now()
 	cn := t.cn
-	if !t.wrote || cn.primary == nil || cn.c.cfg.Consistency != dsn.ConsistencySession {
+	if !t.wrote || cn.primary == nil || !cn.c.tracksWrites(t.ctx) {
 		err := t.inner.Commit()
 		if err != nil && t.replica == nil && cn.primary != nil && cn.lost(cn.primary) {
 			err = lostError(OpTx, err)

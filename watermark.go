@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/pgrouted/pgrouted/dsn"
 	"github.com/pgrouted/pgrouted/lagmeter"
 	"github.com/pgrouted/pgrouted/topology"
 )
@@ -44,8 +43,9 @@ type readCtx struct {
 	st     *markState
 	budget lagmeter.Budget
 	now    time.Time
-	forced bool // forced to a replica: a saturated one still serves
-	lost   bool // the caller's last write was found lost in a failover
+	forced bool        // forced to a replica: a saturated one still serves
+	lost   bool        // the caller's last write was found lost in a failover
+	cons   Consistency // the read's consistency (global.go: WithConsistency)
 }
 
 // clockBase is a reading of the clock taken at start, with its monotonic
@@ -63,7 +63,7 @@ func monoNow() time.Time { return clockBase.Add(time.Since(clockBase)) }
 // With commit false (Explain) it changes nothing: what it learns about the
 // caller's position stays local.
 func (c *Connector) readCtx(ctx context.Context, s *topology.Snapshot, commit bool) (readCtx, error) {
-	rc := readCtx{ctx: ctx, mark: &c.writes, budget: c.budget, now: monoNow(), forced: routeFrom(ctx) == Replica}
+	rc := readCtx{ctx: ctx, mark: &c.writes, budget: c.budget, now: monoNow(), forced: routeFrom(ctx) == Replica, cons: c.consistency(ctx)}
 	if sess := sessionFrom(ctx); sess != nil {
 		rc.mark = &sess.m
 	}
@@ -177,7 +177,7 @@ func clusterSystemID(s *topology.Snapshot) uint64 {
 // wrote records a committed write on primary host at insert position lsn
 // (0: unknown), for the connector and for the session of ctx, if any.
 func (c *Connector) wrote(ctx context.Context, host int, lsn lagmeter.LSN) {
-	if c.cfg.Consistency != dsn.ConsistencySession {
+	if !c.tracksWrites(ctx) { // global.go
 		return
 	}
 	var w lagmeter.Watermark
@@ -218,7 +218,7 @@ const positionTimeout = 5 * time.Second
 // it. 0 when it cannot be read within positionTimeout, or when nobody
 // needs it (eventual consistency).
 func (c *Connector) insertLSN(ctx context.Context, pc *pgx.Conn) lagmeter.LSN {
-	if c.cfg.Consistency != dsn.ConsistencySession {
+	if !c.tracksWrites(ctx) { // global.go
 		return 0
 	}
 	// The statement has run: read the position even when the caller gave
