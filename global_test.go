@@ -234,3 +234,86 @@ func TestGlobalAcrossProcesses(t *testing.T) {
 		t.Errorf("session without a token: no read missed a row, with replicas 20ms behind: the test cannot tell global from session")
 	}
 }
+
+// TestGlobalRouting: WithConsistency selects global for one request in a
+// process whose default is session, and session in one whose default is
+// global; Explain under global reads no position; under 32 concurrent
+// global readers the fetches are shared (at most one per five reads).
+func TestGlobalRouting(t *testing.T) {
+	ctx := testCtx(t)
+	restore(t)
+	mustExec(t, ctx, cluster.Primary(), "DROP TABLE IF EXISTS globalr; CREATE TABLE globalr (id int)")
+	replicated(t, ctx)
+
+	db, conn, rec := open(t)
+	var n int
+	if err := db.QueryRowContext(pgrouted.WithConsistency(ctx, pgrouted.ConsistencyGlobal), "SELECT count(*) FROM globalr").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if ev := lastRead(t, rec); !ev.Global || conn.Stats().PositionFetches != 1 {
+		t.Fatalf("a read with WithConsistency(global) under a session default: Global %v, %d fetches; want a global read, one fetch", ev.Global, conn.Stats().PositionFetches)
+	}
+	if err := db.QueryRowContext(ctx, "SELECT count(*) FROM globalr").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if ev := lastRead(t, rec); ev.Global || conn.Stats().PositionFetches != 1 {
+		t.Fatalf("a plain read under a session default: Global %v, %d fetches; want neither", ev.Global, conn.Stats().PositionFetches)
+	}
+
+	gdb, gconn, grec := open(t, "pgrouted_consistency=global", "pgrouted_replica_max_conns=32")
+	before := gconn.Stats().PositionFetches
+	for range 10 {
+		if _, err := gconn.Explain(ctx, "SELECT count(*) FROM globalr"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if after := gconn.Stats().PositionFetches; after != before {
+		t.Fatalf("Explain under global read the primary's position %d times, want no side effect", after-before)
+	}
+	if err := gdb.QueryRowContext(pgrouted.WithConsistency(ctx, pgrouted.ConsistencySession), "SELECT count(*) FROM globalr").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if ev := lastRead(t, grec); ev.Global || gconn.Stats().PositionFetches != before {
+		t.Fatalf("a read with WithConsistency(session) under a global default: Global %v; want a session read, no fetch", ev.Global)
+	}
+
+	// 32 readers at once, 50 reads each, over a network: 5 ms round trips
+	// to every node. (On loopback, with 32 goroutines on two busy cores, a
+	// fetch costs far less than a read's CPU; the fetches are still shared,
+	// one in flight at a time, but each serves fewer reads.)
+	for _, n := range cluster.Nodes() {
+		if err := n.Fault().Latency(5 * time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { n.Fault().Latency(0) })
+	}
+	const readers, each = 32, 50
+	st0 := gconn.Stats()
+	errs := make(chan error, readers)
+	for range readers {
+		go func() {
+			var err error
+			for range each {
+				var n int
+				if err = gdb.QueryRowContext(ctx, "SELECT count(*) FROM globalr").Scan(&n); err != nil {
+					break
+				}
+			}
+			errs <- err
+		}()
+	}
+	for range readers {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	st := gconn.Stats()
+	fetches, reads := st.PositionFetches-st0.PositionFetches, st.GlobalReads-st0.GlobalReads
+	t.Logf("32 concurrent global readers: %d reads served by %d position fetches (%.3f per read)", reads, fetches, float64(fetches)/float64(reads))
+	if reads != readers*each {
+		t.Fatalf("%d global reads counted, want %d", reads, readers*each)
+	}
+	if fetches*5 > reads {
+		t.Fatalf("%d position fetches for %d reads, want at most one fifth", fetches, reads)
+	}
+}
