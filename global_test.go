@@ -10,6 +10,8 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -315,5 +317,136 @@ func TestGlobalRouting(t *testing.T) {
 	}
 	if fetches*5 > reads {
 		t.Fatalf("%d position fetches for %d reads, want at most one fifth", fetches, reads)
+	}
+}
+
+// TestGlobalThroughFailover: a writer (its own pgrouted) inserts rows one
+// after another; global readers (another pgrouted) each read the last row
+// acknowledged before their read began, while the replication links are
+// cut (the old primary acknowledges writes no standby receives), the
+// primary is killed and a standby promoted. No read fails, and no read
+// misses a row acknowledged before it began, except rows lost with the
+// old primary (asynchronous replication allows it): those are told apart
+// by the new primary's table (a stale read would miss a row it has).
+func TestGlobalThroughFailover(t *testing.T) {
+	ctx := testCtx(t)
+	restore(t)
+	mustExec(t, ctx, cluster.Primary(), "DROP TABLE IF EXISTS globalf; CREATE TABLE globalf (id int PRIMARY KEY)")
+	replicated(t, ctx)
+	writer, _, _ := open(t)
+	rdb, rconn, rrec := open(t, "pgrouted_consistency=global", "pgrouted_replica_wait=100ms")
+
+	var acked atomic.Int64 // the last id whose insert was acknowledged
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for id := int64(1); ; id++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if _, err := writer.ExecContext(ctx, "INSERT INTO globalf VALUES ($1)", id); err == nil {
+				acked.Store(id)
+			} else {
+				time.Sleep(5 * time.Millisecond) // during the failover
+			}
+		}
+	}()
+	var (
+		mu     sync.Mutex
+		misses []int64
+		errs   []error
+		reads  atomic.Int64
+	)
+	const readers = 4
+	for range readers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				id := acked.Load() // acknowledged before the read begins
+				if id == 0 {
+					time.Sleep(time.Millisecond)
+					continue
+				}
+				var n int
+				err := rdb.QueryRowContext(ctx, "SELECT count(*) FROM globalf WHERE id = $1", id).Scan(&n)
+				reads.Add(1)
+				mu.Lock()
+				switch {
+				case err != nil:
+					errs = append(errs, err)
+				case n != 1:
+					misses = append(misses, id)
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	time.Sleep(2 * time.Second)
+	// From now on the old primary acknowledges writes no standby receives.
+	for _, r := range cluster.Replicas() {
+		if err := r.ReplicationFault().Blackhole(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(time.Second)
+	lastOld := acked.Load()
+	failOver(t, ctx, rconn, true)
+	time.Sleep(3 * time.Second)
+	close(stop)
+	wg.Wait()
+
+	// What the new primary has tells a lost write from a stale read.
+	var survived int64
+	if err := cluster.Node(1).QueryRow(ctx, "SELECT coalesce(max(id), 0) FROM globalf WHERE id <= $1", []any{lastOld}, &survived); err != nil {
+		t.Fatal(err)
+	}
+	present := func(id int64) bool {
+		var n int
+		if err := cluster.Node(1).QueryRow(ctx, "SELECT count(*) FROM globalf WHERE id = $1", []any{id}, &n); err != nil {
+			t.Fatal(err)
+		}
+		return n == 1
+	}
+	var stale, lost []int64
+	for _, id := range misses {
+		if present(id) {
+			stale = append(stale, id)
+		} else {
+			lost = append(lost, id)
+		}
+	}
+	onReplica, global := 0, 0
+	for _, e := range rrec.snapshot() {
+		if e.Op == pgrouted.OpRead && e.Err == nil && e.Global {
+			global++
+			if !e.Primary {
+				onReplica++
+			}
+		}
+	}
+	st := rconn.Stats()
+	t.Logf("%d reads (%d global, %d on replicas), %d errors; rows %d..%d acknowledged by the old primary were lost with it; %d reads missed a lost row, %d missed a row the new primary has; reader stats: %d fetches (%d failed)",
+		reads.Load(), global, onReplica, len(errs), survived+1, lastOld, len(lost), len(stale), st.PositionFetches, st.PositionFetchErrors)
+	if len(errs) > 0 {
+		t.Errorf("%d reads failed through the failover; first: %v", len(errs), errs[0])
+	}
+	if len(stale) > 0 {
+		t.Errorf("%d reads missed rows acknowledged before they began that the new primary has (stale reads): %v", len(stale), stale[:min(len(stale), 10)])
+	}
+	if survived >= lastOld {
+		t.Errorf("no write acknowledged by the old primary was lost (last survivor %d, last acknowledged %d): the test did not cut replication", survived, lastOld)
+	}
+	if onReplica == 0 {
+		t.Error("no global read ran on a replica")
 	}
 }
