@@ -120,6 +120,7 @@ func (c *Connector) globalPosition(ctx context.Context, s *topology.Snapshot, rc
 		start := time.Now()
 		g.wm, g.err = c.index.get(ctx)
 		g.wait, g.used = time.Since(start), true
+		c.index.waited.Add(uint64(g.wait))
 	}
 	if !g.used {
 		return rc

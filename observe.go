@@ -280,9 +280,12 @@ type Stats struct {
 	// primary's pool), PositionFetchErrors those that failed, and
 	// GlobalReads the reads they served: concurrent reads share one
 	// fetch, so PositionFetches/GlobalReads is the primary's cost per read.
-	PositionFetches     uint64 `json:"positionFetches"`
-	PositionFetchErrors uint64 `json:"positionFetchErrors"`
-	GlobalReads         uint64 `json:"globalReads"`
+	// GlobalWaitTime is the total time global reads waited for their
+	// positions (RouteEvent.GlobalWait).
+	PositionFetches     uint64        `json:"positionFetches"`
+	PositionFetchErrors uint64        `json:"positionFetchErrors"`
+	GlobalReads         uint64        `json:"globalReads"`
+	GlobalWaitTime      time.Duration `json:"globalWaitTime"`
 }
 
 // opIndex and reasonIndex number the ops and reasons counted.
@@ -385,6 +388,7 @@ func (c *Connector) Stats() Stats {
 		PositionFetches:     c.index.fetches.Load(), // global.go
 		PositionFetchErrors: c.index.failed.Load(),
 		GlobalReads:         c.index.served.Load(),
+		GlobalWaitTime:      time.Duration(c.index.waited.Load()),
 	}
 	if e := c.top.Snapshot().Epoch; e > 1 {
 		st.Failovers = e - 1

@@ -44,6 +44,7 @@ type readIndex struct {
 	fetches atomic.Uint64 // fetches started
 	served  atomic.Uint64 // reads given a position
 	failed  atomic.Uint64 // fetches that failed
+	waited  atomic.Uint64 // nanoseconds reads waited for their positions (Connector.globalPosition)
 }
 
 // fetchRound is one fetch and the reads waiting for it.

@@ -87,6 +87,9 @@ func RegisterMetrics(src Source, opts ...Option) (metric.Registration, error) {
 		catalogReads    = counter("pgrouted.catalog_reads", "{read}", "Reads of the function catalog.")
 		replicaWaits    = counter("pgrouted.replica_waits", "{read}", "Reads that waited on a replica for it to replay the caller's writes (pgrouted_replica_wait).")
 		waitTimeouts    = counter("pgrouted.replica_wait_timeouts", "{read}", "Replica waits that ended without the caller's position: the read ran where it would have without a wait.")
+		posFetches      = counter("pgrouted.position_fetches", "{fetch}", "Reads of the primary's WAL position for global consistency, one query each; concurrent reads share one.")
+		posFetchErrors  = counter("pgrouted.position_fetch_errors", "{fetch}", "Position fetches that failed: their reads ran where a read of unknown position runs (the primary).")
+		globalReads     = counter("pgrouted.global_reads", "{read}", "Reads served a primary position read after they began (global consistency).")
 
 		epoch     = gauge("pgrouted.primary.epoch", "1", "Primary epoch: increments each time the primary becomes another host.")
 		lease     = gauge("pgrouted.primary.lease_remaining", "s", "How long the current primary stays trusted without a new successful probe; 0 when there is no trusted primary.")
@@ -151,6 +154,9 @@ func RegisterMetrics(src Source, opts ...Option) (metric.Registration, error) {
 		count(catalogReads, st.CatalogReads)
 		count(replicaWaits, st.ReplicaWaits)
 		count(waitTimeouts, st.ReplicaWaitTimeouts)
+		count(posFetches, st.PositionFetches)
+		count(posFetchErrors, st.PositionFetchErrors)
+		count(globalReads, st.GlobalReads)
 		set(epoch, float64(top.Epoch))
 		set(lease, top.LeaseRemainingMs/1e3)
 
