@@ -84,7 +84,9 @@
 //     replica, whether it must check its replay position first, whether
 //     it may fall back to the primary, and the reason.
 //   - watermark.go: what a read needs a replica to hold (the position of
-//     the caller's writes, across failovers); pick.go: which of the
+//     the caller's writes, across failovers); global.go and readindex.go:
+//     under global consistency, the primary's position read after the
+//     read began, shared among concurrent reads; pick.go: which of the
 //     eligible replicas serves it (one picker per pgrouted_select policy,
 //     and Config.Select).
 //   - host.go: one host's pool, circuit breaker, known replay position and
@@ -175,6 +177,36 @@
 // write the promoted standby was not seen to replay cannot be told apart,
 // and reads of it go to the new primary until the new timeline's position
 // is known ([Stats].TimelineResets).
+//
+// # Per request
+//
+// A context carries per-request settings: [WithRoute] (where),
+// [WithMaxLag] (the staleness budget), [WithReplicaWait] (how long a read
+// may wait on a replica for its position), [WithConsistency] (global for
+// one request in a process whose default is session, or the reverse) and
+// [WithSession] (whose writes a read must see).
+//
+// # Global consistency
+//
+// Under pgrouted_consistency=global (or [WithConsistency] with
+// [ConsistencyGlobal]) a read sees every transaction committed on the
+// primary before it began, by any client. After the read begins, the
+// primary's WAL insert position is read (at or past every commit
+// acknowledged before), converted to the end of the last record before it,
+// and the read needs it on its replica as a session read needs its
+// watermark: proven by a probe, checked inline, or waited for
+// (pgrouted_replica_wait); else the primary, or [ErrNoReplica] under
+// pgrouted_fallback=error. The read is shared (readindex.go): one is in
+// flight at a time, and reads that arrive meanwhile wait for the next one,
+// which starts after they began; so the primary sees one small query per
+// round trip. It runs with the simple protocol on a connection of the
+// primary's pool, under the primary's term. A [Session] in the context is a
+// floor. When no primary is known or the read fails, the read goes where a
+// read of unknown position goes: to the primary (waiting for one as writes
+// do), never to a replica on faith. [Connector.Explain] reads no position:
+// it plans with the primary's last probed one. [RouteEvent].Global and
+// GlobalWait, and [Stats].PositionFetches, GlobalReads and GlobalWaitTime
+// show the cost.
 //
 // # Behind a connection pooler
 //
