@@ -378,7 +378,10 @@ func (c *Connector) watch(events <-chan topology.Event) {
 }
 
 // Explain returns where query would run now, and why, without running it:
-// no side effect, and the round-robin position does not move.
+// no side effect, and the round-robin position does not move. Under
+// global consistency it does not read the primary's position (the read
+// would): it plans with the position the primary's last probe read, which
+// the read needs at least.
 func (c *Connector) Explain(ctx context.Context, query string) (Decision, error) {
 	r := c.classify(ctx, query)
 	p := c.plan(ctx, request{r: r, fn: r.FuncName(query), refused: c.refused.has(query)}, false)
