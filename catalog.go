@@ -191,22 +191,22 @@ func parseFuncNames(key string, list []string) ([]sqlclass.FuncName, error) {
 // primary's, a little behind at most, and a function it does not have yet
 // is unknown, which is safe.
 func (c *Connector) loadCatalog(ctx context.Context) ([]sqlclass.FuncDef, error) {
-	s := c.top.Snapshot()
-	order := make([]int, 0, len(c.hosts.all()))
-	if s.Primary >= 0 {
-		order = append(order, s.Primary)
+	v := c.view()
+	order := make([]*host, 0, len(v.hosts))
+	if v.primary != nil {
+		order = append(order, v.primary.host)
 	}
 	for _, healthy := range []bool{true, false} {
-		for i := range s.Hosts {
-			if i != s.Primary && s.Hosts[i].Healthy == healthy && !s.Hosts[i].Removed {
-				order = append(order, i)
+		for i := range v.hosts {
+			if h := &v.hosts[i]; h != v.primary && h.probe.Healthy == healthy && !h.probe.Removed {
+				order = append(order, h.host)
 			}
 		}
 	}
 	err := errors.New("no host")
-	for _, i := range order {
+	for _, h := range order {
 		var defs []sqlclass.FuncDef
-		err = c.hosts.at(i).pool.AcquireFunc(ctx, func(pc *pgxpool.Conn) error {
+		err = h.pool.AcquireFunc(ctx, func(pc *pgxpool.Conn) error {
 			var rerr error
 			defs, rerr = readFunctions(ctx, pc.Conn().PgConn())
 			return rerr

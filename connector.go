@@ -92,6 +92,7 @@ var DefaultConnectTimeout = 5 * time.Second
 type Connector struct {
 	cfg    Config
 	hosts  hostTable // in DSN order, then discovered ones, as in topology snapshots
+	views  views     // the newest snapshot joined with hosts (view.go)
 	top    *topology.Topology
 	picker picker // chooses among eligible replicas (pick.go)
 
@@ -171,7 +172,7 @@ func NewConnector(cfg *Config) (*Connector, error) {
 	}
 	// own.Config.Select is the pgrouted_select policy; own.Select, the
 	// Config.Select hook, goes in front of it.
-	c.picker = newPicker(own.Config.Select, own.LatencyWindow, &c.hosts, own.Select, own.Logger)
+	c.picker = newPicker(own.Config.Select, own.LatencyWindow, own.Select, own.Logger)
 	prov, err := newProvider(&own)
 	if err != nil {
 		c.closePools()
@@ -314,13 +315,13 @@ func (c *Connector) Close() error {
 		close(c.stopTerms)
 		<-c.termsDone
 	}
-	s := c.top.Snapshot()
+	v := c.view()
 	c.top.Close()
 	if c.logDone != nil {
 		<-c.logDone
 	}
-	for i := range s.Hosts {
-		if h := c.hosts.at(i); !h.removed.Load() && (!s.Hosts[i].Healthy || !h.breaker.Allow()) {
+	for _, h := range v.hosts {
+		if !h.removed.Load() && (!h.probe.Healthy || !h.breaker.Allow()) {
 			h.dropIdle()
 		}
 	}
@@ -394,11 +395,26 @@ func (c *Connector) awaitSnapshot(ctx context.Context, changed <-chan struct{}, 
 	return nil
 }
 
-// report counts ev and hands it to Config.OnRoute.
-func (c *Connector) report(ev RouteEvent) {
-	c.count(&ev)
+// report counts a statement planned p, which ran as cl records (or failed
+// with err, began at began), and hands its RouteEvent to Config.OnRoute. It
+// is the one place a RouteEvent is built; nothing reads one to decide.
+func (c *Connector) report(ctx context.Context, p *plan, cl *call, began time.Time, err error) {
+	c.count(p, cl, err)
 	if c.cfg.OnRoute == nil {
 		return
+	}
+	ev := RouteEvent{
+		Decision:  Decision{Op: p.op, Primary: cl.primary, Reason: p.reason, Function: p.fn},
+		Context:   ctx,
+		Query:     cl.query,
+		Duration:  time.Since(began),
+		Err:       err,
+		Retried:   cl.retried || cl.reruns > 0,
+		Waited:    cl.waited,
+		WriteLost: p.lost,
+	}
+	if cl.ran != nil {
+		ev.Endpoint = cl.ran.Name
 	}
 	defer func() {
 		if r := recover(); r != nil && c.cfg.Logger != nil {

@@ -5,8 +5,6 @@ import (
 	"net/http"
 	"sync/atomic"
 	"time"
-
-	"github.com/pgrouted/pgrouted/lagmeter"
 )
 
 // Snapshot is what a Connector sees of the cluster at one instant, from
@@ -126,7 +124,8 @@ type PoolInfo struct {
 
 // Topology returns what the Connector sees of the cluster now.
 func (c *Connector) Topology() Snapshot {
-	s := c.top.Snapshot()
+	v := c.view()
+	s := v.snap
 	now := time.Now()
 	out := Snapshot{
 		Epoch:                s.Epoch,
@@ -136,7 +135,7 @@ func (c *Connector) Topology() Snapshot {
 		Hosts:                make([]HostInfo, 0, len(s.Hosts)),
 	}
 	if s.LeaseValid(now) {
-		out.Primary = s.Hosts[s.Primary].Name
+		out.Primary = v.primary.probe.Name
 	}
 	if p := s.Provider; p != nil {
 		out.Provider = &ProviderInfo{
@@ -147,13 +146,9 @@ func (c *Connector) Topology() Snapshot {
 			out.Provider.LeaseRemainingMs = ms(max(s.Lease-now.Sub(p.Confirmed), 0))
 		}
 	}
-	var primaryInsert lagmeter.LSN
-	if s.Primary >= 0 {
-		p := &s.Hosts[s.Primary]
-		primaryInsert = p.Layout.RecordEnd(p.InsertLSN)
-	}
-	for i := range s.Hosts {
-		h, hs := &s.Hosts[i], c.hosts.at(i)
+	for i := range v.hosts {
+		hv := &v.hosts[i]
+		h, hs := hv.probe, hv.host
 		if h.Removed {
 			// A discovered host that left: gone, once drained.
 			continue
@@ -180,12 +175,12 @@ func (c *Connector) Topology() Snapshot {
 		}
 		hi.Pooler, hi.BackendSwitched = h.Pooler, h.BackendSwitched
 		if h.Role.String() == "standby" {
-			replay := hs.replay(h)
+			replay := hv.replay()
 			if replay != 0 {
 				hi.ReplayLSN = replay.String()
 			}
 			if h.Healthy {
-				if n, ok := lagmeter.ByteLag(primaryInsert, replay); ok {
+				if n, ok := hv.byteLag(); ok {
 					hi.ByteLag = &n
 				}
 				if d, ok := c.history.StalenessBound(replay, now); ok {
@@ -321,34 +316,29 @@ type counters struct {
 	wait waitCounters // the replica wait (replicawait.go)
 }
 
-// count records one reported statement.
-func (c *Connector) count(ev *RouteEvent) {
+// count records one reported statement (see Connector.report).
+func (c *Connector) count(p *plan, cl *call, err error) {
 	k := &c.counters
-	if ev.Retried && ev.Reason != ReasonRetry25006 {
+	if (cl.retried || cl.reruns > 0) && p.reason != ReasonRetry25006 {
 		k.retries.Add(1)
 	}
-	switch ev.Reason {
+	switch p.reason {
 	case ReasonVolatileFunction, ReasonUnknownFunction, ReasonWriteFunction, ReasonRefused:
 		k.catalogRouted.Add(1)
 	}
 	var re *RouteError
-	if ev.Err != nil && asRouteError(ev.Err, &re) {
+	if err != nil && asRouteError(err, &re) {
 		if i := reasonIndex(re.Reason); i >= 0 {
 			k.errors[i].Add(1)
 		}
 		return
 	}
-	if ev.Endpoint == "" {
+	if cl.ran == nil {
 		return
 	}
-	for _, h := range c.hosts.all() {
-		if h.Name == ev.Endpoint && !h.removed.Load() {
-			h.statements[opIndex(ev.Op)].Add(1)
-			break
-		}
-	}
-	if ev.Op == OpRead && ev.Primary {
-		if i := reasonIndex(ev.Reason); i >= 0 {
+	cl.ran.statements[opIndex(p.op)].Add(1)
+	if p.op == OpRead && cl.primary {
+		if i := reasonIndex(p.reason); i >= 0 {
 			k.fallbacks[i].Add(1)
 		}
 	}

@@ -11,7 +11,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/pgrouted/pgrouted/lagmeter"
-	"github.com/pgrouted/pgrouted/topology"
 )
 
 // This file is the replica wait (pgrouted_replica_wait, WithReplicaWait):
@@ -65,7 +64,7 @@ func (c *Connector) replicaWait(ctx context.Context) time.Duration {
 // waitFor is how long a read planned with pk may wait on its replica:
 // only a checked read (the replica may not hold the caller's position yet)
 // waits, and not on a replica known to lag more than the wait.
-func (c *Connector) waitFor(ctx context.Context, s *topology.Snapshot, pk pick) time.Duration {
+func (c *Connector) waitFor(ctx context.Context, pk pick) time.Duration {
 	if !pk.check || pk.wm.IsZero() {
 		return 0
 	}
@@ -73,21 +72,21 @@ func (c *Connector) waitFor(ctx context.Context, s *topology.Snapshot, pk pick) 
 	if d <= 0 {
 		return 0
 	}
-	h, st := c.hosts.at(pk.host), &s.Hosts[pk.host]
-	if !h.waitable(st) || c.lagFloor(s, h, st) > d {
+	if h := pk.host; !h.waitable() || c.lagFloor(h) > d {
 		return 0
 	}
 	return d
 }
 
-// lagFloor is a lower bound on the replay delay of the standby h (state
-// st) from its last probe (see lagmeter.History.LagFloor), or 0 when none
-// is known: when its probe failed, or a check since saw it further.
-func (c *Connector) lagFloor(s *topology.Snapshot, h *host, st *topology.HostState) time.Duration {
-	if !st.Healthy || h.replay(st) != st.ReplayLSN || s.Primary < 0 {
+// lagFloor is a lower bound on the replay delay of the standby h from its
+// last probe (see lagmeter.History.LagFloor), or 0 when none is known: when
+// its probe failed, or a check since saw it further.
+func (c *Connector) lagFloor(h *hostView) time.Duration {
+	st := h.probe
+	if !st.Healthy || h.replay() != st.ReplayLSN || h.v.primary == nil {
 		return 0
 	}
-	d, _ := c.history.LagFloor(st.ReplayLSN, st.LastSuccess, s.Hosts[s.Primary].RTT)
+	d, _ := c.history.LagFloor(st.ReplayLSN, st.LastSuccess, h.v.primary.probe.RTT)
 	return d
 }
 
@@ -97,11 +96,11 @@ type waitMiss struct {
 	lsn  lagmeter.LSN
 }
 
-// waitable reports whether a read may wait on h (in state st): not while
-// a wait on it missed a position that h is not yet known to have replayed.
-func (h *host) waitable(st *topology.HostState) bool {
+// waitable reports whether a read may wait on h: not while a wait on it
+// missed a position that h is not yet known to have replayed.
+func (h *hostView) waitable() bool {
 	m := h.missed.Load()
-	return m == nil || m.conn != st.Conn || h.replay(st) >= m.lsn
+	return m == nil || m.conn != h.probe.Conn || h.replay() >= m.lsn
 }
 
 // noteMiss records that a wait on h (probe connection conn) ended before
