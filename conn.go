@@ -91,6 +91,18 @@ func (cn *conn) QueryContext(ctx context.Context, query string, args []driver.Na
 	return cl.rows, err
 }
 
+// pin pins the connection to its primary session: a statement changed
+// session state (or may have: a function the catalog cannot vouch for, a
+// read a replica refused), which a replica session would not have, so
+// everything runs on the primary session from then on (plan: ReasonPinned).
+func (cn *conn) pin() {
+	if cn.pinned {
+		return
+	}
+	cn.pinned = true
+	cn.c.warnPinnedBehindPooler(cn.host)
+}
+
 // inSQLTx reports whether the primary session is inside a transaction that
 // was opened with SQL (BEGIN) rather than with BeginTx.
 func (cn *conn) inSQLTx() bool {

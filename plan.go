@@ -304,7 +304,7 @@ func (c *Connector) pickReplica(v *view, rc readCtx, advance bool, skip *host) p
 	cand, maybe := buf[:0], maybeBuf[:0]
 	standbys, healthy := 0, 0
 	unknown := false
-	session := c.cfg.Consistency == dsn.ConsistencySession
+	session := c.tracksWrites()
 	wm := rc.st.wm
 	if !session {
 		wm = lagmeter.Watermark{}

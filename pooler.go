@@ -85,17 +85,11 @@ func (c *Connector) behindPooler(h *host) bool {
 	return hv != nil && hv.probe.Pooler
 }
 
-// pin pins the connection to its primary session (a statement changed
-// session state), and says once per Connector, through Config.Logger,
-// when that session is behind a pooler: there the state may be gone by
-// the next transaction.
-func (cn *conn) pin() {
-	if cn.pinned {
-		return
-	}
-	cn.pinned = true
-	c := cn.c
-	hv := c.view().of(cn.host)
+// warnPinnedBehindPooler says once per Connector, through Config.Logger,
+// that a connection was pinned to a primary session on h, when h is behind
+// a pooler: there the session state may be gone by the next transaction.
+func (c *Connector) warnPinnedBehindPooler(h *host) {
+	hv := c.view().of(h)
 	if hv == nil || !hv.probe.Pooler || c.cfg.Logger == nil || !c.pinLogged.CompareAndSwap(false, true) {
 		return
 	}

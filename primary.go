@@ -9,7 +9,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
-	"github.com/pgrouted/pgrouted/dsn"
 	"github.com/pgrouted/pgrouted/internal/sqlclass"
 	"github.com/pgrouted/pgrouted/lagmeter"
 )
@@ -382,7 +381,7 @@ func (cn *conn) raiseAfter(ctx context.Context, positioned bool, pos lagmeter.LS
 // ordinary path runs as pgx does), under session consistency, with pgx's
 // default extended-protocol modes and no pgx option among its arguments.
 func (cn *conn) positioned(r sqlclass.Result, cl *call) bool {
-	if !r.DML || cn.c.cfg.Consistency != dsn.ConsistencySession || cn.inSQLTx() {
+	if !r.DML || !cn.c.tracksWrites() || cn.inSQLTx() {
 		return false
 	}
 	return cn.c.pipelineOK(cn.host, cl.args)

@@ -213,23 +213,6 @@ func (b *borrowed) giveBack() {
 // caller's writes.
 var errNotCaughtUp = errors.New("pgrouted: replica has not replayed the caller's writes")
 
-// behindMark starts the error a replica's position check raises when the
-// replica lacks the caller's writes; the replay position follows it.
-const behindMark = "pgrouted: replica behind at "
-
-// checkSQL is the check of a replica's replay position against a
-// watermark's position lsn: it answers the position when the replica has
-// replayed up to lsn, and fails otherwise, so that a read pipelined after
-// it in the same implicit transaction does not run. The error's text
-// carries the position (see behindMark); the failing cast depends on the
-// row, so the planner cannot fold it.
-func checkSQL(lsn lagmeter.LSN) string {
-	return fmt.Sprintf(`SELECT CASE WHEN r >= '%s' THEN r::text ELSE (%s || coalesce(r::text, 'none'))::pg_lsn::text END FROM pg_last_wal_replay_lsn() AS r`,
-		lsn, quoteLiteral(behindMark))
-}
-
-func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
-
 // mayReach reports whether a position on h can hold wm at all: the same
 // system, and wm's timeline in the replica's history. h nil (a host its
 // view does not name) cannot.

@@ -34,24 +34,6 @@ func (r Route) String() string {
 	return "auto"
 }
 
-type routeKey struct{}
-
-// WithRoute returns a context that forces the route of the statements and
-// transactions run with it. The same can be asked for one statement with a
-// leading comment, /* pgrouted:primary */ or /* pgrouted:replica */. When
-// the context and the comment disagree, Primary wins: it is never wrong to
-// read from the primary.
-func WithRoute(ctx context.Context, r Route) context.Context {
-	return context.WithValue(ctx, routeKey{}, r)
-}
-
-func routeFrom(ctx context.Context) Route {
-	if r, ok := ctx.Value(routeKey{}).(Route); ok {
-		return r
-	}
-	return Auto
-}
-
 // Ops of a [RouteEvent] and a [Decision].
 const (
 	OpRead  = "read"  // a read that may run on a replica
@@ -213,16 +195,6 @@ type RouteEvent struct {
 	// lost with it. From then on read-your-writes covers what survived.
 	// See Stats.LostWrites.
 	WriteLost bool
-}
-
-type maxLagKey struct{}
-
-// WithMaxLag returns a context whose reads accept a replica only when its
-// staleness is at most d (on top of pgrouted_max_lag, the smaller wins). The
-// bound needs no clock synchronisation: see package lagmeter. d <= 0 accepts
-// no replica: such reads run on the primary.
-func WithMaxLag(ctx context.Context, d time.Duration) context.Context {
-	return context.WithValue(ctx, maxLagKey{}, d)
 }
 
 func asRouteError(err error, re **RouteError) bool { return errors.As(err, re) }

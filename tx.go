@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/stdlib"
-	"github.com/pgrouted/pgrouted/dsn"
 	"github.com/pgrouted/pgrouted/internal/sqlclass"
 )
 
@@ -145,7 +144,7 @@ func (t *tx) run(ctx context.Context, r sqlclass.Result, cl *call, began time.Ti
 func (t *tx) Commit() error {
 	began := time.Now()
 	cn := t.cn
-	if !t.wrote || cn.primary == nil || cn.c.cfg.Consistency != dsn.ConsistencySession {
+	if !t.wrote || cn.primary == nil || !cn.c.tracksWrites() {
 		err := t.inner.Commit()
 		if err != nil && t.replica == nil && cn.primary != nil && cn.lost(cn.primary) {
 			err = lostError(OpTx, err)

@@ -67,7 +67,7 @@ func (c *Connector) readCtx(ctx context.Context, v *view, commit bool) (readCtx,
 	if sess := sessionFrom(ctx); sess != nil {
 		rc.mark = &sess.m
 	}
-	if d, ok := ctx.Value(maxLagKey{}).(time.Duration); ok {
+	if d, ok := maxLagFrom(ctx); ok {
 		if d <= 0 {
 			d = -1
 		}
@@ -174,10 +174,18 @@ func (v *view) systemID() uint64 {
 	return 0
 }
 
+// tracksWrites reports whether writes move a read-your-writes position
+// (pgrouted_consistency=session): only then is the position after a commit
+// read, and do reads need it on their replica. It is the one test of the
+// consistency mode.
+func (c *Connector) tracksWrites() bool {
+	return c.cfg.Consistency == dsn.ConsistencySession
+}
+
 // wrote records a committed write on primary host at insert position lsn
 // (0: unknown), for the connector and for the session of ctx, if any.
 func (c *Connector) wrote(ctx context.Context, host *host, lsn lagmeter.LSN) {
-	if c.cfg.Consistency != dsn.ConsistencySession {
+	if !c.tracksWrites() {
 		return
 	}
 	var w lagmeter.Watermark
@@ -217,7 +225,7 @@ const positionTimeout = 5 * time.Second
 // it. 0 when it cannot be read within positionTimeout, or when nobody
 // needs it (eventual consistency).
 func (c *Connector) insertLSN(ctx context.Context, pc *pgx.Conn) lagmeter.LSN {
-	if c.cfg.Consistency != dsn.ConsistencySession {
+	if !c.tracksWrites() {
 		return 0
 	}
 	// The statement has run: read the position even when the caller gave
