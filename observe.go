@@ -10,6 +10,14 @@ import (
 // Snapshot is what a Connector sees of the cluster at one instant, from
 // [Connector.Topology]. It marshals to JSON (camelCase) and holds no
 // password.
+//
+// It is not [topology.Snapshot], on purpose: that one is package
+// topology's own state, what the probes learned (raw LSNs, probe times,
+// the index of the primary), which a topology.Topology publishes with no
+// Connector around it. This one is the Connector's report, for people and
+// dashboards: it adds what only the Connector knows (circuits, pools,
+// in-flight reads, byte lag and the staleness bound) and leaves out the
+// probes' internals.
 type Snapshot struct {
 	// Primary is the name of the current primary, "" when there is none.
 	Primary string `json:"primary"`
@@ -216,11 +224,11 @@ type Stats struct {
 	Statements map[string]map[string]uint64 `json:"statements"`
 	// Fallbacks counts the reads that ran on the primary because no
 	// replica could serve them, per reason ("behind", "unhealthy", ...).
-	Fallbacks map[string]uint64 `json:"fallbacks"`
+	Fallbacks map[Reason]uint64 `json:"fallbacks"`
 	// RouteErrors counts the statements that could not run, per reason,
 	// and those whose primary was lost before it answered ("primary-lost":
 	// their outcome is unknown).
-	RouteErrors map[string]uint64 `json:"routeErrors"`
+	RouteErrors map[Reason]uint64 `json:"routeErrors"`
 	// ReadOnlyRetries counts the statements a replica refused with SQLSTATE
 	// 25006 and that ran again on the primary.
 	ReadOnlyRetries uint64 `json:"readOnlyRetries"`
@@ -271,16 +279,15 @@ type Stats struct {
 	ReplicaWaitTimeouts uint64        `json:"replicaWaitTimeouts"`
 }
 
-// opIndex and reasonIndex number the ops and reasons counted.
+// opNames are the ops counted per host, and reasonNames the reasons
+// counted in Stats.Fallbacks and Stats.RouteErrors; opIndex and
+// reasonIndex find one's counter.
 var (
 	opNames     = [...]string{OpRead, OpWrite, OpTx, OpLock}
-	reasonNames = [...]string{ReasonNoReplicas, ReasonUnhealthy, ReasonBehind, ReasonSaturated, ReasonPositionUnknown, ReasonReplicaFailed, ReasonRetry25006, ReasonWriteOnReplica, ReasonNoPrimary, ReasonPrimaryLost}
+	reasonNames = [...]Reason{ReasonNoReplicas, ReasonUnhealthy, ReasonBehind, ReasonSaturated, ReasonPositionUnknown, ReasonReplicaFailed, ReasonRetry25006, ReasonWriteOnReplica, ReasonNoPrimary, ReasonPrimaryLost}
 )
 
-const (
-	reasonRetry25006Index = 6
-	numReasons            = len(reasonNames)
-)
+const numReasons = len(reasonNames)
 
 func opIndex(op string) int {
 	for i, o := range opNames {
@@ -291,7 +298,7 @@ func opIndex(op string) int {
 	return 1
 }
 
-func reasonIndex(reason string) int {
+func reasonIndex(reason Reason) int {
 	for i, r := range reasonNames {
 		if r == reason {
 			return i
@@ -306,6 +313,7 @@ type counters struct {
 	fallbacks [numReasons]atomic.Uint64
 	errors    [numReasons]atomic.Uint64
 	retries   atomic.Uint64
+	refusals  atomic.Uint64 // reads a replica refused (25006) that ran on the primary
 
 	timelineResets atomic.Uint64
 	lostWrites     atomic.Uint64
@@ -337,7 +345,11 @@ func (c *Connector) count(p *plan, cl *call, err error) {
 		return
 	}
 	cl.ran.statements[opIndex(p.op)].Add(1)
-	if p.op == OpRead && cl.primary {
+	switch {
+	case p.op != OpRead || !cl.primary:
+	case p.reason == ReasonRetry25006:
+		k.refusals.Add(1)
+	default:
 		if i := reasonIndex(p.reason); i >= 0 {
 			k.fallbacks[i].Add(1)
 		}
@@ -349,9 +361,9 @@ func (c *Connector) Stats() Stats {
 	k := &c.counters
 	st := Stats{
 		Statements:      map[string]map[string]uint64{},
-		Fallbacks:       map[string]uint64{},
-		RouteErrors:     map[string]uint64{},
-		ReadOnlyRetries: k.fallbacks[reasonRetry25006Index].Load(),
+		Fallbacks:       map[Reason]uint64{},
+		RouteErrors:     map[Reason]uint64{},
+		ReadOnlyRetries: k.refusals.Load(),
 		FunctionRouted:  k.catalogRouted.Load(),
 		FunctionPins:    k.functionPins.Load(),
 		CatalogReads:    c.funcs.loads.Load(),
@@ -383,7 +395,7 @@ func (c *Connector) Stats() Stats {
 		st.Statements[h.Name] = m
 	}
 	for i, r := range reasonNames {
-		if n := k.fallbacks[i].Load(); n > 0 && i != reasonRetry25006Index {
+		if n := k.fallbacks[i].Load(); n > 0 {
 			st.Fallbacks[r] = n
 		}
 		if n := k.errors[i].Load(); n > 0 {

@@ -21,7 +21,7 @@ type plan struct {
 	class   sqlclass.Class
 	primary bool   // run on the primary (its host is resolved at execution)
 	replica target // the replica and its check, when !primary
-	reason  string // see the Reason constants
+	reason  Reason
 	forced  Route
 	// fallback: the primary may run it when no replica can (see
 	// plan.fallBack).
@@ -229,7 +229,7 @@ func (c *Connector) fallback(route Route) bool {
 // rule for every statement planned for a replica: an autocommit read, a
 // read-only transaction, Prepare's describe, and a read its replica
 // refused with SQLSTATE 25006.
-func (p *plan) fallBack(reason string, cause error) error {
+func (p *plan) fallBack(reason Reason, cause error) error {
 	if p.fallback {
 		return nil
 	}
@@ -288,7 +288,7 @@ const maxStackCandidates = 32
 // last probe cannot prove it holds the caller's writes.
 type pick struct {
 	host   *hostView
-	reason string
+	reason Reason
 	check  bool
 	wm     lagmeter.Watermark
 }

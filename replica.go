@@ -24,7 +24,7 @@ import (
 // lets the primary run it (fallBack, for reason).
 type replicaOutcome struct {
 	fallBack bool
-	reason   string
+	reason   Reason
 	// refused: a replica refused the statement with SQLSTATE 25006: it
 	// writes (see plan.fellBack).
 	refused bool
