@@ -339,47 +339,6 @@ func (c *Connector) closePools() {
 	}
 }
 
-// watch follows the topology's events until Close and logs each one.
-func (c *Connector) watch(events <-chan topology.Event) {
-	defer close(c.logDone)
-	for e := range events {
-		if e.Kind == topology.EventPrimaryChanged {
-			// A new primary may be a server with another catalog.
-			c.funcs.invalidate()
-		}
-		if c.cfg.Logger == nil {
-			continue
-		}
-		attrs := []any{"event", e.Kind.String()}
-		switch e.Kind {
-		case topology.EventPrimaryChanged, topology.EventPrimaryLost, topology.EventConflict:
-			attrs = append(attrs, "epoch", e.Epoch)
-		}
-		if e.Host != "" {
-			attrs = append(attrs, "host", e.Host)
-		}
-		if e.Previous != "" {
-			attrs = append(attrs, "previous", e.Previous)
-		}
-		if e.Err != "" {
-			attrs = append(attrs, "error", e.Err)
-		}
-		level := slog.LevelInfo
-		if e.Kind == topology.EventConflict || e.Kind == topology.EventPrimaryLost || e.Kind == topology.EventHostDown {
-			level = slog.LevelWarn
-		}
-		c.cfg.Logger.Log(context.Background(), level, "pgrouted: topology", attrs...)
-	}
-}
-
-// Explain returns where query would run now, and why, without running it:
-// no side effect, and the round-robin position does not move.
-func (c *Connector) Explain(ctx context.Context, query string) (Decision, error) {
-	r := c.classify(ctx, query)
-	p := c.plan(ctx, request{r: r, fn: r.FuncName(query), refused: c.refused.has(query)}, false)
-	return p.decision(c), p.err
-}
-
 // awaitSnapshot waits until changed (from Topology.Changed) is closed: a
 // newer snapshot is out. It returns ctx's error, or nil at deadline too:
 // the caller looks at the snapshot again either way.
@@ -393,35 +352,6 @@ func (c *Connector) awaitSnapshot(ctx context.Context, changed <-chan struct{}, 
 		return ctx.Err()
 	}
 	return nil
-}
-
-// report counts a statement planned p, which ran as cl records (or failed
-// with err, began at began), and hands its RouteEvent to Config.OnRoute. It
-// is the one place a RouteEvent is built; nothing reads one to decide.
-func (c *Connector) report(ctx context.Context, p *plan, cl *call, began time.Time, err error) {
-	c.count(p, cl, err)
-	if c.cfg.OnRoute == nil {
-		return
-	}
-	ev := RouteEvent{
-		Decision:  Decision{Op: p.op, Primary: cl.primary, Reason: p.reason, Function: p.fn},
-		Context:   ctx,
-		Query:     cl.query,
-		Duration:  time.Since(began),
-		Err:       err,
-		Retried:   cl.retried || cl.reruns > 0,
-		Waited:    cl.waited,
-		WriteLost: p.lost,
-	}
-	if cl.ran != nil {
-		ev.Endpoint = cl.ran.Name
-	}
-	defer func() {
-		if r := recover(); r != nil && c.cfg.Logger != nil {
-			c.cfg.Logger.Error("pgrouted: OnRoute panicked", "panic", fmt.Sprint(r))
-		}
-	}()
-	c.cfg.OnRoute(ev)
 }
 
 var (

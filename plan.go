@@ -377,3 +377,11 @@ func (c *Connector) pickReplica(v *view, rc readCtx, advance bool, skip *host) p
 	}
 	return pick{host: c.choose(rc.ctx, cand, advance), check: checking, wm: wm}
 }
+
+// Explain returns where query would run now, and why, without running it:
+// no side effect, and the round-robin position does not move.
+func (c *Connector) Explain(ctx context.Context, query string) (Decision, error) {
+	r := c.classify(ctx, query)
+	p := c.plan(ctx, request{r: r, fn: r.FuncName(query), refused: c.refused.has(query)}, false)
+	return p.decision(c), p.err
+}
