@@ -78,8 +78,8 @@
 //   - catalog.go: what the text hides. The functions a statement calls are
 //     judged by a snapshot of the primary's catalog (a VOLATILE or unknown
 //     user function sends it to the primary and pins the connection), and
-//     statements a replica refused before go to the primary first.
-//     classcache.go remembers each text's classification under the
+//     statements a replica refused before go to the primary first
+//     (refused.go). classcache.go remembers each text's classification under the
 //     catalog snapshot it was made with.
 //   - plan.go: the one decision, for every statement, every read-only
 //     transaction, Prepare's describe and [Connector.Explain]: primary or
@@ -113,8 +113,8 @@
 //     replica connection back or raises the watermark.
 //   - tx.go: BeginTx executes the plan's decision; statements inside the
 //     transaction run on its connection; COMMIT raises the watermark.
-//   - connector.go (Connector.report) builds the statement's [RouteEvent]
-//     from its plan and what the paths recorded, and observe.go counts it
+//   - events.go builds the statement's [RouteEvent] from its plan and what
+//     the paths recorded (Connector.report), and observe.go counts it
 //     ([Stats]); [Connector.Topology] shows what the probes see.
 //   - pooler.go: what changes on a host behind a connection pooler.
 //
