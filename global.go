@@ -48,36 +48,6 @@ const (
 	ConsistencyGlobal = dsn.ConsistencyGlobal
 )
 
-type consistencyKey struct{}
-
-// WithConsistency returns a context whose statements use consistency c
-// instead of pgrouted_consistency: ConsistencyGlobal for one request in a
-// process whose default is session, ConsistencySession in one whose
-// default is global. A value that is none of the three constants is
-// ignored. Writes made with a context selecting session or global raise
-// the read-your-writes positions even under an eventual default.
-func WithConsistency(ctx context.Context, c Consistency) context.Context {
-	return context.WithValue(ctx, consistencyKey{}, c)
-}
-
-// consistency is the consistency of the statements of ctx.
-func (c *Connector) consistency(ctx context.Context) Consistency {
-	if v, ok := ctx.Value(consistencyKey{}).(Consistency); ok {
-		switch v {
-		case ConsistencySession, ConsistencyEventual, ConsistencyGlobal:
-			return v
-		}
-	}
-	return c.cfg.Consistency
-}
-
-// tracksWrites reports whether a write made with ctx raises the
-// read-your-writes positions (its position after commit is read): unless
-// both the default and ctx's consistency are eventual.
-func (c *Connector) tracksWrites(ctx context.Context) bool {
-	return c.cfg.Consistency != ConsistencyEventual || c.consistency(ctx) != ConsistencyEventual
-}
-
 // globalRead is what a read planned under global consistency learned of
 // the primary's position: kept in its plan, so that a retry on another
 // replica (replan) uses the same position.
@@ -98,12 +68,12 @@ var errNoPrimaryPosition = errors.New("pgrouted: no primary to read the WAL posi
 // the primary's, read after the read began. fetch false (Explain) reads
 // nothing: it plans with the newest position the probes know, which the
 // read will need at least. A fetch that fails makes the position unknown.
-func (c *Connector) globalPosition(ctx context.Context, s *topology.Snapshot, rc readCtx, g *globalRead, fetch bool) readCtx {
+func (c *Connector) globalPosition(ctx context.Context, v *view, rc readCtx, g *globalRead, fetch bool) readCtx {
 	if rc.cons != ConsistencyGlobal {
 		return rc
 	}
 	if !fetch {
-		if w, ok := probedPosition(s); ok {
+		if w, ok := probedPosition(v); ok {
 			next := *rc.st
 			next.wm = later(next.wm, w)
 			return rc.with(&next)
@@ -112,7 +82,7 @@ func (c *Connector) globalPosition(ctx context.Context, s *topology.Snapshot, rc
 	}
 	if !g.done {
 		g.done = true
-		if !c.mayServeGlobal(s, rc) {
+		if !c.mayServeGlobal(v, rc) {
 			// No replica could serve it whatever the position: the
 			// primary will, and needs none.
 			return rc
@@ -140,30 +110,30 @@ func (c *Connector) globalPosition(ctx context.Context, s *topology.Snapshot, rc
 // its position is known: a standby that may serve reads, whose circuit is
 // closed and whose pool is not exhausted (pickReplica's first conditions;
 // it applies them all after the fetch).
-func (c *Connector) mayServeGlobal(s *topology.Snapshot, rc readCtx) bool {
-	for i := range s.Hosts {
-		h := &s.Hosts[i]
-		if h.Role != topology.RoleStandby || i == s.Primary || h.NoReads {
+func (c *Connector) mayServeGlobal(v *view, rc readCtx) bool {
+	for i := range v.hosts {
+		h := &v.hosts[i]
+		if h.probe.Role != topology.RoleStandby || h == v.primary || h.probe.NoReads {
 			continue
 		}
-		hs := c.hosts.at(i)
-		if hs.breaker.Allow() && (rc.forced || hs.inflight() < hs.maxConns) {
+		if h.breaker.Allow() && (rc.forced || h.inflight() < h.maxConns) {
 			return true
 		}
 	}
 	return false
 }
 
-// probedPosition is the primary's insert position its last probe read.
-func probedPosition(s *topology.Snapshot) (lagmeter.Watermark, bool) {
-	if s.Primary < 0 {
+// probedPosition is the end of the WAL the primary had written at its last
+// probe (view.walEnd), as a watermark.
+func probedPosition(v *view) (lagmeter.Watermark, bool) {
+	if v.primary == nil {
 		return lagmeter.Watermark{}, false
 	}
-	p := &s.Hosts[s.Primary]
-	if p.InsertLSN == 0 || p.SystemID == 0 || p.Timeline == 0 {
+	p := v.primary.probe
+	if v.walEnd == 0 || p.SystemID == 0 || p.Timeline == 0 {
 		return lagmeter.Watermark{}, false
 	}
-	return lagmeter.Watermark{SystemID: p.SystemID, Timeline: p.Timeline, LSN: p.Layout.RecordEnd(p.InsertLSN)}, true
+	return lagmeter.Watermark{SystemID: p.SystemID, Timeline: p.Timeline, LSN: v.walEnd}, true
 }
 
 // fetchPosition reads the current primary's WAL insert position, as the
@@ -175,18 +145,18 @@ func (c *Connector) fetchPosition(ctx context.Context) (lagmeter.Watermark, erro
 	if t == nil {
 		return lagmeter.Watermark{}, errNoPrimaryPosition
 	}
-	s := c.top.Snapshot()
-	if s.Primary != t.host || s.Epoch != t.epoch {
+	v := c.view()
+	if !v.isPrimary(t.host) || v.snap.Epoch != t.epoch {
 		return lagmeter.Watermark{}, errNoPrimaryPosition
 	}
-	st := &s.Hosts[t.host]
+	st := v.primary.probe
 	if st.SystemID == 0 || st.Timeline == 0 {
 		return lagmeter.Watermark{}, fmt.Errorf("pgrouted: %s: system or timeline not known yet", st.Name)
 	}
 	fctx, release := t.dialContext(ctx)
 	defer release()
 	var text string
-	err := c.hosts.at(t.host).pool.AcquireFunc(fctx, func(pc *pgxpool.Conn) error {
+	err := t.host.pool.AcquireFunc(fctx, func(pc *pgxpool.Conn) error {
 		// PgConn.Exec: the simple protocol, no named statement.
 		res, err := pc.Conn().PgConn().Exec(fctx, insertPositionSQL).ReadAll()
 		if err != nil {
