@@ -65,7 +65,7 @@ type replicaWaitKey struct{}
 // replica that has not yet replayed the caller's writes, for its replay to
 // reach them, instead of running on the primary (it overrides
 // pgrouted_replica_wait; d <= 0 turns the wait off). It only matters under
-// session consistency, where reads have a position to wait for.
+// session and global consistency, where reads have a position to wait for.
 func WithReplicaWait(ctx context.Context, d time.Duration) context.Context {
 	return context.WithValue(ctx, replicaWaitKey{}, d)
 }
