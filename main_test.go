@@ -19,6 +19,10 @@ import (
 var cluster *testcluster.Cluster
 
 func TestMain(m *testing.M) {
+	if os.Getenv(globalHelperEnv) != "" {
+		// An exec of this binary as a second process (global_test.go).
+		os.Exit(globalHelper())
+	}
 	os.Exit(testcluster.Run(testcluster.Options{
 		Replicas: 2,
 		Conf:     []string{"log_statement = 'all'"},

@@ -18,6 +18,12 @@ const (
 	// ConsistencyEventual: a read may run on any replica inside the lag
 	// budget, whatever the session wrote.
 	ConsistencyEventual Consistency = "eventual"
+	// ConsistencyGlobal: a read sees every transaction committed on the
+	// primary before it began, by any client of the cluster (another
+	// process, psql): the read learns the primary's WAL position after it
+	// began, and a replica serves it only once it has replayed that
+	// position. Concurrent reads share one position read.
+	ConsistencyGlobal Consistency = "global"
 )
 
 // SelectPolicy is how a replica is chosen among the eligible ones

@@ -71,7 +71,7 @@ var specs = []keySpec{
 		set: func(c *Config, v string) string { c.Consistency = Consistency(v); return "" },
 		get: func(c *Config) string { return string(c.Consistency) },
 		check: func(c *Config) string {
-			return oneOf(c.Consistency, ConsistencySession, ConsistencyEventual)
+			return oneOf(c.Consistency, ConsistencySession, ConsistencyEventual, ConsistencyGlobal)
 		}},
 	{key: keyMaxLag,
 		set: func(c *Config, v string) string {
@@ -358,7 +358,7 @@ func nearestKey(key string) string {
 //
 // The keys, their values and defaults:
 //
-//	pgrouted_consistency          session | eventual                       session
+//	pgrouted_consistency          session | eventual | global              session
 //	pgrouted_max_lag              a duration or a size (4096B, 512KB,      none
 //	                              16MB, 1GB; KB = 1024 B), or none
 //	pgrouted_probe_interval       duration                                 1s

@@ -38,6 +38,8 @@
 //	                    RouteError's reason
 //	pgrouted.retried    true when it ran again elsewhere after a replica failed or refused it
 //	pgrouted.replica_wait  seconds a read waited on its replica for the caller's position (pgrouted_replica_wait); only when it waited
+//	pgrouted.global     true on a read that needed the primary's position read after it began (global consistency)
+//	pgrouted.global_wait  seconds that read waited for the position (shared fetches); only with pgrouted.global
 //	pgrouted.write_lost true on the read that found the caller's last write lost in a failover
 //	pgrouted.function   the function that sent it to the primary, when one did
 //
@@ -81,6 +83,9 @@
 //	pgrouted.catalog_reads                                reads of the function catalog
 //	pgrouted.replica_waits                                reads that waited on a replica for the caller's position (pgrouted_replica_wait)
 //	pgrouted.replica_wait_timeouts                        waits that ended without the position
+//	pgrouted.position_fetches                             reads of the primary's WAL position for global consistency (shared by concurrent reads)
+//	pgrouted.position_fetch_errors                        position fetches that failed (their reads ran on the primary)
+//	pgrouted.global_reads                                 reads served a primary position read after they began (global consistency)
 //
 // Gauges, now, per host (pgrouted.endpoint):
 //

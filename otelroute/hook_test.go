@@ -29,7 +29,9 @@ func TestHookEvents(t *testing.T) {
 	read := pgrouted.Decision{Op: pgrouted.OpRead, Endpoint: "b", Reason: pgrouted.ReasonReplica}
 	// No context: a root span of its own.
 	// It waited 5 ms on its replica for the caller's position.
-	cfg.OnRoute(pgrouted.RouteEvent{Decision: read, Query: "SELECT 1", Duration: time.Millisecond, Waited: 5 * time.Millisecond})
+	// And 2 ms for the primary's position (global consistency).
+	cfg.OnRoute(pgrouted.RouteEvent{Decision: read, Query: "SELECT 1", Duration: time.Millisecond, Waited: 5 * time.Millisecond,
+		Global: true, GlobalWait: 2 * time.Millisecond})
 	// A discovered host, named host:port.
 	cfg.OnRoute(pgrouted.RouteEvent{Decision: pgrouted.Decision{Op: pgrouted.OpWrite, Endpoint: "10.1.2.3:6432", Primary: true, Reason: pgrouted.ReasonWrite},
 		Context: context.Background(), Query: "INSERT"})
@@ -51,8 +53,14 @@ func TestHookEvents(t *testing.T) {
 	if m := attrs(spans[0].Attributes()); m["pgrouted.replica_wait"] != 0.005 {
 		t.Errorf("read that waited 5ms on its replica: pgrouted.replica_wait = %v, want 0.005", m["pgrouted.replica_wait"])
 	}
+	if m := attrs(spans[0].Attributes()); m["pgrouted.global"] != true || m["pgrouted.global_wait"] != 0.002 {
+		t.Errorf("global read that waited 2ms for its position: pgrouted.global = %v, pgrouted.global_wait = %v", m["pgrouted.global"], m["pgrouted.global_wait"])
+	}
 	if _, ok := attrs(spans[1].Attributes())["pgrouted.replica_wait"]; ok {
 		t.Errorf("a write that did not wait has pgrouted.replica_wait")
+	}
+	if _, ok := attrs(spans[1].Attributes())["pgrouted.global"]; ok {
+		t.Errorf("a write has pgrouted.global")
 	}
 	if m := attrs(spans[1].Attributes()); m["server.address"] != "10.1.2.3" || m["server.port"] != int64(6432) || m["pgrouted.endpoint"] != "10.1.2.3:6432" || m["pgrouted.role"] != "primary" {
 		t.Errorf("discovered host: %v", m)

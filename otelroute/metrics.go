@@ -25,11 +25,11 @@ var _ Source = (*pgrouted.Connector)(nil)
 // at 0, as package promcollector does.
 var (
 	ops             = []string{pgrouted.OpRead, pgrouted.OpWrite, pgrouted.OpTx, pgrouted.OpLock}
-	fallbackReasons = []string{
+	fallbackReasons = []pgrouted.Reason{
 		pgrouted.ReasonNoReplicas, pgrouted.ReasonUnhealthy, pgrouted.ReasonBehind,
 		pgrouted.ReasonSaturated, pgrouted.ReasonPositionUnknown, pgrouted.ReasonReplicaFailed,
 	}
-	errorReasons = []string{
+	errorReasons = []pgrouted.Reason{
 		pgrouted.ReasonNoReplicas, pgrouted.ReasonUnhealthy, pgrouted.ReasonBehind,
 		pgrouted.ReasonSaturated, pgrouted.ReasonPositionUnknown, pgrouted.ReasonWriteOnReplica, pgrouted.ReasonNoPrimary,
 	}
@@ -87,6 +87,9 @@ func RegisterMetrics(src Source, opts ...Option) (metric.Registration, error) {
 		catalogReads    = counter("pgrouted.catalog_reads", "{read}", "Reads of the function catalog.")
 		replicaWaits    = counter("pgrouted.replica_waits", "{read}", "Reads that waited on a replica for it to replay the caller's writes (pgrouted_replica_wait).")
 		waitTimeouts    = counter("pgrouted.replica_wait_timeouts", "{read}", "Replica waits that ended without the caller's position: the read ran where it would have without a wait.")
+		posFetches      = counter("pgrouted.position_fetches", "{fetch}", "Reads of the primary's WAL position for global consistency, one query each; concurrent reads share one.")
+		posFetchErrors  = counter("pgrouted.position_fetch_errors", "{fetch}", "Position fetches that failed: their reads ran where a read of unknown position runs (the primary).")
+		globalReads     = counter("pgrouted.global_reads", "{read}", "Reads served a primary position read after they began (global consistency).")
 
 		epoch     = gauge("pgrouted.primary.epoch", "1", "Primary epoch: increments each time the primary becomes another host.")
 		lease     = gauge("pgrouted.primary.lease_remaining", "s", "How long the current primary stays trusted without a new successful probe; 0 when there is no trusted primary.")
@@ -135,10 +138,10 @@ func RegisterMetrics(src Source, opts ...Option) (metric.Registration, error) {
 			}
 		}
 		for _, r := range withExtra(fallbackReasons, st.Fallbacks) {
-			count(fallbacks, st.Fallbacks[r], AttrReason.String(r))
+			count(fallbacks, st.Fallbacks[r], AttrReason.String(string(r)))
 		}
 		for _, r := range withExtra(errorReasons, st.RouteErrors) {
-			count(routeErrors, st.RouteErrors[r], AttrReason.String(r))
+			count(routeErrors, st.RouteErrors[r], AttrReason.String(string(r)))
 		}
 		count(readOnlyRetries, st.ReadOnlyRetries)
 		count(replicaRetries, st.ReplicaRetries)
@@ -151,6 +154,9 @@ func RegisterMetrics(src Source, opts ...Option) (metric.Registration, error) {
 		count(catalogReads, st.CatalogReads)
 		count(replicaWaits, st.ReplicaWaits)
 		count(waitTimeouts, st.ReplicaWaitTimeouts)
+		count(posFetches, st.PositionFetches)
+		count(posFetchErrors, st.PositionFetchErrors)
+		count(globalReads, st.GlobalReads)
 		set(epoch, float64(top.Epoch))
 		set(lease, top.LeaseRemainingMs/1e3)
 
@@ -191,7 +197,7 @@ func seconds(ms float64) float64 { return ms * float64(time.Millisecond) / float
 
 // withExtra returns known followed by the keys of m that known lacks,
 // sorted, so that every known value is reported and none is lost.
-func withExtra[V any](known []string, m map[string]V) []string {
+func withExtra[K ~string, V any](known []K, m map[K]V) []K {
 	out := known
 	extra := false
 	for _, k := range slices.Sorted(maps.Keys(m)) {
@@ -199,7 +205,7 @@ func withExtra[V any](known []string, m map[string]V) []string {
 			continue
 		}
 		if !extra {
-			out = append([]string(nil), known...)
+			out = append([]K(nil), known...)
 			extra = true
 		}
 		out = append(out, k)

@@ -43,6 +43,12 @@ const (
 	// replica's replay to reach the caller's position
 	// (RouteEvent.Waited, pgrouted_replica_wait): how long, in seconds.
 	AttrReplicaWait = attribute.Key("pgrouted.replica_wait")
+	// AttrGlobal is set, true, on a read that needed the primary's WAL
+	// position read after it began (global consistency,
+	// RouteEvent.Global), and AttrGlobalWait on it to how long it waited
+	// for that position (RouteEvent.GlobalWait), in seconds.
+	AttrGlobal     = attribute.Key("pgrouted.global")
+	AttrGlobalWait = attribute.Key("pgrouted.global_wait")
 	// AttrWriteLost is set, true, on the read that found the caller's last
 	// write lost in a failover (RouteEvent.WriteLost).
 	AttrWriteLost = attribute.Key("pgrouted.write_lost")
@@ -275,13 +281,13 @@ func (h *hook) onRoute(ev pgrouted.RouteEvent) {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	k := routeKey{endpoint: ev.Endpoint, op: ev.Op, reason: ev.Reason, function: ev.Function,
+	k := routeKey{endpoint: ev.Endpoint, op: ev.Op, reason: string(ev.Reason), function: ev.Function,
 		primary: ev.Primary, retried: ev.Retried, writeLost: ev.WriteLost}
 	if ev.Err != nil {
 		k.errType = errorType(ev.Err)
 		var re *pgrouted.RouteError
 		if k.reason == "" && errors.As(ev.Err, &re) {
-			k.reason = re.Reason
+			k.reason = string(re.Reason)
 		}
 	}
 	ra := h.route(k)
@@ -308,6 +314,9 @@ func (h *hook) onRoute(ev pgrouted.RouteEvent) {
 			if ev.Waited > 0 {
 				span.SetAttributes(AttrReplicaWait.Float64(ev.Waited.Seconds()))
 			}
+			if ev.Global {
+				span.SetAttributes(AttrGlobal.Bool(true), AttrGlobalWait.Float64(ev.GlobalWait.Seconds()))
+			}
 			if ev.Err != nil {
 				var pe *pgconn.PgError
 				if errors.As(ev.Err, &pe) {
@@ -323,6 +332,9 @@ func (h *hook) onRoute(ev pgrouted.RouteEvent) {
 		span.SetAttributes(ra.span...)
 		if ev.Waited > 0 {
 			span.SetAttributes(AttrReplicaWait.Float64(ev.Waited.Seconds()))
+		}
+		if ev.Global {
+			span.SetAttributes(AttrGlobal.Bool(true), AttrGlobalWait.Float64(ev.GlobalWait.Seconds()))
 		}
 	}
 

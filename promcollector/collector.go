@@ -45,6 +45,8 @@ type Collector struct {
 	// exported only when there is one.
 	provider, providerUp, providerLease, leaderTimeline, noReads *prometheus.Desc
 	replicaWaits, replicaWaitSeconds, replicaWaitTimeouts        *prometheus.Desc
+	positionFetches, positionFetchErrors, globalReads            *prometheus.Desc
+	globalWaitSeconds                                            *prometheus.Desc
 }
 
 var _ prometheus.Collector = (*Collector)(nil)
@@ -54,14 +56,14 @@ var ops = []string{pgrouted.OpRead, pgrouted.OpWrite, pgrouted.OpTx, pgrouted.Op
 
 // fallbackReasons are the reasons a read runs on the primary, exported at 0
 // before they happen.
-var fallbackReasons = []string{
+var fallbackReasons = []pgrouted.Reason{
 	pgrouted.ReasonNoReplicas, pgrouted.ReasonUnhealthy, pgrouted.ReasonBehind,
 	pgrouted.ReasonSaturated, pgrouted.ReasonPositionUnknown, pgrouted.ReasonReplicaFailed,
 }
 
 // errorReasons are the reasons a statement cannot run, exported at 0 before
 // they happen.
-var errorReasons = append(append([]string(nil), fallbackReasons[:5]...), pgrouted.ReasonWriteOnReplica, pgrouted.ReasonNoPrimary, pgrouted.ReasonPrimaryLost)
+var errorReasons = append(append([]pgrouted.Reason(nil), fallbackReasons[:5]...), pgrouted.ReasonWriteOnReplica, pgrouted.ReasonNoPrimary, pgrouted.ReasonPrimaryLost)
 
 // roles are the values of HostInfo.Role.
 var roles = []string{"primary", "standby", "unknown"}
@@ -110,6 +112,11 @@ func New(src Source, opts ...Option) *Collector {
 		replicaWaits:        d("replica_waits_total", "Reads that waited on a replica for it to replay the caller's writes (pgrouted_replica_wait)."),
 		replicaWaitSeconds:  d("replica_wait_seconds_total", "Total time reads waited on replicas for their replay (one round trip included per wait)."),
 		replicaWaitTimeouts: d("replica_wait_timeouts_total", "Replica waits that ended without the caller's position: the read ran where it would have without a wait."),
+
+		positionFetches:     d("position_fetches_total", "Reads of the primary's WAL position for global consistency (pgrouted_consistency=global), one query each; concurrent reads share one."),
+		positionFetchErrors: d("position_fetch_errors_total", "Position fetches that failed: their reads ran where a read of unknown position runs (the primary)."),
+		globalReads:         d("global_reads_total", "Reads served a primary position read after they began (global consistency)."),
+		globalWaitSeconds:   d("global_wait_seconds_total", "Total time global reads waited for their primary position."),
 	}
 }
 
@@ -123,6 +130,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 		c.poolConns, c.poolMax,
 		c.provider, c.providerUp, c.providerLease, c.leaderTimeline, c.noReads,
 		c.replicaWaits, c.replicaWaitSeconds, c.replicaWaitTimeouts,
+		c.positionFetches, c.positionFetchErrors, c.globalReads, c.globalWaitSeconds,
 	} {
 		ch <- d
 	}
@@ -163,10 +171,10 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	for _, r := range withExtra(fallbackReasons, st.Fallbacks) {
-		counter(c.fallbacks, st.Fallbacks[r], r)
+		counter(c.fallbacks, st.Fallbacks[r], string(r))
 	}
 	for _, r := range withExtra(errorReasons, st.RouteErrors) {
-		counter(c.routeErrors, st.RouteErrors[r], r)
+		counter(c.routeErrors, st.RouteErrors[r], string(r))
 	}
 	counter(c.readOnlyRetries, st.ReadOnlyRetries)
 	counter(c.replicaRetries, st.ReplicaRetries)
@@ -179,6 +187,10 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.replicaWaits, st.ReplicaWaits)
 	ch <- prometheus.MustNewConstMetric(c.replicaWaitSeconds, prometheus.CounterValue, st.ReplicaWaitTime.Seconds())
 	counter(c.replicaWaitTimeouts, st.ReplicaWaitTimeouts)
+	counter(c.positionFetches, st.PositionFetches)
+	counter(c.positionFetchErrors, st.PositionFetchErrors)
+	counter(c.globalReads, st.GlobalReads)
+	ch <- prometheus.MustNewConstMetric(c.globalWaitSeconds, prometheus.CounterValue, st.GlobalWaitTime.Seconds())
 	gauge(c.epoch, float64(top.Epoch))
 	gauge(c.lease, top.LeaseRemainingMs/1e3)
 
@@ -230,7 +242,7 @@ func msToSeconds(ms float64) float64 {
 
 // withExtra returns known followed by the keys of m that known lacks,
 // sorted, so that every known value is exported and none is lost.
-func withExtra[V any](known []string, m map[string]V) []string {
+func withExtra[K ~string, V any](known []K, m map[K]V) []K {
 	out := known
 	extra := false
 	for _, k := range sortedKeys(m) {
@@ -238,7 +250,7 @@ func withExtra[V any](known []string, m map[string]V) []string {
 			continue
 		}
 		if !extra {
-			out = append([]string(nil), known...)
+			out = append([]K(nil), known...)
 			extra = true
 		}
 		out = append(out, k)
@@ -246,6 +258,6 @@ func withExtra[V any](known []string, m map[string]V) []string {
 	return out
 }
 
-func sortedKeys[V any](m map[string]V) []string {
+func sortedKeys[K ~string, V any](m map[K]V) []K {
 	return slices.Sorted(maps.Keys(m))
 }

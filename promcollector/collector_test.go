@@ -30,8 +30,8 @@ func fixed() *fake {
 				"east": {"write": 7, "tx": 2},
 				"west": {"read": 40},
 			},
-			Fallbacks:       map[string]uint64{"behind": 3},
-			RouteErrors:     map[string]uint64{"no-primary": 1, "some-future-reason": 2},
+			Fallbacks:       map[pgrouted.Reason]uint64{"behind": 3},
+			RouteErrors:     map[pgrouted.Reason]uint64{"no-primary": 1, "some-future-reason": 2},
 			ReadOnlyRetries: 4,
 			ReplicaRetries:  5,
 			Failovers:       1,
@@ -43,6 +43,11 @@ func fixed() *fake {
 			ReplicaWaits:        12,
 			ReplicaWaitTime:     1500 * time.Millisecond,
 			ReplicaWaitTimeouts: 13,
+
+			PositionFetches:     14,
+			PositionFetchErrors: 1,
+			GlobalReads:         140,
+			GlobalWaitTime:      250 * time.Millisecond,
 		},
 		top: pgrouted.Snapshot{
 			Primary:              "east",
@@ -178,6 +183,18 @@ pgrouted_replica_wait_seconds_total 1.5
 # HELP pgrouted_replica_wait_timeouts_total Replica waits that ended without the caller's position: the read ran where it would have without a wait.
 # TYPE pgrouted_replica_wait_timeouts_total counter
 pgrouted_replica_wait_timeouts_total 13
+# HELP pgrouted_position_fetches_total Reads of the primary's WAL position for global consistency (pgrouted_consistency=global), one query each; concurrent reads share one.
+# TYPE pgrouted_position_fetches_total counter
+pgrouted_position_fetches_total 14
+# HELP pgrouted_position_fetch_errors_total Position fetches that failed: their reads ran where a read of unknown position runs (the primary).
+# TYPE pgrouted_position_fetch_errors_total counter
+pgrouted_position_fetch_errors_total 1
+# HELP pgrouted_global_reads_total Reads served a primary position read after they began (global consistency).
+# TYPE pgrouted_global_reads_total counter
+pgrouted_global_reads_total 140
+# HELP pgrouted_global_wait_seconds_total Total time global reads waited for their primary position.
+# TYPE pgrouted_global_wait_seconds_total counter
+pgrouted_global_wait_seconds_total 0.25
 # HELP pgrouted_statements_total Statements run, per endpoint (host name) and op (read, write, tx, lock).
 # TYPE pgrouted_statements_total counter
 pgrouted_statements_total{endpoint="east",op="lock"} 0

@@ -1,5 +1,6 @@
 // Package workload holds the workload benchmarks of the bench module: one
-// function per scenario (interleaved overhead, read-your-writes, failover,
+// function per scenario (interleaved overhead, read-your-writes, reads
+// across processes under global consistency, failover,
 // replica loss, memory),
 // each running against the same testcluster and returning its results as
 // Tables. cmd/workload runs them and writes RESULTS.md. To add one, write a
@@ -28,6 +29,7 @@ type Scenario struct {
 var Scenarios = []Scenario{
 	{"overhead", Overhead},
 	{"ryw", ReadYourWrites},
+	{"global", Global},
 	{"failover", Failover},
 	{"replica-loss", ReplicaLoss},
 	{"memory", Memory},

@@ -219,6 +219,21 @@ func writeTargets(b *bytes.Buffer, facts map[string]float64, raw map[string][]be
 		fmt.Fprintf(b, "| replica_wait=10ms at 5 ms delay: replicas serve ≥ 90%% of reads | %.1f%% | %s |\n", 100*v, verdict(v >= 0.9))
 		fmt.Fprintf(b, "| … and p99 read latency < the wait + one round trip (%.2f ms) | %.2f ms | %s |\n", 10+rtt, p99, verdict(p99 < 10+rtt))
 	}
+	var gMiss, gRuns float64
+	for k, v := range facts {
+		if strings.HasPrefix(k, "global/pgrouted global") && strings.HasSuffix(k, "/misses") {
+			gMiss += v
+			gRuns++
+		}
+	}
+	if gRuns > 0 {
+		fmt.Fprintf(b, "| global consistency: 0 reads miss a row another process committed before they began, in every run | %.0f misses in %.0f runs | %s |\n", gMiss, gRuns, verdict(gMiss == 0))
+	}
+	for _, d := range []time.Duration{0, time.Millisecond, 5 * time.Millisecond} {
+		if v, ok := facts[fmt.Sprintf("global/pgrouted global + replica_wait=10ms/%v/fetches_per_read", d)]; ok {
+			fmt.Fprintf(b, "| 32 concurrent global readers: position fetches ≤ 1/5 of the reads (%v delay) | %.3f per read | %s |\n", d, v, verdict(v <= 0.2))
+		}
+	}
 	for _, how := range []string{"stopped", "frozen"} {
 		for _, iv := range []time.Duration{250 * time.Millisecond, time.Second} {
 			if v, ok := facts[fmt.Sprintf("failover/%s/%v/unavail_ms", how, iv)]; ok {

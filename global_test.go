@@ -1,0 +1,452 @@
+package pgrouted_test
+
+import (
+	"bufio"
+	"context"
+	"database/sql"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/pgrouted/pgrouted"
+)
+
+// globalHelperEnv, set in the environment of an exec of this test binary,
+// makes it a reader process (globalHelper) instead of a test run: its value
+// is the DSN it opens.
+const globalHelperEnv = "PGROUTED_TEST_READER_DSN"
+
+// globalHelper is the second process of TestGlobalAcrossProcesses: its own
+// pgrouted on the DSN in globalHelperEnv. It prints "ready" once reads go
+// to replicas, then for each id read on stdin runs one read of that id and
+// prints "<id> <rows> <primary> <endpoint> <reason> <global>".
+func globalHelper() int {
+	dsn := os.Getenv(globalHelperEnv)
+	cfg, err := pgrouted.ParseConfig(dsn)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	var last pgrouted.RouteEvent
+	cfg.OnRoute = func(e pgrouted.RouteEvent) {
+		if e.Op == pgrouted.OpRead {
+			last = e // reads run one at a time
+		}
+	}
+	conn, err := pgrouted.NewConnector(cfg)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	db := sql.OpenDB(conn)
+	defer db.Close()
+	ctx := context.Background()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		d, err := conn.Explain(ctx, "SELECT 1")
+		if err == nil && !d.Primary && conn.Topology().Primary != "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			fmt.Fprintf(os.Stderr, "reads do not go to a replica: %+v %v\n", d, err)
+			return 2
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	fmt.Println("ready")
+	in := bufio.NewScanner(os.Stdin)
+	for in.Scan() {
+		id, err := strconv.Atoi(in.Text())
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 2
+		}
+		var n int
+		if err := db.QueryRowContext(ctx, "SELECT count(*) FROM globalx WHERE id = $1", id).Scan(&n); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		fmt.Printf("%d %d %v %s %s %v\n", id, n, last.Primary, last.Endpoint, last.Reason, last.Global)
+	}
+	st := conn.Stats()
+	fmt.Fprintf(os.Stderr, "reader stats: %d position fetches, %d global reads, %d replica waits (%d timeouts)\n",
+		st.PositionFetches, st.GlobalReads, st.ReplicaWaits, st.ReplicaWaitTimeouts)
+	return 0
+}
+
+// reader is a globalHelper process.
+type reader struct {
+	cmd *exec.Cmd
+	in  io.WriteCloser
+	out *bufio.Scanner
+}
+
+// startReader execs this test binary as a reader process on dsn.
+func startReader(t *testing.T, dsn string) *reader {
+	t.Helper()
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), globalHelperEnv+"="+dsn)
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	r := &reader{cmd: cmd, in: in, out: bufio.NewScanner(out)}
+	t.Cleanup(func() {
+		in.Close()
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("reader process: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			cmd.Process.Kill()
+			t.Error("reader process did not end")
+		}
+	})
+	if !r.out.Scan() || r.out.Text() != "ready" {
+		t.Fatalf("reader process did not start: %q", r.out.Text())
+	}
+	return r
+}
+
+// readResult is one read of a reader process.
+type readResult struct {
+	rows     int
+	primary  bool
+	endpoint string
+	reason   string
+	global   bool
+}
+
+// read asks the reader process to read id, and returns what it saw.
+func (r *reader) read(t *testing.T, id int) readResult {
+	t.Helper()
+	if _, err := fmt.Fprintln(r.in, id); err != nil {
+		t.Fatal(err)
+	}
+	if !r.out.Scan() {
+		t.Fatalf("reader process ended: %v", r.out.Err())
+	}
+	f := strings.Fields(r.out.Text())
+	if len(f) != 6 || f[0] != strconv.Itoa(id) {
+		t.Fatalf("reader process answered %q to %d", r.out.Text(), id)
+	}
+	n, _ := strconv.Atoi(f[1])
+	return readResult{rows: n, primary: f[2] == "true", endpoint: f[3], reason: f[4], global: f[5] == "true"}
+}
+
+// applyDelay makes every replica replay commits d late
+// (recovery_min_apply_delay) until the test ends.
+func applyDelay(t *testing.T, ctx context.Context, d time.Duration) {
+	t.Helper()
+	for _, r := range cluster.Replicas() {
+		mustExec(t, ctx, r, fmt.Sprintf("ALTER SYSTEM SET recovery_min_apply_delay = '%dms'", d.Milliseconds()))
+		mustExec(t, ctx, r, "SELECT pg_reload_conf()")
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		for _, r := range cluster.Replicas() {
+			if err := r.Exec(ctx, "ALTER SYSTEM RESET recovery_min_apply_delay"); err != nil {
+				t.Error(err)
+				continue
+			}
+			if err := r.Exec(ctx, "SELECT pg_reload_conf()"); err != nil {
+				t.Error(err)
+			}
+		}
+	})
+}
+
+// TestGlobalAcrossProcesses: process A (this one, its own pgrouted)
+// inserts a row and hands its id to process B (an exec of this test
+// binary, with another pgrouted), which reads it at once, while the
+// replicas replay 20 ms behind. B under pgrouted_consistency=global with
+// pgrouted_replica_wait=100ms never misses the row, and replicas serve at
+// least 90% of its reads; B under session consistency, without A's token,
+// does miss rows (so the first result means something).
+func TestGlobalAcrossProcesses(t *testing.T) {
+	ctx := testCtx(t)
+	restore(t)
+	mustExec(t, ctx, cluster.Primary(), "DROP TABLE IF EXISTS globalx; CREATE TABLE globalx (id int PRIMARY KEY)")
+	replicated(t, ctx)
+	applyDelay(t, ctx, 20*time.Millisecond)
+	writer, _, _ := open(t)
+	base := cluster.DSN() + "&pgrouted_probe_interval=100ms&pgrouted_lease=5s&pgrouted_names=" + names() + "&pgrouted_replica_wait=100ms"
+
+	id := 0
+	reasons := map[string]int{}
+	run := func(r *reader, n int) (misses, onReplica, global int) {
+		clear(reasons)
+		for range n {
+			id++
+			if _, err := writer.ExecContext(ctx, "INSERT INTO globalx VALUES ($1)", id); err != nil {
+				t.Fatal(err)
+			}
+			res := r.read(t, id)
+			reasons[fmt.Sprintf("%s/primary=%v/global=%v", res.reason, res.primary, res.global)]++
+			if res.rows != 1 {
+				misses++
+			}
+			if !res.primary {
+				onReplica++
+			}
+			if res.global {
+				global++
+			}
+		}
+		return misses, onReplica, global
+	}
+
+	const n = 300
+	g := startReader(t, base+"&pgrouted_consistency=global")
+	gMiss, gReplica, gGlobal := run(g, n)
+	t.Logf("global: reasons %v", reasons)
+	s := startReader(t, base+"&pgrouted_consistency=session")
+	sMiss, sReplica, _ := run(s, 100)
+	t.Logf("global: %d of %d reads missed the row, %d ran on replicas, %d used a global position; session without a token: %d of 100 missed, %d on replicas",
+		gMiss, n, gReplica, gGlobal, sMiss, sReplica)
+	if gMiss != 0 {
+		t.Errorf("global: %d of %d reads in another process missed a row committed before they began", gMiss, n)
+	}
+	if gReplica*10 < n*9 {
+		t.Errorf("global: replicas served %d of %d reads, want at least 90%%", gReplica, n)
+	}
+	if gGlobal != n {
+		t.Errorf("global: %d of %d reads say they used a global position", gGlobal, n)
+	}
+	if sMiss == 0 {
+		t.Errorf("session without a token: no read missed a row, with replicas 20ms behind: the test cannot tell global from session")
+	}
+}
+
+// TestGlobalRouting: WithConsistency selects global for one request in a
+// process whose default is session, and session in one whose default is
+// global; Explain under global reads no position; under 32 concurrent
+// global readers the fetches are shared (at most one per five reads).
+func TestGlobalRouting(t *testing.T) {
+	ctx := testCtx(t)
+	restore(t)
+	mustExec(t, ctx, cluster.Primary(), "DROP TABLE IF EXISTS globalr; CREATE TABLE globalr (id int)")
+	replicated(t, ctx)
+
+	db, conn, rec := open(t)
+	var n int
+	if err := db.QueryRowContext(pgrouted.WithConsistency(ctx, pgrouted.ConsistencyGlobal), "SELECT count(*) FROM globalr").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if ev := lastRead(t, rec); !ev.Global || conn.Stats().PositionFetches != 1 {
+		t.Fatalf("a read with WithConsistency(global) under a session default: Global %v, %d fetches; want a global read, one fetch", ev.Global, conn.Stats().PositionFetches)
+	}
+	if err := db.QueryRowContext(ctx, "SELECT count(*) FROM globalr").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if ev := lastRead(t, rec); ev.Global || conn.Stats().PositionFetches != 1 {
+		t.Fatalf("a plain read under a session default: Global %v, %d fetches; want neither", ev.Global, conn.Stats().PositionFetches)
+	}
+
+	gdb, gconn, grec := open(t, "pgrouted_consistency=global", "pgrouted_replica_max_conns=32")
+	before := gconn.Stats().PositionFetches
+	for range 10 {
+		if _, err := gconn.Explain(ctx, "SELECT count(*) FROM globalr"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if after := gconn.Stats().PositionFetches; after != before {
+		t.Fatalf("Explain under global read the primary's position %d times, want no side effect", after-before)
+	}
+	if err := gdb.QueryRowContext(pgrouted.WithConsistency(ctx, pgrouted.ConsistencySession), "SELECT count(*) FROM globalr").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if ev := lastRead(t, grec); ev.Global || gconn.Stats().PositionFetches != before {
+		t.Fatalf("a read with WithConsistency(session) under a global default: Global %v; want a session read, no fetch", ev.Global)
+	}
+
+	// 32 readers at once, 50 reads each, over a network: 5 ms round trips
+	// to every node. (On loopback, with 32 goroutines on two busy cores, a
+	// fetch costs far less than a read's CPU; the fetches are still shared,
+	// one in flight at a time, but each serves fewer reads.)
+	for _, n := range cluster.Nodes() {
+		if err := n.Fault().Latency(5 * time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { n.Fault().Latency(0) })
+	}
+	const readers, each = 32, 50
+	st0 := gconn.Stats()
+	errs := make(chan error, readers)
+	for range readers {
+		go func() {
+			var err error
+			for range each {
+				var n int
+				if err = gdb.QueryRowContext(ctx, "SELECT count(*) FROM globalr").Scan(&n); err != nil {
+					break
+				}
+			}
+			errs <- err
+		}()
+	}
+	for range readers {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	st := gconn.Stats()
+	fetches, reads := st.PositionFetches-st0.PositionFetches, st.GlobalReads-st0.GlobalReads
+	t.Logf("32 concurrent global readers: %d reads served by %d position fetches (%.3f per read)", reads, fetches, float64(fetches)/float64(reads))
+	if reads != readers*each {
+		t.Fatalf("%d global reads counted, want %d", reads, readers*each)
+	}
+	if fetches*5 > reads {
+		t.Fatalf("%d position fetches for %d reads, want at most one fifth", fetches, reads)
+	}
+}
+
+// TestGlobalThroughFailover: a writer (its own pgrouted) inserts rows one
+// after another; global readers (another pgrouted) each read the last row
+// acknowledged before their read began, while the replication links are
+// cut (the old primary acknowledges writes no standby receives), the
+// primary is killed and a standby promoted. No read fails, and no read
+// misses a row acknowledged before it began, except rows lost with the
+// old primary (asynchronous replication allows it): those are told apart
+// by the new primary's table (a stale read would miss a row it has).
+func TestGlobalThroughFailover(t *testing.T) {
+	ctx := testCtx(t)
+	restore(t)
+	mustExec(t, ctx, cluster.Primary(), "DROP TABLE IF EXISTS globalf; CREATE TABLE globalf (id int PRIMARY KEY)")
+	replicated(t, ctx)
+	writer, _, _ := open(t)
+	rdb, rconn, rrec := open(t, "pgrouted_consistency=global", "pgrouted_replica_wait=100ms")
+
+	var acked atomic.Int64 // the last id whose insert was acknowledged
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for id := int64(1); ; id++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if _, err := writer.ExecContext(ctx, "INSERT INTO globalf VALUES ($1)", id); err == nil {
+				acked.Store(id)
+			} else {
+				time.Sleep(5 * time.Millisecond) // during the failover
+			}
+		}
+	}()
+	var (
+		mu     sync.Mutex
+		misses []int64
+		errs   []error
+		reads  atomic.Int64
+	)
+	const readers = 4
+	for range readers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				id := acked.Load() // acknowledged before the read begins
+				if id == 0 {
+					time.Sleep(time.Millisecond)
+					continue
+				}
+				var n int
+				err := rdb.QueryRowContext(ctx, "SELECT count(*) FROM globalf WHERE id = $1", id).Scan(&n)
+				reads.Add(1)
+				mu.Lock()
+				switch {
+				case err != nil:
+					errs = append(errs, err)
+				case n != 1:
+					misses = append(misses, id)
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	time.Sleep(2 * time.Second)
+	// From now on the old primary acknowledges writes no standby receives.
+	for _, r := range cluster.Replicas() {
+		if err := r.ReplicationFault().Blackhole(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(time.Second)
+	lastOld := acked.Load()
+	failOver(t, ctx, rconn, true)
+	time.Sleep(3 * time.Second)
+	close(stop)
+	wg.Wait()
+
+	// What the new primary has tells a lost write from a stale read.
+	var survived int64
+	if err := cluster.Node(1).QueryRow(ctx, "SELECT coalesce(max(id), 0) FROM globalf WHERE id <= $1", []any{lastOld}, &survived); err != nil {
+		t.Fatal(err)
+	}
+	present := func(id int64) bool {
+		var n int
+		if err := cluster.Node(1).QueryRow(ctx, "SELECT count(*) FROM globalf WHERE id = $1", []any{id}, &n); err != nil {
+			t.Fatal(err)
+		}
+		return n == 1
+	}
+	var stale, lost []int64
+	for _, id := range misses {
+		if present(id) {
+			stale = append(stale, id)
+		} else {
+			lost = append(lost, id)
+		}
+	}
+	onReplica, global := 0, 0
+	for _, e := range rrec.snapshot() {
+		if e.Op == pgrouted.OpRead && e.Err == nil && e.Global {
+			global++
+			if !e.Primary {
+				onReplica++
+			}
+		}
+	}
+	st := rconn.Stats()
+	t.Logf("%d reads (%d global, %d on replicas), %d errors; rows %d..%d acknowledged by the old primary were lost with it; %d reads missed a lost row, %d missed a row the new primary has; reader stats: %d fetches (%d failed)",
+		reads.Load(), global, onReplica, len(errs), survived+1, lastOld, len(lost), len(stale), st.PositionFetches, st.PositionFetchErrors)
+	if len(errs) > 0 {
+		t.Errorf("%d reads failed through the failover; first: %v", len(errs), errs[0])
+	}
+	if len(stale) > 0 {
+		t.Errorf("%d reads missed rows acknowledged before they began that the new primary has (stale reads): %v", len(stale), stale[:min(len(stale), 10)])
+	}
+	if survived >= lastOld {
+		t.Errorf("no write acknowledged by the old primary was lost (last survivor %d, last acknowledged %d): the test did not cut replication", survived, lastOld)
+	}
+	if onReplica == 0 {
+		t.Error("no global read ran on a replica")
+	}
+}
