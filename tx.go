@@ -42,7 +42,6 @@ func (cn *conn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, 
 	if cn.tx != nil {
 		return nil, errors.New("pgrouted: a transaction is already open on this connection")
 	}
-	began := time.Now()
 	iso := sql.IsolationLevel(opts.Isolation)
 	switch iso {
 	case sql.LevelDefault, sql.LevelReadUncommitted, sql.LevelReadCommitted,
@@ -50,7 +49,18 @@ func (cn *conn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, 
 	default:
 		return nil, fmt.Errorf("pgrouted: isolation level %s is not supported by PostgreSQL", iso)
 	}
-	p := cn.c.plan(ctx, request{begin: true, readOnly: opts.ReadOnly, serializable: iso == sql.LevelSerializable, pinned: cn.pinned, inTx: cn.inSQLTx()}, true)
+	t, err := cn.begin(ctx, opts.ReadOnly, iso == sql.LevelSerializable, &call{query: "BEGIN", begin: &opts})
+	if err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// begin opens the transaction of cl (BEGIN) where the connector decides:
+// BeginTx's, and the pgx-native API's (pool_tx.go).
+func (cn *conn) begin(ctx context.Context, readOnly, serializable bool, cl *call) (*tx, error) {
+	began := time.Now()
+	p := cn.c.plan(ctx, request{begin: true, readOnly: readOnly, serializable: serializable, pinned: cn.pinned, inTx: cn.inSQLTx()}, true)
 	ev := RouteEvent{Decision: Decision{Op: OpTx, Reason: p.reason}, Context: ctx, Query: "BEGIN", WriteLost: p.lost}
 	defer func() {
 		ev.Duration = time.Since(began)
@@ -60,9 +70,8 @@ func (cn *conn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, 
 		ev.Err = p.err
 		return nil, p.err
 	}
-	cl := call{query: "BEGIN", begin: &opts}
 	if !p.primary {
-		err := cn.runOnReplicas(ctx, &p, &ev, &cl)
+		err := cn.runOnReplicas(ctx, &p, &ev, cl)
 		if err == nil {
 			return cl.tx, nil
 		}
@@ -72,22 +81,19 @@ func (cn *conn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, 
 		}
 		// The replicas failed: the primary runs it (ev says why).
 	}
-	t, err := cn.beginOnPrimary(ctx, &ev, opts)
+	t, err := cn.beginOnPrimary(ctx, &ev, cl, readOnly)
 	ev.Err = err
-	if err != nil {
-		return nil, err
-	}
-	return t, nil
+	return t, err
 }
 
 // beginOnPrimary opens a transaction on the primary session.
-func (cn *conn) beginOnPrimary(ctx context.Context, ev *RouteEvent, opts driver.TxOptions) (*tx, error) {
+func (cn *conn) beginOnPrimary(ctx context.Context, ev *RouteEvent, cl *call, readOnly bool) (*tx, error) {
 	sc, err := cn.primaryConn(ctx, OpTx)
 	if err != nil {
 		return nil, err
 	}
 	ev.Primary, ev.Endpoint = true, cn.c.hosts.at(cn.host).Name
-	inner, err := sc.BeginTx(ctx, opts)
+	inner, err := cl.beginOn(ctx, sc)
 	if err != nil {
 		if errors.Is(err, driver.ErrBadConn) {
 			cn.closePrimary()
@@ -95,7 +101,7 @@ func (cn *conn) beginOnPrimary(ctx context.Context, ev *RouteEvent, opts driver.
 		}
 		return nil, err
 	}
-	cn.tx = &tx{cn: cn, ctx: ctx, inner: inner, host: cn.host, wrote: !opts.ReadOnly}
+	cn.tx = &tx{cn: cn, ctx: ctx, inner: inner, host: cn.host, wrote: !readOnly}
 	return cn.tx, nil
 }
 
@@ -106,7 +112,7 @@ func (cn *conn) beginOnReplica(ctx context.Context, h *host, p *plan, cl *call) 
 	if err != nil {
 		return err
 	}
-	inner, err := b.BeginTx(ctx, *cl.begin)
+	inner, err := cl.beginOn(ctx, b.Conn)
 	if err != nil {
 		b.giveBack()
 		return err
@@ -114,6 +120,15 @@ func (cn *conn) beginOnReplica(ctx context.Context, h *host, p *plan, cl *call) 
 	cn.tx = &tx{cn: cn, ctx: ctx, inner: inner, replica: b, host: h.idx}
 	cl.tx = cn.tx
 	return nil
+}
+
+// beginOn begins cl's transaction on sc: with pgx's BeginTx for the
+// pgx-native API (pgxcall.go), else with stdlib's.
+func (cl *call) beginOn(ctx context.Context, sc *stdlib.Conn) (driver.Tx, error) {
+	if cl.px != nil {
+		return cl.px.beginOn(ctx, sc.Conn())
+	}
+	return sc.BeginTx(ctx, *cl.begin)
 }
 
 // run runs a statement inside the transaction, on its connection.
