@@ -27,12 +27,11 @@ const maxDescriptions = 256
 // among the arguments. Those keep pgx's own path, at the price of a round
 // trip. Nor when a pgx QueryTracer is set: pgx traces the statements it
 // runs, not the ones sent through a pipeline.
-func (c *Connector) pipelineOK(host int, args []driver.NamedValue) bool {
-	cc := c.hosts.at(host).ConnConfig
-	if cc.Tracer != nil {
+func (c *Connector) pipelineOK(host *host, args []driver.NamedValue) bool {
+	if host.ConnConfig.Tracer != nil {
 		return false
 	}
-	switch cc.DefaultQueryExecMode {
+	switch host.ConnConfig.DefaultQueryExecMode {
 	case pgx.QueryExecModeCacheStatement, pgx.QueryExecModeCacheDescribe:
 	default:
 		return false

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"errors"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -172,7 +173,8 @@ func (p *Pool) refuseSessionState(ctx context.Context, cl *call) error {
 	}
 	for _, q := range texts {
 		if p.c.changesSession(ctx, q) {
-			p.c.report(RouteEvent{Decision: Decision{Op: OpWrite, Reason: ReasonSessionState}, Context: ctx, Query: q, Err: ErrSessionState})
+			pl := plan{op: OpWrite, class: sqlclass.Session, reason: ReasonSessionState, err: ErrSessionState}
+			p.c.report(ctx, &pl, &call{query: q}, time.Now(), ErrSessionState)
 			return ErrSessionState
 		}
 	}
