@@ -62,11 +62,18 @@ type call struct {
 	primary bool          // ran is the primary
 	retried bool          // it ran again elsewhere after a replica failed or refused it
 	waited  time.Duration // how long it waited on replicas for their replay (replicawait.go)
+
+	// px is set for a call of the pgx-native API (pool.go): pgx runs it,
+	// and its results are pgx's (pgxcall.go).
+	px *pgxCall
 }
 
 // on runs cl through pgx on sc with args (cl.args, or them after an exec
 // mode option: see Connector.statementArgs).
 func (cl *call) on(ctx context.Context, sc *stdlib.Conn, args []driver.NamedValue) error {
+	if cl.px != nil {
+		return cl.px.on(ctx, cl, sc.Conn(), args)
+	}
 	var err error
 	if cl.isQuery {
 		cl.rows, err = sc.QueryContext(ctx, cl.query, args)

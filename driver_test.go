@@ -320,8 +320,12 @@ func TestNoLeakAfterClose(t *testing.T) {
 
 // TestFailoverUnderLoad promotes a replica and stops the primary while
 // writers and readers run: writes resume on the new primary, and reads keep
-// working.
+// working. Through the driver and through the Pool.
 func TestFailoverUnderLoad(t *testing.T) {
+	forEachClient(t, testFailoverUnderLoad)
+}
+
+func testFailoverUnderLoad(t *testing.T, open opener) {
 	ctx := testCtx(t)
 	restore(t)
 	mustExec(t, ctx, cluster.Primary(), "DROP TABLE IF EXISTS fo; CREATE TABLE fo (id bigserial PRIMARY KEY, w int)")
@@ -374,6 +378,7 @@ func TestFailoverUnderLoad(t *testing.T) {
 				err := db.QueryRowContext(wctx, "INSERT INTO fo (w) VALUES ($1) RETURNING inet_server_port()", w).Scan(&port)
 				if err != nil {
 					writeErrs.Add(1)
+					t.Logf("write error: %v", err)
 					time.Sleep(5 * time.Millisecond)
 					continue
 				}

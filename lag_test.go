@@ -251,6 +251,12 @@ func TestSessionToken(t *testing.T) {
 // readsOn runs n plain reads and counts the endpoints that served them.
 func readsOn(t *testing.T, db *sql.DB, rec *routes, n int) map[string]int {
 	t.Helper()
+	return clientReadsOn(t, sqlClient{db}, rec, n)
+}
+
+// clientReadsOn is readsOn through a client (a *sql.DB or a Pool).
+func clientReadsOn(t *testing.T, db client, rec *routes, n int) map[string]int {
+	t.Helper()
 	ctx := testCtx(t)
 	before := len(rec.snapshot())
 	for i := 0; i < n; i++ {
@@ -271,9 +277,15 @@ func readsOn(t *testing.T, db *sql.DB, rec *routes, n int) map[string]int {
 // waitReads polls until n reads satisfy cond, or fails after limit.
 func waitReads(t *testing.T, db *sql.DB, rec *routes, limit time.Duration, what string, cond func(map[string]int) bool) time.Duration {
 	t.Helper()
+	return waitClientReads(t, sqlClient{db}, rec, limit, what, cond)
+}
+
+// waitClientReads is waitReads through a client (a *sql.DB or a Pool).
+func waitClientReads(t *testing.T, db client, rec *routes, limit time.Duration, what string, cond func(map[string]int) bool) time.Duration {
+	t.Helper()
 	began := time.Now()
 	for {
-		on := readsOn(t, db, rec, 20)
+		on := clientReadsOn(t, db, rec, 20)
 		if cond(on) {
 			return time.Since(began)
 		}

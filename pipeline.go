@@ -25,8 +25,12 @@ const maxDescriptions = 256
 // not when the user chose how statements are sent (the simple protocol,
 // exec without describe) in the connection string or with a pgx option
 // among the arguments. Those keep pgx's own path, at the price of a round
-// trip.
+// trip. Nor when a pgx QueryTracer is set: pgx traces the statements it
+// runs, not the ones sent through a pipeline.
 func (c *Connector) pipelineOK(host *host, args []driver.NamedValue) bool {
+	if host.ConnConfig.Tracer != nil {
+		return false
+	}
 	switch host.ConnConfig.DefaultQueryExecMode {
 	case pgx.QueryExecModeCacheStatement, pgx.QueryExecModeCacheDescribe:
 	default:

@@ -286,7 +286,7 @@ func (cn *conn) runOnPrimary(ctx context.Context, p *plan, r sqlclass.Result, cl
 		}
 		cl.ran, cl.primary = cn.host, true
 		inTx := cn.inSQLTx()
-		if r.Has(sqlclass.Session) || p.pin {
+		if (r.Has(sqlclass.Session) || p.pin) && !cl.px.unpinned() {
 			// Pin before running: even a failed string may have changed
 			// session state with its first statements.
 			if !cn.pinned && (p.fn != "" || p.pin) {
@@ -298,6 +298,10 @@ func (cn *conn) runOnPrimary(ctx context.Context, p *plan, r sqlclass.Result, cl
 		pos, err := cn.execPrimary(ctx, sc, positioned, cl)
 		if err != nil {
 			retry, stop, ferr := cn.primaryFailed(ctx, p, sc, err, inTx, attempt)
+			if retry && cl.px.once() {
+				// Its input cannot be sent again (CopyFrom's source).
+				retry, stop, ferr = false, true, err
+			}
 			if retry {
 				cl.retried = true
 				continue
@@ -334,6 +338,7 @@ func (cn *conn) execPrimary(ctx context.Context, sc *stdlib.Conn, positioned boo
 	default:
 		if tag, pos, err = cn.execPositioned(ctx, sc, cl.query, cl.args); err == nil {
 			cl.res = driver.RowsAffected(tag.RowsAffected())
+			cl.px.setTag(tag)
 		}
 	}
 	if err != nil && pgconn.SafeToRetry(err) {
@@ -406,6 +411,8 @@ func (cn *conn) raiseAfter(ctx context.Context, positioned bool, pos lagmeter.LS
 		// Raised when the rows are closed.
 	case positioned:
 		cn.c.wroteAfter(ctx, cn.host, pos, err)
+	case err == nil && cl.px.wroteLater(ctx, cn):
+		// pgx's rows or batch results: the same, when they are closed.
 	case err == nil && cl.rows != nil:
 		// A statement returning rows: it commits once its rows are all
 		// sent, and the session is busy until they are closed; raise the
@@ -429,7 +436,7 @@ func (cn *conn) raiseAfter(ctx context.Context, positioned bool, pos lagmeter.LS
 // ordinary path runs as pgx does), under session consistency, with pgx's
 // default extended-protocol modes and no pgx option among its arguments.
 func (cn *conn) positioned(ctx context.Context, r sqlclass.Result, cl *call) bool {
-	if !r.DML || !cn.c.tracksWrites(ctx) || cn.inSQLTx() {
+	if !r.DML || !cn.c.tracksWrites(ctx) || cn.inSQLTx() || !cl.px.positionable() {
 		return false
 	}
 	return cn.c.pipelineOK(cn.host, cl.args)

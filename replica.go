@@ -115,7 +115,7 @@ func (cn *conn) runOnReplica(ctx context.Context, h *host, at target, cl *call) 
 			cl.rows = &replicaRows{Rows: cl.rows.(*stdlib.Rows), conn: b}
 		}
 		if err == nil {
-			if cl.rows == nil {
+			if cl.rows == nil && !cl.px.holds(b) {
 				b.giveBack()
 			}
 			return nil
@@ -271,7 +271,7 @@ func (h *host) readCheck(rr *pgconn.ResultReader, probeConn uint64) error {
 // (see readChecked): one statement that returns rows, and see
 // Connector.pipelineOK.
 func (cn *conn) pipelinable(host *host, cl *call) bool {
-	return cl.isQuery && cl.single && cn.c.pipelineOK(host, cl.args)
+	return cl.isQuery && cl.single && cl.px == nil && cn.c.pipelineOK(host, cl.args)
 }
 
 // readChecked runs a read on a borrowed replica connection after checking,

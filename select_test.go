@@ -20,13 +20,18 @@ import (
 // TestKilledReplicaCostsNoRead: 16 readers; a replica is killed with
 // SIGKILL: no read fails, its circuit opens, the other replica takes the
 // reads; once restarted, a good probe brings it back. Read latency
-// percentiles are logged for each phase.
+// percentiles are logged for each phase. Through the driver and through
+// the Pool.
 func TestKilledReplicaCostsNoRead(t *testing.T) {
+	forEachClient(t, testKilledReplicaCostsNoRead)
+}
+
+func testKilledReplicaCostsNoRead(t *testing.T, open opener) {
 	ctx := testCtx(t)
 	restore(t)
 	db, conn, rec := open(t)
 	db.SetMaxIdleConns(16)
-	waitReads(t, db, rec, 10*time.Second, "reads on node2", func(on map[string]int) bool { return on["node2"] > 0 })
+	waitClientReads(t, db, rec, 10*time.Second, "reads on node2", func(on map[string]int) bool { return on["node2"] > 0 })
 	var phase atomic.Int32 // 0 before, 1 killed, 2 restarted
 	var mu sync.Mutex
 	lat := [3][]time.Duration{}
@@ -91,7 +96,7 @@ func TestKilledReplicaCostsNoRead(t *testing.T) {
 			t.Fatalf("node2's circuit did not open within 15s of its kill: %+v", conn.Topology().Hosts[2])
 		}
 	}
-	if on := readsOn(t, db, rec, 40); on["node2"] != 0 || on["node1"] == 0 {
+	if on := clientReadsOn(t, db, rec, 40); on["node2"] != 0 || on["node1"] == 0 {
 		t.Errorf("while node2 is down, reads went to %v", on)
 	}
 	waitPhase(1, 500)
@@ -99,7 +104,7 @@ func TestKilledReplicaCostsNoRead(t *testing.T) {
 		t.Fatal(err)
 	}
 	phase.Store(2)
-	waitReads(t, db, rec, 15*time.Second, "node2 back", func(on map[string]int) bool { return on["node2"] > 0 })
+	waitClientReads(t, db, rec, 15*time.Second, "node2 back", func(on map[string]int) bool { return on["node2"] > 0 })
 	waitPhase(2, 500)
 	halt()
 	if errs.Load() != 0 {

@@ -34,14 +34,13 @@ type tx struct {
 // on the primary. BeginTx executes that decision, with the replica path's
 // check, retry elsewhere and fallback. Isolation levels PostgreSQL does not
 // have (write committed, linearizable) are refused.
-func (cn *conn) BeginTx(ctx context.Context, opts driver.TxOptions) (_ driver.Tx, err error) {
+func (cn *conn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
 	if cn.bad {
 		return nil, driver.ErrBadConn
 	}
 	if cn.tx != nil {
 		return nil, errors.New("pgrouted: a transaction is already open on this connection")
 	}
-	began := time.Now()
 	iso := sql.IsolationLevel(opts.Isolation)
 	switch iso {
 	case sql.LevelDefault, sql.LevelReadUncommitted, sql.LevelReadCommitted,
@@ -49,14 +48,24 @@ func (cn *conn) BeginTx(ctx context.Context, opts driver.TxOptions) (_ driver.Tx
 	default:
 		return nil, fmt.Errorf("pgrouted: isolation level %s is not supported by PostgreSQL", iso)
 	}
-	p := cn.c.plan(ctx, request{begin: true, readOnly: opts.ReadOnly, serializable: iso == sql.LevelSerializable, pinned: cn.pinned, inTx: cn.inSQLTx()}, true)
-	cl := call{query: "BEGIN", begin: &opts}
-	defer func() { cn.c.report(ctx, &p, &cl, began, err) }()
+	t, err := cn.begin(ctx, opts.ReadOnly, iso == sql.LevelSerializable, &call{query: "BEGIN", begin: &opts})
+	if err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// begin opens the transaction of cl (BEGIN) where the connector decides:
+// BeginTx's, and the pgx-native API's (pool_tx.go).
+func (cn *conn) begin(ctx context.Context, readOnly, serializable bool, cl *call) (_ *tx, err error) {
+	began := time.Now()
+	p := cn.c.plan(ctx, request{begin: true, readOnly: readOnly, serializable: serializable, pinned: cn.pinned, inTx: cn.inSQLTx()}, true)
+	defer func() { cn.c.report(ctx, &p, cl, began, err) }()
 	if p.err != nil {
 		return nil, p.err
 	}
 	if !p.primary {
-		o, err := cn.runOnReplicas(ctx, &p, &cl)
+		o, err := cn.runOnReplicas(ctx, &p, cl)
 		if err != nil {
 			return nil, err
 		}
@@ -66,21 +75,17 @@ func (cn *conn) BeginTx(ctx context.Context, opts driver.TxOptions) (_ driver.Tx
 		// The replicas failed: the primary runs it (o says why).
 		p = p.fellBack(o)
 	}
-	t, err := cn.beginOnPrimary(ctx, &cl, opts)
-	if err != nil {
-		return nil, err
-	}
-	return t, nil
+	return cn.beginOnPrimary(ctx, cl, readOnly)
 }
 
 // beginOnPrimary opens a transaction on the primary session.
-func (cn *conn) beginOnPrimary(ctx context.Context, cl *call, opts driver.TxOptions) (*tx, error) {
+func (cn *conn) beginOnPrimary(ctx context.Context, cl *call, readOnly bool) (*tx, error) {
 	sc, err := cn.primaryConn(ctx, OpTx)
 	if err != nil {
 		return nil, err
 	}
 	cl.ran, cl.primary = cn.host, true
-	inner, err := sc.BeginTx(ctx, opts)
+	inner, err := cl.beginOn(ctx, sc)
 	if err != nil {
 		if errors.Is(err, driver.ErrBadConn) {
 			cn.closePrimary()
@@ -88,7 +93,7 @@ func (cn *conn) beginOnPrimary(ctx context.Context, cl *call, opts driver.TxOpti
 		}
 		return nil, err
 	}
-	cn.tx = &tx{cn: cn, ctx: ctx, inner: inner, host: cn.host, wrote: !opts.ReadOnly}
+	cn.tx = &tx{cn: cn, ctx: ctx, inner: inner, host: cn.host, wrote: !readOnly}
 	return cn.tx, nil
 }
 
@@ -99,7 +104,7 @@ func (cn *conn) beginOnReplica(ctx context.Context, h *host, at target, cl *call
 	if err != nil {
 		return err
 	}
-	inner, err := b.BeginTx(ctx, *cl.begin)
+	inner, err := cl.beginOn(ctx, b.Conn)
 	if err != nil {
 		b.giveBack()
 		return err
@@ -107,6 +112,15 @@ func (cn *conn) beginOnReplica(ctx context.Context, h *host, at target, cl *call
 	cn.tx = &tx{cn: cn, ctx: ctx, inner: inner, replica: b, host: h}
 	cl.tx = cn.tx
 	return nil
+}
+
+// beginOn begins cl's transaction on sc: with pgx's BeginTx for the
+// pgx-native API (pgxcall.go), else with stdlib's.
+func (cl *call) beginOn(ctx context.Context, sc *stdlib.Conn) (driver.Tx, error) {
+	if cl.px != nil {
+		return cl.px.beginOn(ctx, sc.Conn())
+	}
+	return sc.BeginTx(ctx, *cl.begin)
 }
 
 // run runs a statement inside the transaction, on its connection.

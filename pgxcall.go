@@ -1,0 +1,259 @@
+package pgrouted
+
+import (
+	"context"
+	"database/sql/driver"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/pgrouted/pgrouted/internal/sqlclass"
+)
+
+// This file is what a call of the pgx-native API ([Pool], [PoolConn], a
+// Pool's transactions) changes in the driver's paths: the call is routed
+// by the same decision and runs on the same connections (a primary
+// session, a borrowed replica connection) through the same primary and
+// replica paths, but pgx runs it on the connection's *pgx.Conn, and its
+// results are pgx's (rows, command tags, batch results), handed to the
+// caller as they are, with the bookkeeping of the driver's rows wrappers
+// (rows.go) run when they are closed. The hooks in the driver's paths call
+// the methods below, which do nothing for a database/sql call (px nil).
+
+// pgxKind is what a pgx-native call runs.
+type pgxKind uint8
+
+const (
+	pxExec  pgxKind = iota // Exec
+	pxQuery                // Query, QueryRow
+	pxBatch                // SendBatch
+	pxCopy                 // CopyFrom
+	pxBegin                // Begin, BeginTx
+)
+
+// pgxCall is the pgx side of a call.
+type pgxCall struct {
+	kind pgxKind
+	args []any // the caller's arguments, pgx options included
+
+	// noPin is set for an autocommit call of the Pool: it leaves no
+	// session state for a later call (see Pool), so it does not pin the
+	// connection to the primary.
+	noPin bool
+
+	tag   pgconn.CommandTag // Exec's
+	rows  *poolRows         // Query's, when it succeeded
+	batch *pgx.Batch        // SendBatch's batch
+	br    *poolBatch        // and its results
+
+	copyTable pgx.Identifier
+	copyCols  []string
+	copySrc   pgx.CopyFromSource
+	copied    int64
+
+	txOpts pgx.TxOptions
+	inner  *pgxTxInner // the transaction begun
+}
+
+// on runs cl through pgx on pc. args are cl.args as the driver's path
+// prepared them (Connector.statementArgs): when that put pgx's exec mode
+// option in front, pgx gets it too.
+func (px *pgxCall) on(ctx context.Context, cl *call, pc *pgx.Conn, args []driver.NamedValue) error {
+	a := px.args
+	if len(args) > len(cl.args) {
+		a = append([]any{args[0].Value}, px.args...)
+	}
+	var err error
+	switch px.kind {
+	case pxExec:
+		px.tag, err = pc.Exec(ctx, cl.query, a...)
+	case pxQuery:
+		var rows pgx.Rows
+		if rows, err = pc.Query(ctx, cl.query, a...); err != nil {
+			break
+		}
+		// Read the first row now, as stdlib does: a statement that fails
+		// before its first row (a replica's refusal, a broken connection)
+		// fails here, where the paths can still run it elsewhere.
+		more := rows.Next()
+		if rerr := rows.Err(); rerr != nil {
+			rows.Close()
+			return rerr
+		}
+		px.rows = &poolRows{Rows: rows, first: true, more: more}
+	case pxBatch:
+		px.br = &poolBatch{BatchResults: pc.SendBatch(ctx, px.batch)}
+	case pxCopy:
+		// Never converted to driver.ErrBadConn: the source may have been
+		// read, and cannot be sent again.
+		px.copied, err = pc.CopyFrom(ctx, px.copyTable, px.copyCols, px.copySrc)
+		return err
+	}
+	if err != nil && pgconn.SafeToRetry(err) {
+		// Nothing was sent, as stdlib says it.
+		err = driver.ErrBadConn
+	}
+	return err
+}
+
+// beginOn begins the transaction on pc with pgx's BeginTx.
+func (px *pgxCall) beginOn(ctx context.Context, pc *pgx.Conn) (driver.Tx, error) {
+	t, err := pc.BeginTx(ctx, px.txOpts)
+	if err != nil {
+		return nil, err
+	}
+	px.inner = &pgxTxInner{tx: t, ctx: ctx}
+	return px.inner, nil
+}
+
+// unpinned reports whether a session-state statement of the call leaves
+// the connection unpinned (see noPin).
+func (px *pgxCall) unpinned() bool { return px != nil && px.noPin }
+
+// once reports whether the call may not run a second time: CopyFrom's
+// source is read as it is sent.
+func (px *pgxCall) once() bool { return px != nil && px.kind == pxCopy }
+
+// positionable reports whether the call may be a positioned write
+// (conn.positioned): an Exec, whose command tag the pipeline gives; pgx's
+// rows and batches are pgx's own.
+func (px *pgxCall) positionable() bool { return px == nil || px.kind == pxExec }
+
+// setTag keeps the command tag of a positioned write.
+func (px *pgxCall) setTag(tag pgconn.CommandTag) {
+	if px != nil {
+		px.tag = tag
+	}
+}
+
+// open reports whether the call left results open (rows, batch results).
+func (px *pgxCall) open() bool { return px != nil && (px.rows != nil || px.br != nil) }
+
+// afterClose runs f once the call's open results are closed.
+func (px *pgxCall) afterClose(f func()) {
+	switch {
+	case px.rows != nil:
+		px.rows.after = append(px.rows.after, f)
+	case px.br != nil:
+		px.br.after = append(px.br.after, f)
+	}
+}
+
+// holds makes the call's open results keep the borrowed replica
+// connection b until they are closed, and reports whether there are any.
+func (px *pgxCall) holds(b *borrowed) bool {
+	if !px.open() {
+		return false
+	}
+	px.afterClose(b.giveBack)
+	return true
+}
+
+// wroteLater raises the read-your-writes watermark once the call's open
+// results, from a statement that is not a read on cn's primary session,
+// are closed (as wroteRows does), and reports whether there are any. A
+// write whose primary's term ended while its rows were on their way ends
+// with ErrOutcomeUnknown from the rows too.
+func (px *pgxCall) wroteLater(ctx context.Context, cn *conn) bool {
+	if !px.open() {
+		return false
+	}
+	host, sc := cn.host, cn.primary
+	px.afterClose(func() {
+		if cn.primary != nil && !cn.inSQLTx() {
+			cn.c.wrote(ctx, host, cn.c.insertLSN(ctx, cn.primary.Conn()))
+		} else {
+			cn.c.wrote(ctx, host, 0)
+		}
+	})
+	if px.rows != nil {
+		px.rows.errFn = func(err error) error {
+			if err == nil || isPgError(err) || sc == nil || !cn.lost(sc) {
+				return err
+			}
+			return lostError(OpWrite, err)
+		}
+	}
+	return true
+}
+
+// pgxTxInner is a pgx transaction as the driver's tx holds it
+// (driver.Tx); ctx is the context of the Commit or Rollback being run.
+type pgxTxInner struct {
+	tx  pgx.Tx
+	ctx context.Context
+}
+
+// Commit implements driver.Tx.
+func (t *pgxTxInner) Commit() error { return t.tx.Commit(t.ctx) }
+
+// Rollback implements driver.Tx.
+func (t *pgxTxInner) Rollback() error { return t.tx.Rollback(t.ctx) }
+
+// namedArgs returns args as the driver's paths take them (the positioned
+// write encodes them, pipelineOK looks at the first).
+func namedArgs(args []any) []driver.NamedValue {
+	if len(args) == 0 {
+		return nil
+	}
+	nv := make([]driver.NamedValue, len(args))
+	for i, a := range args {
+		nv[i] = driver.NamedValue{Ordinal: i + 1, Value: a}
+	}
+	return nv
+}
+
+// execCall, queryCall, batchCall and copyCall build the calls of the
+// pgx-native API.
+func execCall(query string, args []any) *call {
+	return &call{query: query, args: namedArgs(args), px: &pgxCall{kind: pxExec, args: args}}
+}
+
+func queryCall(query string, args []any) *call {
+	return &call{query: query, isQuery: true, px: &pgxCall{kind: pxQuery, args: args}}
+}
+
+// batchCall's text, which the decision classifies, is the batch's most
+// dangerous statement (the first of them): any statement that must run on
+// the primary sends the batch there, one that forces the primary with a
+// comment too; a batch of reads may run on a replica, and a leading
+// comment of its first statement routes it.
+func batchCall(c *Connector, ctx context.Context, b *pgx.Batch) *call {
+	text, rank := "", -1
+	for _, q := range b.QueuedQueries {
+		r := c.classify(ctx, q.SQL)
+		k := 2 * classRank[r.Class]
+		if r.Class == sqlclass.Read && r.Hint == sqlclass.HintPrimary {
+			k = 1 // over any read, under any other statement
+		}
+		if k > rank {
+			text, rank = q.SQL, k
+		}
+	}
+	return &call{query: text, px: &pgxCall{kind: pxBatch, batch: b}}
+}
+
+// classRank orders the classes as sqlclass does (see sqlclass.Class).
+var classRank = [...]int{
+	sqlclass.Read:    0,
+	sqlclass.Write:   1,
+	sqlclass.Unknown: 2,
+	sqlclass.Lock:    3,
+	sqlclass.Tx:      4,
+	sqlclass.Session: 5,
+}
+
+// copyCall's text is the COPY statement pgx sends.
+func copyCall(table pgx.Identifier, cols []string, src pgx.CopyFromSource) *call {
+	quoted := make([]string, len(cols))
+	for i, col := range cols {
+		quoted[i] = pgx.Identifier{col}.Sanitize()
+	}
+	q := "COPY " + table.Sanitize() + " (" + strings.Join(quoted, ", ") + ") FROM STDIN BINARY"
+	return &call{query: q, px: &pgxCall{kind: pxCopy, copyTable: table, copyCols: cols, copySrc: src}}
+}
+
+// beginCall is the BEGIN of a transaction with opts.
+func beginCall(opts pgx.TxOptions) *call {
+	return &call{query: "BEGIN", begin: &driver.TxOptions{ReadOnly: opts.AccessMode == pgx.ReadOnly}, px: &pgxCall{kind: pxBegin, txOpts: opts}}
+}

@@ -1,0 +1,560 @@
+package pgrouted_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/pgrouted/pgrouted"
+)
+
+// client is what a test runs its statements through: a *sql.DB on the
+// driver, or a pgrouted.Pool. The tests of routing under faults run
+// through both (forEachClient): the Pool is the same machinery, and must
+// behave as the driver does.
+type client interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) scanner
+	ExecContext(ctx context.Context, query string, args ...any) error
+	SetMaxIdleConns(n int)
+}
+
+// scanner is a row: *sql.Row's and pgx.Row's Scan.
+type scanner interface{ Scan(dest ...any) error }
+
+type sqlClient struct{ *sql.DB }
+
+func (c sqlClient) QueryRowContext(ctx context.Context, query string, args ...any) scanner {
+	return c.DB.QueryRowContext(ctx, query, args...)
+}
+
+func (c sqlClient) ExecContext(ctx context.Context, query string, args ...any) error {
+	_, err := c.DB.ExecContext(ctx, query, args...)
+	return err
+}
+
+type poolClient struct{ *pgrouted.Pool }
+
+func (c poolClient) QueryRowContext(ctx context.Context, query string, args ...any) scanner {
+	return c.Pool.QueryRow(ctx, query, args...)
+}
+
+func (c poolClient) ExecContext(ctx context.Context, query string, args ...any) error {
+	_, err := c.Pool.Exec(ctx, query, args...)
+	return err
+}
+
+// SetMaxIdleConns does nothing: the Pool keeps a host pool's size idle.
+func (c poolClient) SetMaxIdleConns(int) {}
+
+// opener opens a client on the test cluster as open does.
+type opener func(t testing.TB, extra ...string) (client, *pgrouted.Connector, *routes)
+
+func openSQLClient(t testing.TB, extra ...string) (client, *pgrouted.Connector, *routes) {
+	db, conn, rec := open(t, extra...)
+	return sqlClient{db}, conn, rec
+}
+
+func openPoolClient(t testing.TB, extra ...string) (client, *pgrouted.Connector, *routes) {
+	p, rec := openPool(t, nil, extra...)
+	return poolClient{p}, p.Connector(), rec
+}
+
+// forEachClient runs f as a subtest for the driver ("sql") and the Pool
+// ("pool").
+func forEachClient(t *testing.T, f func(t *testing.T, open opener)) {
+	t.Run("sql", func(t *testing.T) { f(t, openSQLClient) })
+	t.Run("pool", func(t *testing.T) { f(t, openPoolClient) })
+}
+
+// openPool opens a Pool on the cluster with open's settings and an OnRoute
+// recorder, after tweak (when not nil) changed the Config. It waits as
+// openDSN does; the Pool is closed when the test ends.
+func openPool(t testing.TB, tweak func(*pgrouted.Config), extra ...string) (*pgrouted.Pool, *routes) {
+	t.Helper()
+	dsn := cluster.DSN() + "&pgrouted_probe_interval=100ms&pgrouted_lease=5s&pgrouted_write_timeout=20s&pgrouted_names=" + names()
+	for _, e := range extra {
+		dsn += "&" + e
+	}
+	cfg, err := pgrouted.ParseConfig(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &routes{}
+	cfg.OnRoute = rec.record
+	if tweak != nil {
+		tweak(cfg)
+	}
+	p, err := pgrouted.NewPoolWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	waitReplicaRoute(t, p.Connector())
+	deadline := time.Now().Add(30 * time.Second)
+	for p.Stats().CatalogReads == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the function catalog was not read within 30s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return p, rec
+}
+
+// eventWith returns the last route event whose query contains marker.
+func eventWith(t testing.TB, rec *routes, marker string) pgrouted.RouteEvent {
+	t.Helper()
+	ev := rec.snapshot()
+	for i := len(ev) - 1; i >= 0; i-- {
+		if strings.Contains(ev[i].Query, marker) {
+			return ev[i]
+		}
+	}
+	t.Fatalf("no route event for %q", marker)
+	return pgrouted.RouteEvent{}
+}
+
+// TestPoolReadsOnReplicas: plain reads through the Pool run on replicas
+// (at least 90% of them, counted where they ran: inet_server_port()), and
+// their rows are pgx's: CollectRows with RowToStructByName, field
+// descriptions, pgtype values.
+func TestPoolReadsOnReplicas(t *testing.T) {
+	ctx := testCtx(t)
+	p, rec := openPool(t, nil)
+	primaryPort := 0
+	if err := cluster.Primary().QueryRow(ctx, "SELECT inet_server_port()", nil, &primaryPort); err != nil {
+		t.Fatal(err)
+	}
+	const n = 200
+	onReplica := 0
+	for i := 0; i < n; i++ {
+		var port int
+		if err := p.QueryRow(ctx, "SELECT inet_server_port()").Scan(&port); err != nil {
+			t.Fatal(err)
+		}
+		if port != primaryPort {
+			onReplica++
+		}
+	}
+	t.Logf("%d of %d plain reads on replicas", onReplica, n)
+	if onReplica < n*9/10 {
+		t.Fatalf("%d of %d plain reads ran on replicas, want at least 90%%", onReplica, n)
+	}
+
+	type item struct {
+		ID    int64
+		Name  string
+		Price pgtype.Numeric
+		At    pgtype.Timestamptz
+	}
+	rows, err := p.Query(ctx, "SELECT g::int8 AS id, 'n' || g AS name, (g * 1.5)::numeric AS price, now() AS at /* collect */ FROM generate_series(1, 3) g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fds := rows.FieldDescriptions(); len(fds) != 4 || fds[2].Name != "price" {
+		t.Fatalf("field descriptions: %+v", fds)
+	}
+	items, err := pgx.CollectRows(rows, pgx.RowToStructByName[item])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(items) != 3 || items[2].ID != 3 || items[2].Name != "n3" || !items[2].Price.Valid || !items[2].At.Valid {
+		t.Fatalf("collected %+v", items)
+	}
+	if f, _ := items[1].Price.Float64Value(); f.Float64 != 3 {
+		t.Fatalf("numeric scanned as %+v", f)
+	}
+	if e := eventWith(t, rec, "/* collect */"); e.Primary || e.Op != pgrouted.OpRead {
+		t.Fatalf("the collected read: %+v, want a replica", e.Decision)
+	}
+	// No row: pgx.ErrNoRows.
+	var x int
+	if err := p.QueryRow(ctx, "SELECT 1 WHERE false").Scan(&x); !errors.Is(err, pgx.ErrNoRows) {
+		t.Fatalf("QueryRow of no row: %v, want pgx.ErrNoRows", err)
+	}
+	// A server error is pgx's *pgconn.PgError, from Query itself.
+	_, err = p.Query(ctx, "SELECT * FROM no_such_table_here")
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.Code != "42P01" {
+		t.Fatalf("a read of a missing table: %v, want a PgError 42P01", err)
+	}
+	// Every replica connection went back: none in flight.
+	for _, h := range p.Topology().Hosts {
+		if h.InflightReads != 0 {
+			t.Fatalf("%s: %d reads in flight after every rows closed", h.Name, h.InflightReads)
+		}
+	}
+}
+
+// TestPoolRouting: writes, hints and forced routes through the Pool are
+// decided as the driver decides them, with the same errors.
+func TestPoolRouting(t *testing.T) {
+	ctx := testCtx(t)
+	mustExec(t, ctx, cluster.Primary(), "DROP TABLE IF EXISTS pr; CREATE TABLE pr (id int PRIMARY KEY)")
+	replicated(t, ctx)
+	p, rec := openPool(t, nil)
+	c := p.Connector()
+	for _, q := range []string{
+		"SELECT 1 /* plain */",
+		"/* pgrouted:primary */ SELECT 1 /* hinted */",
+		"SELECT * FROM pr FOR UPDATE /* lock */",
+		"INSERT INTO pr VALUES (1) /* w */", // last: a read after it may be checked
+	} {
+		want, err := c.Explain(ctx, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := p.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+		got := eventWith(t, rec, q)
+		if got.Primary != want.Primary || got.Op != want.Op || got.Reason != want.Reason {
+			t.Errorf("%s: ran as %+v, Explain says %+v", q, got.Decision, want)
+		}
+	}
+	// A unique violation is pgx's PgError.
+	_, err := p.Exec(ctx, "INSERT INTO pr VALUES (1)")
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.Code != "23505" {
+		t.Fatalf("a duplicate key: %v, want PgError 23505", err)
+	}
+	// A write forced to a replica: nothing sent, the sentinel.
+	if _, err := p.Exec(pgrouted.WithRoute(ctx, pgrouted.Replica), "INSERT INTO pr VALUES (2)"); !errors.Is(err, pgrouted.ErrWriteOnReplica) {
+		t.Fatalf("a write forced to a replica: %v, want ErrWriteOnReplica", err)
+	}
+	// A read forced to the primary.
+	var inRecovery bool
+	if err := p.QueryRow(pgrouted.WithRoute(ctx, pgrouted.Primary), "SELECT pg_is_in_recovery()").Scan(&inRecovery); err != nil || inRecovery {
+		t.Fatalf("a read forced to the primary ran in recovery: %v, %v", inRecovery, err)
+	}
+	// A read with WithMaxLag(0) accepts no replica.
+	if err := p.QueryRow(pgrouted.WithMaxLag(ctx, 0), "SELECT pg_is_in_recovery()").Scan(&inRecovery); err != nil || inRecovery {
+		t.Fatalf("a read with no staleness budget ran in recovery: %v, %v", inRecovery, err)
+	}
+}
+
+// TestPoolSessionState: a Pool refuses a session-state statement before
+// sending it; an acquired connection runs it on its primary session, and
+// the state does not reach the Pool's later calls.
+func TestPoolSessionState(t *testing.T) {
+	ctx := testCtx(t)
+	p, _ := openPool(t, nil)
+	for _, q := range []string{"SET application_name = 'x'", "SELECT set_config('application_name', 'x', false)", "LISTEN ch", "SELECT pg_advisory_lock(1)", "CREATE TEMP TABLE tt (a int)"} {
+		if _, err := p.Exec(ctx, q); !errors.Is(err, pgrouted.ErrSessionState) {
+			t.Errorf("Pool.Exec(%q): %v, want ErrSessionState", q, err)
+		}
+	}
+	b := &pgx.Batch{}
+	b.Queue("SELECT 1")
+	b.Queue("SET application_name = 'x'")
+	if err := p.SendBatch(ctx, b).Close(); !errors.Is(err, pgrouted.ErrSessionState) {
+		t.Errorf("a batch with a SET: %v, want ErrSessionState", err)
+	}
+	primary := pgrouted.WithRoute(ctx, pgrouted.Primary)
+	for i := 0; i < 3; i++ {
+		c, err := p.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var before, after string
+		if err := c.QueryRow(ctx, "SHOW application_name").Scan(&before); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Exec(ctx, "SET application_name = 'acquired'"); err != nil {
+			t.Fatal(err)
+		}
+		var inRecovery bool
+		if err := c.QueryRow(ctx, "SELECT current_setting('application_name'), pg_is_in_recovery()").Scan(&after, &inRecovery); err != nil {
+			t.Fatal(err)
+		}
+		if after != "acquired" || inRecovery || before == "acquired" {
+			t.Fatalf("acquired connection: %q before, %q after the SET (in recovery %v)", before, after, inRecovery)
+		}
+		c.Release()
+	}
+	// Whichever primary session the Pool's calls get, none has the state.
+	for i := 0; i < 20; i++ {
+		var s string
+		if err := p.QueryRow(primary, "SHOW application_name").Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		if s == "acquired" {
+			t.Fatal("a Pool call ran on a session an acquired connection had changed")
+		}
+	}
+}
+
+// TestPoolReadYourWrites: with the replicas' replication 5ms behind, 8
+// writers write through the Pool and read back at once, 240 pairs in all
+// (Exec then QueryRow, INSERT … RETURNING then QueryRow, CopyFrom then
+// Query): no read misses its write, and once the replicas caught up the
+// reads run there.
+func TestPoolReadYourWrites(t *testing.T) {
+	ctx := testCtx(t)
+	restore(t)
+	mustExec(t, ctx, cluster.Primary(), "DROP TABLE IF EXISTS pryw; CREATE TABLE pryw (w int, n int)")
+	replicated(t, ctx)
+	for _, r := range cluster.Replicas() {
+		if err := r.ReplicationFault().Latency(5 * time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p, rec := openPool(t, nil)
+	const writers, rounds = 8, 30
+	var misses, pairs atomic.Int64
+	var wg sync.WaitGroup
+	for w := 0; w < writers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < rounds; i++ {
+				var err error
+				switch i % 3 {
+				case 0:
+					_, err = p.Exec(ctx, "INSERT INTO pryw (w, n) VALUES ($1, $2)", w, i)
+				case 1:
+					var got int
+					err = p.QueryRow(ctx, "INSERT INTO pryw (w, n) VALUES ($1, $2) RETURNING n", w, i).Scan(&got)
+				default:
+					_, err = p.CopyFrom(ctx, pgx.Identifier{"pryw"}, []string{"w", "n"}, pgx.CopyFromRows([][]any{{w, i}, {w, i}}))
+				}
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				var n int
+				if err := p.QueryRow(ctx, "SELECT count(*) FROM pryw WHERE w = $1 AND n = $2 /* read back */", w, i).Scan(&n); err != nil {
+					t.Error(err)
+					return
+				}
+				pairs.Add(1)
+				if n == 0 {
+					misses.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	if misses.Load() != 0 {
+		t.Fatalf("%d of %d reads missed the write just made", misses.Load(), pairs.Load())
+	}
+	replicaReads := 0
+	for _, e := range rec.snapshot() {
+		if strings.Contains(e.Query, "/* read back */") && !e.Primary {
+			replicaReads++
+		}
+	}
+	t.Logf("%d write-then-read pairs, 0 missed; %d of the read-backs ran on a replica", pairs.Load(), replicaReads)
+	// Later reads, once replicated, run on replicas.
+	replicated(t, ctx)
+	waitReplicaRoute(t, p.Connector())
+	var n int
+	if err := p.QueryRow(ctx, "SELECT count(*) FROM pryw /* later */").Scan(&n); err != nil || n != writers*(rounds+rounds/3) {
+		t.Fatalf("%d rows, %v; want %d", n, err, writers*(rounds+rounds/3))
+	}
+	if e := eventWith(t, rec, "/* later */"); e.Primary {
+		t.Fatalf("a later read ran on the primary: %+v", e.Decision)
+	}
+}
+
+// TestPoolTransactions: a transaction on the primary, whose commit the
+// next read sees at once; a read-only one on a replica; savepoints; pgx's
+// ErrTxClosed after the end.
+func TestPoolTransactions(t *testing.T) {
+	ctx := testCtx(t)
+	restore(t)
+	mustExec(t, ctx, cluster.Primary(), "DROP TABLE IF EXISTS ptx; CREATE TABLE ptx (id int)")
+	replicated(t, ctx)
+	for _, r := range cluster.Replicas() {
+		if err := r.ReplicationFault().Latency(5 * time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p, rec := openPool(t, nil)
+	for i := 0; i < 20; i++ {
+		tx, err := p.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var inRecovery bool
+		if err := tx.QueryRow(ctx, "SELECT pg_is_in_recovery()").Scan(&inRecovery); err != nil || inRecovery {
+			t.Fatalf("a transaction ran in recovery: %v, %v", inRecovery, err)
+		}
+		if _, err := tx.Exec(ctx, "INSERT INTO ptx VALUES ($1)", i); err != nil {
+			t.Fatal(err)
+		}
+		sp, err := tx.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := sp.Exec(ctx, "INSERT INTO ptx VALUES (-1)"); err != nil {
+			t.Fatal(err)
+		}
+		if err := sp.Rollback(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Rollback(ctx); !errors.Is(err, pgx.ErrTxClosed) {
+			t.Fatalf("Rollback after Commit: %v, want pgx.ErrTxClosed", err)
+		}
+		var n int
+		if err := p.QueryRow(ctx, "SELECT count(*) FROM ptx WHERE id = $1", i).Scan(&n); err != nil || n != 1 {
+			t.Fatalf("the committed row read back at once: %d, %v", n, err)
+		}
+	}
+	if e := eventWith(t, rec, "COMMIT"); !e.Primary {
+		t.Fatalf("the commit: %+v", e.Decision)
+	}
+	replicated(t, ctx)
+	waitReplicaRoute(t, p.Connector())
+	tx, err := p.BeginTx(ctx, pgx.TxOptions{AccessMode: pgx.ReadOnly, IsoLevel: pgx.RepeatableRead})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	var inRecovery bool
+	var n int
+	if err := tx.QueryRow(ctx, "SELECT pg_is_in_recovery(), (SELECT count(*) FROM ptx)").Scan(&inRecovery, &n); err != nil {
+		t.Fatal(err)
+	}
+	if !inRecovery || n != 20 {
+		t.Fatalf("a read-only transaction: in recovery %v, %d rows; want a replica with 20", inRecovery, n)
+	}
+	if e := eventWith(t, rec, "BEGIN"); e.Primary || e.Reason != pgrouted.ReasonReadOnlyTx {
+		t.Fatalf("the read-only BEGIN: %+v", e.Decision)
+	}
+	if _, err := tx.Exec(ctx, "INSERT INTO ptx VALUES (99)"); err == nil {
+		t.Fatal("a write in a read-only transaction succeeded")
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Serializable read-only: the primary, as in the driver.
+	tx, err = p.BeginTx(ctx, pgx.TxOptions{AccessMode: pgx.ReadOnly, IsoLevel: pgx.Serializable})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.QueryRow(ctx, "SELECT pg_is_in_recovery()").Scan(&inRecovery); err != nil || inRecovery {
+		t.Fatalf("a serializable read-only transaction ran in recovery: %v, %v", inRecovery, err)
+	}
+	tx.Rollback(ctx)
+}
+
+// TestPoolBatch: a batch with a write runs on the primary, its reads see
+// the write, and a read right after it sees it too; a batch of reads runs
+// on a replica.
+func TestPoolBatch(t *testing.T) {
+	ctx := testCtx(t)
+	restore(t)
+	mustExec(t, ctx, cluster.Primary(), "DROP TABLE IF EXISTS pb; CREATE TABLE pb (id int)")
+	replicated(t, ctx)
+	for _, r := range cluster.Replicas() {
+		if err := r.ReplicationFault().Latency(5 * time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p, rec := openPool(t, nil)
+	for i := 0; i < 20; i++ {
+		b := &pgx.Batch{}
+		b.Queue("INSERT INTO pb VALUES ($1) /* batch write */", i)
+		var n int
+		b.Queue("SELECT count(*) FROM pb WHERE id = $1", i).QueryRow(func(r pgx.Row) error { return r.Scan(&n) })
+		if err := p.SendBatch(ctx, b).Close(); err != nil {
+			t.Fatal(err)
+		}
+		if n != 1 {
+			t.Fatalf("the batch's read saw %d rows of its write", n)
+		}
+		if e := eventWith(t, rec, "/* batch write */"); !e.Primary || e.Op != pgrouted.OpWrite {
+			t.Fatalf("the batch with a write: %+v", e.Decision)
+		}
+		if err := p.QueryRow(ctx, "SELECT count(*) FROM pb WHERE id = $1", i).Scan(&n); err != nil || n != 1 {
+			t.Fatalf("the batch's write read back at once: %d, %v", n, err)
+		}
+	}
+	replicated(t, ctx)
+	waitReplicaRoute(t, p.Connector())
+	b := &pgx.Batch{}
+	var r1, r2 bool
+	b.Queue("SELECT pg_is_in_recovery() /* batch read */").QueryRow(func(r pgx.Row) error { return r.Scan(&r1) })
+	b.Queue("SELECT pg_is_in_recovery()").QueryRow(func(r pgx.Row) error { return r.Scan(&r2) })
+	if err := p.SendBatch(ctx, b).Close(); err != nil {
+		t.Fatal(err)
+	}
+	if !r1 || !r2 {
+		t.Fatalf("a batch of reads: in recovery %v, %v; want a replica", r1, r2)
+	}
+	if e := eventWith(t, rec, "/* batch read */"); e.Primary {
+		t.Fatalf("a batch of reads: %+v", e.Decision)
+	}
+}
+
+// TestPoolRefusedReadRunsOnPrimary: a writing function listed as a read
+// goes to a replica, which refuses it (25006): it runs again on the
+// primary, as in the driver.
+func TestPoolRefusedReadRunsOnPrimary(t *testing.T) {
+	ctx := testCtx(t)
+	setupFunctions(t, ctx)
+	p, rec := openPool(t, nil, "pgrouted_read_functions=app.add_item")
+	v := fmt.Sprintf("pool-refused-%d", time.Now().UnixNano())
+	var id int64
+	if err := p.QueryRow(ctx, "SELECT app.add_item($1)", v).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	e := eventWith(t, rec, "app.add_item")
+	if !e.Primary || !e.Retried || e.Reason != pgrouted.ReasonRetry25006 {
+		t.Fatalf("%+v (retried %v), want the replica's refusal, then the primary", e.Decision, e.Retried)
+	}
+	var n int
+	if err := p.QueryRow(ctx, "SELECT count(*) FROM app.items WHERE v = $1", v).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("read back at once: %d rows, %v; want 1", n, err)
+	}
+}
+
+// tracer counts the statements pgx traces.
+type tracer struct{ n atomic.Int64 }
+
+func (tr *tracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	tr.n.Add(1)
+	return ctx
+}
+
+func (tr *tracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// TestPoolQueryTracer: a pgx QueryTracer in the hosts' pgx configurations
+// sees the Pool's writes and reads.
+func TestPoolQueryTracer(t *testing.T) {
+	ctx := testCtx(t)
+	mustExec(t, ctx, cluster.Primary(), "CREATE TABLE IF NOT EXISTS ptr (id int)")
+	replicated(t, ctx)
+	tr := &tracer{}
+	p, _ := openPool(t, func(cfg *pgrouted.Config) {
+		for i := range cfg.Hosts {
+			cfg.Hosts[i].ConnConfig.Tracer = tr
+		}
+	})
+	before := tr.n.Load()
+	if _, err := p.Exec(ctx, "INSERT INTO ptr VALUES ($1)", 1); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := p.QueryRow(ctx, "SELECT count(*) FROM ptr").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if got := tr.n.Load() - before; got < 2 {
+		t.Fatalf("the tracer saw %d statements of a write and a read, want both", got)
+	}
+}
