@@ -1,0 +1,140 @@
+package pgrouted_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// migrations are schema changes of table mig_t made by another process
+// (not through the driver, so nothing in it knows), each changing the
+// result columns of SELECT *.
+var migrations = []string{
+	"ALTER TABLE mig_t ADD COLUMN b text DEFAULT 'b'",
+	"ALTER TABLE mig_t ALTER COLUMN v TYPE bigint",
+	`BEGIN; DROP TABLE mig_t; CREATE TABLE mig_t (id int PRIMARY KEY, v bigint, b text, c int DEFAULT 3);
+		INSERT INTO mig_t (id, v, b) SELECT g, 0, 'b' FROM generate_series(1, 8) g; COMMIT`,
+}
+
+// migrationTx is the application's transaction of the migration tests: it
+// reads a row with SELECT * and updates it.
+func migrationTx(ctx context.Context, db interface {
+	BeginTx(context.Context, *sql.TxOptions) (*sql.Tx, error)
+}, id int) error {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	rows, err := tx.QueryContext(ctx, "SELECT * FROM mig_t WHERE id = $1", id)
+	if err != nil {
+		return fmt.Errorf("select: %w", err)
+	}
+	if _, err := shapeOf(rows); err != nil {
+		return fmt.Errorf("select rows: %w", err)
+	}
+	if _, err := tx.ExecContext(ctx, "UPDATE mig_t SET v = v + 1 WHERE id = $1", id); err != nil {
+		return fmt.Errorf("update: %w", err)
+	}
+	return tx.Commit()
+}
+
+func createMigT(t *testing.T, ctx context.Context) {
+	t.Helper()
+	mustExec(t, ctx, cluster.Primary(), `DROP TABLE IF EXISTS mig_t; CREATE TABLE mig_t (id int PRIMARY KEY, v int);
+		INSERT INTO mig_t SELECT g, 0 FROM generate_series(1, 8) g`)
+}
+
+// TestMigrationDuringTransactions: a migration made by another process
+// while the application runs (a column added, a column retyped, the table
+// dropped and created again) does not abort the application's
+// transactions, whose statements come from the pooled session's statement
+// cache: 4 transactions after each of the 3 changes, on one pooled
+// session, and none fails.
+func TestMigrationDuringTransactions(t *testing.T) {
+	ctx := testCtx(t)
+	db, _, _ := open(t)
+	db.SetMaxOpenConns(1)
+	db.SetMaxIdleConns(1)
+	createMigT(t, ctx)
+	// The session caches both statements.
+	if err := migrationTx(ctx, db, 1); err != nil {
+		t.Fatal(err)
+	}
+	failed, total := 0, 0
+	var errs []string
+	for _, m := range migrations {
+		mustExec(t, ctx, cluster.Primary(), m)
+		for i := 0; i < 4; i++ {
+			total++
+			if err := migrationTx(ctx, db, 1+i); err != nil {
+				failed++
+				errs = append(errs, fmt.Sprintf("after %.30q: %v", m, err))
+			}
+		}
+	}
+	t.Logf("%d of %d transactions failed", failed, total)
+	if failed != 0 {
+		t.Errorf("%d of %d transactions failed after migrations made elsewhere:\n%s", failed, total, strings.Join(errs, "\n"))
+	}
+}
+
+// TestMigrationDuringPooledTransactions: as TestMigrationDuringTransactions,
+// with 8 pooled sessions that all cached the statements: 8 concurrent
+// transactions, then 8 after each of the 3 changes (32), and none fails.
+func TestMigrationDuringPooledTransactions(t *testing.T) {
+	ctx := testCtx(t)
+	db, _, _ := open(t)
+	const sessions = 8
+	db.SetMaxOpenConns(sessions)
+	db.SetMaxIdleConns(sessions)
+	createMigT(t, ctx)
+	var (
+		mu     sync.Mutex
+		failed int
+		total  int
+		errs   []string
+	)
+	// batch runs one transaction on each session at once: each takes its
+	// session and holds it until all have one.
+	batch := func(after string) {
+		var took, wg sync.WaitGroup
+		took.Add(sessions)
+		for i := 0; i < sessions; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				c, err := db.Conn(ctx)
+				took.Done()
+				if err == nil {
+					took.Wait()
+					err = migrationTx(ctx, c, 1+i)
+					c.Close()
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				total++
+				if err != nil {
+					failed++
+					errs = append(errs, fmt.Sprintf("after %.30q: %v", after, err))
+				}
+			}()
+		}
+		wg.Wait()
+	}
+	batch("start")
+	if db.Stats().OpenConnections != sessions {
+		t.Fatalf("%d pooled sessions, want %d", db.Stats().OpenConnections, sessions)
+	}
+	for _, m := range migrations {
+		mustExec(t, ctx, cluster.Primary(), m)
+		batch(m)
+	}
+	t.Logf("%d of %d transactions failed", failed, total)
+	if failed != 0 {
+		t.Errorf("%d of %d transactions failed after migrations made elsewhere, first ones:\n%s", failed, total, strings.Join(errs[:min(len(errs), 5)], "\n"))
+	}
+}
