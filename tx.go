@@ -24,6 +24,7 @@ type tx struct {
 	host    int       // the host that runs it
 	wrote   bool      // a read-write transaction on the primary
 	tainted bool      // session state was changed on the borrowed connection
+	stale   txStale   // the recovery from stale statements (txstale.go)
 }
 
 // BeginTx implements driver.ConnBeginTx. Where the transaction runs is
@@ -132,10 +133,12 @@ func (t *tx) run(ctx context.Context, r sqlclass.Result, cl *call, began time.Ti
 			t.tainted = true
 		}
 	}
-	err := cl.on(ctx, sc, cn.c.statementArgs(t.host, cl.args))
+	// A statement refused as stale runs again after a rollback to a
+	// savepoint (txstale.go).
+	recovered, err := t.exec(ctx, sc, r, cl)
 	if err != nil {
-		// A stale statement aborted the transaction: its descriptions
-		// are dropped, and the error returned.
+		// A stale statement of pgx's path aborted the transaction: its
+		// descriptions are dropped, and the error returned.
 		cn.runAgain(err, cl)
 		if t.replica == nil && cn.lost(sc) {
 			err = lostError(opOf(r.Class), err)
@@ -145,7 +148,7 @@ func (t *tx) run(ctx context.Context, r sqlclass.Result, cl *call, began time.Ti
 	cn.c.report(RouteEvent{
 		Decision: Decision{Op: opOf(r.Class), Endpoint: cn.c.hosts.at(t.host).Name, Primary: t.replica == nil, Reason: ReasonInTx},
 		Context:  ctx,
-		Query:    cl.query, Duration: time.Since(began), Err: err,
+		Query:    cl.query, Duration: time.Since(began), Err: err, Retried: recovered,
 	})
 	return err
 }
