@@ -296,10 +296,6 @@ func TestStaleStatementInTransaction(t *testing.T) {
 	}
 }
 
-func staleErr(err error) bool {
-	return err != nil && strings.Contains(err.Error(), "(SQLSTATE 0A000)")
-}
-
 // queryOK fails the test on a query's error.
 func queryOK(t *testing.T) func(*sql.Rows, error) *sql.Rows {
 	return func(rows *sql.Rows, err error) *sql.Rows {

@@ -1,10 +1,12 @@
 package pgrouted
 
 import (
+	"context"
 	"errors"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/stdlib"
 )
 
 // This file is the recovery from stale statements: a schema change made
@@ -145,4 +147,47 @@ func (cn *conn) runAgain(err error, cl *call) bool {
 	}
 	cl.reruns++
 	return true
+}
+
+// schemaKey is the key, in a connection's pgconn.PgConn.CustomData, of the
+// connector's schema count its cached statements were prepared under.
+const schemaKey = "pgrouted.schema"
+
+// schemaChanged records a schema change seen through the connector (DDL
+// run through it, once its transaction ended): every connection's cached
+// statements are dropped at its next use (syncStatements), and each is
+// prepared afresh there, instead of being refused as stale first.
+func (c *Connector) schemaChanged() {
+	c.schema.Add(1)
+}
+
+// syncStatements drops the statements pgx cached on sc (its named
+// statements and descriptions) when the connector saw a schema change since
+// they were prepared (schemaChanged): one round trip (DEALLOCATE ALL) per
+// connection after a change. pgx has no way to drop a cached statement by
+// its text, nor to list them. A connection seen for the first time has
+// nothing cached. Inside a transaction nothing is dropped: its statements
+// are recovered one by one (txstale.go). An error is the connection's:
+// sc is closed.
+func (c *Connector) syncStatements(ctx context.Context, sc *stdlib.Conn) error {
+	gen := c.schema.Load()
+	pc := sc.Conn()
+	data := pc.PgConn().CustomData()
+	if data == nil {
+		return nil
+	}
+	seen, ok := data[schemaKey].(uint64)
+	if !ok {
+		data[schemaKey] = gen
+		return nil
+	}
+	if seen == gen || pc.PgConn().TxStatus() != 'I' {
+		return nil
+	}
+	if err := pc.DeallocateAll(ctx); err != nil {
+		pc.Close(ctx)
+		return err
+	}
+	data[schemaKey] = gen
+	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"github.com/pgrouted/pgrouted"
 	"strings"
 	"sync"
 	"testing"
@@ -137,4 +138,97 @@ func TestMigrationDuringPooledTransactions(t *testing.T) {
 	if failed != 0 {
 		t.Errorf("%d of %d transactions failed after migrations made elsewhere, first ones:\n%s", failed, total, strings.Join(errs[:min(len(errs), 5)], "\n"))
 	}
+}
+
+// TestSchemaChangeThroughTheDriver: DDL run through the driver makes every
+// pooled session and replica connection of the connector drop its cached
+// statements: the next statement on each prepares afresh instead of being
+// refused as stale first (no event says it ran again), on the primary
+// sessions and on the replicas, outside and inside transactions.
+func TestSchemaChangeThroughTheDriver(t *testing.T) {
+	ctx := testCtx(t)
+	db, _, rec := open(t, "pgrouted_replica_max_conns=2")
+	const sessions = 4
+	db.SetMaxOpenConns(sessions)
+	db.SetMaxIdleConns(sessions)
+	mustExec(t, ctx, cluster.Primary(), `DROP TABLE IF EXISTS ddl_t; CREATE TABLE ddl_t (id int PRIMARY KEY, v int);
+		INSERT INTO ddl_t SELECT g, 0 FROM generate_series(1, 8) g`)
+	replicated(t, ctx)
+	const q = "SELECT * FROM ddl_t WHERE id >= $1"
+	// Replica reads that need none of the connector's writes run through
+	// pgx's statement cache on the replica connections.
+	noWrites := pgrouted.NewSession()
+	onReplica := pgrouted.WithSession(pgrouted.WithRoute(ctx, pgrouted.Replica), noWrites)
+	onPrimary := pgrouted.WithRoute(ctx, pgrouted.Primary)
+	conns := make([]*sql.Conn, sessions)
+	for i := range conns {
+		c, err := db.Conn(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		conns[i] = c
+	}
+	// use runs q on every session: on the primary and on the replicas,
+	// outside and inside a transaction; shape is what every read must see.
+	use := func(step, shape string) {
+		t.Helper()
+		for i, c := range conns {
+			for j, rctx := range []context.Context{onPrimary, onReplica, onReplica, onReplica} {
+				rows, err := c.QueryContext(rctx, q, 0)
+				if err != nil {
+					t.Fatalf("%s: session %d read %d: %v", step, i, j, err)
+				}
+				if got, err := shapeOf(rows); err != nil || got != shape {
+					t.Fatalf("%s: session %d read %d: %q, %v; want %s", step, i, j, got, err, shape)
+				}
+			}
+			if err := migrationLikeTx(ctx, c, q); err != nil {
+				t.Fatalf("%s: session %d transaction: %v", step, i, err)
+			}
+		}
+	}
+	use("cached", "id:int4,v:int4")
+	before := len(rec.snapshot())
+	if _, err := conns[0].ExecContext(ctx, "ALTER TABLE ddl_t ADD COLUMN b text"); err != nil {
+		t.Fatal(err)
+	}
+	replicated(t, ctx)
+	use("after ADD COLUMN", "id:int4,v:int4,b:text")
+	tx, err := conns[1].BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.ExecContext(ctx, "ALTER TABLE ddl_t ALTER COLUMN v TYPE bigint"); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	replicated(t, ctx)
+	use("after ALTER COLUMN TYPE in a transaction", "id:int4,v:int8,b:text")
+	for _, e := range rec.snapshot()[before:] {
+		if e.Query == q && (e.Retried || e.Err != nil) {
+			t.Errorf("after DDL through the driver, %s on %s: retried %v, error %v; want it prepared afresh", e.Query, e.Endpoint, e.Retried, e.Err)
+		}
+	}
+}
+
+// migrationLikeTx runs q in a transaction on c, twice.
+func migrationLikeTx(ctx context.Context, c *sql.Conn, q string) error {
+	tx, err := c.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	for range 2 {
+		rows, err := tx.QueryContext(ctx, q, 0)
+		if err != nil {
+			return err
+		}
+		if _, err := shapeOf(rows); err != nil {
+			return err
+		}
+	}
+	return tx.Commit()
 }
