@@ -137,12 +137,18 @@ const maxStaleReruns = 3
 // (the server aborted it). The stale descriptions are dropped either way.
 // The caller runs it again on the same connection: another one may hold the
 // stale statement in its pgx cache too.
+//
+// A parameter refused for its type (staleParams: sent with the types of a
+// cached description, or of pgx's cached statement, after a column was
+// retyped) runs again once, freshly described; a statement that is wrong
+// as written fails the same way then, and that error is returned.
 func (cn *conn) runAgain(err error, cl *call) bool {
-	if !staleStatement(err) {
+	params := staleParams(err)
+	if !params && !staleStatement(err) {
 		return false
 	}
 	cn.dropStale(cl.query)
-	if cl.reruns >= maxStaleReruns || !cl.single || cl.begin != nil || cn.tx != nil || cn.inSQLTx() {
+	if cl.reruns >= maxStaleReruns || (params && cl.reruns > 0) || !cl.single || cl.begin != nil || cn.tx != nil || cn.inSQLTx() {
 		return false
 	}
 	cl.reruns++

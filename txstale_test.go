@@ -232,3 +232,53 @@ func migrationLikeTx(ctx context.Context, c *sql.Conn, q string) error {
 	}
 	return tx.Commit()
 }
+
+// TestRetypedParameterOfAPipelinedWrite: an autocommit write sent through
+// the pipelined write path with the parameter types of a cached
+// description, after another process retyped the column (text to integer:
+// 42804 from the server), is described again and sent once more: it
+// succeeds, and its event says it ran again. A read comparing a retyped
+// column with a parameter (42883) does the same on every route.
+func TestRetypedParameterOfAPipelinedWrite(t *testing.T) {
+	ctx := testCtx(t)
+	db, _, rec := open(t)
+	p := cluster.Primary()
+	mustExec(t, ctx, p, `DROP TABLE IF EXISTS retype_t; CREATE TABLE retype_t (id int PRIMARY KEY, v text, code text);
+		INSERT INTO retype_t VALUES (1, '0', '7')`)
+	replicated(t, ctx)
+	const upd = "UPDATE retype_t SET v = $2 WHERE id = $1"
+	const sel = "SELECT id FROM retype_t WHERE code = $1"
+	noWrites := pgrouted.NewSession()
+	reads := map[string]context.Context{
+		"primary": pgrouted.WithRoute(ctx, pgrouted.Primary),
+		"replica": pgrouted.WithSession(pgrouted.WithRoute(ctx, pgrouted.Replica), noWrites),
+		"checked": ctx, // on a replica, checked in the pipeline with the read
+	}
+	run := func(step string) []pgrouted.RouteEvent {
+		t.Helper()
+		before := len(rec.snapshot())
+		if _, err := db.ExecContext(ctx, upd, 1, "5"); err != nil {
+			t.Fatalf("%s: the write: %v", step, err)
+		}
+		for name, rctx := range reads {
+			var id int
+			if err := db.QueryRowContext(rctx, sel, "7").Scan(&id); err != nil {
+				t.Fatalf("%s: the %s read: %v", step, name, err)
+			}
+		}
+		return rec.snapshot()[before:]
+	}
+	run("described")
+	mustExec(t, ctx, p, "ALTER TABLE retype_t ALTER COLUMN v TYPE int USING v::int, ALTER COLUMN code TYPE int USING code::int")
+	replicated(t, ctx)
+	evs := run("after the retype")
+	var v int
+	if err := p.QueryRow(ctx, "SELECT v FROM retype_t WHERE id = 1", nil, &v); err != nil || v != 5 {
+		t.Fatalf("after the retype, v = %d, %v; want 5", v, err)
+	}
+	for _, e := range evs {
+		if e.Query == upd && (!e.Retried || !e.Primary) {
+			t.Errorf("the write after the retype: retried %v on the primary %v; want it sent again on the primary", e.Retried, e.Primary)
+		}
+	}
+}
