@@ -51,7 +51,7 @@ func (cn *conn) primaryConn(ctx context.Context, op string) (*stdlib.Conn, error
 			}
 		}
 		if cn.primary != nil {
-			if err := cn.c.syncStatements(ctx, cn.primary); err != nil {
+			if err := cn.c.syncStatements(ctx, cn.primary, cn.host, cn.pinned); err != nil {
 				// The session failed: a new one, as above.
 				continue
 			}
@@ -76,7 +76,7 @@ func (cn *conn) primaryConn(ctx context.Context, op string) (*stdlib.Conn, error
 			case sc.Conn().PgConn().ParameterStatus("in_hot_standby") == "on" && !cn.c.top.Snapshot().Hosts[idx].Pooler:
 				err = errors.New("pgrouted: " + h.Name + " is a hot standby (in_hot_standby=on)")
 			case t.join(sc):
-				cn.c.syncStatements(ctx, sc) // new: nothing to drop
+				cn.c.syncStatements(ctx, sc, idx, cn.pinned) // new: nothing to drop
 				cn.primary, cn.host, cn.epoch, cn.term = sc, idx, t.epoch, t
 				return sc, nil
 			default:

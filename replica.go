@@ -173,7 +173,7 @@ func (cn *conn) borrow(ctx context.Context, h *host, check bool, wm lagmeter.Wat
 	}
 	b := &borrowed{Conn: dc.(*stdlib.Conn), h: h}
 	h.flight.add(b)
-	if err := cn.c.syncStatements(ctx, b.Conn); err != nil {
+	if err := cn.c.syncStatements(ctx, b.Conn, h.idx, false); err != nil {
 		b.giveBack()
 		return nil, err
 	}

@@ -167,15 +167,18 @@ func (c *Connector) schemaChanged() {
 	c.schema.Add(1)
 }
 
-// syncStatements drops the statements pgx cached on sc (its named
-// statements and descriptions) when the connector saw a schema change since
-// they were prepared (schemaChanged): one round trip (DEALLOCATE ALL) per
-// connection after a change. pgx has no way to drop a cached statement by
-// its text, nor to list them. A connection seen for the first time has
-// nothing cached. Inside a transaction nothing is dropped: its statements
-// are recovered one by one (txstale.go). An error is the connection's:
-// sc is closed.
-func (c *Connector) syncStatements(ctx context.Context, sc *stdlib.Conn) error {
+// syncStatements drops the statements pgx cached on sc, a connection to
+// host idx, (its named statements and descriptions) when the connector saw
+// a schema change since they were prepared (schemaChanged): one round trip
+// (DEALLOCATE ALL) per connection after a change. pgx has no way to drop a
+// cached statement by its text, nor to list them. A connection seen for the
+// first time has nothing cached. Nothing is dropped inside a transaction
+// (its statements are recovered one by one, txstale.go), on a pinned
+// session (pinned: the user's own PREPAREd statements would go too), nor
+// through a connection pooler (the command would run on a server session
+// other clients share): there a stale statement is recovered when the
+// server refuses it. An error is the connection's: sc is closed.
+func (c *Connector) syncStatements(ctx context.Context, sc *stdlib.Conn, idx int, pinned bool) error {
 	gen := c.schema.Load()
 	pc := sc.Conn()
 	data := pc.PgConn().CustomData()
@@ -183,11 +186,14 @@ func (c *Connector) syncStatements(ctx context.Context, sc *stdlib.Conn) error {
 		return nil
 	}
 	seen, ok := data[schemaKey].(uint64)
-	if !ok {
+	if seen == gen && ok {
+		return nil
+	}
+	if !ok || pinned || c.describeOnly(idx) {
 		data[schemaKey] = gen
 		return nil
 	}
-	if seen == gen || pc.PgConn().TxStatus() != 'I' {
+	if pc.PgConn().TxStatus() != 'I' {
 		return nil
 	}
 	if err := pc.DeallocateAll(ctx); err != nil {
