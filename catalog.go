@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -191,22 +190,22 @@ func parseFuncNames(key string, list []string) ([]sqlclass.FuncName, error) {
 // primary's, a little behind at most, and a function it does not have yet
 // is unknown, which is safe.
 func (c *Connector) loadCatalog(ctx context.Context) ([]sqlclass.FuncDef, error) {
-	s := c.top.Snapshot()
-	order := make([]int, 0, len(c.hosts.all()))
-	if s.Primary >= 0 {
-		order = append(order, s.Primary)
+	v := c.view()
+	order := make([]*host, 0, len(v.hosts))
+	if v.primary != nil {
+		order = append(order, v.primary.host)
 	}
 	for _, healthy := range []bool{true, false} {
-		for i := range s.Hosts {
-			if i != s.Primary && s.Hosts[i].Healthy == healthy && !s.Hosts[i].Removed {
-				order = append(order, i)
+		for i := range v.hosts {
+			if h := &v.hosts[i]; h != v.primary && h.probe.Healthy == healthy && !h.probe.Removed {
+				order = append(order, h.host)
 			}
 		}
 	}
 	err := errors.New("no host")
-	for _, i := range order {
+	for _, h := range order {
 		var defs []sqlclass.FuncDef
-		err = c.hosts.at(i).pool.AcquireFunc(ctx, func(pc *pgxpool.Conn) error {
+		err = h.pool.AcquireFunc(ctx, func(pc *pgxpool.Conn) error {
 			var rerr error
 			defs, rerr = readFunctions(ctx, pc.Conn().PgConn())
 			return rerr
@@ -219,69 +218,4 @@ func (c *Connector) loadCatalog(ctx context.Context) ([]sqlclass.FuncDef, error)
 		}
 	}
 	return nil, err
-}
-
-// classify classifies query, judging the functions it calls by the
-// catalog's snapshot. Before the first snapshot every function is unknown:
-// a statement that calls one waits for it (catalogBootWait at most) rather
-// than pin its connection for a call of count(*). Classifications under a
-// loaded snapshot are cached (classcache.go); those made before the first
-// load are not, so that the next run of the same text waits for it again.
-func (c *Connector) classify(ctx context.Context, query string) sqlclass.Result {
-	fns := c.funcs.functions()
-	if r, ok := c.classes.get(query, fns); ok {
-		return r
-	}
-	r := sqlclass.ClassifyWith(query, fns)
-	if !c.funcs.isLoaded() {
-		if r.Func != sqlclass.FuncUnknown || !c.funcs.waitLoaded(ctx, catalogBootWait) {
-			return r
-		}
-		fns = c.funcs.functions()
-		r = sqlclass.ClassifyWith(query, fns)
-	}
-	c.classes.put(query, fns, r)
-	return r
-}
-
-// maxRefused bounds the statements remembered as refused by a replica.
-const maxRefused = 256
-
-// refusedSet remembers the texts of statements that looked like reads and
-// that a replica refused with SQLSTATE 25006 (they wrote, through a
-// function the catalog did not know as VOLATILE, say): the next run of the
-// same text goes to the primary first, and pins. Lookups read one pointer
-// to an immutable map; adding copies it (rare, and bounded).
-type refusedSet struct {
-	m     atomic.Pointer[map[string]struct{}]
-	mu    sync.Mutex // serialises add
-	order []string   // oldest first, for eviction
-}
-
-// has reports whether q was refused before. It does not allocate.
-func (s *refusedSet) has(q string) bool {
-	m := s.m.Load()
-	if m == nil {
-		return false
-	}
-	_, ok := (*m)[q]
-	return ok
-}
-
-// add remembers q, forgetting the oldest text beyond maxRefused.
-func (s *refusedSet) add(q string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.has(q) {
-		return
-	}
-	s.order = append(s.order, q)
-	if len(s.order) > maxRefused {
-		s.order = s.order[len(s.order)-maxRefused:]
-	}
-	m := make(map[string]struct{}, len(s.order))
-	for _, o := range s.order {
-		m[o] = struct{}{}
-	}
-	s.m.Store(&m)
 }

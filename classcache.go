@@ -8,6 +8,7 @@ package pgrouted
 // snapshot is a miss.
 
 import (
+	"context"
 	"hash/maphash"
 	"strings"
 	"sync/atomic"
@@ -67,4 +68,27 @@ func (cc *classCache) put(query string, fns *sqlclass.Functions, r sqlclass.Resu
 	// A copy: query may be a slice of a larger buffer the entry would
 	// keep alive.
 	cc.slot(query).Store(&classEntry{query: strings.Clone(query), fns: fns, r: r})
+}
+
+// classify classifies query, judging the functions it calls by the
+// catalog's snapshot. Before the first snapshot every function is unknown:
+// a statement that calls one waits for it (catalogBootWait at most) rather
+// than pin its connection for a call of count(*). Classifications under a
+// loaded snapshot are cached (classcache.go); those made before the first
+// load are not, so that the next run of the same text waits for it again.
+func (c *Connector) classify(ctx context.Context, query string) sqlclass.Result {
+	fns := c.funcs.functions()
+	if r, ok := c.classes.get(query, fns); ok {
+		return r
+	}
+	r := sqlclass.ClassifyWith(query, fns)
+	if !c.funcs.isLoaded() {
+		if r.Func != sqlclass.FuncUnknown || !c.funcs.waitLoaded(ctx, catalogBootWait) {
+			return r
+		}
+		fns = c.funcs.functions()
+		r = sqlclass.ClassifyWith(query, fns)
+	}
+	c.classes.put(query, fns, r)
+	return r
 }

@@ -31,7 +31,7 @@ func TestArgumentThatCannotBeEncoded(t *testing.T) {
 	db, conn, rec := openDSN(t, cluster.DSN()+"&pgrouted_names="+names()+"&pgrouted_probe_interval=5s&pgrouted_latency_window=off", nil)
 	bad := make(chan int) // pgx has no encoding for a channel
 	const read = "SELECT $1::int AS enc_read"
-	check := func(path, reason string) {
+	check := func(path string, reason pgrouted.Reason) {
 		t.Helper()
 		if _, err := db.QueryContext(ctx, read, bad); err == nil {
 			t.Fatalf("%s: a channel as an argument: no error", path)

@@ -5,6 +5,7 @@ import (
 	"database/sql/driver"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pgrouted/pgrouted/internal/sqlclass"
 )
@@ -17,7 +18,7 @@ type conn struct {
 	c *Connector
 
 	primary *stdlib.Conn // nil until needed
-	host    int          // the primary session's host
+	host    *host        // the primary session's host
 	epoch   uint64       // the topology epoch the primary session belongs to
 	term    *term        // the primary's term the session belongs to (term.go)
 
@@ -26,9 +27,6 @@ type conn struct {
 	pinned bool
 	tx     *tx  // the open database/sql transaction, if any
 	bad    bool // the connection must be discarded
-	// waited is how long the statement being routed waited on replicas
-	// for their replay (replica.go, RouteEvent.Waited).
-	waited time.Duration
 
 	// catalogPending is set when a statement that may change the function
 	// catalog ran inside a transaction: the catalog is read again once it
@@ -42,18 +40,28 @@ type conn struct {
 	ownsConnector bool // opened by Driver.Open: Close closes the Connector
 }
 
-// call is one statement to run (a query or an exec) or the BEGIN of a
-// transaction, and its outcome.
+// call is one statement to run (a query or an exec), the BEGIN of a
+// transaction or the describe of a Prepare, and its outcome: its results,
+// and what became of it on the way, which its RouteEvent reports
+// (Connector.report) and nothing decides on.
 type call struct {
-	query   string
-	args    []driver.NamedValue
-	isQuery bool
-	single  bool              // one statement (see sqlclass.Result.Statements)
-	reruns  int               // the runs after a stale statement (stale.go)
-	begin   *driver.TxOptions // BeginTx: the transaction's options
-	rows    driver.Rows
-	res     driver.Result
-	tx      *tx // the transaction begun
+	query    string
+	args     []driver.NamedValue
+	isQuery  bool
+	single   bool              // one statement (see sqlclass.Result.Statements)
+	reruns   int               // the runs after a stale statement (stale.go)
+	begin    *driver.TxOptions // BeginTx: the transaction's options
+	describe bool              // PrepareContext: describe it (stmt.go)
+
+	rows driver.Rows
+	res  driver.Result
+	tx   *tx                          // the transaction begun
+	sd   *pgconn.StatementDescription // its description (describe)
+
+	ran     *host         // the host that ran it, or was tried last; nil for none
+	primary bool          // ran is the primary
+	retried bool          // it ran again elsewhere after a replica failed or refused it
+	waited  time.Duration // how long it waited on replicas for their replay (replicawait.go)
 }
 
 // on runs cl through pgx on sc with args (cl.args, or them after an exec
@@ -83,6 +91,18 @@ func (cn *conn) QueryContext(ctx context.Context, query string, args []driver.Na
 	return cl.rows, err
 }
 
+// pin pins the connection to its primary session: a statement changed
+// session state (or may have: a function the catalog cannot vouch for, a
+// read a replica refused), which a replica session would not have, so
+// everything runs on the primary session from then on (plan: ReasonPinned).
+func (cn *conn) pin() {
+	if cn.pinned {
+		return
+	}
+	cn.pinned = true
+	cn.c.warnPinnedBehindPooler(cn.host)
+}
+
 // inSQLTx reports whether the primary session is inside a transaction that
 // was opened with SQL (BEGIN) rather than with BeginTx.
 func (cn *conn) inSQLTx() bool {
@@ -92,7 +112,7 @@ func (cn *conn) inSQLTx() bool {
 // run routes one statement and runs it: the connector decides (plan.go),
 // the primary path (primary.go) or the replica path (replica.go) executes,
 // and the RouteEvent says what happened.
-func (cn *conn) run(ctx context.Context, cl *call) error {
+func (cn *conn) run(ctx context.Context, cl *call) (err error) {
 	if cn.bad {
 		return driver.ErrBadConn
 	}
@@ -106,43 +126,34 @@ func (cn *conn) run(ctx context.Context, cl *call) error {
 		return cn.tx.run(ctx, r, cl, began)
 	}
 	p := cn.c.plan(ctx, request{r: r, pinned: cn.pinned, inTx: cn.inSQLTx(), fn: r.FuncName(cl.query), refused: cn.c.refused.has(cl.query)}, true)
-	ev := RouteEvent{Decision: Decision{Op: p.op, Reason: p.reason, Function: p.fn}, Context: ctx, Query: cl.query, WriteLost: p.lost}
-	defer func() {
-		ev.Duration = time.Since(began)
-		cn.c.report(ev)
-	}()
+	defer func() { cn.c.report(ctx, &p, cl, began, err) }()
 	if p.err != nil {
-		ev.Err = p.err
 		return p.err
 	}
 	for {
-		err := cn.execute(ctx, &p, r, &ev, cl)
-		if err != nil && ctx.Err() == nil && ev.Primary && cn.runAgain(err, cl) {
+		err := cn.execute(ctx, &p, r, cl)
+		if err != nil && ctx.Err() == nil && cl.primary && cn.runAgain(err, cl) {
 			// A stale statement, refused before it ran on the primary
 			// session (stale.go): again, freshly described. The replica
 			// path does the same on its connection.
 			continue
 		}
-		if cl.reruns > 0 {
-			ev.Retried = true
-		}
-		err = withPoolerHint(err)
-		ev.Err = err
-		return err
+		return withPoolerHint(err)
 	}
 }
 
 // execute runs cl where p says: on a replica, then on the primary when the
-// replica path set ev.Primary (a fallback, a refusal), or on the primary.
-func (cn *conn) execute(ctx context.Context, p *plan, r sqlclass.Result, ev *RouteEvent, cl *call) error {
-	if !p.primary && !ev.Primary {
-		err := cn.runOnReplicas(ctx, p, ev, cl)
-		if err == nil || !ev.Primary {
+// replica path fell back (a failure, a refusal: p becomes the plan for the
+// primary, see plan.fellBack), or on the primary.
+func (cn *conn) execute(ctx context.Context, p *plan, r sqlclass.Result, cl *call) error {
+	if !p.primary {
+		o, err := cn.runOnReplicas(ctx, p, cl)
+		if err != nil || !o.fallBack {
 			return err
 		}
-		// The replicas failed or refused: the primary runs it (ev says why).
+		*p = p.fellBack(o)
 	}
-	return cn.runOnPrimary(ctx, p, r, ev, cl)
+	return cn.runOnPrimary(ctx, p, r, cl)
 }
 
 // catalogChanged asks for a new snapshot of the function catalog, and

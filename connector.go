@@ -92,6 +92,7 @@ var DefaultConnectTimeout = 5 * time.Second
 type Connector struct {
 	cfg    Config
 	hosts  hostTable // in DSN order, then discovered ones, as in topology snapshots
+	views  views     // the newest snapshot joined with hosts (view.go)
 	top    *topology.Topology
 	picker picker // chooses among eligible replicas (pick.go)
 
@@ -174,7 +175,7 @@ func NewConnector(cfg *Config) (*Connector, error) {
 	}
 	// own.Config.Select is the pgrouted_select policy; own.Select, the
 	// Config.Select hook, goes in front of it.
-	c.picker = newPicker(own.Config.Select, own.LatencyWindow, &c.hosts, own.Select, own.Logger)
+	c.picker = newPicker(own.Config.Select, own.LatencyWindow, own.Select, own.Logger)
 	prov, err := newProvider(&own)
 	if err != nil {
 		c.closePools()
@@ -317,13 +318,13 @@ func (c *Connector) Close() error {
 		close(c.stopTerms)
 		<-c.termsDone
 	}
-	s := c.top.Snapshot()
+	v := c.view()
 	c.top.Close()
 	if c.logDone != nil {
 		<-c.logDone
 	}
-	for i := range s.Hosts {
-		if h := c.hosts.at(i); !h.removed.Load() && (!s.Hosts[i].Healthy || !h.breaker.Allow()) {
+	for _, h := range v.hosts {
+		if !h.removed.Load() && (!h.probe.Healthy || !h.breaker.Allow()) {
 			h.dropIdle()
 		}
 	}
@@ -341,47 +342,6 @@ func (c *Connector) closePools() {
 	}
 }
 
-// watch follows the topology's events until Close and logs each one.
-func (c *Connector) watch(events <-chan topology.Event) {
-	defer close(c.logDone)
-	for e := range events {
-		if e.Kind == topology.EventPrimaryChanged {
-			// A new primary may be a server with another catalog.
-			c.funcs.invalidate()
-		}
-		if c.cfg.Logger == nil {
-			continue
-		}
-		attrs := []any{"event", e.Kind.String()}
-		switch e.Kind {
-		case topology.EventPrimaryChanged, topology.EventPrimaryLost, topology.EventConflict:
-			attrs = append(attrs, "epoch", e.Epoch)
-		}
-		if e.Host != "" {
-			attrs = append(attrs, "host", e.Host)
-		}
-		if e.Previous != "" {
-			attrs = append(attrs, "previous", e.Previous)
-		}
-		if e.Err != "" {
-			attrs = append(attrs, "error", e.Err)
-		}
-		level := slog.LevelInfo
-		if e.Kind == topology.EventConflict || e.Kind == topology.EventPrimaryLost || e.Kind == topology.EventHostDown {
-			level = slog.LevelWarn
-		}
-		c.cfg.Logger.Log(context.Background(), level, "pgrouted: topology", attrs...)
-	}
-}
-
-// Explain returns where query would run now, and why, without running it:
-// no side effect, and the round-robin position does not move.
-func (c *Connector) Explain(ctx context.Context, query string) (Decision, error) {
-	r := c.classify(ctx, query)
-	p := c.plan(ctx, request{r: r, fn: r.FuncName(query), refused: c.refused.has(query)}, false)
-	return p.decision(c), p.err
-}
-
 // awaitSnapshot waits until changed (from Topology.Changed) is closed: a
 // newer snapshot is out. It returns ctx's error, or nil at deadline too:
 // the caller looks at the snapshot again either way.
@@ -395,20 +355,6 @@ func (c *Connector) awaitSnapshot(ctx context.Context, changed <-chan struct{}, 
 		return ctx.Err()
 	}
 	return nil
-}
-
-// report counts ev and hands it to Config.OnRoute.
-func (c *Connector) report(ev RouteEvent) {
-	c.count(&ev)
-	if c.cfg.OnRoute == nil {
-		return
-	}
-	defer func() {
-		if r := recover(); r != nil && c.cfg.Logger != nil {
-			c.cfg.Logger.Error("pgrouted: OnRoute panicked", "panic", fmt.Sprint(r))
-		}
-	}()
-	c.cfg.OnRoute(ev)
 }
 
 var (

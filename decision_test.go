@@ -30,7 +30,7 @@ func inRecovery(t *testing.T, ctx context.Context, q interface {
 }
 
 // wantNoReplica checks that err is ErrNoReplica with reason.
-func wantNoReplica(t *testing.T, what string, err error, reason string) {
+func wantNoReplica(t *testing.T, what string, err error, reason pgrouted.Reason) {
 	t.Helper()
 	var re *pgrouted.RouteError
 	if !errors.Is(err, pgrouted.ErrNoReplica) || !errors.As(err, &re) || re.Reason != reason {

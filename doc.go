@@ -69,52 +69,56 @@
 // The source files follow a statement through the driver, in this order:
 //
 //   - driver.go: sql.Open("pgrouted", dsn) parses the DSN into a [Config].
-//   - connector.go: the [Connector] holds the list of hosts and the
-//     topology probers; Connect hands database/sql a connection.
-//   - conn.go (and stmt.go for prepared statements): the driver.Conn
+//   - connector.go: the [Connector] holds the hosts (host.go: one host's
+//     pools, circuit breaker, known replay position, in-flight reads;
+//     hosts.go: the host table and discovered hosts) and the topology
+//     probers; Connect hands database/sql a connection.
+//   - conn.go (and stmt.go for Prepare's describe): the driver.Conn
 //     surface. A statement is classified and handed on; a statement inside
 //     a database/sql transaction goes straight to tx.go.
 //   - catalog.go: what the text hides. The functions a statement calls are
 //     judged by a snapshot of the primary's catalog (a VOLATILE or unknown
 //     user function sends it to the primary and pins the connection), and
-//     statements a replica refused before go to the primary first.
-//     classcache.go remembers each text's classification under the
+//     statements a replica refused before go to the primary first
+//     (refused.go). classcache.go remembers each text's classification under the
 //     catalog snapshot it was made with.
 //   - plan.go: the one decision, for every statement, every read-only
-//     transaction and [Connector.Explain]: primary or replica, which
-//     replica, whether it must check its replay position first, whether
-//     it may fall back to the primary, and the reason.
-//   - watermark.go: what a read needs a replica to hold (the position of
-//     the caller's writes, across failovers); pick.go: which of the
-//     eligible replicas serves it (one picker per pgrouted_select policy,
-//     and Config.Select).
-//   - host.go: one host's pool, circuit breaker, known replay position and
-//     in-flight reads.
+//     transaction, Prepare's describe and [Connector.Explain]: primary or
+//     replica, which replica, whether it must check its replay position
+//     first, whether it may fall back to the primary (plan.fallBack, the
+//     one rule), and the reason. It reads the request's options
+//     (context.go), the topology through a view (view.go: each host with
+//     its probe state, and the one byte-lag reading), what a read needs a
+//     replica to hold (watermark.go: the position of the caller's writes,
+//     across failovers) and which eligible replica serves it (pick.go: one
+//     picker per pgrouted_select policy, and Config.Select).
 //   - replica.go: the replica path. Borrow a connection, check the replay
-//     position on it when the plan says so (pipelined with the read), run,
-//     and on a connection failure try another replica, then fall back as
-//     the plan allows.
+//     position on it when the plan says so, run, and on a connection
+//     failure try another replica; it returns an outcome (ran, or fall
+//     back for a reason) and the plan says whether the primary may run it.
+//     replicawait.go: the position check's SQL and the wait for a replica
+//     to replay the caller's position; pipeline.go: the check and the read
+//     sent in one pgconn pipeline, with descriptions cached per host.
 //   - primary.go: the primary path. Open or reuse the primary session
 //     (waiting for a primary during a failover), run, read the WAL
-//     position after a write's commit in the same round trip
-//     (pipeline.go), and rerun an autocommit write that a demoted primary
-//     refused.
-//   - term.go: the primary's term, from the snapshot that confirms it
-//     until another primary is confirmed or its lease runs out; primary
-//     sessions open under it, and its end abandons dials to the old
-//     primary and closes the sessions still open there.
-//   - pipeline.go: statements sent in a pgconn pipeline, with their
-//     descriptions cached per host (and per session that changed its
-//     state); stale.go: the recovery from a statement a schema change
-//     made stale.
+//     position after a write's commit in the same round trip (a pipeline
+//     of the write and the position query, execPositioned), and rerun an
+//     autocommit write that a demoted primary refused. term.go: the
+//     primary's term, from the snapshot that confirms it until another
+//     primary is confirmed or its lease runs out; primary sessions open
+//     under it, and its end abandons dials to the old primary and closes
+//     the sessions still open there.
+//   - stale.go: the recovery from a statement a schema change made stale,
+//     on either path.
 //   - rows.go, resultrows.go: the rows returned; closing them gives the
 //     replica connection back or raises the watermark.
 //   - tx.go: BeginTx executes the plan's decision; statements inside the
 //     transaction run on its connection; COMMIT raises the watermark.
 //     txstale.go: a statement inside a transaction, sent with a savepoint
 //     when a schema change made elsewhere may have made it stale.
-//   - observe.go: every statement's [RouteEvent] is counted ([Stats]);
-//     [Connector.Topology] shows what the probes see.
+//   - events.go builds the statement's [RouteEvent] from its plan and what
+//     the paths recorded (Connector.report), and observe.go counts it
+//     ([Stats]); [Connector.Topology] shows what the probes see.
 //   - pooler.go: what changes on a host behind a connection pooler.
 //
 // # Failover

@@ -131,15 +131,3 @@ func (c *Connector) removeHost(i int) {
 	}()
 	c.logInfo("pgrouted: host removed", "host", h.Name)
 }
-
-func (c *Connector) logInfo(msg string, args ...any) {
-	if c.cfg.Logger != nil {
-		c.cfg.Logger.Info(msg, args...)
-	}
-}
-
-func (c *Connector) logWarn(msg string, args ...any) {
-	if c.cfg.Logger != nil {
-		c.cfg.Logger.Warn(msg, args...)
-	}
-}

@@ -5,13 +5,19 @@ import (
 	"net/http"
 	"sync/atomic"
 	"time"
-
-	"github.com/pgrouted/pgrouted/lagmeter"
 )
 
 // Snapshot is what a Connector sees of the cluster at one instant, from
 // [Connector.Topology]. It marshals to JSON (camelCase) and holds no
 // password.
+//
+// It is not [topology.Snapshot], on purpose: that one is package
+// topology's own state, what the probes learned (raw LSNs, probe times,
+// the index of the primary), which a topology.Topology publishes with no
+// Connector around it. This one is the Connector's report, for people and
+// dashboards: it adds what only the Connector knows (circuits, pools,
+// in-flight reads, byte lag and the staleness bound) and leaves out the
+// probes' internals.
 type Snapshot struct {
 	// Primary is the name of the current primary, "" when there is none.
 	Primary string `json:"primary"`
@@ -126,7 +132,8 @@ type PoolInfo struct {
 
 // Topology returns what the Connector sees of the cluster now.
 func (c *Connector) Topology() Snapshot {
-	s := c.top.Snapshot()
+	v := c.view()
+	s := v.snap
 	now := time.Now()
 	out := Snapshot{
 		Epoch:                s.Epoch,
@@ -136,7 +143,7 @@ func (c *Connector) Topology() Snapshot {
 		Hosts:                make([]HostInfo, 0, len(s.Hosts)),
 	}
 	if s.LeaseValid(now) {
-		out.Primary = s.Hosts[s.Primary].Name
+		out.Primary = v.primary.probe.Name
 	}
 	if p := s.Provider; p != nil {
 		out.Provider = &ProviderInfo{
@@ -147,13 +154,9 @@ func (c *Connector) Topology() Snapshot {
 			out.Provider.LeaseRemainingMs = ms(max(s.Lease-now.Sub(p.Confirmed), 0))
 		}
 	}
-	var primaryInsert lagmeter.LSN
-	if s.Primary >= 0 {
-		p := &s.Hosts[s.Primary]
-		primaryInsert = p.Layout.RecordEnd(p.InsertLSN)
-	}
-	for i := range s.Hosts {
-		h, hs := &s.Hosts[i], c.hosts.at(i)
+	for i := range v.hosts {
+		hv := &v.hosts[i]
+		h, hs := hv.probe, hv.host
 		if h.Removed {
 			// A discovered host that left: gone, once drained.
 			continue
@@ -180,12 +183,12 @@ func (c *Connector) Topology() Snapshot {
 		}
 		hi.Pooler, hi.BackendSwitched = h.Pooler, h.BackendSwitched
 		if h.Role.String() == "standby" {
-			replay := hs.replay(h)
+			replay := hv.replay()
 			if replay != 0 {
 				hi.ReplayLSN = replay.String()
 			}
 			if h.Healthy {
-				if n, ok := lagmeter.ByteLag(primaryInsert, replay); ok {
+				if n, ok := hv.byteLag(); ok {
 					hi.ByteLag = &n
 				}
 				if d, ok := c.history.StalenessBound(replay, now); ok {
@@ -221,11 +224,11 @@ type Stats struct {
 	Statements map[string]map[string]uint64 `json:"statements"`
 	// Fallbacks counts the reads that ran on the primary because no
 	// replica could serve them, per reason ("behind", "unhealthy", ...).
-	Fallbacks map[string]uint64 `json:"fallbacks"`
+	Fallbacks map[Reason]uint64 `json:"fallbacks"`
 	// RouteErrors counts the statements that could not run, per reason,
 	// and those whose primary was lost before it answered ("primary-lost":
 	// their outcome is unknown).
-	RouteErrors map[string]uint64 `json:"routeErrors"`
+	RouteErrors map[Reason]uint64 `json:"routeErrors"`
 	// ReadOnlyRetries counts the statements a replica refused with SQLSTATE
 	// 25006 and that ran again on the primary.
 	ReadOnlyRetries uint64 `json:"readOnlyRetries"`
@@ -276,16 +279,15 @@ type Stats struct {
 	ReplicaWaitTimeouts uint64        `json:"replicaWaitTimeouts"`
 }
 
-// opIndex and reasonIndex number the ops and reasons counted.
+// opNames are the ops counted per host, and reasonNames the reasons
+// counted in Stats.Fallbacks and Stats.RouteErrors; opIndex and
+// reasonIndex find one's counter.
 var (
 	opNames     = [...]string{OpRead, OpWrite, OpTx, OpLock}
-	reasonNames = [...]string{ReasonNoReplicas, ReasonUnhealthy, ReasonBehind, ReasonSaturated, ReasonPositionUnknown, ReasonReplicaFailed, ReasonRetry25006, ReasonWriteOnReplica, ReasonNoPrimary, ReasonPrimaryLost}
+	reasonNames = [...]Reason{ReasonNoReplicas, ReasonUnhealthy, ReasonBehind, ReasonSaturated, ReasonPositionUnknown, ReasonReplicaFailed, ReasonRetry25006, ReasonWriteOnReplica, ReasonNoPrimary, ReasonPrimaryLost}
 )
 
-const (
-	reasonRetry25006Index = 6
-	numReasons            = len(reasonNames)
-)
+const numReasons = len(reasonNames)
 
 func opIndex(op string) int {
 	for i, o := range opNames {
@@ -296,7 +298,7 @@ func opIndex(op string) int {
 	return 1
 }
 
-func reasonIndex(reason string) int {
+func reasonIndex(reason Reason) int {
 	for i, r := range reasonNames {
 		if r == reason {
 			return i
@@ -311,6 +313,7 @@ type counters struct {
 	fallbacks [numReasons]atomic.Uint64
 	errors    [numReasons]atomic.Uint64
 	retries   atomic.Uint64
+	refusals  atomic.Uint64 // reads a replica refused (25006) that ran on the primary
 
 	timelineResets atomic.Uint64
 	lostWrites     atomic.Uint64
@@ -321,34 +324,33 @@ type counters struct {
 	wait waitCounters // the replica wait (replicawait.go)
 }
 
-// count records one reported statement.
-func (c *Connector) count(ev *RouteEvent) {
+// count records one reported statement (see Connector.report).
+func (c *Connector) count(p *plan, cl *call, err error) {
 	k := &c.counters
-	if ev.Retried && ev.Reason != ReasonRetry25006 {
+	if (cl.retried || cl.reruns > 0) && p.reason != ReasonRetry25006 {
 		k.retries.Add(1)
 	}
-	switch ev.Reason {
+	switch p.reason {
 	case ReasonVolatileFunction, ReasonUnknownFunction, ReasonWriteFunction, ReasonRefused:
 		k.catalogRouted.Add(1)
 	}
 	var re *RouteError
-	if ev.Err != nil && asRouteError(ev.Err, &re) {
+	if err != nil && asRouteError(err, &re) {
 		if i := reasonIndex(re.Reason); i >= 0 {
 			k.errors[i].Add(1)
 		}
 		return
 	}
-	if ev.Endpoint == "" {
+	if cl.ran == nil {
 		return
 	}
-	for _, h := range c.hosts.all() {
-		if h.Name == ev.Endpoint && !h.removed.Load() {
-			h.statements[opIndex(ev.Op)].Add(1)
-			break
-		}
-	}
-	if ev.Op == OpRead && ev.Primary {
-		if i := reasonIndex(ev.Reason); i >= 0 {
+	cl.ran.statements[opIndex(p.op)].Add(1)
+	switch {
+	case p.op != OpRead || !cl.primary:
+	case p.reason == ReasonRetry25006:
+		k.refusals.Add(1)
+	default:
+		if i := reasonIndex(p.reason); i >= 0 {
 			k.fallbacks[i].Add(1)
 		}
 	}
@@ -359,9 +361,9 @@ func (c *Connector) Stats() Stats {
 	k := &c.counters
 	st := Stats{
 		Statements:      map[string]map[string]uint64{},
-		Fallbacks:       map[string]uint64{},
-		RouteErrors:     map[string]uint64{},
-		ReadOnlyRetries: k.fallbacks[reasonRetry25006Index].Load(),
+		Fallbacks:       map[Reason]uint64{},
+		RouteErrors:     map[Reason]uint64{},
+		ReadOnlyRetries: k.refusals.Load(),
 		FunctionRouted:  k.catalogRouted.Load(),
 		FunctionPins:    k.functionPins.Load(),
 		CatalogReads:    c.funcs.loads.Load(),
@@ -393,7 +395,7 @@ func (c *Connector) Stats() Stats {
 		st.Statements[h.Name] = m
 	}
 	for i, r := range reasonNames {
-		if n := k.fallbacks[i].Load(); n > 0 && i != reasonRetry25006Index {
+		if n := k.fallbacks[i].Load(); n > 0 {
 			st.Fallbacks[r] = n
 		}
 		if n := k.errors[i].Load(); n > 0 {

@@ -9,26 +9,24 @@ import (
 	"time"
 
 	"github.com/pgrouted/pgrouted/dsn"
-	"github.com/pgrouted/pgrouted/lagmeter"
-	"github.com/pgrouted/pgrouted/topology"
 )
 
 // A picker chooses the replica of a read among two or more eligible ones
-// (see Connector.pickReplica, which decides which are eligible). cand holds
-// host indexes into the snapshot s and the Connector's hosts; the picker
-// may reorder or filter it in place. advance is false for Explain: the
+// (see Connector.pickReplica, which decides which are eligible), each a host
+// with its probe state in one view; the picker may reorder or filter cand
+// in place. advance is false for Explain: the
 // choice must then leave no trace (a round-robin position does not move).
 //
 // There is one small picker per pgrouted_select policy, and Config.Select
 // is one more, in front of the policy's.
 type picker interface {
-	pick(ctx context.Context, s *topology.Snapshot, cand []int, advance bool) int
+	pick(ctx context.Context, cand []*hostView, advance bool) *hostView
 }
 
-// newPicker returns the picker of policy over hosts, keeping the
+// newPicker returns the picker of policy, keeping the
 // candidates within window of the fastest (dsn.LatencyWindowOff: all);
 // with a Config.Select hook, the hook's picker in front of it.
-func newPicker(policy dsn.SelectPolicy, window time.Duration, hosts *hostTable, hook func(context.Context, []Candidate) string, logger *slog.Logger) picker {
+func newPicker(policy dsn.SelectPolicy, window time.Duration, hook func(context.Context, []Candidate) string, logger *slog.Logger) picker {
 	var p picker
 	switch policy {
 	case dsn.SelectNearest:
@@ -36,14 +34,14 @@ func newPicker(policy dsn.SelectPolicy, window time.Duration, hosts *hostTable, 
 	case dsn.SelectRandom:
 		p = random{window}
 	case dsn.SelectLeastInflight:
-		p = leastInflight{window, hosts}
+		p = leastInflight{window}
 	case dsn.SelectWeighted:
-		p = &weighted{window: window, hosts: hosts}
+		p = &weighted{window: window}
 	default:
 		p = &roundRobin{window: window}
 	}
 	if hook != nil {
-		p = &selectHook{fn: hook, hosts: hosts, next: p, logger: logger}
+		p = &selectHook{fn: hook, next: p, logger: logger}
 	}
 	return p
 }
@@ -52,27 +50,27 @@ func newPicker(policy dsn.SelectPolicy, window time.Duration, hosts *hostTable, 
 // on their concrete types, so that cand stays on the caller's stack (a call
 // through the interface would move it to the heap); the Config.Select
 // hook's picker gets a copy.
-func (c *Connector) choose(ctx context.Context, s *topology.Snapshot, cand []int, advance bool) int {
+func (c *Connector) choose(ctx context.Context, cand []*hostView, advance bool) *hostView {
 	if len(cand) == 1 {
 		return cand[0]
 	}
-	return pickWith(c.picker, ctx, s, cand, advance)
+	return pickWith(c.picker, ctx, cand, advance)
 }
 
-func pickWith(p picker, ctx context.Context, s *topology.Snapshot, cand []int, advance bool) int {
+func pickWith(p picker, ctx context.Context, cand []*hostView, advance bool) *hostView {
 	switch p := p.(type) {
 	case *roundRobin:
-		return p.pick(ctx, s, cand, advance)
+		return p.pick(ctx, cand, advance)
 	case *weighted:
-		return p.pick(ctx, s, cand, advance)
+		return p.pick(ctx, cand, advance)
 	case leastInflight:
-		return p.pick(ctx, s, cand, advance)
+		return p.pick(ctx, cand, advance)
 	case nearest:
-		return p.pick(ctx, s, cand, advance)
+		return p.pick(ctx, cand, advance)
 	case random:
-		return p.pick(ctx, s, cand, advance)
+		return p.pick(ctx, cand, advance)
 	}
-	return p.pick(ctx, s, append([]int(nil), cand...), advance)
+	return p.pick(ctx, append([]*hostView(nil), cand...), advance)
 }
 
 // roundRobin takes the candidates in turn (pgrouted_select=round-robin).
@@ -81,51 +79,51 @@ type roundRobin struct {
 	n      atomic.Uint64
 }
 
-func (p *roundRobin) pick(_ context.Context, s *topology.Snapshot, cand []int, advance bool) int {
-	cand = inWindow(s, cand, p.window)
+func (p *roundRobin) pick(_ context.Context, cand []*hostView, advance bool) *hostView {
+	cand = inWindow(cand, p.window)
 	return cand[turn(&p.n, advance)%uint64(len(cand))]
 }
 
 // weighted gives each candidate a share of the reads proportional to its
-// pgrouted_weights entry, interleaved (pgrouted_select=weighted).
+// pgrouted_weights entry (pgrouted_select=weighted). It is deterministic,
+// not random: a shared counter steps through the positions 0..total-1 (total
+// the candidates' summed weights) by a fixed stride coprime with total, and
+// the candidate whose weight band holds the position serves; so a host of
+// weight w gets exactly w reads in every total turns, interleaved.
 type weighted struct {
 	window time.Duration
-	hosts  *hostTable
 	n      atomic.Uint64
 }
 
-func (p *weighted) pick(_ context.Context, s *topology.Snapshot, cand []int, advance bool) int {
-	cand = inWindow(s, cand, p.window)
+func (p *weighted) pick(_ context.Context, cand []*hostView, advance bool) *hostView {
+	cand = inWindow(cand, p.window)
 	if len(cand) == 1 {
 		return cand[0]
 	}
-	hosts := p.hosts.all()
 	total := 0
-	for _, i := range cand {
-		total += hosts[i].Weight
+	for _, h := range cand {
+		total += h.Weight
 	}
-	// Step through the positions 0..total-1 by a stride coprime with total,
-	// so that a host of weight w gets w reads in every total, spread out
-	// rather than in a burst.
 	x := int((turn(&p.n, advance) * weightStride(total)) % uint64(total))
-	for _, i := range cand {
-		if x < hosts[i].Weight {
-			return i
+	for _, h := range cand {
+		if x < h.Weight {
+			return h
 		}
-		x -= hosts[i].Weight
+		x -= h.Weight
 	}
 	return cand[len(cand)-1]
 }
 
-// leastInflight takes the less busy of two random candidates (power of two
-// random choices on the in-flight count, pgrouted_select=least-inflight).
+// leastInflight draws two distinct candidates at random and takes the one
+// with fewer reads in flight through this Connector, the first drawn on a
+// tie (the power of two random choices, pgrouted_select=least-inflight). It
+// does not scan every candidate for the least busy one.
 type leastInflight struct {
 	window time.Duration
-	hosts  *hostTable
 }
 
-func (p leastInflight) pick(_ context.Context, s *topology.Snapshot, cand []int, _ bool) int {
-	cand = inWindow(s, cand, p.window)
+func (p leastInflight) pick(_ context.Context, cand []*hostView, _ bool) *hostView {
+	cand = inWindow(cand, p.window)
 	if len(cand) == 1 {
 		return cand[0]
 	}
@@ -134,33 +132,34 @@ func (p leastInflight) pick(_ context.Context, s *topology.Snapshot, cand []int,
 	if b >= a {
 		b++
 	}
-	if hosts := p.hosts.all(); hosts[cand[b]].inflight() < hosts[cand[a]].inflight() {
+	if cand[b].inflight() < cand[a].inflight() {
 		return cand[b]
 	}
 	return cand[a]
 }
 
-// nearest takes the candidate with the smallest probe round trip
-// (pgrouted_select=nearest); the latency window does not apply.
+// nearest takes the candidate with the smallest probe round trip, the
+// first such on a tie, and one whose round trip is unknown only when none
+// is known (pgrouted_select=nearest); the latency window does not apply.
 type nearest struct{}
 
-func (nearest) pick(_ context.Context, s *topology.Snapshot, cand []int, _ bool) int {
+func (nearest) pick(_ context.Context, cand []*hostView, _ bool) *hostView {
 	best := cand[0]
-	for _, i := range cand[1:] {
-		if r := s.Hosts[i].RTT; r > 0 && (s.Hosts[best].RTT == 0 || r < s.Hosts[best].RTT) {
-			best = i
+	for _, h := range cand[1:] {
+		if r := h.probe.RTT; r > 0 && (best.probe.RTT == 0 || r < best.probe.RTT) {
+			best = h
 		}
 	}
 	return best
 }
 
-// random takes a candidate at random (pgrouted_select=random).
+// random takes a candidate uniformly at random (pgrouted_select=random).
 type random struct {
 	window time.Duration
 }
 
-func (p random) pick(_ context.Context, s *topology.Snapshot, cand []int, _ bool) int {
-	cand = inWindow(s, cand, p.window)
+func (p random) pick(_ context.Context, cand []*hostView, _ bool) *hostView {
+	cand = inWindow(cand, p.window)
 	return cand[rand.IntN(len(cand))]
 }
 
@@ -169,46 +168,41 @@ func (p random) pick(_ context.Context, s *topology.Snapshot, cand []int, _ bool
 // panics, and for Explain.
 type selectHook struct {
 	fn     func(context.Context, []Candidate) string
-	hosts  *hostTable
 	next   picker
 	logger *slog.Logger
 }
 
-func (p *selectHook) pick(ctx context.Context, s *topology.Snapshot, cand []int, advance bool) int {
+func (p *selectHook) pick(ctx context.Context, cand []*hostView, advance bool) *hostView {
 	if advance {
-		if i, ok := p.ask(ctx, s, cand); ok {
-			return i
+		if h := p.ask(ctx, cand); h != nil {
+			return h
 		}
 	}
-	return pickWith(p.next, ctx, s, cand, advance)
+	return pickWith(p.next, ctx, cand, advance)
 }
 
-func (p *selectHook) ask(ctx context.Context, s *topology.Snapshot, cand []int) (host int, ok bool) {
+// ask returns the candidate the hook named, nil for none.
+func (p *selectHook) ask(ctx context.Context, cand []*hostView) (chosen *hostView) {
 	defer func() {
 		if r := recover(); r != nil {
-			host, ok = -1, false
+			chosen = nil
 			if p.logger != nil {
 				p.logger.Error("pgrouted: Config.Select panicked", "panic", fmt.Sprint(r))
 			}
 		}
 	}()
 	cs := make([]Candidate, len(cand))
-	var primaryInsert lagmeter.LSN
-	if s.Primary >= 0 {
-		primaryInsert = s.Hosts[s.Primary].InsertLSN
-	}
-	for k, i := range cand {
-		h, st := p.hosts.at(i), &s.Hosts[i]
-		lag, known := lagmeter.ByteLag(primaryInsert, h.replay(st))
-		cs[k] = Candidate{Name: st.Name, Weight: h.Weight, Inflight: h.inflight(), RTT: st.RTT, ByteLag: lag, ByteLagKnown: known}
+	for k, h := range cand {
+		lag, known := h.byteLag()
+		cs[k] = Candidate{Name: h.probe.Name, Weight: h.Weight, Inflight: h.inflight(), RTT: h.probe.RTT, ByteLag: lag, ByteLagKnown: known}
 	}
 	name := p.fn(ctx, cs)
-	for k, i := range cand {
+	for k, h := range cand {
 		if cs[k].Name == name {
-			return i, true
+			return h
 		}
 	}
-	return -1, false
+	return nil
 }
 
 // turn returns the next position of a shared counter, or the current one
@@ -223,13 +217,13 @@ func turn(n *atomic.Uint64, advance bool) uint64 {
 // inWindow keeps the candidates whose round trip is within window
 // (pgrouted_latency_window) of the fastest known one, and every candidate
 // when no round trip is known or the window is off. It filters in place.
-func inWindow(s *topology.Snapshot, cand []int, window time.Duration) []int {
+func inWindow(cand []*hostView, window time.Duration) []*hostView {
 	if window < 0 {
 		return cand
 	}
 	var fastest time.Duration
-	for _, i := range cand {
-		if r := s.Hosts[i].RTT; r > 0 && (fastest == 0 || r < fastest) {
+	for _, h := range cand {
+		if r := h.probe.RTT; r > 0 && (fastest == 0 || r < fastest) {
 			fastest = r
 		}
 	}
@@ -237,12 +231,18 @@ func inWindow(s *topology.Snapshot, cand []int, window time.Duration) []int {
 		return cand
 	}
 	kept := cand[:0]
-	for _, i := range cand {
-		if r := s.Hosts[i].RTT; r == 0 || r <= fastest+window {
-			kept = append(kept, i)
+	for _, h := range cand {
+		if withinWindow(h.probe.RTT, fastest, window) {
+			kept = append(kept, h)
 		}
 	}
 	return kept
+}
+
+// withinWindow reports whether a candidate whose probe round trip is rtt
+// (0: unknown) is within window of the fastest candidate's.
+func withinWindow(rtt, fastest, window time.Duration) bool {
+	return rtt == 0 || rtt <= fastest+window
 }
 
 // weightStride returns a stride coprime with total, near total·0.618, for

@@ -17,7 +17,7 @@ func TestSelectHookPicker(t *testing.T) {
 	var seen []Candidate
 	answer := "c"
 	calls := 0
-	c.picker = newPicker(dsn.SelectRoundRobin, dsn.LatencyWindowOff, &c.hosts, func(_ context.Context, cs []Candidate) string {
+	c.picker = newPicker(dsn.SelectRoundRobin, dsn.LatencyWindowOff, func(_ context.Context, cs []Candidate) string {
 		calls++
 		seen = cs
 		if answer == "panic" {
@@ -25,9 +25,8 @@ func TestSelectHookPicker(t *testing.T) {
 		}
 		return answer
 	}, nil)
-	ctx := context.Background()
 	for k := 0; k < 10; k++ {
-		if got := c.choose(ctx, s, []int{0, 1, 2}, true); got != 2 {
+		if got := choose(c, s, true, 0, 1, 2); got != 2 {
 			t.Fatalf("hook answered c, got host %d", got)
 		}
 	}
@@ -41,7 +40,7 @@ func TestSelectHookPicker(t *testing.T) {
 		}
 	}
 	answer, calls = "a", 0
-	if c.choose(ctx, s, []int{0, 1, 2}, false); calls != 0 {
+	if choose(c, s, false, 0, 1, 2); calls != 0 {
 		t.Fatal("Explain's choice called the hook")
 	}
 }

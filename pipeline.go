@@ -26,8 +26,8 @@ const maxDescriptions = 256
 // exec without describe) in the connection string or with a pgx option
 // among the arguments. Those keep pgx's own path, at the price of a round
 // trip.
-func (c *Connector) pipelineOK(host int, args []driver.NamedValue) bool {
-	switch c.hosts.at(host).ConnConfig.DefaultQueryExecMode {
+func (c *Connector) pipelineOK(host *host, args []driver.NamedValue) bool {
+	switch host.ConnConfig.DefaultQueryExecMode {
 	case pgx.QueryExecModeCacheStatement, pgx.QueryExecModeCacheDescribe:
 	default:
 		return false

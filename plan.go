@@ -20,16 +20,25 @@ type plan struct {
 	op      string
 	class   sqlclass.Class
 	primary bool   // run on the primary (its host is resolved at execution)
-	host    int    // the replica, when !primary
-	reason  string // see the Reason constants
+	replica target // the replica and its check, when !primary
+	reason  Reason
 	forced  Route
-	check   bool               // verify the replica's position before reading
-	wm      lagmeter.Watermark // what the check must find
-	wait    time.Duration      // how long the check may wait for it (replicawait.go)
-	err     error              // the statement cannot run
-	lost    bool               // the caller's last write was found lost in a failover
-	pin     bool               // the connection stays on the primary after it (beyond a Session class)
-	fn      string             // the function that decided (see Decision.Function)
+	// fallback: the primary may run it when no replica can (see
+	// plan.fallBack).
+	fallback bool
+	err      error  // the statement cannot run
+	lost     bool   // the caller's last write was found lost in a failover
+	pin      bool   // the connection stays on the primary after it (beyond a Session class)
+	fn       string // the function that decided (see Decision.Function)
+}
+
+// target is the replica a read (or a read-only transaction) runs on, and
+// the check of its replay position it must pass first.
+type target struct {
+	host  *hostView          // the replica, and its probe state when planned
+	check bool               // verify the replica's position before reading
+	wm    lagmeter.Watermark // what the check must find
+	wait  time.Duration      // how long the check may wait for it (replicawait.go)
 }
 
 // request is what a decision is asked about.
@@ -79,8 +88,8 @@ func opOf(c sqlclass.Class) string {
 //   - Otherwise an eligible replica (pickReplica) serves it. With none, it
 //     falls back to the primary, except when forced to a replica or under
 //     pgrouted_fallback=error: then it fails with ErrNoReplica. The replica
-//     path applies the same rule when the chosen replica fails its check
-//     or its connection (Connector.mayFallBack).
+//     path asks the plan the same question when the chosen replica fails
+//     its check or its connection, or refuses the statement (plan.fallBack).
 //
 // advance moves the round-robin position; Explain does not.
 func (c *Connector) plan(ctx context.Context, q request, advance bool) plan {
@@ -101,7 +110,7 @@ func (c *Connector) plan(ctx context.Context, q request, advance bool) plan {
 		// It wrote when it ran on a replica: its effects are not known.
 		class = sqlclass.Session
 	}
-	p := plan{op: opOf(class), class: class, forced: route, host: -1}
+	p := plan{op: opOf(class), class: class, forced: route, fallback: c.fallback(route)}
 	if class != sqlclass.Read {
 		if route == Replica {
 			p.err = &RouteError{Op: p.op, Reason: ReasonWriteOnReplica}
@@ -143,7 +152,7 @@ func (c *Connector) plan(ctx context.Context, q request, advance bool) plan {
 
 // planTx is plan for BeginTx.
 func (c *Connector) planTx(ctx context.Context, q request, route Route, advance bool) plan {
-	p := plan{op: OpTx, class: sqlclass.Tx, forced: route, host: -1, primary: true}
+	p := plan{op: OpTx, class: sqlclass.Tx, forced: route, fallback: c.fallback(route), primary: true}
 	switch {
 	case !q.readOnly && route == Replica:
 		p.primary, p.reason = false, ReasonWriteOnReplica
@@ -176,17 +185,16 @@ func (c *Connector) planTx(ctx context.Context, q request, route Route, advance 
 // on a replica, with the replica that serves it or, when none is eligible,
 // the fallback or the error.
 func (c *Connector) planReplica(ctx context.Context, p *plan, advance bool) {
-	s := c.top.Snapshot()
-	rc, err := c.readCtx(ctx, s, advance)
+	v := c.view()
+	rc, err := c.readCtx(ctx, v, advance)
 	if err != nil {
 		p.err = err
 		return
 	}
 	p.lost = rc.lost
-	pk := c.pickReplica(s, rc, advance, -1)
-	if pk.host >= 0 {
-		p.host, p.check, p.wm = pk.host, pk.check, pk.wm
-		p.wait = c.waitFor(ctx, s, pk)
+	pk := c.pickReplica(v, rc, advance, nil)
+	if pk.host != nil {
+		p.replica = target{host: pk.host, check: pk.check, wm: pk.wm, wait: c.waitFor(ctx, pk)}
 		switch {
 		case p.forced == Replica:
 			p.reason = ReasonForced
@@ -203,36 +211,58 @@ func (c *Connector) planReplica(ctx context.Context, p *plan, advance bool) {
 		return
 	}
 	p.reason = pk.reason
-	if !c.mayFallBack(p) {
-		p.err = &RouteError{Op: p.op, Reason: pk.reason}
-		return
+	if p.err = p.fallBack(pk.reason, nil); p.err == nil {
+		p.primary = true
 	}
-	p.primary = true
 }
 
-// mayFallBack reports whether p, planned for a replica, may run on the
-// primary instead: not when forced to a replica, nor under
-// pgrouted_fallback=error.
-func (c *Connector) mayFallBack(p *plan) bool {
-	return p.forced != Replica && c.cfg.Fallback != dsn.FallbackError
+// fallback reports whether a statement routed route may run on the
+// primary when no replica can serve it: not when forced to a replica, nor
+// under pgrouted_fallback=error.
+func (c *Connector) fallback(route Route) bool {
+	return route != Replica && c.cfg.Fallback != dsn.FallbackError
+}
+
+// fallBack answers whether p, planned for a replica, may run on the primary
+// when no replica can serve it, for reason: nil when it may, else the error
+// it fails with (ErrNoReplica with reason, wrapping cause). It is the one
+// rule for every statement planned for a replica: an autocommit read, a
+// read-only transaction, Prepare's describe, and a read its replica
+// refused with SQLSTATE 25006.
+func (p *plan) fallBack(reason Reason, cause error) error {
+	if p.fallback {
+		return nil
+	}
+	return &RouteError{Op: p.op, Reason: reason, cause: cause}
+}
+
+// fellBack is p for the primary after the replica path fell back (o): it
+// runs there for o's reason; a statement the replica refused (it wrote
+// through something its text and the catalog did not show) is then run as
+// an unknown statement, its watermark raised after it, and it pins the
+// connection to the primary (its effects are not known).
+func (p plan) fellBack(o replicaOutcome) plan {
+	p.primary, p.reason = true, o.reason
+	if o.refused {
+		p.class, p.pin = sqlclass.Unknown, true
+	}
+	return p
 }
 
 // replan chooses another replica for p after the one it had (skip) failed:
 // the same eligibility as plan's, without skip. It reports false when
 // there is none.
-func (c *Connector) replan(ctx context.Context, p *plan, skip int) bool {
-	s := c.top.Snapshot()
-	rc, err := c.readCtx(ctx, s, true)
+func (c *Connector) replan(ctx context.Context, skip *host) (target, bool) {
+	v := c.view()
+	rc, err := c.readCtx(ctx, v, true)
 	if err != nil {
-		return false
+		return target{}, false
 	}
-	next := c.pickReplica(s, rc, true, skip)
-	if next.host < 0 {
-		return false
+	next := c.pickReplica(v, rc, true, skip)
+	if next.host == nil {
+		return target{}, false
 	}
-	p.host, p.check, p.wm = next.host, next.check, next.wm
-	p.wait = c.waitFor(ctx, s, next)
-	return true
+	return target{host: next.host, check: next.check, wm: next.wm, wait: c.waitFor(ctx, next)}, true
 }
 
 // decision describes a plan for Explain and RouteEvent.
@@ -241,12 +271,11 @@ func (p *plan) decision(c *Connector) Decision {
 	if p.err != nil {
 		return d
 	}
-	s := c.top.Snapshot()
-	switch {
+	switch v := c.view(); {
 	case !p.primary:
-		d.Endpoint = s.Hosts[p.host].Name
-	case s.Primary >= 0:
-		d.Endpoint = s.Hosts[s.Primary].Name
+		d.Endpoint = p.replica.host.Name
+	case v.primary != nil:
+		d.Endpoint = v.primary.Name
 	}
 	return d
 }
@@ -254,65 +283,64 @@ func (p *plan) decision(c *Connector) Decision {
 // maxStackCandidates bounds the candidates kept on the stack.
 const maxStackCandidates = 32
 
-// pick is a replica choice: host, or -1 and reason; check asks the read to
+// pick is a replica choice: host, or nil and reason; check asks the read to
 // verify the replica's replay position on its connection first, because the
 // last probe cannot prove it holds the caller's writes.
 type pick struct {
-	host   int
-	reason string
+	host   *hostView
+	reason Reason
 	check  bool
 	wm     lagmeter.Watermark
 }
 
-// pickReplica chooses a replica for a read, skipping host skip (-1: none).
-// Proven replicas (holding the caller's writes and within the staleness
-// budget by the last probe) come first; when there are none, a healthy one
-// within the budget that may have caught up since is returned with check
-// set. advance moves the round-robin position; Explain does not.
-func (c *Connector) pickReplica(s *topology.Snapshot, rc readCtx, advance bool, skip int) pick {
-	var buf, maybeBuf [maxStackCandidates]int
+// pickReplica chooses a replica for a read in v, skipping host skip (nil:
+// none). Proven replicas (holding the caller's writes and within the
+// staleness budget by the last probe) come first; when there are none, a
+// healthy one within the budget that may have caught up since is returned
+// with check set. advance moves the round-robin position; Explain does not.
+func (c *Connector) pickReplica(v *view, rc readCtx, advance bool, skip *host) pick {
+	var buf, maybeBuf [maxStackCandidates]*hostView
 	checking := false
 	cand, maybe := buf[:0], maybeBuf[:0]
 	standbys, healthy := 0, 0
 	unknown := false
-	session := c.cfg.Consistency == dsn.ConsistencySession
+	session := c.tracksWrites()
 	wm := rc.st.wm
 	if !session {
 		wm = lagmeter.Watermark{}
 	}
 	pinned := session && c.cfg.PinAfterWrite > 0 && rc.now.Sub(rc.st.lastWrite) < c.cfg.PinAfterWrite
 	saturated := 0
-	hosts := c.hosts.all()
-	for i := range s.Hosts {
-		h := &s.Hosts[i]
-		if h.Role != topology.RoleStandby || i == s.Primary || h.NoReads {
+	for i := range v.hosts {
+		h := &v.hosts[i]
+		st := h.probe
+		if st.Role != topology.RoleStandby || h == v.primary || st.NoReads {
 			// NoReads: the topology provider lets it serve no reads.
 			continue
 		}
 		standbys++
-		hs := hosts[i]
-		if !hs.breaker.Allow() || i == skip {
+		if !h.breaker.Allow() || h.host == skip {
 			continue
 		}
 		healthy++
 		if pinned {
 			continue
 		}
-		if !rc.forced && hs.inflight() >= hs.maxConns {
+		if !rc.forced && h.inflight() >= h.maxConns {
 			saturated++
 			continue
 		}
-		pos := lagmeter.Position{SystemID: h.SystemID, Timeline: h.Timeline}
-		if h.Healthy {
+		pos := lagmeter.Position{SystemID: st.SystemID, Timeline: st.Timeline}
+		if st.Healthy {
 			// A failed probe leaves the position unknown: the server may
 			// have restarted and gone back to its minimum recovery point.
-			pos.Replay = hs.replay(h)
+			pos.Replay = h.replay()
 		}
 		if ok, why := c.history.Check(pos, rc.budget, rc.now); !ok {
 			unknown = unknown || why == lagmeter.ReasonPositionUnknown
 			continue
 		}
-		if rc.budget.MaxBytes > 0 && !s.LeaseValid(rc.now) {
+		if rc.budget.MaxBytes > 0 && !v.snap.LeaseValid(rc.now) {
 			// Byte lag does not grow while the primary is not probed.
 			unknown = true
 			continue
@@ -321,12 +349,12 @@ func (c *Connector) pickReplica(s *topology.Snapshot, rc readCtx, advance bool, 
 			unknown = true
 			continue
 		}
-		ok, why := wm.ReachedBy(pos, switchPoint(s, wm.Timeline))
+		ok, why := wm.ReachedBy(pos, v.switchPoint(wm.Timeline))
 		switch {
 		case ok:
-			cand = append(cand, i)
-		case why == lagmeter.ReasonBehind && h.SystemID != 0:
-			maybe = append(maybe, i)
+			cand = append(cand, h)
+		case why == lagmeter.ReasonBehind && st.SystemID != 0:
+			maybe = append(maybe, h)
 		default:
 			unknown = true
 		}
@@ -337,15 +365,23 @@ func (c *Connector) pickReplica(s *topology.Snapshot, rc readCtx, advance bool, 
 	if len(cand) == 0 {
 		switch {
 		case standbys == 0:
-			return pick{host: -1, reason: ReasonNoReplicas}
+			return pick{reason: ReasonNoReplicas}
 		case healthy == 0:
-			return pick{host: -1, reason: ReasonUnhealthy}
+			return pick{reason: ReasonUnhealthy}
 		case saturated == healthy:
-			return pick{host: -1, reason: ReasonSaturated}
+			return pick{reason: ReasonSaturated}
 		case unknown:
-			return pick{host: -1, reason: ReasonPositionUnknown}
+			return pick{reason: ReasonPositionUnknown}
 		}
-		return pick{host: -1, reason: ReasonBehind}
+		return pick{reason: ReasonBehind}
 	}
-	return pick{host: c.choose(rc.ctx, s, cand, advance), check: checking, wm: wm}
+	return pick{host: c.choose(rc.ctx, cand, advance), check: checking, wm: wm}
+}
+
+// Explain returns where query would run now, and why, without running it:
+// no side effect, and the round-robin position does not move.
+func (c *Connector) Explain(ctx context.Context, query string) (Decision, error) {
+	r := c.classify(ctx, query)
+	p := c.plan(ctx, request{r: r, fn: r.FuncName(query), refused: c.refused.has(query)}, false)
+	return p.decision(c), p.err
 }

@@ -14,22 +14,32 @@ import (
 )
 
 // testConnector is a Connector with hosts of the given weights and RTTs,
-// for unit tests of the choice among candidates.
-func testConnector(policy dsn.SelectPolicy, window time.Duration, weights []int, rtts []time.Duration) (*Connector, *topology.Snapshot) {
+// for unit tests of the choice among candidates, and its view.
+func testConnector(policy dsn.SelectPolicy, window time.Duration, weights []int, rtts []time.Duration) (*Connector, *view) {
 	c := &Connector{}
 	s := &topology.Snapshot{Primary: -1}
 	for i, w := range weights {
 		c.hosts.add(&host{Host: dsn.Host{Name: string(rune('a' + i)), Weight: w}, idx: i})
 		s.Hosts = append(s.Hosts, topology.HostState{Name: string(rune('a' + i)), RTT: rtts[i]})
 	}
-	c.picker = newPicker(policy, window, &c.hosts, nil, nil)
-	return c, s
+	c.picker = newPicker(policy, window, nil, nil)
+	return c, newView(s, c.hosts.all())
 }
 
-func counts(c *Connector, s *topology.Snapshot, n int, cand ...int) map[int]int {
+// choose is Connector.choose among the hosts of v numbered cand, and the
+// number of the one chosen.
+func choose(c *Connector, v *view, advance bool, cand ...int) int {
+	hs := make([]*hostView, len(cand))
+	for k, i := range cand {
+		hs[k] = &v.hosts[i]
+	}
+	return c.choose(context.Background(), hs, advance).idx
+}
+
+func counts(c *Connector, v *view, n int, cand ...int) map[int]int {
 	got := map[int]int{}
 	for k := 0; k < n; k++ {
-		got[c.choose(context.Background(), s, append([]int(nil), cand...), true)]++
+		got[choose(c, v, true, cand...)]++
 	}
 	return got
 }
@@ -44,7 +54,7 @@ func TestChoosePolicies(t *testing.T) {
 	c, s = testConnector(dsn.SelectWeighted, dsn.LatencyWindowOff, []int{5, 5}, []time.Duration{ms, ms})
 	run, last := 0, -1
 	for k := 0; k < 100; k++ {
-		h := c.choose(context.Background(), s, []int{0, 1}, true)
+		h := choose(c, s, true, 0, 1)
 		if h == last {
 			run++
 		} else {
@@ -59,8 +69,8 @@ func TestChoosePolicies(t *testing.T) {
 		t.Fatalf("round-robin: %v", got)
 	}
 	// Explain's view does not move the position.
-	before := c.choose(context.Background(), s, []int{0, 1, 2}, false)
-	if again := c.choose(context.Background(), s, []int{0, 1, 2}, false); again != before {
+	before := choose(c, s, false, 0, 1, 2)
+	if again := choose(c, s, false, 0, 1, 2); again != before {
 		t.Fatal("choose without advance moved")
 	}
 	c, s = testConnector(dsn.SelectNearest, 20*ms, []int{1, 1, 1}, []time.Duration{9 * ms, 3 * ms, 5 * ms})
@@ -104,7 +114,7 @@ func (errTestContext) Is(target error) bool {
 
 // benchConnector is a Connector over n healthy, caught-up standbys (and a
 // primary), enough for pickReplica.
-func benchConnector(b *testing.B, policy dsn.SelectPolicy, n int) (*Connector, *topology.Snapshot) {
+func benchConnector(b *testing.B, policy dsn.SelectPolicy, n int) (*Connector, *view) {
 	c := &Connector{history: lagmeter.NewHistory(0)}
 	c.cfg.Consistency = dsn.ConsistencySession
 	s := &topology.Snapshot{Primary: 0, Lease: time.Minute, Confirmed: time.Now()}
@@ -121,9 +131,9 @@ func benchConnector(b *testing.B, policy dsn.SelectPolicy, n int) (*Connector, *
 		}
 		s.Hosts = append(s.Hosts, h)
 	}
-	c.picker = newPicker(policy, 20*time.Millisecond, &c.hosts, nil, nil)
+	c.picker = newPicker(policy, 20*time.Millisecond, nil, nil)
 	c.writes.wrote(lagmeter.Watermark{SystemID: 7, Timeline: 1, LSN: 1 << 29}, time.Now())
-	return c, s
+	return c, newView(s, c.hosts.all())
 }
 
 // BenchmarkPickReplica: the whole eligibility check and choice of a read's
@@ -136,7 +146,7 @@ func BenchmarkPickReplica(b *testing.B) {
 				rc := readCtx{ctx: context.Background(), mark: &c.writes, st: c.writes.load(), now: time.Now()}
 				b.ReportAllocs()
 				for b.Loop() {
-					if p := c.pickReplica(s, rc, true, -1); p.host < 1 {
+					if p := c.pickReplica(s, rc, true, nil); p.host == nil || p.host.idx < 1 {
 						b.Fatalf("no replica: %+v", p)
 					}
 				}
@@ -149,7 +159,7 @@ func TestPickReplicaAllocatesNothing(t *testing.T) {
 	for _, policy := range []dsn.SelectPolicy{dsn.SelectRoundRobin, dsn.SelectWeighted, dsn.SelectLeastInflight, dsn.SelectNearest, dsn.SelectRandom} {
 		c, s := benchConnector(&testing.B{}, policy, 32)
 		rc := readCtx{ctx: context.Background(), mark: &c.writes, st: c.writes.load(), now: time.Now()}
-		if n := testing.AllocsPerRun(200, func() { c.pickReplica(s, rc, true, -1) }); n != 0 {
+		if n := testing.AllocsPerRun(200, func() { c.pickReplica(s, rc, true, nil) }); n != 0 {
 			t.Errorf("%s: %v allocations per pick", policy, n)
 		}
 	}

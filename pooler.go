@@ -34,13 +34,13 @@ import (
 // rather than cache_statement (see statementArgs), and a connection that
 // pins session state there is logged once (see pinned).
 
-// statementArgs returns args for a statement that pgx runs on host idx
+// statementArgs returns args for a statement that pgx runs on host h
 // (the paths that are not pipelined): with pgx's exec mode option
 // QueryExecModeCacheDescribe in front when the DSN left pgx's default
 // (cache_statement) and the host is behind a pooler, or not probed yet.
 // Arguments that already start with an exec mode are left alone.
-func (c *Connector) statementArgs(idx int, args []driver.NamedValue) []driver.NamedValue {
-	if !c.describeOnly(idx) {
+func (c *Connector) statementArgs(h *host, args []driver.NamedValue) []driver.NamedValue {
+	if !c.describeOnly(h) {
 		return args
 	}
 	if len(args) > 0 {
@@ -54,14 +54,17 @@ func (c *Connector) statementArgs(idx int, args []driver.NamedValue) []driver.Na
 }
 
 // describeOnly reports whether pgx's own path must not use named prepared
-// statements on host idx: the DSN left pgx's default mode, and the host is
+// statements on host h: the DSN left pgx's default mode, and the host is
 // behind a pooler or has not answered a probe yet.
-func (c *Connector) describeOnly(idx int) bool {
-	h := c.hosts.at(idx)
+func (c *Connector) describeOnly(h *host) bool {
 	if h.ConnConfig.DefaultQueryExecMode != pgx.QueryExecModeCacheStatement {
 		return false
 	}
-	st := &c.top.Snapshot().Hosts[idx]
+	hv := c.view().of(h)
+	if hv == nil {
+		return true
+	}
+	st := hv.probe
 	if st.LastSuccess.IsZero() {
 		return true
 	}
@@ -75,22 +78,23 @@ func (c *Connector) describeOnly(idx int) bool {
 	return true
 }
 
-// pin pins the connection to its primary session (a statement changed
-// session state), and says once per Connector, through Config.Logger,
-// when that session is behind a pooler: there the state may be gone by
-// the next transaction.
-func (cn *conn) pin() {
-	if cn.pinned {
-		return
-	}
-	cn.pinned = true
-	c := cn.c
-	st := &c.top.Snapshot().Hosts[cn.host]
-	if !st.Pooler || c.cfg.Logger == nil || !c.pinLogged.CompareAndSwap(false, true) {
+// behindPooler reports whether the probes found h behind a connection
+// pooler (topology.HostState.Pooler).
+func (c *Connector) behindPooler(h *host) bool {
+	hv := c.view().of(h)
+	return hv != nil && hv.probe.Pooler
+}
+
+// warnPinnedBehindPooler says once per Connector, through Config.Logger,
+// that a connection was pinned to a primary session on h, when h is behind
+// a pooler: there the session state may be gone by the next transaction.
+func (c *Connector) warnPinnedBehindPooler(h *host) {
+	hv := c.view().of(h)
+	if hv == nil || !hv.probe.Pooler || c.cfg.Logger == nil || !c.pinLogged.CompareAndSwap(false, true) {
 		return
 	}
 	level, msg := slog.LevelWarn, "pgrouted: session state on a host behind a connection pooler: the connection stays on the primary, but in pool_mode=transaction the pooler may run its next transaction on another server session, without this state (SET, temporary tables, advisory locks, LISTEN, prepared statements)"
-	c.cfg.Logger.Log(context.Background(), level, msg, "host", c.hosts.at(cn.host).Name, "backendSwitched", st.BackendSwitched)
+	c.cfg.Logger.Log(context.Background(), level, msg, "host", hv.Name, "backendSwitched", hv.probe.BackendSwitched)
 }
 
 // poolerHint is the advice added to the error of a statement that a

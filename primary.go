@@ -9,7 +9,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
-	"github.com/pgrouted/pgrouted/dsn"
 	"github.com/pgrouted/pgrouted/internal/sqlclass"
 	"github.com/pgrouted/pgrouted/lagmeter"
 )
@@ -57,8 +56,7 @@ func (cn *conn) primaryConn(ctx context.Context, op string) (*stdlib.Conn, error
 			}
 			return cn.primary, nil
 		}
-		idx := t.host
-		h := cn.c.hosts.at(idx)
+		h := t.host
 		dctx, release := t.dialContext(ctx)
 		dc, err := h.sessions.Connect(dctx)
 		release()
@@ -73,11 +71,11 @@ func (cn *conn) primaryConn(ctx context.Context, op string) (*stdlib.Conn, error
 			// the probes decide, and a demoted primary's 25006 refusal
 			// is the safety net, as on PostgreSQL before 14.
 			switch {
-			case sc.Conn().PgConn().ParameterStatus("in_hot_standby") == "on" && !cn.c.top.Snapshot().Hosts[idx].Pooler:
+			case sc.Conn().PgConn().ParameterStatus("in_hot_standby") == "on" && !cn.c.behindPooler(h):
 				err = errors.New("pgrouted: " + h.Name + " is a hot standby (in_hot_standby=on)")
 			case t.join(sc):
-				cn.c.syncStatements(ctx, sc, idx, cn.pinned) // new: nothing to drop
-				cn.primary, cn.host, cn.epoch, cn.term = sc, idx, t.epoch, t
+				cn.c.syncStatements(ctx, sc, h, cn.pinned) // new: nothing to drop
+				cn.primary, cn.host, cn.epoch, cn.term = sc, h, t.epoch, t
 				return sc, nil
 			default:
 				err = errNotPrimary
@@ -95,8 +93,8 @@ func (cn *conn) primaryConn(ctx context.Context, op string) (*stdlib.Conn, error
 		}
 		// The primary may be failing over: probe it at once and wait for
 		// the topology to move, within the write timeout.
-		cn.c.top.ProbeNow(idx)
-		werr := cn.c.waitChange(ctx, idx, t.epoch, op, deadline)
+		cn.c.top.ProbeNow(h.idx)
+		werr := cn.c.waitChange(ctx, h, t.epoch, op, deadline)
 		if werr == nil {
 			// Do not hammer a host that is down while its lease runs.
 			werr = sleepCtx(ctx, min(50*time.Millisecond, max(time.Until(deadline), 0)))
@@ -151,7 +149,7 @@ func lostError(op string, err error) error {
 // once the session changed its state (a SET search_path, say), its own.
 func (cn *conn) descsOf() *descCache {
 	if !cn.pinned {
-		return &cn.c.hosts.at(cn.host).descs
+		return &cn.host.descs
 	}
 	if cn.descs == nil {
 		cn.descs = new(descCache)
@@ -168,7 +166,6 @@ func (c *Connector) waitPrimary(ctx context.Context, op string, deadline time.Ti
 		if t := c.liveTerm(); t != nil {
 			return t, nil
 		}
-		s := c.top.Snapshot()
 		now := time.Now()
 		if !now.Before(deadline) {
 			return nil, &RouteError{Op: op, Reason: ReasonNoPrimary}
@@ -180,8 +177,8 @@ func (c *Connector) waitPrimary(ctx context.Context, op string, deadline time.Ti
 			// came back (or was promoted) is seen at once; again after
 			// rekick if none was.
 			kicked = now
-			for i := range s.Hosts {
-				c.top.ProbeNow(i)
+			for _, h := range c.view().hosts {
+				c.top.ProbeNow(h.idx)
 			}
 			// And the topology provider, if any: a new leader is
 			// seen as soon as both agree.
@@ -197,14 +194,14 @@ func (c *Connector) waitPrimary(ctx context.Context, op string, deadline time.Ti
 	}
 }
 
-// waitChange waits until the snapshot has news of host idx (a probe sent
+// waitChange waits until the snapshot has news of host h (a probe sent
 // after now) or no longer names it the primary of epoch, or until deadline.
-func (c *Connector) waitChange(ctx context.Context, idx int, epoch uint64, op string, deadline time.Time) error {
-	first := c.top.Snapshot().Hosts[idx].LastProbe
+func (c *Connector) waitChange(ctx context.Context, h *host, epoch uint64, op string, deadline time.Time) error {
+	first := c.view().of(h).probe.LastProbe
 	for {
 		changed := c.top.Changed()
-		s := c.top.Snapshot()
-		if s.Primary != idx || s.Epoch != epoch || s.Hosts[idx].LastProbe.After(first) {
+		v := c.view()
+		if !v.isPrimary(h) || v.snap.Epoch != epoch || v.of(h).probe.LastProbe.After(first) {
 			return nil
 		}
 		if !time.Now().Before(deadline) {
@@ -238,13 +235,13 @@ func readOnly25006(err error) bool {
 // bookkeeping that follows a write: it runs it once more when nothing can
 // have run (the session broke before, or a demoted primary refused it),
 // and raises the read-your-writes watermark after it.
-func (cn *conn) runOnPrimary(ctx context.Context, p *plan, r sqlclass.Result, ev *RouteEvent, cl *call) error {
+func (cn *conn) runOnPrimary(ctx context.Context, p *plan, r sqlclass.Result, cl *call) error {
 	for attempt := 0; ; attempt++ {
 		sc, err := cn.primaryConn(ctx, p.op)
 		if err != nil {
 			return err
 		}
-		ev.Primary, ev.Endpoint = true, cn.c.hosts.at(cn.host).Name
+		cl.ran, cl.primary = cn.host, true
 		inTx := cn.inSQLTx()
 		if r.Has(sqlclass.Session) || p.pin {
 			// Pin before running: even a failed string may have changed
@@ -259,7 +256,7 @@ func (cn *conn) runOnPrimary(ctx context.Context, p *plan, r sqlclass.Result, ev
 		if err != nil {
 			retry, stop, ferr := cn.primaryFailed(ctx, p, sc, err, inTx, attempt)
 			if retry {
-				ev.Retried = true
+				cl.retried = true
 				continue
 			}
 			if stop {
@@ -318,7 +315,7 @@ func (cn *conn) primaryFailed(ctx context.Context, p *plan, sc *stdlib.Conn, err
 		// term ended), the error says the outcome is unknown.
 		lost := cn.lost(sc)
 		cn.closePrimary()
-		cn.c.top.ProbeNow(host)
+		cn.c.top.ProbeNow(host.idx)
 		if lost {
 			// A statement that stopped in the middle is nobody's fault
 			// but the topology's: the lost error, whatever pgx said.
@@ -344,7 +341,7 @@ func (cn *conn) primaryFailed(ctx context.Context, p *plan, sc *stdlib.Conn, err
 	case readOnly25006(err) && p.class != sqlclass.Read:
 		// The host we believed primary is a standby now. In autocommit
 		// nothing ran: wait for the topology to follow, then retry once.
-		cn.c.top.ProbeNow(host)
+		cn.c.top.ProbeNow(host.idx)
 		cn.closePrimary()
 		if cn.pinned || inTx || attempt > 0 {
 			cn.bad = true
@@ -389,7 +386,7 @@ func (cn *conn) raiseAfter(ctx context.Context, positioned bool, pos lagmeter.LS
 // ordinary path runs as pgx does), under session consistency, with pgx's
 // default extended-protocol modes and no pgx option among its arguments.
 func (cn *conn) positioned(r sqlclass.Result, cl *call) bool {
-	if !r.DML || cn.c.cfg.Consistency != dsn.ConsistencySession || cn.inSQLTx() {
+	if !r.DML || !cn.c.tracksWrites() || cn.inSQLTx() {
 		return false
 	}
 	return cn.c.pipelineOK(cn.host, cl.args)

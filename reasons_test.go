@@ -11,7 +11,7 @@ import (
 )
 
 // wantReason runs a read and checks it fails with ErrNoReplica and reason.
-func wantReason(t *testing.T, ctx context.Context, db *sql.DB, reason string) {
+func wantReason(t *testing.T, ctx context.Context, db *sql.DB, reason pgrouted.Reason) {
 	t.Helper()
 	var one int
 	err := db.QueryRowContext(ctx, "SELECT 1").Scan(&one)

@@ -10,9 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pgrouted/pgrouted/circuit"
-	"github.com/pgrouted/pgrouted/internal/sqlclass"
 	"github.com/pgrouted/pgrouted/lagmeter"
-	"github.com/pgrouted/pgrouted/topology"
 )
 
 // This file is the replica path: a read (or the BEGIN of a read-only
@@ -21,87 +19,99 @@ import (
 // asks, runs, and when the replica fails before any row, runs on another
 // eligible replica, then falls back as the plan allows.
 
+// replicaOutcome is what the replica path did with a statement planned
+// for a replica, when it did not fail: it ran, or it did not and the plan
+// lets the primary run it (fallBack, for reason).
+type replicaOutcome struct {
+	fallBack bool
+	reason   Reason
+	// refused: a replica refused the statement with SQLSTATE 25006: it
+	// writes (see plan.fellBack).
+	refused bool
+}
+
 // runOnReplicas runs cl on the replica p planned. When the replica's
 // connection fails before any row, or the standby cancels the read for a
 // recovery conflict, it tries one other eligible replica. When a replica
 // refuses the statement with SQLSTATE 25006 (it was not a read after all),
-// is found behind by its check, or no replica could run it, it sets
-// ev.Primary and the caller runs it on the primary, unless the plan may
-// not fall back (Connector.mayFallBack): then it returns a RouteError.
-func (cn *conn) runOnReplicas(ctx context.Context, p *plan, ev *RouteEvent, cl *call) error {
-	cn.waited = 0
-	defer func() { ev.Waited = cn.waited }()
+// is found behind by its check, or no replica could run it, the plan says
+// whether the primary may run it instead (plan.fallBack): the outcome then
+// says so and why, else the error is the plan's. What happened on the way
+// (the host tried, a retry, a wait) is recorded in cl.
+func (cn *conn) runOnReplicas(ctx context.Context, p *plan, cl *call) (replicaOutcome, error) {
+	at := p.replica
 	for attempt := 0; ; attempt++ {
-		h := cn.c.hosts.at(p.host)
-		ev.Endpoint = h.Name
-		err := cn.runOnReplica(ctx, h, p, cl)
+		h := at.host.host
+		cl.ran, cl.primary = h, false
+		err := cn.runOnReplica(ctx, h, at, cl)
 		if err == nil {
 			h.breaker.ReportSuccess()
-			return nil
+			return replicaOutcome{}, nil
 		}
 		var ce *clientError
 		if errors.As(err, &ce) {
 			// No other host would do better, and this one is fine.
-			return ce.err
+			return replicaOutcome{}, ce.err
 		}
 		if circuit.Classify(ctx, err) == circuit.Failure {
 			h.breaker.ReportFailure()
 		}
 		if errors.Is(err, errNotCaughtUp) {
-			if !cn.c.mayFallBack(p) {
-				return &RouteError{Op: p.op, Reason: ReasonBehind}
+			if ferr := p.fallBack(ReasonBehind, nil); ferr != nil {
+				return replicaOutcome{}, ferr
 			}
-			ev.Primary, ev.Reason = true, ReasonBehind
-			return err
+			return replicaOutcome{fallBack: true, reason: ReasonBehind}, nil
 		}
 		if readOnly25006(err) {
-			if p.forced == Replica {
-				return err
-			}
-			ev.Primary, ev.Retried, ev.Reason = true, true, ReasonRetry25006
 			// It wrote, through something the text and the catalog did not
-			// show: raise the watermark after it runs, keep the connection
-			// on the primary (its effects are not known), and send the same
-			// text to the primary first from now on.
-			p.class, p.pin = sqlclass.Unknown, true
+			// show: the same text goes to the primary first from now on.
 			cn.c.refused.add(cl.query)
-			return err
+			if ferr := p.fallBack(ReasonRetry25006, err); ferr != nil {
+				return replicaOutcome{}, ferr
+			}
+			cl.retried = true
+			return replicaOutcome{fallBack: true, reason: ReasonRetry25006, refused: true}, nil
 		}
 		if ctx.Err() != nil || (!replicaRetryable(err) && !h.removed.Load()) {
 			// A host removed from the provider's view (pgrouted_discover)
 			// closes its pool, which cancels the dials in progress: that
 			// read ran nowhere, it runs elsewhere too.
-			return err
+			return replicaOutcome{}, err
 		}
 		cn.c.top.ProbeNow(h.idx)
-		ev.Retried = true
-		if attempt == 0 && cn.c.replan(ctx, p, h.idx) {
-			continue
+		cl.retried = true
+		if attempt == 0 {
+			if next, ok := cn.c.replan(ctx, h); ok {
+				at = next
+				continue
+			}
 		}
-		if !cn.c.mayFallBack(p) {
-			return &RouteError{Op: p.op, Reason: ReasonUnhealthy, cause: err}
+		if ferr := p.fallBack(ReasonUnhealthy, err); ferr != nil {
+			return replicaOutcome{}, ferr
 		}
-		ev.Primary, ev.Reason = true, ReasonReplicaFailed
-		return err
+		return replicaOutcome{fallBack: true, reason: ReasonReplicaFailed}, nil
 	}
 }
 
 // runOnReplica borrows a connection from h's pool and runs cl on it: a
 // statement, whose rows keep the connection until they are closed, or the
 // BEGIN of a read-only transaction, which keeps it until its end.
-func (cn *conn) runOnReplica(ctx context.Context, h *host, p *plan, cl *call) error {
-	if cl.begin != nil {
-		return cn.beginOnReplica(ctx, h, p, cl)
+func (cn *conn) runOnReplica(ctx context.Context, h *host, at target, cl *call) error {
+	switch {
+	case cl.begin != nil:
+		return cn.beginOnReplica(ctx, h, at, cl)
+	case cl.describe:
+		return cn.describeOnReplica(ctx, h, at, cl)
 	}
-	pipelined := p.check && cn.pipelinable(h.idx, cl)
-	b, err := cn.borrow(ctx, h, p.check && !pipelined, p.wm, p.wait)
+	pipelined := at.check && cn.pipelinable(h, cl)
+	b, err := cn.borrow(ctx, h, at.check && !pipelined, at.wm, at.wait, cl)
 	if err != nil {
 		return err
 	}
 	for {
 		if pipelined {
-			err = cn.readChecked(ctx, b, p.wm, p.wait, cl)
-		} else if err = cl.on(ctx, b.Conn, cn.c.statementArgs(h.idx, cl.args)); err == nil && cl.rows != nil {
+			err = cn.readChecked(ctx, b, at.wm, at.wait, cl)
+		} else if err = cl.on(ctx, b.Conn, cn.c.statementArgs(h, cl.args)); err == nil && cl.rows != nil {
 			cl.rows = &replicaRows{Rows: cl.rows.(*stdlib.Rows), conn: b}
 		}
 		if err == nil {
@@ -164,16 +174,16 @@ type borrowed struct {
 
 // borrow takes a connection from h's pool. With check, it first checks the
 // replica's replay position on that connection (see checkReplica), waiting
-// up to wait for it, and gives it back with errNotCaughtUp when the
-// replica lacks wm.
-func (cn *conn) borrow(ctx context.Context, h *host, check bool, wm lagmeter.Watermark, wait time.Duration) (*borrowed, error) {
+// up to wait for it (the wait is cl's), and gives it back with
+// errNotCaughtUp when the replica lacks wm.
+func (cn *conn) borrow(ctx context.Context, h *host, check bool, wm lagmeter.Watermark, wait time.Duration, cl *call) (*borrowed, error) {
 	dc, err := h.replicas.Connect(ctx)
 	if err != nil {
 		return nil, err
 	}
 	b := &borrowed{Conn: dc.(*stdlib.Conn), h: h}
 	h.flight.add(b)
-	if err := cn.c.syncStatements(ctx, b.Conn, h.idx, false); err != nil {
+	if err := cn.c.syncStatements(ctx, b.Conn, h, false); err != nil {
 		b.giveBack()
 		return nil, err
 	}
@@ -184,7 +194,7 @@ func (cn *conn) borrow(ctx context.Context, h *host, check bool, wm lagmeter.Wat
 		return nil, fmt.Errorf("pgrouted: %s: circuit open", h.Name)
 	}
 	if check {
-		if err := cn.checkReplica(ctx, b, wm, wait); err != nil {
+		if err := cn.checkReplica(ctx, b, wm, wait, cl); err != nil {
 			b.giveBack()
 			return nil, err
 		}
@@ -207,44 +217,30 @@ func (b *borrowed) giveBack() {
 // caller's writes.
 var errNotCaughtUp = errors.New("pgrouted: replica has not replayed the caller's writes")
 
-// behindMark starts the error a replica's position check raises when the
-// replica lacks the caller's writes; the replay position follows it.
-const behindMark = "pgrouted: replica behind at "
-
-// checkSQL is the check of a replica's replay position against a
-// watermark's position lsn: it answers the position when the replica has
-// replayed up to lsn, and fails otherwise, so that a read pipelined after
-// it in the same implicit transaction does not run. The error's text
-// carries the position (see behindMark); the failing cast depends on the
-// row, so the planner cannot fold it.
-func checkSQL(lsn lagmeter.LSN) string {
-	return fmt.Sprintf(`SELECT CASE WHEN r >= '%s' THEN r::text ELSE (%s || coalesce(r::text, 'none'))::pg_lsn::text END FROM pg_last_wal_replay_lsn() AS r`,
-		lsn, quoteLiteral(behindMark))
-}
-
-func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
-
-// mayReach reports whether a position on host st can hold wm at all: the
-// same system, and wm's timeline in the replica's history.
-func mayReach(s *topology.Snapshot, st *topology.HostState, wm lagmeter.Watermark) bool {
-	ok, _ := wm.ReachedBy(lagmeter.Position{SystemID: st.SystemID, Timeline: st.Timeline, Replay: ^lagmeter.LSN(0)}, switchPoint(s, wm.Timeline))
+// mayReach reports whether a position on h can hold wm at all: the same
+// system, and wm's timeline in the replica's history. h nil (a host its
+// view does not name) cannot.
+func (h *hostView) mayReach(wm lagmeter.Watermark) bool {
+	if h == nil {
+		return false
+	}
+	ok, _ := wm.ReachedBy(lagmeter.Position{SystemID: h.probe.SystemID, Timeline: h.probe.Timeline, Replay: ^lagmeter.LSN(0)}, h.v.switchPoint(wm.Timeline))
 	return ok
 }
 
 // checkReplica checks, with checkSQL sent alone on b, that the replica
-// has replayed up to wm (waiting up to wait for it, see positionSQL), and
-// returns errNotCaughtUp when it has not.
-func (cn *conn) checkReplica(ctx context.Context, b *borrowed, wm lagmeter.Watermark, wait time.Duration) error {
-	s := cn.c.top.Snapshot()
-	st := &s.Hosts[b.h.idx]
-	if !mayReach(s, st, wm) {
+// has replayed up to wm (waiting up to wait for it, see positionSQL, and
+// adding the wait to cl's), and returns errNotCaughtUp when it has not.
+func (cn *conn) checkReplica(ctx context.Context, b *borrowed, wm lagmeter.Watermark, wait time.Duration, cl *call) error {
+	hv := cn.c.view().of(b.h)
+	if !hv.mayReach(wm) {
 		return errNotCaughtUp
 	}
 	pc := b.Conn.Conn().PgConn()
 	start := time.Now()
 	rr := pc.ExecParams(ctx, positionSQL(pc, wm.LSN, wait), nil, nil, nil, nil)
-	err := b.h.readCheck(rr, st.Conn)
-	cn.waited += cn.c.waited(b.h, st.Conn, wm, wait, start, err)
+	err := b.h.readCheck(rr, hv.probe.Conn)
+	cl.waited += cn.c.waited(b.h, hv.probe.Conn, wm, wait, start, err)
 	return err
 }
 
@@ -278,7 +274,7 @@ func (h *host) readCheck(rr *pgconn.ResultReader, probeConn uint64) error {
 // pipelinable reports whether a read can be sent in a pgconn pipeline
 // (see readChecked): one statement that returns rows, and see
 // Connector.pipelineOK.
-func (cn *conn) pipelinable(host int, cl *call) bool {
+func (cn *conn) pipelinable(host *host, cl *call) bool {
 	return cl.isQuery && cl.single && cn.c.pipelineOK(host, cl.args)
 }
 
@@ -290,9 +286,8 @@ func (cn *conn) pipelinable(host int, cl *call) bool {
 // back; on error b is still the caller's, to run the read again on or to
 // give back.
 func (cn *conn) readChecked(ctx context.Context, b *borrowed, wm lagmeter.Watermark, wait time.Duration, cl *call) error {
-	s := cn.c.top.Snapshot()
-	st := &s.Hosts[b.h.idx]
-	if !mayReach(s, st, wm) {
+	hv := cn.c.view().of(b.h)
+	if !hv.mayReach(wm) {
 		return errNotCaughtUp
 	}
 	pc := b.Conn.Conn()
@@ -301,7 +296,7 @@ func (cn *conn) readChecked(ctx context.Context, b *borrowed, wm lagmeter.Waterm
 		// The statement must be described first, and a replica that lacks
 		// the caller's writes may fail to (a table the caller just
 		// created): check it on its own this once.
-		if err := cn.checkReplica(ctx, b, wm, wait); err != nil {
+		if err := cn.checkReplica(ctx, b, wm, wait, cl); err != nil {
 			return err
 		}
 		wait = 0 // it holds wm now
@@ -321,8 +316,8 @@ func (cn *conn) readChecked(ctx context.Context, b *borrowed, wm lagmeter.Waterm
 	}
 	rr, err := nextResult(pl)
 	if err == nil {
-		err = b.h.readCheck(rr, st.Conn)
-		cn.waited += cn.c.waited(b.h, st.Conn, wm, wait, start, err)
+		err = b.h.readCheck(rr, hv.probe.Conn)
+		cl.waited += cn.c.waited(b.h, hv.probe.Conn, wm, wait, start, err)
 	}
 	if err != nil {
 		pl.Close()

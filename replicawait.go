@@ -11,7 +11,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/pgrouted/pgrouted/lagmeter"
-	"github.com/pgrouted/pgrouted/topology"
 )
 
 // This file is the replica wait (pgrouted_replica_wait, WithReplicaWait):
@@ -42,30 +41,10 @@ import (
 // position, until it is seen at or past the position it missed (by a
 // probe or a check) or its server restarted.
 
-type replicaWaitKey struct{}
-
-// WithReplicaWait returns a context whose reads may wait up to d on a
-// replica that has not yet replayed the caller's writes, for its replay to
-// reach them, instead of running on the primary (it overrides
-// pgrouted_replica_wait; d <= 0 turns the wait off). It only matters under
-// session consistency, where reads have a position to wait for.
-func WithReplicaWait(ctx context.Context, d time.Duration) context.Context {
-	return context.WithValue(ctx, replicaWaitKey{}, d)
-}
-
-// replicaWait is the wait of a read in ctx: WithReplicaWait's, else
-// pgrouted_replica_wait's.
-func (c *Connector) replicaWait(ctx context.Context) time.Duration {
-	if d, ok := ctx.Value(replicaWaitKey{}).(time.Duration); ok {
-		return max(d, 0)
-	}
-	return c.cfg.ReplicaWait
-}
-
 // waitFor is how long a read planned with pk may wait on its replica:
 // only a checked read (the replica may not hold the caller's position yet)
 // waits, and not on a replica known to lag more than the wait.
-func (c *Connector) waitFor(ctx context.Context, s *topology.Snapshot, pk pick) time.Duration {
+func (c *Connector) waitFor(ctx context.Context, pk pick) time.Duration {
 	if !pk.check || pk.wm.IsZero() {
 		return 0
 	}
@@ -73,21 +52,21 @@ func (c *Connector) waitFor(ctx context.Context, s *topology.Snapshot, pk pick) 
 	if d <= 0 {
 		return 0
 	}
-	h, st := c.hosts.at(pk.host), &s.Hosts[pk.host]
-	if !h.waitable(st) || c.lagFloor(s, h, st) > d {
+	if h := pk.host; !h.waitable() || c.lagFloor(h) > d {
 		return 0
 	}
 	return d
 }
 
-// lagFloor is a lower bound on the replay delay of the standby h (state
-// st) from its last probe (see lagmeter.History.LagFloor), or 0 when none
-// is known: when its probe failed, or a check since saw it further.
-func (c *Connector) lagFloor(s *topology.Snapshot, h *host, st *topology.HostState) time.Duration {
-	if !st.Healthy || h.replay(st) != st.ReplayLSN || s.Primary < 0 {
+// lagFloor is a lower bound on the replay delay of the standby h from its
+// last probe (see lagmeter.History.LagFloor), or 0 when none is known: when
+// its probe failed, or a check since saw it further.
+func (c *Connector) lagFloor(h *hostView) time.Duration {
+	st := h.probe
+	if !st.Healthy || h.replay() != st.ReplayLSN || h.v.primary == nil {
 		return 0
 	}
-	d, _ := c.history.LagFloor(st.ReplayLSN, st.LastSuccess, s.Hosts[s.Primary].RTT)
+	d, _ := c.history.LagFloor(st.ReplayLSN, st.LastSuccess, h.v.primary.probe.RTT)
 	return d
 }
 
@@ -97,11 +76,11 @@ type waitMiss struct {
 	lsn  lagmeter.LSN
 }
 
-// waitable reports whether a read may wait on h (in state st): not while
-// a wait on it missed a position that h is not yet known to have replayed.
-func (h *host) waitable(st *topology.HostState) bool {
+// waitable reports whether a read may wait on h: not while a wait on it
+// missed a position that h is not yet known to have replayed.
+func (h *hostView) waitable() bool {
 	m := h.missed.Load()
-	return m == nil || m.conn != st.Conn || h.replay(st) >= m.lsn
+	return m == nil || m.conn != h.probe.Conn || h.replay() >= m.lsn
 }
 
 // noteMiss records that a wait on h (probe connection conn) ended before
@@ -166,6 +145,28 @@ func serverMajor(v string) int {
 // milliseconds.
 const waitStepMs = 1
 
+// behindMark starts the error a replica's position check raises when the
+// replica lacks the caller's writes; the replay position follows it.
+const behindMark = "pgrouted: replica behind at "
+
+// replayAnswer is the answer of the position statements (checkSQL,
+// waitSQL) on a replay position r: r as text when it is at or past lsn,
+// else a failing cast whose error's text carries r after behindMark. The
+// cast depends on the row, so the planner cannot fold it.
+func replayAnswer(lsn lagmeter.LSN) string {
+	return fmt.Sprintf(`CASE WHEN r >= '%s' THEN r::text ELSE (%s || coalesce(r::text, 'none'))::pg_lsn::text END`, lsn, quoteLiteral(behindMark))
+}
+
+func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
+// checkSQL is the check of a replica's replay position against a
+// watermark's position lsn: it answers the position when the replica has
+// replayed up to lsn, and fails otherwise (replayAnswer), so that a read
+// pipelined after it in the same implicit transaction does not run.
+func checkSQL(lsn lagmeter.LSN) string {
+	return `SELECT ` + replayAnswer(lsn) + ` FROM pg_last_wal_replay_lsn() AS r`
+}
+
 // positionSQL is the statement that checks, or waits up to wait for, the
 // replica's replay position to reach lsn on pc (see checkSQL, waitSQL).
 func positionSQL(pc *pgconn.PgConn, lsn lagmeter.LSN, wait time.Duration) string {
@@ -189,11 +190,11 @@ func positionSQL(pc *pgconn.PgConn, lsn lagmeter.LSN, wait time.Duration) string
 // subquery depends on the row, so the sleep runs on every row.
 func waitSQL(lsn lagmeter.LSN, wait time.Duration) string {
 	steps := int64(wait/(waitStepMs*time.Millisecond))*2 + 2
-	return fmt.Sprintf(`SELECT CASE WHEN r >= '%[1]s' THEN r::text ELSE (%[2]s || coalesce(r::text, 'none'))::pg_lsn::text END `+
-		`FROM (SELECT w.r FROM generate_series(0, %[3]d) AS g, `+
-		`LATERAL (SELECT pg_last_wal_replay_lsn() AS r FROM pg_sleep(CASE WHEN g = 0 THEN 0 ELSE %[4]g END)) AS w `+
-		`WHERE w.r >= '%[1]s' OR g = %[3]d OR clock_timestamp() >= statement_timestamp() + interval '%[5]d microseconds' LIMIT 1) AS x`,
-		lsn, quoteLiteral(behindMark), steps, float64(waitStepMs)/1000, wait.Microseconds())
+	return `SELECT ` + replayAnswer(lsn) + ` ` +
+		fmt.Sprintf(`FROM (SELECT w.r FROM generate_series(0, %[2]d) AS g, `+
+			`LATERAL (SELECT pg_last_wal_replay_lsn() AS r FROM pg_sleep(CASE WHEN g = 0 THEN 0 ELSE %[3]g END)) AS w `+
+			`WHERE w.r >= '%[1]s' OR g = %[2]d OR clock_timestamp() >= statement_timestamp() + interval '%[4]d microseconds' LIMIT 1) AS x`,
+			lsn, steps, float64(waitStepMs)/1000, wait.Microseconds())
 }
 
 // waitForSQL is waitSQL for PostgreSQL 19 and later: WAIT FOR LSN, which

@@ -34,24 +34,6 @@ func (r Route) String() string {
 	return "auto"
 }
 
-type routeKey struct{}
-
-// WithRoute returns a context that forces the route of the statements and
-// transactions run with it. The same can be asked for one statement with a
-// leading comment, /* pgrouted:primary */ or /* pgrouted:replica */. When
-// the context and the comment disagree, Primary wins: it is never wrong to
-// read from the primary.
-func WithRoute(ctx context.Context, r Route) context.Context {
-	return context.WithValue(ctx, routeKey{}, r)
-}
-
-func routeFrom(ctx context.Context) Route {
-	if r, ok := ctx.Value(routeKey{}).(Route); ok {
-		return r
-	}
-	return Auto
-}
-
 // Ops of a [RouteEvent] and a [Decision].
 const (
 	OpRead  = "read"  // a read that may run on a replica
@@ -60,36 +42,41 @@ const (
 	OpLock  = "lock"  // a read taking row locks (FOR UPDATE, ...) or LOCK
 )
 
+// Reason says why a statement ran where it did, or could not run: the
+// Reason of a [Decision], a [RouteEvent] and a [RouteError]. Its values are
+// the Reason constants; it is a string, and marshals as one.
+type Reason string
+
 // Reasons of a [Decision], a [RouteEvent] and a [RouteError].
 //
 // The first five say why no replica could serve a read; the read then ran on
 // the primary (pgrouted_fallback=primary) or failed with [ErrNoReplica].
 const (
-	ReasonNoReplicas      = "no-replicas"      // no host is a standby
-	ReasonUnhealthy       = "unhealthy"        // every standby failed its last probe
-	ReasonBehind          = "behind"           // every healthy standby lacks the caller's writes or is over the staleness budget
-	ReasonSaturated       = "saturated"        // every eligible standby's pool is exhausted
-	ReasonPositionUnknown = "position-unknown" // the caller's last write position is unknown: only the primary surely has it
+	ReasonNoReplicas      Reason = "no-replicas"      // no host is a standby
+	ReasonUnhealthy       Reason = "unhealthy"        // every standby failed its last probe
+	ReasonBehind          Reason = "behind"           // every healthy standby lacks the caller's writes or is over the staleness budget
+	ReasonSaturated       Reason = "saturated"        // every eligible standby's pool is exhausted
+	ReasonPositionUnknown Reason = "position-unknown" // the caller's last write position is unknown: only the primary surely has it
 
-	ReasonReplica        = "replica"          // an eligible replica serves the read
-	ReasonCheck          = "replica-check"    // a replica that may hold the caller's writes serves the read after checking its replay position
-	ReasonWrite          = "write"            // the statement is not a read
-	ReasonSessionState   = "session-state"    // the statement changes session state: the connection stays on the primary
-	ReasonPinned         = "pinned"           // an earlier statement changed session state on this connection
-	ReasonInTx           = "in-tx"            // the statement runs inside a transaction
-	ReasonForced         = "forced"           // WithRoute or a routing comment chose the endpoint
-	ReasonReadOnlyTx     = "read-only-tx"     // a read-only transaction runs on a replica
-	ReasonSerializableRO = "serializable"     // a SERIALIZABLE transaction cannot run on a hot standby
-	ReasonRetry25006     = "read-only-retry"  // the replica refused the statement (SQLSTATE 25006): it ran again on the primary
-	ReasonWriteOnReplica = "write-on-replica" // a write, lock or read-write transaction was forced to a replica
-	ReasonNoPrimary      = "no-primary"       // no primary was known within pgrouted_write_timeout
-	ReasonReplicaFailed  = "replica-failed"   // the replica's connection failed before any row: the read ran elsewhere
-	ReasonPrimaryLost    = "primary-lost"     // the primary stopped being one (another was confirmed, or its lease ran out) before it answered the statement, which may have run there: ErrOutcomeUnknown
+	ReasonReplica        Reason = "replica"          // an eligible replica serves the read
+	ReasonCheck          Reason = "replica-check"    // a replica that may hold the caller's writes serves the read after checking its replay position
+	ReasonWrite          Reason = "write"            // the statement is not a read
+	ReasonSessionState   Reason = "session-state"    // the statement changes session state: the connection stays on the primary
+	ReasonPinned         Reason = "pinned"           // an earlier statement changed session state on this connection
+	ReasonInTx           Reason = "in-tx"            // the statement runs inside a transaction
+	ReasonForced         Reason = "forced"           // WithRoute or a routing comment chose the endpoint
+	ReasonReadOnlyTx     Reason = "read-only-tx"     // a read-only transaction runs on a replica
+	ReasonSerializableRO Reason = "serializable"     // a SERIALIZABLE transaction cannot run on a hot standby
+	ReasonRetry25006     Reason = "read-only-retry"  // the replica refused the statement (SQLSTATE 25006): it ran again on the primary
+	ReasonWriteOnReplica Reason = "write-on-replica" // a write, lock or read-write transaction was forced to a replica
+	ReasonNoPrimary      Reason = "no-primary"       // no primary was known within pgrouted_write_timeout
+	ReasonReplicaFailed  Reason = "replica-failed"   // the replica's connection failed before any row: the read ran elsewhere
+	ReasonPrimaryLost    Reason = "primary-lost"     // the primary stopped being one (another was confirmed, or its lease ran out) before it answered the statement, which may have run there: ErrOutcomeUnknown
 
-	ReasonVolatileFunction = "volatile-function" // the statement calls a VOLATILE user function (Decision.Function): it may write or change the session, so the primary, and the connection stays there
-	ReasonUnknownFunction  = "unknown-function"  // the statement calls a function the catalog does not know yet (Decision.Function): the primary, and the connection stays there
-	ReasonWriteFunction    = "write-function"    // the statement calls a function listed in pgrouted_write_functions (Decision.Function)
-	ReasonRefused          = "refused-before"    // a replica refused the same statement before (SQLSTATE 25006): the primary, and the connection stays there
+	ReasonVolatileFunction Reason = "volatile-function" // the statement calls a VOLATILE user function (Decision.Function): it may write or change the session, so the primary, and the connection stays there
+	ReasonUnknownFunction  Reason = "unknown-function"  // the statement calls a function the catalog does not know yet (Decision.Function): the primary, and the connection stays there
+	ReasonWriteFunction    Reason = "write-function"    // the statement calls a function listed in pgrouted_write_functions (Decision.Function)
+	ReasonRefused          Reason = "refused-before"    // a replica refused the same statement before (SQLSTATE 25006): the primary, and the connection stays there
 )
 
 // Sentinel errors, for errors.Is on a [*RouteError].
@@ -121,14 +108,14 @@ type RouteError struct {
 	// Op is the kind of statement: OpRead, OpWrite, OpTx or OpLock.
 	Op string
 	// Reason is one of the Reason constants.
-	Reason string
+	Reason Reason
 
 	cause error // the last connection error, when there was one
 }
 
 // Error implements error.
 func (e *RouteError) Error() string {
-	msg := "pgrouted: " + e.Op + ": " + e.sentinel().Error()[len("pgrouted: "):] + " (" + e.Reason + ")"
+	msg := "pgrouted: " + e.Op + ": " + e.sentinel().Error()[len("pgrouted: "):] + " (" + string(e.Reason) + ")"
 	if e.Reason == ReasonPrimaryLost {
 		msg += ": the primary was replaced or lost its lease before it answered; the statement may have run there"
 	}
@@ -171,7 +158,7 @@ type Decision struct {
 	Primary bool `json:"primary"`
 	// Reason says why; see the Reason constants. When a read falls back
 	// to the primary, Reason says why no replica could serve it.
-	Reason string `json:"reason"`
+	Reason Reason `json:"reason"`
 	// Function names the function that decided, when Reason is
 	// ReasonVolatileFunction, ReasonUnknownFunction or ReasonWriteFunction,
 	// as the statement writes it (without its schema).
@@ -213,16 +200,6 @@ type RouteEvent struct {
 	// lost with it. From then on read-your-writes covers what survived.
 	// See Stats.LostWrites.
 	WriteLost bool
-}
-
-type maxLagKey struct{}
-
-// WithMaxLag returns a context whose reads accept a replica only when its
-// staleness is at most d (on top of pgrouted_max_lag, the smaller wins). The
-// bound needs no clock synchronisation: see package lagmeter. d <= 0 accepts
-// no replica: such reads run on the primary.
-func WithMaxLag(ctx context.Context, d time.Duration) context.Context {
-	return context.WithValue(ctx, maxLagKey{}, d)
 }
 
 func asRouteError(err error, re **RouteError) bool { return errors.As(err, re) }

@@ -37,7 +37,7 @@ type wroteRows struct {
 	cn   *conn
 	sc   *stdlib.Conn // the primary session the rows come from
 	ctx  context.Context
-	host int
+	host *host
 	done bool
 }
 

@@ -372,7 +372,7 @@ func TestSaturatedReplicas(t *testing.T) {
 		}
 		held = append(held, rows)
 	}
-	var reason string
+	var reason pgrouted.Reason
 	var primary bool
 	var one int
 	if err := db.QueryRowContext(ctx, "SELECT 1").Scan(&one); err != nil {

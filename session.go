@@ -2,7 +2,6 @@ package pgrouted
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -23,20 +22,6 @@ type Session struct {
 
 // NewSession returns a Session without writes.
 func NewSession() *Session { return &Session{} }
-
-type sessionKey struct{}
-
-// WithSession returns a context whose statements use s for read-your-writes:
-// reads need s's writes on a replica (not the whole process's), and writes
-// raise s's position (and the process's).
-func WithSession(ctx context.Context, s *Session) context.Context {
-	return context.WithValue(ctx, sessionKey{}, s)
-}
-
-func sessionFrom(ctx context.Context) *Session {
-	s, _ := ctx.Value(sessionKey{}).(*Session)
-	return s
-}
 
 // ErrForeignSession: a Session's token names another cluster (another
 // system identifier) than the one the statement runs on.

@@ -168,7 +168,7 @@ func (c *Connector) schemaChanged() {
 }
 
 // syncStatements drops the statements pgx cached on sc, a connection to
-// host idx, (its named statements and descriptions) when the connector saw
+// host h (its named statements and descriptions) when the connector saw
 // a schema change since they were prepared (schemaChanged): one round trip
 // (DEALLOCATE ALL) per connection after a change. pgx has no way to drop a
 // cached statement by its text, nor to list them. A connection seen for the
@@ -178,7 +178,7 @@ func (c *Connector) schemaChanged() {
 // through a connection pooler (the command would run on a server session
 // other clients share): there a stale statement is recovered when the
 // server refuses it. An error is the connection's: sc is closed.
-func (c *Connector) syncStatements(ctx context.Context, sc *stdlib.Conn, idx int, pinned bool) error {
+func (c *Connector) syncStatements(ctx context.Context, sc *stdlib.Conn, h *host, pinned bool) error {
 	gen := c.schema.Load()
 	pc := sc.Conn()
 	data := pc.PgConn().CustomData()
@@ -189,7 +189,7 @@ func (c *Connector) syncStatements(ctx context.Context, sc *stdlib.Conn, idx int
 	if seen == gen && ok {
 		return nil
 	}
-	if !ok || pinned || c.describeOnly(idx) {
+	if !ok || pinned || c.describeOnly(h) {
 		data[schemaKey] = gen
 		return nil
 	}

@@ -31,10 +31,13 @@ func (s *stmt) NumInput() int { return s.numInput }
 // and with the unnamed statement (nothing stays prepared), for
 // PrepareContext. Every host is a copy of the primary, so any may check
 // it: the connection of the open transaction; else the primary session,
-// when the connection has one; else a replica chosen as for a read (one
-// that holds the caller's writes, so that a table the caller just created
-// is there); else the primary. Outside a transaction the description is
-// kept where it is valid (see descCache), for the executions.
+// when the connection has one; else where a read of the statement would
+// run (Connector.plan), on the replica path (one that holds the caller's
+// writes, so that a table the caller just created is there; another
+// replica when its connection fails; the primary when the plan allows it,
+// else the plan's error); else the primary. Outside a transaction the
+// description is kept where it is valid (see descCache), for the
+// executions.
 func (cn *conn) describe(ctx context.Context, query string) (*pgconn.StatementDescription, error) {
 	switch {
 	case cn.tx != nil && cn.tx.replica != nil:
@@ -46,19 +49,16 @@ func (cn *conn) describe(ctx context.Context, query string) (*pgconn.StatementDe
 		return prepareOn(ctx, cn.primary, query, cn.descsOf())
 	}
 	p := cn.c.plan(ctx, request{r: sqlclass.Result{Class: sqlclass.Read, Statements: 1}, pinned: cn.pinned}, false)
-	if p.err == nil && !p.primary {
-		h := cn.c.hosts.at(p.host)
-		if b, err := cn.borrow(ctx, h, p.check, p.wm, p.wait); err == nil {
-			sd, err := prepareOn(ctx, b.Conn, query, &h.descs)
-			b.giveBack()
-			if err == nil || isPgError(err) {
-				return sd, err
-			}
+	if p.err != nil {
+		return nil, p.err
+	}
+	if !p.primary {
+		cl := call{query: query, describe: true}
+		o, err := cn.runOnReplicas(ctx, &p, &cl)
+		if err != nil || !o.fallBack {
+			return cl.sd, err
 		}
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		// The replica could not check it: the primary does.
+		// The replicas could not check it: the primary does.
 	}
 	sc, err := cn.primaryConn(ctx, OpWrite)
 	if err != nil {
@@ -69,6 +69,18 @@ func (cn *conn) describe(ctx context.Context, query string) (*pgconn.StatementDe
 		descs = nil
 	}
 	return prepareOn(ctx, sc, query, descs)
+}
+
+// describeOnReplica is the replica path of describe: cl.query described on
+// a connection borrowed from h's pool, after the check at asks for.
+func (cn *conn) describeOnReplica(ctx context.Context, h *host, at target, cl *call) error {
+	b, err := cn.borrow(ctx, h, at.check, at.wm, at.wait, cl)
+	if err != nil {
+		return err
+	}
+	defer b.giveBack()
+	cl.sd, err = prepareOn(ctx, b.Conn, cl.query, &h.descs)
+	return err
 }
 
 // prepareOn describes query on sc and, with descs, keeps the description

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/stdlib"
-	"github.com/pgrouted/pgrouted/topology"
 )
 
 // This file is the primary's term: the time during which the topology
@@ -23,7 +22,7 @@ import (
 
 // term is one primary's term.
 type term struct {
-	host  int    // the primary's index
+	host  *host  // the primary
 	epoch uint64 // the topology epoch it was confirmed in
 
 	ctx  context.Context // cancelled when the term ends: dials to host run under it
@@ -97,35 +96,35 @@ type terms struct {
 // primary with a valid lease. It ends the previous term when the topology
 // moved on (another host or epoch, or no primary), and starts a new one.
 func (c *Connector) liveTerm() *term {
-	s := c.top.Snapshot()
+	v := c.view()
 	now := time.Now()
 	t := c.terms.cur.Load()
-	if t != nil && !t.ended() && t.host == s.Primary && t.epoch == s.Epoch && s.LeaseValid(now) {
+	if t != nil && !t.ended() && v.isPrimary(t.host) && t.epoch == v.snap.Epoch && v.snap.LeaseValid(now) {
 		return t
 	}
 	c.terms.mu.Lock()
 	defer c.terms.mu.Unlock()
 	// Under the lock, the newest snapshot: changes follow the topology's
 	// order, whichever goroutine makes them.
-	return c.moveTerm(c.top.Snapshot(), time.Now())
+	return c.moveTerm(c.view(), time.Now())
 }
 
-// moveTerm makes the current term s's at now, under terms.mu: it ends the
-// current one when s names another primary or epoch, or none valid at now,
-// and starts one for s's primary when there is none.
-func (c *Connector) moveTerm(s *topology.Snapshot, now time.Time) *term {
+// moveTerm makes the current term v's at now, under terms.mu: it ends the
+// current one when v names another primary or epoch, or none valid at now,
+// and starts one for v's primary when there is none.
+func (c *Connector) moveTerm(v *view, now time.Time) *term {
 	t := c.terms.cur.Load()
-	valid := s.LeaseValid(now)
-	if t != nil && (t.ended() || t.host != s.Primary || t.epoch != s.Epoch || !valid) {
-		c.hosts.at(t.host).leads.Store(false)
+	valid := v.snap.LeaseValid(now)
+	if t != nil && (t.ended() || !v.isPrimary(t.host) || t.epoch != v.snap.Epoch || !valid) {
+		t.host.leads.Store(false)
 		t.finish()
 		c.terms.cur.Store(nil)
 		t = nil
 	}
 	if t == nil && valid {
 		ctx, stop := context.WithCancel(context.Background())
-		t = &term{host: s.Primary, epoch: s.Epoch, ctx: ctx, stop: stop}
-		c.hosts.at(t.host).leads.Store(true)
+		t = &term{host: v.primary.host, epoch: v.snap.Epoch, ctx: ctx, stop: stop}
+		t.host.leads.Store(true)
 		c.terms.cur.Store(t)
 	}
 	return t

@@ -20,8 +20,8 @@ func TestTermFollowsTheTopology(t *testing.T) {
 		c.hosts.add(&host{Host: dsn.Host{Name: string(rune('a' + i))}, idx: i})
 	}
 	now := time.Now()
-	snap := func(primary int, epoch uint64, confirmed time.Time) *topology.Snapshot {
-		return &topology.Snapshot{Hosts: make([]topology.HostState, 2), Primary: primary, Epoch: epoch, Confirmed: confirmed, Lease: 10 * time.Second}
+	snap := func(primary int, epoch uint64, confirmed time.Time) *view {
+		return newView(&topology.Snapshot{Hosts: make([]topology.HostState, 2), Primary: primary, Epoch: epoch, Confirmed: confirmed, Lease: 10 * time.Second}, c.hosts.all())
 	}
 	leads := func() [2]bool { return [2]bool{c.hosts.at(0).leads.Load(), c.hosts.at(1).leads.Load()} }
 
@@ -29,7 +29,7 @@ func TestTermFollowsTheTopology(t *testing.T) {
 		t.Fatalf("a term without a primary: %+v", tm)
 	}
 	first := c.moveTerm(snap(0, 1, now), now)
-	if first == nil || first.host != 0 || first.epoch != 1 || first.ended() || leads() != [2]bool{true, false} {
+	if first == nil || first.host.idx != 0 || first.epoch != 1 || first.ended() || leads() != [2]bool{true, false} {
 		t.Fatalf("primary a in epoch 1: term %+v, leads %v", first, leads())
 	}
 	if tm := c.moveTerm(snap(0, 1, now.Add(time.Second)), now.Add(2*time.Second)); tm != first {
@@ -57,7 +57,7 @@ func TestTermFollowsTheTopology(t *testing.T) {
 	}
 	// Another primary in a new epoch: the term ends, b's starts.
 	third := c.moveTerm(snap(1, 2, now.Add(13*time.Second)), now.Add(13*time.Second))
-	if !second.ended() || third == nil || third.host != 1 || third.epoch != 2 || leads() != [2]bool{false, true} {
+	if !second.ended() || third == nil || third.host.idx != 1 || third.epoch != 2 || leads() != [2]bool{false, true} {
 		t.Fatalf("a new primary: old ended %v, term %+v, leads %v", second.ended(), third, leads())
 	}
 	// A term that ended cannot take a session, and a dial under it is

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/stdlib"
-	"github.com/pgrouted/pgrouted/dsn"
 	"github.com/pgrouted/pgrouted/internal/sqlclass"
 )
 
@@ -21,7 +20,7 @@ type tx struct {
 	ctx     context.Context
 	inner   driver.Tx
 	replica *borrowed // the borrowed connection of a replica transaction
-	host    int       // the host that runs it
+	host    *host     // the host that runs it
 	wrote   bool      // a read-write transaction on the primary
 	tainted bool      // session state was changed on the borrowed connection
 	stale   txStale   // the recovery from stale statements (txstale.go)
@@ -36,7 +35,7 @@ type tx struct {
 // on the primary. BeginTx executes that decision, with the replica path's
 // check, retry elsewhere and fallback. Isolation levels PostgreSQL does not
 // have (write committed, linearizable) are refused.
-func (cn *conn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
+func (cn *conn) BeginTx(ctx context.Context, opts driver.TxOptions) (_ driver.Tx, err error) {
 	if cn.bad {
 		return nil, driver.ErrBadConn
 	}
@@ -52,29 +51,23 @@ func (cn *conn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, 
 		return nil, fmt.Errorf("pgrouted: isolation level %s is not supported by PostgreSQL", iso)
 	}
 	p := cn.c.plan(ctx, request{begin: true, readOnly: opts.ReadOnly, serializable: iso == sql.LevelSerializable, pinned: cn.pinned, inTx: cn.inSQLTx()}, true)
-	ev := RouteEvent{Decision: Decision{Op: OpTx, Reason: p.reason}, Context: ctx, Query: "BEGIN", WriteLost: p.lost}
-	defer func() {
-		ev.Duration = time.Since(began)
-		cn.c.report(ev)
-	}()
+	cl := call{query: "BEGIN", begin: &opts}
+	defer func() { cn.c.report(ctx, &p, &cl, began, err) }()
 	if p.err != nil {
-		ev.Err = p.err
 		return nil, p.err
 	}
-	cl := call{query: "BEGIN", begin: &opts}
 	if !p.primary {
-		err := cn.runOnReplicas(ctx, &p, &ev, &cl)
-		if err == nil {
-			return cl.tx, nil
-		}
-		if !ev.Primary {
-			ev.Err = err
+		o, err := cn.runOnReplicas(ctx, &p, &cl)
+		if err != nil {
 			return nil, err
 		}
-		// The replicas failed: the primary runs it (ev says why).
+		if !o.fallBack {
+			return cl.tx, nil
+		}
+		// The replicas failed: the primary runs it (o says why).
+		p = p.fellBack(o)
 	}
-	t, err := cn.beginOnPrimary(ctx, &ev, opts)
-	ev.Err = err
+	t, err := cn.beginOnPrimary(ctx, &cl, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -82,12 +75,12 @@ func (cn *conn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, 
 }
 
 // beginOnPrimary opens a transaction on the primary session.
-func (cn *conn) beginOnPrimary(ctx context.Context, ev *RouteEvent, opts driver.TxOptions) (*tx, error) {
+func (cn *conn) beginOnPrimary(ctx context.Context, cl *call, opts driver.TxOptions) (*tx, error) {
 	sc, err := cn.primaryConn(ctx, OpTx)
 	if err != nil {
 		return nil, err
 	}
-	ev.Primary, ev.Endpoint = true, cn.c.hosts.at(cn.host).Name
+	cl.ran, cl.primary = cn.host, true
 	inner, err := sc.BeginTx(ctx, opts)
 	if err != nil {
 		if errors.Is(err, driver.ErrBadConn) {
@@ -101,9 +94,9 @@ func (cn *conn) beginOnPrimary(ctx context.Context, ev *RouteEvent, opts driver.
 }
 
 // beginOnReplica opens the read-only transaction of cl on a connection
-// borrowed from h's pool, after the position check p asks for.
-func (cn *conn) beginOnReplica(ctx context.Context, h *host, p *plan, cl *call) error {
-	b, err := cn.borrow(ctx, h, p.check, p.wm, p.wait)
+// borrowed from h's pool, after the position check at asks for.
+func (cn *conn) beginOnReplica(ctx context.Context, h *host, at target, cl *call) error {
+	b, err := cn.borrow(ctx, h, at.check, at.wm, at.wait, cl)
 	if err != nil {
 		return err
 	}
@@ -112,7 +105,7 @@ func (cn *conn) beginOnReplica(ctx context.Context, h *host, p *plan, cl *call) 
 		b.giveBack()
 		return err
 	}
-	cn.tx = &tx{cn: cn, ctx: ctx, inner: inner, replica: b, host: h.idx}
+	cn.tx = &tx{cn: cn, ctx: ctx, inner: inner, replica: b, host: h}
 	cl.tx = cn.tx
 	return nil
 }
@@ -145,11 +138,10 @@ func (t *tx) run(ctx context.Context, r sqlclass.Result, cl *call, began time.Ti
 		}
 	}
 	err = withPoolerHint(err)
-	cn.c.report(RouteEvent{
-		Decision: Decision{Op: opOf(r.Class), Endpoint: cn.c.hosts.at(t.host).Name, Primary: t.replica == nil, Reason: ReasonInTx},
-		Context:  ctx,
-		Query:    cl.query, Duration: time.Since(began), Err: err, Retried: recovered,
-	})
+	if recovered {
+		cl.reruns++
+	}
+	t.report(ctx, opOf(r.Class), cl, began, err)
 	return err
 }
 
@@ -158,7 +150,7 @@ func (t *tx) run(ctx context.Context, r sqlclass.Result, cl *call, began time.Ti
 func (t *tx) Commit() error {
 	began := time.Now()
 	cn := t.cn
-	if !t.wrote || cn.primary == nil || cn.c.cfg.Consistency != dsn.ConsistencySession {
+	if !t.wrote || cn.primary == nil || !cn.c.tracksWrites() {
 		err := t.inner.Commit()
 		if err != nil && t.replica == nil && cn.primary != nil && cn.lost(cn.primary) {
 			err = lostError(OpTx, err)
@@ -197,11 +189,14 @@ func (t *tx) end(began time.Time, query string, err error) {
 		cn.closePrimary()
 		cn.bad = true
 	}
-	cn.c.report(RouteEvent{
-		Decision: Decision{Op: OpTx, Endpoint: cn.c.hosts.at(t.host).Name, Primary: t.replica == nil, Reason: ReasonInTx},
-		Context:  t.ctx,
-		Query:    query, Duration: time.Since(began), Err: err,
-	})
+	t.report(t.ctx, OpTx, &call{query: query}, began, err)
+}
+
+// report reports a statement of op run inside the transaction, on its
+// connection.
+func (t *tx) report(ctx context.Context, op string, cl *call, began time.Time, err error) {
+	cl.ran, cl.primary = t.host, t.replica == nil
+	t.cn.c.report(ctx, &plan{op: op, reason: ReasonInTx}, cl, began, err)
 }
 
 // release ends the transaction's hold on its connection: a borrowed replica

@@ -352,7 +352,7 @@ func TestFunctionKeys(t *testing.T) {
 		extra   string
 		query   string
 		primary bool
-		reason  string
+		reason  pgrouted.Reason
 	}{
 		{"", "SELECT app.jitter()", true, pgrouted.ReasonVolatileFunction},
 		{"pgrouted_read_functions=app.jitter", "SELECT app.jitter()", false, pgrouted.ReasonReplica},

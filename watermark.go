@@ -29,11 +29,11 @@ const insertPositionSQL = "SELECT pg_current_wal_insert_lsn()::text"
 // than a watermark is then not known to hold it (see
 // lagmeter.Watermark.ReachedBy). Once a primary on the newer timeline is
 // known, readCtx has moved the watermark to its timeline already.
-func switchPoint(s *topology.Snapshot, tli uint32) lagmeter.LSN {
-	if s.Primary < 0 {
+func (v *view) switchPoint(tli uint32) lagmeter.LSN {
+	if v.primary == nil {
 		return 0
 	}
-	sp, _ := lagmeter.SwitchPoint(s.Hosts[s.Primary].Switches, tli)
+	sp, _ := lagmeter.SwitchPoint(v.primary.probe.Switches, tli)
 	return sp
 }
 
@@ -62,33 +62,33 @@ func monoNow() time.Time { return clockBase.Add(time.Since(clockBase)) }
 
 // With commit false (Explain) it changes nothing: what it learns about the
 // caller's position stays local.
-func (c *Connector) readCtx(ctx context.Context, s *topology.Snapshot, commit bool) (readCtx, error) {
+func (c *Connector) readCtx(ctx context.Context, v *view, commit bool) (readCtx, error) {
 	rc := readCtx{ctx: ctx, mark: &c.writes, budget: c.budget, now: monoNow(), forced: routeFrom(ctx) == Replica}
 	if sess := sessionFrom(ctx); sess != nil {
 		rc.mark = &sess.m
 	}
-	if d, ok := ctx.Value(maxLagKey{}).(time.Duration); ok {
+	if d, ok := maxLagFrom(ctx); ok {
 		if d <= 0 {
 			d = -1
 		}
 		rc.budget = rc.budget.Min(lagmeter.Budget{MaxTime: d})
 	}
 	rc.st = rc.mark.load()
-	if sys := clusterSystemID(s); sys != 0 && !rc.st.wm.IsZero() && rc.st.wm.SystemID != sys && rc.mark != &c.writes {
+	if sys := v.systemID(); sys != 0 && !rc.st.wm.IsZero() && rc.st.wm.SystemID != sys && rc.mark != &c.writes {
 		return rc, fmt.Errorf("%w: the token names system %d, this cluster is %d", ErrForeignSession, rc.st.wm.SystemID, sys)
 	}
-	if w := rc.st.wm; !w.IsZero() && s.Primary >= 0 {
-		p := &s.Hosts[s.Primary]
+	if w := rc.st.wm; !w.IsZero() && v.primary != nil {
+		p := v.primary.probe
 		if p.SystemID == w.SystemID && p.Timeline > w.Timeline {
 			rc = c.crossTimeline(rc, p, w, commit)
 		}
 	}
-	if rc.st.unknown && s.Primary >= 0 {
+	if rc.st.unknown && v.primary != nil {
 		// A primary probe sent after the write position became unknown
 		// read a position at or after that write.
-		p := &s.Hosts[s.Primary]
+		p := v.primary.probe
 		if p.InsertLSN != 0 && p.SystemID != 0 && p.Timeline != 0 && p.LastSuccess.After(rc.st.unknownAt) {
-			w := lagmeter.Watermark{SystemID: p.SystemID, Timeline: p.Timeline, LSN: p.Layout.RecordEnd(p.InsertLSN)}
+			w := lagmeter.Watermark{SystemID: p.SystemID, Timeline: p.Timeline, LSN: v.walEnd}
 			if !commit {
 				next := *rc.st
 				next.unknown, next.wm = false, later(rc.st.wm, w)
@@ -161,29 +161,36 @@ func (rc readCtx) with(st *markState) readCtx {
 	return rc
 }
 
-// clusterSystemID is the system identifier the probes read, or 0.
-func clusterSystemID(s *topology.Snapshot) uint64 {
-	if s.Primary >= 0 && s.Hosts[s.Primary].SystemID != 0 {
-		return s.Hosts[s.Primary].SystemID
+// systemID is the system identifier the probes read, or 0.
+func (v *view) systemID() uint64 {
+	if v.primary != nil && v.primary.probe.SystemID != 0 {
+		return v.primary.probe.SystemID
 	}
-	for i := range s.Hosts {
-		if s.Hosts[i].SystemID != 0 {
-			return s.Hosts[i].SystemID
+	for i := range v.hosts {
+		if id := v.hosts[i].probe.SystemID; id != 0 {
+			return id
 		}
 	}
 	return 0
 }
 
+// tracksWrites reports whether writes move a read-your-writes position
+// (pgrouted_consistency=session): only then is the position after a commit
+// read, and do reads need it on their replica. It is the one test of the
+// consistency mode.
+func (c *Connector) tracksWrites() bool {
+	return c.cfg.Consistency == dsn.ConsistencySession
+}
+
 // wrote records a committed write on primary host at insert position lsn
 // (0: unknown), for the connector and for the session of ctx, if any.
-func (c *Connector) wrote(ctx context.Context, host int, lsn lagmeter.LSN) {
-	if c.cfg.Consistency != dsn.ConsistencySession {
+func (c *Connector) wrote(ctx context.Context, host *host, lsn lagmeter.LSN) {
+	if !c.tracksWrites() {
 		return
 	}
 	var w lagmeter.Watermark
-	if lsn != 0 {
-		h := &c.top.Snapshot().Hosts[host]
-		if h.SystemID != 0 && h.Timeline != 0 {
+	if hv := c.view().of(host); lsn != 0 && hv != nil {
+		if h := hv.probe; h.SystemID != 0 && h.Timeline != 0 {
 			w = lagmeter.Watermark{SystemID: h.SystemID, Timeline: h.Timeline, LSN: h.Layout.RecordEnd(lsn)}
 		}
 	}
@@ -199,7 +206,7 @@ func (c *Connector) wrote(ctx context.Context, host int, lsn lagmeter.LSN) {
 // server refused it (nothing committed) or it was never sent (an argument
 // that cannot be encoded); to an unknown position when the connection
 // failed under it (the answer was lost, not the commit).
-func (c *Connector) wroteAfter(ctx context.Context, host int, pos lagmeter.LSN, err error) {
+func (c *Connector) wroteAfter(ctx context.Context, host *host, pos lagmeter.LSN, err error) {
 	switch {
 	case err == nil:
 		c.wrote(ctx, host, pos)
@@ -218,7 +225,7 @@ const positionTimeout = 5 * time.Second
 // it. 0 when it cannot be read within positionTimeout, or when nobody
 // needs it (eventual consistency).
 func (c *Connector) insertLSN(ctx context.Context, pc *pgx.Conn) lagmeter.LSN {
-	if c.cfg.Consistency != dsn.ConsistencySession {
+	if !c.tracksWrites() {
 		return 0
 	}
 	// The statement has run: read the position even when the caller gave

@@ -25,11 +25,11 @@ var _ Source = (*pgrouted.Connector)(nil)
 // at 0, as package promcollector does.
 var (
 	ops             = []string{pgrouted.OpRead, pgrouted.OpWrite, pgrouted.OpTx, pgrouted.OpLock}
-	fallbackReasons = []string{
+	fallbackReasons = []pgrouted.Reason{
 		pgrouted.ReasonNoReplicas, pgrouted.ReasonUnhealthy, pgrouted.ReasonBehind,
 		pgrouted.ReasonSaturated, pgrouted.ReasonPositionUnknown, pgrouted.ReasonReplicaFailed,
 	}
-	errorReasons = []string{
+	errorReasons = []pgrouted.Reason{
 		pgrouted.ReasonNoReplicas, pgrouted.ReasonUnhealthy, pgrouted.ReasonBehind,
 		pgrouted.ReasonSaturated, pgrouted.ReasonPositionUnknown, pgrouted.ReasonWriteOnReplica, pgrouted.ReasonNoPrimary,
 	}
@@ -135,10 +135,10 @@ func RegisterMetrics(src Source, opts ...Option) (metric.Registration, error) {
 			}
 		}
 		for _, r := range withExtra(fallbackReasons, st.Fallbacks) {
-			count(fallbacks, st.Fallbacks[r], AttrReason.String(r))
+			count(fallbacks, st.Fallbacks[r], AttrReason.String(string(r)))
 		}
 		for _, r := range withExtra(errorReasons, st.RouteErrors) {
-			count(routeErrors, st.RouteErrors[r], AttrReason.String(r))
+			count(routeErrors, st.RouteErrors[r], AttrReason.String(string(r)))
 		}
 		count(readOnlyRetries, st.ReadOnlyRetries)
 		count(replicaRetries, st.ReplicaRetries)
@@ -191,7 +191,7 @@ func seconds(ms float64) float64 { return ms * float64(time.Millisecond) / float
 
 // withExtra returns known followed by the keys of m that known lacks,
 // sorted, so that every known value is reported and none is lost.
-func withExtra[V any](known []string, m map[string]V) []string {
+func withExtra[K ~string, V any](known []K, m map[K]V) []K {
 	out := known
 	extra := false
 	for _, k := range slices.Sorted(maps.Keys(m)) {
@@ -199,7 +199,7 @@ func withExtra[V any](known []string, m map[string]V) []string {
 			continue
 		}
 		if !extra {
-			out = append([]string(nil), known...)
+			out = append([]K(nil), known...)
 			extra = true
 		}
 		out = append(out, k)

@@ -172,8 +172,8 @@ func TestMetricsMatchStats(t *testing.T) {
 		want map[string]uint64
 	}{
 		{"pgrouted.statements", got.sums(t, "pgrouted.statements", otelroute.AttrEndpoint, otelroute.AttrOp), wantStatements},
-		{"pgrouted.fallbacks", got.sums(t, "pgrouted.fallbacks", otelroute.AttrReason), st.Fallbacks},
-		{"pgrouted.route_errors", got.sums(t, "pgrouted.route_errors", otelroute.AttrReason), st.RouteErrors},
+		{"pgrouted.fallbacks", got.sums(t, "pgrouted.fallbacks", otelroute.AttrReason), reasonKeyed(st.Fallbacks)},
+		{"pgrouted.route_errors", got.sums(t, "pgrouted.route_errors", otelroute.AttrReason), reasonKeyed(st.RouteErrors)},
 		{"pgrouted.read_only_retries", got.sums(t, "pgrouted.read_only_retries"), map[string]uint64{"": st.ReadOnlyRetries}},
 		{"pgrouted.replica_retries", got.sums(t, "pgrouted.replica_retries"), map[string]uint64{"": st.ReplicaRetries}},
 		{"pgrouted.failovers", got.sums(t, "pgrouted.failovers"), map[string]uint64{"": st.Failovers}},
@@ -190,7 +190,7 @@ func TestMetricsMatchStats(t *testing.T) {
 	if s := got.sums(t, "pgrouted.statements", otelroute.AttrEndpoint, otelroute.AttrOp); len(s) != 4*len(top.Hosts) {
 		t.Errorf("pgrouted.statements has %d series, want every op of every host: %v", len(s), s)
 	}
-	if _, ok := got.sums(t, "pgrouted.fallbacks", otelroute.AttrReason)[pgrouted.ReasonUnhealthy]; !ok {
+	if _, ok := got.sums(t, "pgrouted.fallbacks", otelroute.AttrReason)[string(pgrouted.ReasonUnhealthy)]; !ok {
 		t.Error("pgrouted.fallbacks has no series for reason unhealthy before any")
 	}
 
@@ -269,4 +269,14 @@ func hostState(s pgrouted.Snapshot) string {
 		parts = append(parts, p)
 	}
 	return strings.Join(parts, " ")
+}
+
+// reasonKeyed is m keyed by the reasons' text, as the metrics' attributes
+// carry them.
+func reasonKeyed(m map[pgrouted.Reason]uint64) map[string]uint64 {
+	out := make(map[string]uint64, len(m))
+	for r, n := range m {
+		out[string(r)] = n
+	}
+	return out
 }

@@ -275,13 +275,13 @@ func (h *hook) onRoute(ev pgrouted.RouteEvent) {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	k := routeKey{endpoint: ev.Endpoint, op: ev.Op, reason: ev.Reason, function: ev.Function,
+	k := routeKey{endpoint: ev.Endpoint, op: ev.Op, reason: string(ev.Reason), function: ev.Function,
 		primary: ev.Primary, retried: ev.Retried, writeLost: ev.WriteLost}
 	if ev.Err != nil {
 		k.errType = errorType(ev.Err)
 		var re *pgrouted.RouteError
 		if k.reason == "" && errors.As(ev.Err, &re) {
-			k.reason = re.Reason
+			k.reason = string(re.Reason)
 		}
 	}
 	ra := h.route(k)

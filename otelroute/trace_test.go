@@ -61,7 +61,7 @@ func traced(t *testing.T, ctx context.Context, tel *telemetry, db *sql.DB, kind 
 }
 
 // wantRoute checks that span says n ran the statement, in role, for reason.
-func wantRoute(t *testing.T, span sdktrace.ReadOnlySpan, n *testcluster.Node, role, reason string, retried bool) {
+func wantRoute(t *testing.T, span sdktrace.ReadOnlySpan, n *testcluster.Node, role string, reason pgrouted.Reason, retried bool) {
 	t.Helper()
 	if span == nil {
 		t.Fatal("no statement span")
@@ -77,7 +77,7 @@ func wantRoute(t *testing.T, span sdktrace.ReadOnlySpan, n *testcluster.Node, ro
 		"db.namespace":      "postgres",
 		"pgrouted.endpoint": n.Name(),
 		"pgrouted.role":     role,
-		"pgrouted.reason":   reason,
+		"pgrouted.reason":   string(reason),
 		"pgrouted.retried":  retried,
 	}
 	for k, w := range want {
@@ -261,7 +261,7 @@ func TestSpanError(t *testing.T) {
 		t.Errorf("failed statement: status %v, attributes %v", s.Status(), m)
 	}
 	s, m = attrs(p2)
-	if s.Status().Code != codes.Error || m["pgrouted.reason"] != pgrouted.ReasonWriteOnReplica || m["error.type"] != "*pgrouted.RouteError" || m["server.address"] != nil || m["pgrouted.role"] != nil {
+	if s.Status().Code != codes.Error || m["pgrouted.reason"] != string(pgrouted.ReasonWriteOnReplica) || m["error.type"] != "*pgrouted.RouteError" || m["server.address"] != nil || m["pgrouted.role"] != nil {
 		t.Errorf("unroutable statement: status %v, attributes %v", s.Status(), m)
 	}
 	if got := slices.Collect(func(yield func(string) bool) {

@@ -54,14 +54,14 @@ var ops = []string{pgrouted.OpRead, pgrouted.OpWrite, pgrouted.OpTx, pgrouted.Op
 
 // fallbackReasons are the reasons a read runs on the primary, exported at 0
 // before they happen.
-var fallbackReasons = []string{
+var fallbackReasons = []pgrouted.Reason{
 	pgrouted.ReasonNoReplicas, pgrouted.ReasonUnhealthy, pgrouted.ReasonBehind,
 	pgrouted.ReasonSaturated, pgrouted.ReasonPositionUnknown, pgrouted.ReasonReplicaFailed,
 }
 
 // errorReasons are the reasons a statement cannot run, exported at 0 before
 // they happen.
-var errorReasons = append(append([]string(nil), fallbackReasons[:5]...), pgrouted.ReasonWriteOnReplica, pgrouted.ReasonNoPrimary, pgrouted.ReasonPrimaryLost)
+var errorReasons = append(append([]pgrouted.Reason(nil), fallbackReasons[:5]...), pgrouted.ReasonWriteOnReplica, pgrouted.ReasonNoPrimary, pgrouted.ReasonPrimaryLost)
 
 // roles are the values of HostInfo.Role.
 var roles = []string{"primary", "standby", "unknown"}
@@ -163,10 +163,10 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	for _, r := range withExtra(fallbackReasons, st.Fallbacks) {
-		counter(c.fallbacks, st.Fallbacks[r], r)
+		counter(c.fallbacks, st.Fallbacks[r], string(r))
 	}
 	for _, r := range withExtra(errorReasons, st.RouteErrors) {
-		counter(c.routeErrors, st.RouteErrors[r], r)
+		counter(c.routeErrors, st.RouteErrors[r], string(r))
 	}
 	counter(c.readOnlyRetries, st.ReadOnlyRetries)
 	counter(c.replicaRetries, st.ReplicaRetries)
@@ -230,7 +230,7 @@ func msToSeconds(ms float64) float64 {
 
 // withExtra returns known followed by the keys of m that known lacks,
 // sorted, so that every known value is exported and none is lost.
-func withExtra[V any](known []string, m map[string]V) []string {
+func withExtra[K ~string, V any](known []K, m map[K]V) []K {
 	out := known
 	extra := false
 	for _, k := range sortedKeys(m) {
@@ -238,7 +238,7 @@ func withExtra[V any](known []string, m map[string]V) []string {
 			continue
 		}
 		if !extra {
-			out = append([]string(nil), known...)
+			out = append([]K(nil), known...)
 			extra = true
 		}
 		out = append(out, k)
@@ -246,6 +246,6 @@ func withExtra[V any](known []string, m map[string]V) []string {
 	return out
 }
 
-func sortedKeys[V any](m map[string]V) []string {
+func sortedKeys[K ~string, V any](m map[K]V) []K {
 	return slices.Sorted(maps.Keys(m))
 }

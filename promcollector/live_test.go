@@ -208,11 +208,11 @@ func TestStatementsCounted(t *testing.T) {
 	if got := mustValue(t, reg, "pgrouted_statements_total", "endpoint", "node0", "op", "tx"); got < 1 {
 		t.Fatalf("transactions on node0: %v", got)
 	}
-	before := mustValue(t, reg, "pgrouted_route_errors_total", "reason", pgrouted.ReasonWriteOnReplica)
+	before := mustValue(t, reg, "pgrouted_route_errors_total", "reason", string(pgrouted.ReasonWriteOnReplica))
 	if _, err := db.ExecContext(pgrouted.WithRoute(ctx, pgrouted.Replica), "DELETE FROM pc"); err == nil {
 		t.Fatal("a write forced to a replica ran")
 	}
-	if got := mustValue(t, reg, "pgrouted_route_errors_total", "reason", pgrouted.ReasonWriteOnReplica); got != before+1 {
+	if got := mustValue(t, reg, "pgrouted_route_errors_total", "reason", string(pgrouted.ReasonWriteOnReplica)); got != before+1 {
 		t.Fatalf("write-on-replica errors: %v, want %v", got, before+1)
 	}
 	for _, h := range []string{"node0", "node1", "node2"} {

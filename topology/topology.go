@@ -82,11 +82,11 @@ type Topology struct {
 	results chan result
 	views   chan viewResult // from the provider's poller
 	askView chan struct{}   // ask the provider now (AskProvider)
-	// kicks has one channel per host, by index: probe now. The tracker
+	// probers are the hosts' probers, by index (ProbeNow). The tracker
 	// replaces the slice when it adds a host.
-	kicks atomic.Pointer[[]chan struct{}]
-	done  chan struct{}
-	wg    sync.WaitGroup
+	probers atomic.Pointer[[]*prober]
+	done    chan struct{}
+	wg      sync.WaitGroup
 
 	subMu   sync.Mutex
 	subs    map[*subscription]struct{}
@@ -138,8 +138,7 @@ func New(hosts []Host, opts Options) (*Topology, error) {
 			first.Hosts[i].NoReads = true
 		}
 	}
-	kicks := []chan struct{}{}
-	t.kicks.Store(&kicks)
+	t.probers.Store(&[]*prober{})
 	t.snap.Store(first)
 	tr := newTracker(t, first)
 	for i := range probed {
@@ -222,12 +221,12 @@ func (t *Topology) History() *lagmeter.History { return t.history }
 // 25006 on a connection that believed it was on the primary. It never
 // blocks; a probe already asked for is not asked twice.
 func (t *Topology) ProbeNow(i int) {
-	kicks := *t.kicks.Load()
-	if i < 0 || i >= len(kicks) {
+	probers := *t.probers.Load()
+	if i < 0 || i >= len(probers) {
 		return
 	}
 	select {
-	case kicks[i] <- struct{}{}:
+	case probers[i].kick <- struct{}{}:
 	default:
 	}
 }

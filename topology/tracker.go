@@ -10,9 +10,8 @@ import (
 // tracker is the single owner of the cluster's state: it applies probe
 // results, decides the primary and publishes snapshots and events.
 type tracker struct {
-	t      *Topology
-	hosts  []HostState
-	claims []*claim // per host: its latest claim to be primary, or nil
+	t     *Topology
+	hosts []tracked // by host index, as in snapshots
 
 	histHost    int    // the host the history's samples come from
 	primary     int    // of the last published snapshot
@@ -21,32 +20,45 @@ type tracker struct {
 	confirmed   time.Time
 	conflicts   uint64
 	conflict    bool
-	sync        [][]SyncStandby // per host, from its last probe as primary
 
-	// With a provider: where each host listens, for matching members; the
-	// authority of its last view, when that view's request was sent, and
-	// what the snapshot shows of it.
-	endpoints []Endpoint
-	auth      *Authority
-	viewAt    time.Time
-	prov      ProviderState
+	// leaseEnd fires when the primary's lease runs out without a new
+	// confirmation (see armLease).
+	leaseEnd *time.Timer
 
-	// stops has, per host, the channel that stops its prober; initial is
-	// the number of configured hosts (the others were discovered).
-	stops   []chan struct{}
+	// With a provider: the authority of its last view, when that view's
+	// request was sent, and what the snapshot shows of it.
+	auth   *Authority
+	viewAt time.Time
+	prov   ProviderState
+
+	// initial is the number of configured hosts (the others were
+	// discovered).
 	initial int
+}
+
+// tracked is what the tracker keeps of one host.
+type tracked struct {
+	state HostState     // what the snapshot shows of it
+	claim *claim        // its latest claim to be primary, or nil
+	sync  []SyncStandby // from its last probe as primary
+	// endpoint is where it listens, for matching a provider's members.
+	endpoint Endpoint
+	prober   *prober // stopped when a discovered host is removed
 }
 
 func newTracker(t *Topology, first *Snapshot) *tracker {
 	tr := &tracker{
 		t:           t,
-		hosts:       slices.Clone(first.Hosts),
-		claims:      make([]*claim, len(first.Hosts)),
-		sync:        make([][]SyncStandby, len(first.Hosts)),
+		hosts:       make([]tracked, len(first.Hosts)),
 		primary:     -1,
 		lastPrimary: -1,
 		histHost:    -1,
 		initial:     len(first.Hosts),
+		leaseEnd:    time.NewTimer(time.Hour),
+	}
+	tr.leaseEnd.Stop()
+	for i := range first.Hosts {
+		tr.hosts[i].state = first.Hosts[i]
 	}
 	if t.opts.Provider != nil {
 		tr.prov = ProviderState{Name: t.opts.Provider.Name()}
@@ -55,20 +67,28 @@ func newTracker(t *Topology, first *Snapshot) *tracker {
 }
 
 // startProber starts the prober of host i, h being its probe
-// configuration (see probeHost). Hosts are started in index order.
+// configuration (see probeHost), and adds i to the hosts ProbeNow can
+// reach. Hosts are started in index order.
 func (tr *tracker) startProber(i int, h Host) {
 	t := tr.t
-	kick, stop := make(chan struct{}, 1), make(chan struct{})
-	tr.endpoints = append(tr.endpoints, endpointOf(h))
-	tr.stops = append(tr.stops, stop)
-	kicks := append(slices.Clone(*t.kicks.Load()), kick)
-	t.kicks.Store(&kicks)
-	p := &prober{t: t, i: i, host: h, kick: kick, stop: stop}
+	p := &prober{t: t, i: i, host: h, kick: make(chan struct{}, 1), stop: make(chan struct{})}
+	tr.hosts[i].endpoint, tr.hosts[i].prober = endpointOf(h), p
+	probers := append(slices.Clone(*t.probers.Load()), p)
+	t.probers.Store(&probers)
 	t.wg.Add(1)
 	go func() {
 		defer t.wg.Done()
 		p.run()
 	}()
+}
+
+// endpoints is where each host listens, by index, for Authorize.
+func (tr *tracker) endpoints() []Endpoint {
+	es := make([]Endpoint, len(tr.hosts))
+	for i := range tr.hosts {
+		es[i] = tr.hosts[i].endpoint
+	}
+	return es
 }
 
 // discover adds a host for each member of v that matches none (see
@@ -82,7 +102,7 @@ func (tr *tracker) discover(v View, a Authority) Authority {
 	}
 	added := false
 	for _, m := range v.Members {
-		if m.Host == "" || m.Port == 0 || slices.ContainsFunc(tr.endpoints, func(e Endpoint) bool { return m.matches(e.Host, e.Port) }) {
+		if m.Host == "" || m.Port == 0 || slices.ContainsFunc(tr.hosts, func(h tracked) bool { return m.matches(h.endpoint.Host, h.endpoint.Port) }) {
 			// Known already (a member listed twice is added once).
 			continue
 		}
@@ -91,33 +111,31 @@ func (tr *tracker) discover(v View, a Authority) Authority {
 		if !ok || h.Config == nil {
 			continue
 		}
-		tr.hosts = append(tr.hosts, HostState{Name: h.Name, Addr: h.Addr, Discovered: true})
-		tr.claims = append(tr.claims, nil)
-		tr.sync = append(tr.sync, nil)
+		tr.hosts = append(tr.hosts, tracked{state: HostState{Name: h.Name, Addr: h.Addr, Discovered: true}})
 		tr.startProber(i, probeHost(h, opts.Timeout))
 		tr.emit(Event{Kind: EventHostAdded, Host: h.Name})
 		added = true
 	}
 	if added {
-		a = Authorize(v, tr.endpoints)
+		a = Authorize(v, tr.endpoints())
 	}
 	removed := false
 	for i := tr.initial; i < len(tr.hosts); i++ {
-		if tr.hosts[i].Removed || a.Member[i] >= 0 {
+		th := &tr.hosts[i]
+		if th.state.Removed || a.Member[i] >= 0 {
 			continue
 		}
-		close(tr.stops[i])
-		tr.hosts[i] = HostState{Name: tr.hosts[i].Name, Addr: tr.hosts[i].Addr, Discovered: true, Removed: true, NoReads: true}
-		tr.claims[i], tr.sync[i] = nil, nil
-		tr.endpoints[i] = Endpoint{} // matches no member any more
+		close(th.prober.stop)
+		// It matches no member any more.
+		*th = tracked{state: HostState{Name: th.state.Name, Addr: th.state.Addr, Discovered: true, Removed: true, NoReads: true}, prober: th.prober}
 		if opts.OnRemove != nil {
 			opts.OnRemove(i)
 		}
-		tr.emit(Event{Kind: EventHostRemoved, Host: tr.hosts[i].Name})
+		tr.emit(Event{Kind: EventHostRemoved, Host: th.state.Name})
 		removed = true
 	}
 	if removed {
-		a = Authorize(v, tr.endpoints)
+		a = Authorize(v, tr.endpoints())
 	}
 	return a
 }
@@ -128,16 +146,16 @@ func endpointOf(h Host) Endpoint {
 }
 
 func (tr *tracker) run() {
-	// Leases expire with no probe result arriving: re-evaluate regularly.
-	tick := time.NewTicker(max(tr.t.opts.Interval/2, 50*time.Millisecond))
-	defer tick.Stop()
+	defer tr.leaseEnd.Stop()
 	for {
 		select {
 		case r := <-tr.t.results:
 			tr.apply(r)
 		case v := <-tr.t.views:
 			tr.applyView(v)
-		case <-tick.C:
+		case <-tr.leaseEnd.C:
+			// The lease ran out with no new confirmation: the snapshot
+			// says so at once.
 			tr.evaluate(false, nil)
 		case <-tr.t.done:
 			return
@@ -148,7 +166,8 @@ func (tr *tracker) run() {
 const ewmaWeight = 0.2
 
 func (tr *tracker) apply(r result) {
-	h := &tr.hosts[r.i]
+	th := &tr.hosts[r.i]
+	h := &th.state
 	if h.Removed {
 		// Sent before its prober stopped.
 		return
@@ -191,14 +210,12 @@ func (tr *tracker) apply(r result) {
 			h.Role = RoleStandby
 			h.InsertLSN = 0
 			h.ReplayLSN, h.ReceiveLSN = r.replay, r.receive
-			tr.claims[r.i] = nil
-			tr.sync[r.i] = nil
+			th.claim, th.sync = nil, nil
 		} else {
 			h.Role = RolePrimary
 			h.InsertLSN = r.insert
 			h.ReplayLSN, h.ReceiveLSN = 0, 0
-			tr.claims[r.i] = &claim{index: r.i, timeline: r.timeline, sentAt: r.sentAt}
-			tr.sync[r.i] = r.sync
+			th.claim, th.sync = &claim{index: r.i, timeline: r.timeline, sentAt: r.sentAt}, r.sync
 		}
 		if !wasHealthy {
 			tr.emit(Event{Kind: EventHostUp, Host: h.Name})
@@ -219,7 +236,7 @@ func (tr *tracker) applyView(v viewResult) {
 		tr.evaluate(false, nil)
 		return
 	}
-	a := tr.discover(v.view, Authorize(v.view, tr.endpoints))
+	a := tr.discover(v.view, Authorize(v.view, tr.endpoints()))
 	tr.auth, tr.viewAt = &a, v.sentAt
 	tr.prov.LastError = ""
 	tr.prov.Endpoint = v.view.Endpoint
@@ -227,10 +244,10 @@ func (tr *tracker) applyView(v viewResult) {
 	tr.prov.Conflict, tr.prov.Unknown = a.Conflict, a.Unknown
 	tr.prov.Leader, tr.prov.LeaderTimeline = "", a.LeaderTimeline
 	if a.Leader >= 0 {
-		tr.prov.Leader = tr.hosts[a.Leader].Name
+		tr.prov.Leader = tr.hosts[a.Leader].state.Name
 	}
 	for i := range tr.hosts {
-		h := &tr.hosts[i]
+		h := &tr.hosts[i].state
 		h.Member, h.MemberRole, h.MemberState, h.NoLoadBalance = "", "", "", false
 		if k := a.Member[i]; k >= 0 {
 			m := v.view.Members[k]
@@ -252,8 +269,8 @@ func (tr *tracker) applyView(v viewResult) {
 func (tr *tracker) evaluate(observed bool, r *result) {
 	now := time.Now()
 	claims := make([]claim, 0, 2)
-	for _, c := range tr.claims {
-		if c != nil {
+	for i := range tr.hosts {
+		if c := tr.hosts[i].claim; c != nil {
 			claims = append(claims, *c)
 		}
 	}
@@ -275,24 +292,43 @@ func (tr *tracker) evaluate(observed bool, r *result) {
 	case d.primary >= 0 && d.primary != tr.primary:
 		prev := ""
 		if tr.lastPrimary >= 0 {
-			prev = tr.hosts[tr.lastPrimary].Name
+			prev = tr.hosts[tr.lastPrimary].state.Name
 		}
 		if d.primary != tr.lastPrimary {
 			tr.epoch++
 		}
 		tr.lastPrimary = d.primary
-		tr.emit(Event{Kind: EventPrimaryChanged, Host: tr.hosts[d.primary].Name, Previous: prev, Epoch: tr.epoch})
+		tr.emit(Event{Kind: EventPrimaryChanged, Host: tr.hosts[d.primary].state.Name, Previous: prev, Epoch: tr.epoch})
 	case d.primary < 0 && tr.primary >= 0:
-		tr.emit(Event{Kind: EventPrimaryLost, Previous: tr.hosts[tr.primary].Name, Epoch: tr.epoch})
+		tr.emit(Event{Kind: EventPrimaryLost, Previous: tr.hosts[tr.primary].state.Name, Epoch: tr.epoch})
 	}
 	tr.primary, tr.confirmed = d.primary, d.confirmed
 	tr.record(r)
 	tr.publish(now)
+	tr.armLease(now)
+}
+
+// armLease sets the lease timer to the end of the published primary's
+// lease, or stops it when there is none: the snapshot that ends a lease is
+// published when it ends, not at the next probe.
+func (tr *tracker) armLease(now time.Time) {
+	tr.leaseEnd.Stop()
+	if tr.primary < 0 || tr.confirmed.IsZero() {
+		return
+	}
+	if left := tr.confirmed.Add(tr.t.opts.Lease).Sub(now); left >= 0 {
+		// Past the instant LeaseValid turns false (it is strict).
+		tr.leaseEnd.Reset(left + time.Millisecond)
+	}
 }
 
 func (tr *tracker) publish(now time.Time) {
+	hosts := make([]HostState, len(tr.hosts))
+	for i := range tr.hosts {
+		hosts[i] = tr.hosts[i].state
+	}
 	s := &Snapshot{
-		Hosts:     slices.Clone(tr.hosts),
+		Hosts:     hosts,
 		Primary:   tr.primary,
 		Epoch:     tr.epoch,
 		Confirmed: tr.confirmed,
@@ -309,7 +345,7 @@ func (tr *tracker) publish(now time.Time) {
 		s.Hosts[i].SyncState = ""
 	}
 	if tr.primary >= 0 {
-		s.SyncStandbys = tr.sync[tr.primary]
+		s.SyncStandbys = tr.hosts[tr.primary].sync
 		for i := range s.Hosts {
 			for _, st := range s.SyncStandbys {
 				if st.ApplicationName == s.Hosts[i].Name && s.Hosts[i].Role == RoleStandby {
@@ -328,7 +364,7 @@ func (tr *tracker) record(r *result) {
 	if r == nil || r.err != nil || r.inRecovery || r.i != tr.primary || r.insert == 0 {
 		return
 	}
-	h := &tr.hosts[r.i]
+	h := &tr.hosts[r.i].state
 	o := lagmeter.Origin{SystemID: h.SystemID, Timeline: h.Timeline, Layout: h.Layout}
 	hist := tr.t.history
 	if tr.histHost != r.i || hist.Origin() != o {

@@ -84,7 +84,7 @@ func renderDecision(query string, d pgrouted.Decision, err error) string {
 		where = "the primary (none known now)"
 	}
 	fmt.Fprintf(&b, "runs on:  %s\n", where)
-	reason := d.Reason
+	reason := string(d.Reason)
 	if text, ok := reasonText[d.Reason]; ok {
 		reason += ": " + text
 	}
@@ -96,7 +96,7 @@ func renderDecision(query string, d pgrouted.Decision, err error) string {
 }
 
 // reasonText explains each reason (see the Reason constants).
-var reasonText = map[string]string{
+var reasonText = map[pgrouted.Reason]string{
 	pgrouted.ReasonNoReplicas:      "no host is a replica, so the read runs on the primary",
 	pgrouted.ReasonUnhealthy:       "every replica failed its last probe or has its circuit open, so the read runs on the primary",
 	pgrouted.ReasonBehind:          "every healthy replica lacks this process's writes or is over the staleness budget, so the read runs on the primary",

@@ -92,7 +92,7 @@ func TestDemoFrameRendering(t *testing.T) {
 		Top: sampleTopology(),
 		Stats: pgrouted.Stats{
 			Statements: map[string]map[string]uint64{"node0": {"write": 1200, "tx": 300, "read": 50}, "node1": {"read": 4000}},
-			Fallbacks:  map[string]uint64{"behind": 12, "unhealthy": 3},
+			Fallbacks:  map[pgrouted.Reason]uint64{"behind": 12, "unhealthy": 3},
 		},
 		Notes:  map[string]string{"node1": "replay paused"},
 		MaxLag: 2 * time.Second,

@@ -114,7 +114,7 @@ func renderFrame(f *frame, color bool) string {
 		fmt.Fprintf(&b, " · interrupted by faults %d", f.Interrupted)
 	}
 	b.WriteString("\n")
-	if fb := formatReasons(f.Stats.Fallbacks); fb != "" {
+	if fb := formatReasons(reasonCounts(f.Stats.Fallbacks)); fb != "" {
 		fmt.Fprintf(&b, "reads that fell back to the primary: %s\n", fb)
 	}
 	if f.EventsTitle != "" {

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+
+	"github.com/pgrouted/pgrouted"
 )
 
 // Summary is what the demo found, printed at the end (as JSON with
@@ -201,6 +203,15 @@ func renderSummary(s *Summary, color bool) string {
 }
 
 var opLabel = map[string]string{"read": "reads", "write": "writes", "tx": "transaction statements", "lock": "locks"}
+
+// reasonCounts is m keyed by the reasons' text.
+func reasonCounts(m map[pgrouted.Reason]uint64) map[string]uint64 {
+	out := make(map[string]uint64, len(m))
+	for r, n := range m {
+		out[string(r)] = n
+	}
+	return out
+}
 
 // formatReasons prints counts per reason, largest first: "behind 12,
 // unhealthy 3".

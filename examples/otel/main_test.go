@@ -117,7 +117,7 @@ func wantServers(t *testing.T, spans []sdktrace.ReadOnlySpan, done []statement) 
 		}
 		if !primary {
 			onReplica++
-			if reason != pgrouted.ReasonReplica && reason != pgrouted.ReasonCheck {
+			if r := pgrouted.Reason(reason); r != pgrouted.ReasonReplica && r != pgrouted.ReasonCheck {
 				t.Errorf("%s on replica %s: reason %q", done[i].query, node, reason)
 			}
 		}

@@ -1,0 +1,94 @@
+package pgrouted
+
+import (
+	"sync/atomic"
+
+	"github.com/pgrouted/pgrouted/lagmeter"
+	"github.com/pgrouted/pgrouted/topology"
+)
+
+// A view is one topology snapshot joined with the Connector's hosts: each
+// host beside what the probes last saw of it. The routing code reads hosts
+// through a view and gets a host and its probe state together; this file
+// is the only place that pairs them, once per snapshot.
+//
+// A snapshot's hosts are in the order of the Connector's host table (the
+// DSN's, then the discovered ones), which only grows and appends a host
+// before any snapshot names it (see hostTable): so every host a snapshot
+// names is in the table when its view is built.
+type view struct {
+	snap    *topology.Snapshot
+	hosts   []hostView // in snapshot order
+	primary *hostView  // the snapshot's primary, nil when none
+
+	// walEnd is the end of the WAL the primary had written at its last
+	// probe: its insert position through its WAL layout
+	// (lagmeter.WALLayout.RecordEnd), which a caught-up standby's replay
+	// position equals; 0 when no primary is known. Byte lag is measured
+	// against it (hostView.byteLag), and a write acknowledged before that
+	// probe was sent is at or before it.
+	walEnd lagmeter.LSN
+}
+
+// hostView is a host and its state in one snapshot.
+type hostView struct {
+	*host
+	probe *topology.HostState
+	v     *view
+}
+
+// replay is what is known of the standby's replay position (host.replay).
+func (h *hostView) replay() lagmeter.LSN { return h.host.replay(h.probe) }
+
+// byteLag is how many WAL bytes the standby lacks of the primary's WAL at
+// its last probe (view.walEnd), and false when either is unknown. It is the
+// one reading of byte lag: Config.Select's candidates and Topology report
+// it.
+func (h *hostView) byteLag() (uint64, bool) {
+	return lagmeter.ByteLag(h.v.walEnd, h.replay())
+}
+
+// views caches the view of the newest snapshot.
+type views struct {
+	p atomic.Pointer[view]
+}
+
+// view returns the view of the topology's current snapshot, building it
+// once per snapshot: the routing hot path allocates nothing while the
+// snapshot stays.
+func (c *Connector) view() *view {
+	s := c.top.Snapshot()
+	if v := c.views.p.Load(); v != nil && v.snap == s {
+		return v
+	}
+	v := newView(s, c.hosts.all())
+	c.views.p.Store(v)
+	return v
+}
+
+// newView joins s with hosts (the host table when s was taken or later).
+func newView(s *topology.Snapshot, hosts []*host) *view {
+	v := &view{snap: s, hosts: make([]hostView, len(s.Hosts))}
+	for i := range s.Hosts {
+		v.hosts[i] = hostView{host: hosts[i], probe: &s.Hosts[i], v: v}
+	}
+	if s.Primary >= 0 {
+		v.primary = &v.hosts[s.Primary]
+		v.walEnd = v.primary.probe.Layout.RecordEnd(v.primary.probe.InsertLSN)
+	}
+	return v
+}
+
+// of returns h in v, nil when v's snapshot does not name it (a host
+// discovered after it was taken).
+func (v *view) of(h *host) *hostView {
+	if h.idx >= len(v.hosts) {
+		return nil
+	}
+	return &v.hosts[h.idx]
+}
+
+// isPrimary reports whether h is v's primary.
+func (v *view) isPrimary(h *host) bool {
+	return v.primary != nil && v.primary.host == h
+}
