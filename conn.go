@@ -174,6 +174,7 @@ func (cn *conn) catalogChanged() {
 	}
 	cn.catalogPending = false
 	cn.c.funcs.invalidate()
+	cn.c.schemaChanged()
 	// The schema may have changed too: describe statements again (a
 	// change made elsewhere is met by the recovery of stale.go).
 	for _, h := range cn.c.hosts.all() {

@@ -113,6 +113,9 @@ type Connector struct {
 	funcs   *catalog
 	refused refusedSet
 	classes *classCache // classifications by text (classcache.go)
+	// schema counts the schema changes seen through the connector: a
+	// connection whose cached statements are older drops them (stale.go).
+	schema atomic.Uint64
 
 	// pinLogged is set once a connection pinned session state behind a
 	// connection pooler was logged (pooler.go).

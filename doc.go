@@ -63,8 +63,9 @@
 //     before running it, is dropped where it is cached and runs again on
 //     the same connection (up to three times: a migration's next DDL may
 //     commit between the new Prepare and the execution); inside a
-//     transaction its error is returned, since the server aborted the
-//     transaction (stale.go).
+//     transaction it runs the first time between a savepoint and its
+//     release, and a refusal is rolled back to the savepoint and the
+//     statement sent again, freshly described (stale.go, txstale.go).
 //
 // # How a statement is routed
 //
@@ -118,6 +119,8 @@
 //     replica connection back or raises the watermark.
 //   - tx.go: BeginTx executes the plan's decision; statements inside the
 //     transaction run on its connection; COMMIT raises the watermark.
+//     txstale.go: a statement inside a transaction, sent with a savepoint
+//     when a schema change made elsewhere may have made it stale.
 //   - events.go builds the statement's [RouteEvent] from its plan and what
 //     the paths recorded (Connector.report), and observe.go counts it
 //     ([Stats]); [Connector.Topology] shows what the probes see.

@@ -183,6 +183,10 @@ func (cn *conn) borrow(ctx context.Context, h *host, check bool, wm lagmeter.Wat
 	}
 	b := &borrowed{Conn: dc.(*stdlib.Conn), h: h}
 	h.flight.add(b)
+	if err := cn.c.syncStatements(ctx, b.Conn, h, false); err != nil {
+		b.giveBack()
+		return nil, err
+	}
 	if !h.breaker.Allow() {
 		// The circuit opened after the pool answered: its release of the
 		// host's reads may have missed this one.

@@ -141,6 +141,10 @@ func TestWritesReadTheirPositionInTheSameRoundTrip(t *testing.T) {
 	if _, err := tx.ExecContext(ctx, "UPDATE roundtrips SET v = $1 WHERE id = $2", "warm", 0); err != nil {
 		t.Fatal(err)
 	}
+	var warm string
+	if err := tx.QueryRowContext(ctx, "SELECT v FROM roundtrips WHERE id = $1", 0).Scan(&warm); err != nil {
+		t.Fatal(err)
+	}
 	if err := tx.Commit(); err != nil {
 		t.Fatal(err)
 	}
@@ -190,6 +194,26 @@ func TestWritesReadTheirPositionInTheSameRoundTrip(t *testing.T) {
 		return tx.Commit()
 	})
 	readBack(2, "c")
+	// Statements from cached descriptions, each sent with its savepoint
+	// against a schema change made elsewhere (txstale.go): no round trip
+	// more.
+	check("BEGIN, SELECT, UPDATE, SELECT, COMMIT", 5, func() error {
+		tx, err := c.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		var v string
+		if err := tx.QueryRowContext(ctx, "SELECT v FROM roundtrips WHERE id = $1", 3).Scan(&v); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, "UPDATE roundtrips SET v = $1 WHERE id = $2", "d", 3); err != nil {
+			return err
+		}
+		if err := tx.QueryRowContext(ctx, "SELECT v FROM roundtrips WHERE id = $1", 3).Scan(&v); err != nil || v != "d" {
+			t.Errorf("read back in the transaction: %q, %v; want d", v, err)
+		}
+		return tx.Commit()
+	})
 	// A failed write raises nothing and leaves the session usable.
 	check("a failing INSERT", 1, func() error {
 		_, err := c.ExecContext(ctx, "INSERT INTO roundtrips (id, v) VALUES ($1, $2)", 1, "dup")

@@ -1,10 +1,12 @@
 package pgrouted
 
 import (
+	"context"
 	"errors"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/stdlib"
 )
 
 // This file is the recovery from stale statements: a schema change made
@@ -23,29 +25,53 @@ import (
 
 // staleStatement reports whether err is the server's refusal of a
 // statement whose cached plan or description no longer matches the schema,
-// raised before the statement ran:
+// raised before the statement ran. It goes by what the server says
+// whatever its language (lc_messages): the SQLSTATE and the C function that
+// raised the error (PgError.Routine), as PostgreSQL 12 to 17 name them:
 //
-//   - 0A000 "cached plan must not change result type": a prepared
-//     statement (pgx's statement cache) whose result columns changed,
-//     raised when the plan is revalidated, before execution;
-//   - 08P01 "bind message has N result formats but query has M columns":
-//     a Bind sent with the result formats of a stale description (the
-//     pipelined paths, pgx's description cache);
-//   - 26000 "prepared statement … does not exist": pgx's cached statement
-//     was deallocated on the server. Behind a connection pooler in
-//     transaction mode it may also have been prepared on another server
-//     session: running it again is as harmless (nothing ran), and when it
-//     fails again the error says which setting avoids it (pooler.go's
-//     withPoolerHint, applied to the final error). Where the probes see the
-//     pooler, pgx's path prepares no named statement at all.
+//   - 0A000 from RevalidateCachedQuery (plancache.c), "cached plan must
+//     not change result type": a prepared statement (pgx's statement
+//     cache) whose result columns changed, raised when the plan is
+//     revalidated, before execution;
+//   - 08P01 from PortalSetResultFormat (pquery.c), "bind message has N
+//     result formats but query has M columns": a Bind sent with the result
+//     formats of a stale description (the pipelined paths, pgx's
+//     description cache);
+//   - 26000 from FetchPreparedStatement (prepare.c), "prepared statement
+//     … does not exist": pgx's cached statement was deallocated on the
+//     server. Behind a connection pooler in transaction mode it may also
+//     have been prepared on another server session: running it again is as
+//     harmless (nothing ran), and when it fails again the error says which
+//     setting avoids it (pooler.go's withPoolerHint, applied to the final
+//     error). Where the probes see the pooler, pgx's path prepares no
+//     named statement at all.
 //
-// An error raised inside a function (Where is set: a RAISE of the same
-// code, say) does not count: the function may have done anything before.
+// A server or proxy that names no routine (a pooler's own error, a server
+// that is not PostgreSQL) is judged by the English message instead, the
+// only text it can be known by. An error raised inside a function (Where is
+// set: a RAISE of the same code, say) does not count: the function may have
+// done anything before.
 func staleStatement(err error) bool {
 	var pe *pgconn.PgError
 	if !errors.As(err, &pe) || pe.Where != "" {
 		return false
 	}
+	if pe.Routine == "" {
+		return staleMessage(pe)
+	}
+	switch pe.Code {
+	case "0A000":
+		return pe.Routine == "RevalidateCachedQuery"
+	case "08P01":
+		return pe.Routine == "PortalSetResultFormat"
+	case "26000":
+		return pe.Routine == "FetchPreparedStatement"
+	}
+	return false
+}
+
+// staleMessage is staleStatement for an error that names no routine.
+func staleMessage(pe *pgconn.PgError) bool {
 	switch pe.Code {
 	case "0A000":
 		return pe.Message == "cached plan must not change result type"
@@ -53,6 +79,34 @@ func staleStatement(err error) bool {
 		return strings.HasPrefix(pe.Message, "bind message has ") && strings.Contains(pe.Message, " result formats but query has ")
 	case "26000":
 		return strings.HasPrefix(pe.Message, "prepared statement ") && strings.HasSuffix(pe.Message, " does not exist")
+	}
+	return false
+}
+
+// staleParams reports whether err is the server's refusal of a statement
+// whose parameters were sent with the types of a description a schema
+// change made stale (a column retyped): raised while the statement was
+// analysed, before it ran, as
+//
+//   - 42804 from transformAssignedExpr (parse_target.c), "column … is of
+//     type … but expression is of type …": a parameter assigned to a column
+//     of another type;
+//   - 42883 from op_error (parse_oper.c), "operator does not exist": a
+//     parameter compared with a column of another type.
+//
+// The same errors come from a statement that is wrong as written: only a
+// statement sent with a cached description, which a fresh one contradicts,
+// is sent again (see encode).
+func staleParams(err error) bool {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.Where != "" {
+		return false
+	}
+	switch pe.Code {
+	case "42804":
+		return pe.Routine == "transformAssignedExpr"
+	case "42883":
+		return pe.Routine == "op_error"
 	}
 	return false
 }
@@ -83,14 +137,69 @@ const maxStaleReruns = 3
 // (the server aborted it). The stale descriptions are dropped either way.
 // The caller runs it again on the same connection: another one may hold the
 // stale statement in its pgx cache too.
+//
+// A parameter refused for its type (staleParams: sent with the types of a
+// cached description, or of pgx's cached statement, after a column was
+// retyped) runs again once, freshly described; a statement that is wrong
+// as written fails the same way then, and that error is returned.
 func (cn *conn) runAgain(err error, cl *call) bool {
-	if !staleStatement(err) {
+	params := staleParams(err)
+	if !params && !staleStatement(err) {
 		return false
 	}
 	cn.dropStale(cl.query)
-	if cl.reruns >= maxStaleReruns || !cl.single || cl.begin != nil || cn.tx != nil || cn.inSQLTx() {
+	if cl.reruns >= maxStaleReruns || (params && cl.reruns > 0) || !cl.single || cl.begin != nil || cn.tx != nil || cn.inSQLTx() {
 		return false
 	}
 	cl.reruns++
 	return true
+}
+
+// schemaKey is the key, in a connection's pgconn.PgConn.CustomData, of the
+// connector's schema count its cached statements were prepared under.
+const schemaKey = "pgrouted.schema"
+
+// schemaChanged records a schema change seen through the connector (DDL
+// run through it, once its transaction ended): every connection's cached
+// statements are dropped at its next use (syncStatements), and each is
+// prepared afresh there, instead of being refused as stale first.
+func (c *Connector) schemaChanged() {
+	c.schema.Add(1)
+}
+
+// syncStatements drops the statements pgx cached on sc, a connection to
+// host h (its named statements and descriptions) when the connector saw
+// a schema change since they were prepared (schemaChanged): one round trip
+// (DEALLOCATE ALL) per connection after a change. pgx has no way to drop a
+// cached statement by its text, nor to list them. A connection seen for the
+// first time has nothing cached. Nothing is dropped inside a transaction
+// (its statements are recovered one by one, txstale.go), on a pinned
+// session (pinned: the user's own PREPAREd statements would go too), nor
+// through a connection pooler (the command would run on a server session
+// other clients share): there a stale statement is recovered when the
+// server refuses it. An error is the connection's: sc is closed.
+func (c *Connector) syncStatements(ctx context.Context, sc *stdlib.Conn, h *host, pinned bool) error {
+	gen := c.schema.Load()
+	pc := sc.Conn()
+	data := pc.PgConn().CustomData()
+	if data == nil {
+		return nil
+	}
+	seen, ok := data[schemaKey].(uint64)
+	if seen == gen && ok {
+		return nil
+	}
+	if !ok || pinned || c.describeOnly(h) {
+		data[schemaKey] = gen
+		return nil
+	}
+	if pc.PgConn().TxStatus() != 'I' {
+		return nil
+	}
+	if err := pc.DeallocateAll(ctx); err != nil {
+		pc.Close(ctx)
+		return err
+	}
+	data[schemaKey] = gen
+	return nil
 }

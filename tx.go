@@ -23,6 +23,7 @@ type tx struct {
 	host    *host     // the host that runs it
 	wrote   bool      // a read-write transaction on the primary
 	tainted bool      // session state was changed on the borrowed connection
+	stale   txStale   // the recovery from stale statements (txstale.go)
 }
 
 // BeginTx implements driver.ConnBeginTx. Where the transaction runs is
@@ -139,16 +140,21 @@ func (t *tx) run(ctx context.Context, r sqlclass.Result, cl *call, began time.Ti
 			t.tainted = true
 		}
 	}
-	err := cl.on(ctx, sc, cn.c.statementArgs(t.host, cl.args))
+	// A statement refused as stale runs again after a rollback to a
+	// savepoint (txstale.go).
+	recovered, err := t.exec(ctx, sc, r, cl)
 	if err != nil {
-		// A stale statement aborted the transaction: its descriptions
-		// are dropped, and the error returned.
+		// A stale statement of pgx's path aborted the transaction: its
+		// descriptions are dropped, and the error returned.
 		cn.runAgain(err, cl)
 		if t.replica == nil && cn.lost(sc) {
 			err = lostError(opOf(r.Class), err)
 		}
 	}
 	err = withPoolerHint(err)
+	if recovered {
+		cl.reruns++
+	}
 	t.report(ctx, opOf(r.Class), cl, began, err)
 	return err
 }

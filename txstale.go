@@ -1,0 +1,209 @@
+package pgrouted
+
+import (
+	"context"
+	"database/sql/driver"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pgrouted/pgrouted/internal/sqlclass"
+)
+
+// This file is the recovery from stale statements inside a transaction. A
+// migration made by another process (a column added or retyped, a table
+// dropped and created again) makes the server refuse a statement whose
+// description was cached before it, before running it; inside a
+// transaction that refusal would abort the transaction, for a change the
+// application did not make.
+//
+// So inside a transaction a statement that answers like a query (a read,
+// a locking read, an INSERT, UPDATE, DELETE or MERGE) runs through a pgconn
+// pipeline with a cached description (descCache), as the pipelined paths
+// outside transactions do, instead of pgx's named statements. Its first
+// run in the transaction, when its description comes from the cache, goes
+// between a savepoint and its release, in the same round trip:
+//
+//	SAVEPOINT pgrouted_stale; <statement>; RELEASE SAVEPOINT pgrouted_stale; Sync
+//
+// When the server refuses it as stale (staleStatement, staleParams), the
+// transaction is rolled back to the savepoint, which undoes nothing else
+// (the statement did not run), the description is dropped, and the
+// statement is described afresh and sent again. A statement that ran in the
+// transaction holds its relations' locks until the transaction ends, so no
+// other session can change them meanwhile: its later runs, and those of a
+// statement described inside the transaction, go without the savepoint. A
+// statement of the transaction itself that may change the schema or the
+// session's name resolution (DDL, SET search_path) makes every statement
+// be checked again, with descriptions of the transaction's own.
+//
+// Statements that answer otherwise (DDL, COPY, transaction control,
+// several in one string), those without arguments whose rows are not
+// wanted (pgx sends them with the simple protocol, which caches nothing),
+// and those sent the way the user chose (the simple protocol, pgx options
+// among the arguments) keep pgx's own path.
+
+// The savepoint's statements.
+const (
+	savepointSQL  = "SAVEPOINT pgrouted_stale"
+	releaseSQL    = "RELEASE SAVEPOINT pgrouted_stale"
+	rollbackToSQL = "ROLLBACK TO SAVEPOINT pgrouted_stale; RELEASE SAVEPOINT pgrouted_stale"
+)
+
+// maxGuards bounds the savepoints of one transaction. A savepoint whose
+// statement writes takes a subtransaction ID, kept until the transaction
+// ends, and past 64 of them every snapshot of the server looks them up in
+// pg_subtrans (subtransaction overflow), replicas included: the statements
+// after the bound run unguarded, as they did without this recovery.
+const maxGuards = 32
+
+// txStale is a transaction's state for the recovery from stale
+// statements.
+type txStale struct {
+	// checked are the statements that ran in the transaction since it
+	// last changed the schema.
+	checked map[string]struct{}
+	// guards counts the savepoints sent.
+	guards int
+	// own are the descriptions read since the transaction changed the
+	// schema or its session's settings: valid only inside it.
+	own *descCache
+}
+
+// descs returns the statement descriptions valid in the transaction.
+func (t *tx) descs() *descCache {
+	switch {
+	case t.stale.own != nil:
+		return t.stale.own
+	case t.replica != nil:
+		return &t.replica.h.descs
+	}
+	return t.cn.descsOf()
+}
+
+// exec runs cl, classified as r, in the transaction on its connection sc.
+// recovered reports that the server refused it as stale first, and that
+// it ran again after the savepoint's rollback.
+func (t *tx) exec(ctx context.Context, sc *stdlib.Conn, r sqlclass.Result, cl *call) (recovered bool, err error) {
+	plain := r.Statements == 1 && !r.ChangesCatalog && (r.DML || r.Class == sqlclass.Read || r.Class == sqlclass.Lock)
+	if plain && cl.single && (cl.isQuery || len(cl.args) > 0) && t.cn.c.pipelineOK(t.host, cl.args) {
+		recovered, err = t.runPipelined(ctx, sc, cl, true)
+		if err == nil {
+			if t.stale.checked == nil {
+				t.stale.checked = make(map[string]struct{})
+			}
+			t.stale.checked[cl.query] = struct{}{}
+		}
+		return recovered, err
+	}
+	err = cl.on(ctx, sc, t.cn.c.statementArgs(t.host, cl.args))
+	if !plain {
+		// It may have changed the schema, or what its names mean: every
+		// statement is checked again, with descriptions of the
+		// transaction's own.
+		t.stale.checked = nil
+		if r.ChangesCatalog || r.Has(sqlclass.Session) || r.Class == sqlclass.Unknown {
+			t.stale.own = new(descCache)
+		}
+	}
+	return false, err
+}
+
+// runPipelined sends cl on sc in a pipeline, with its description from the
+// transaction's descriptions; between a savepoint and its release when the
+// description came from the cache and the statement did not run in the
+// transaction yet (and mayGuard). A stale refusal of a guarded statement is
+// rolled back to the savepoint, and the statement described and sent
+// again.
+func (t *tx) runPipelined(ctx context.Context, sc *stdlib.Conn, cl *call, mayGuard bool) (recovered bool, err error) {
+	pc := sc.Conn()
+	if pc.IsClosed() {
+		return false, driver.ErrBadConn
+	}
+	descs := t.descs()
+	_, ran := t.stale.checked[cl.query]
+	guard := mayGuard && !ran && t.stale.guards < maxGuards && descs.get(cl.query) != nil
+	e, err := encode(ctx, pc, descs, cl.query, cl.args, cl.isQuery)
+	if err != nil {
+		return false, err
+	}
+	if guard {
+		t.stale.guards++
+	}
+	pl := pc.PgConn().StartPipeline(ctx)
+	if guard {
+		pl.SendQueryParams(savepointSQL, nil, nil, nil, nil)
+	}
+	e.send(pl)
+	if guard {
+		pl.SendQueryParams(releaseSQL, nil, nil, nil, nil)
+	}
+	pl.SendPipelineSync()
+	if err := pl.Flush(); err != nil {
+		pl.Close()
+		return false, err
+	}
+	err = t.answer(pc, pl, guard, cl)
+	if err == nil || !guard || !(staleStatement(err) || staleParams(err)) || pc.IsClosed() {
+		if isPgError(err) {
+			descs.drop(cl.query)
+		}
+		return false, err
+	}
+	// Refused before it ran: back to the savepoint, and again, freshly
+	// described (an error of the statement itself comes back then, and
+	// aborts the transaction as it would have).
+	if _, rerr := pc.PgConn().Exec(ctx, rollbackToSQL).ReadAll(); rerr != nil {
+		return false, err
+	}
+	t.cn.dropStale(cl.query)
+	descs.drop(cl.query)
+	_, err = t.runPipelined(ctx, sc, cl, false)
+	return true, err
+}
+
+// answer reads the answers of a pipeline runPipelined sent: the savepoint's
+// when guard, then the statement's (its rows stream to the caller, and the
+// rest is read when they are closed), the release's and the Sync.
+func (t *tx) answer(pc *pgx.Conn, pl *pgconn.Pipeline, guard bool, cl *call) error {
+	if guard {
+		rr, err := nextResult(pl)
+		if err == nil {
+			_, err = rr.Close()
+		}
+		if err != nil {
+			return finishGuarded(pl, false, err)
+		}
+	}
+	rr, err := nextResult(pl)
+	if err != nil {
+		return finishGuarded(pl, guard, err)
+	}
+	if cl.isQuery {
+		cl.rows, err = newResultRows(pc.TypeMap(), rr, func(rerr error) error {
+			return finishGuarded(pl, guard, rerr)
+		})
+		return err
+	}
+	tag, err := rr.Close()
+	if err == nil {
+		cl.res = driver.RowsAffected(tag.RowsAffected())
+	}
+	return finishGuarded(pl, guard, err)
+}
+
+// finishGuarded reads what follows a statement whose outcome was err in a
+// pipeline of runPipelined (the release when guard and the statement
+// succeeded, then the Sync; after an error the server skipped the
+// release), and closes the pipeline.
+func finishGuarded(pl *pgconn.Pipeline, guard bool, err error) error {
+	if err == nil && guard {
+		_, err = pipelinedResult(pl, nil)
+	} else if serr := finishSync(pl, err); serr != nil && err == nil {
+		err = serr
+	}
+	if cerr := pl.Close(); cerr != nil && err == nil && !isPgError(cerr) {
+		err = cerr
+	}
+	return err
+}
