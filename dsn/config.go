@@ -487,6 +487,13 @@ func (c Config) String() string { return c.Redacted() }
 // either.
 func (c Config) GoString() string { return c.Redacted() }
 
-// Redacted returns [Format] of the Config with every password (the URL's
-// userinfo password, password= and sslpassword= values) replaced by xxxxx.
+// Redacted returns the Config as a connection string without its
+// passwords. A URL is [Format]'s string with the userinfo password and the
+// password and sslpassword values masked as xxxxx where pgconn's own
+// redaction finds them; a keyword/value string, or one built in code, is
+// written afresh from the hosts' settings as Format writes a Config built
+// in code, with password=xxxxx (and no sslpassword). A Patroni endpoint's
+// password is masked in the URL it is part of. A host's password (four
+// bytes or more) is masked wherever else it appears; when it is made of
+// the mask's letters and cannot be, the whole string is xxxxx.
 func (c Config) Redacted() string { return format(&c, true) }

@@ -31,7 +31,7 @@ import (
 // ConnConfig are not seen.
 //
 // The routing keys are written in a fixed order: the order of the table in
-// [Parse].
+// [Parse]. A zero field counts as its default.
 func Format(cfg *Config) string {
 	if cfg == nil {
 		return ""
