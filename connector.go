@@ -42,7 +42,7 @@ type Config struct {
 
 	// Select, when set, chooses the replica of a read among two or more
 	// eligible ones, instead of the pgrouted_select policy (which is
-	// Config.Config.Select): it returns the Name of one of candidates.
+	// Config.SelectPolicy): it returns the Name of one of candidates.
 	// When it returns another name, the policy chooses. It runs on the
 	// statement's goroutine for every such read: keep it fast.
 	Select func(ctx context.Context, candidates []Candidate) string
@@ -149,6 +149,7 @@ func NewConnector(cfg *Config) (*Connector, error) {
 	}
 	own := *cfg
 	own.Config = *cfg.Config.Clone()
+	own.Config.SetDefaults() // a zero field is its default
 	if err := own.Config.Validate(); err != nil {
 		return nil, err
 	}
@@ -177,9 +178,8 @@ func NewConnector(cfg *Config) (*Connector, error) {
 		}
 		c.hosts.add(hs)
 	}
-	// own.Config.Select is the pgrouted_select policy; own.Select, the
-	// Config.Select hook, goes in front of it.
-	c.picker = newPicker(own.Config.Select, own.LatencyWindow, own.Select, own.Logger)
+	// The Config.Select hook goes in front of the pgrouted_select policy.
+	c.picker = newPicker(own.SelectPolicy, own.LatencyWindow, own.Select, own.Logger)
 	prov, err := newProvider(&own)
 	if err != nil {
 		c.closePools()

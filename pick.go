@@ -214,9 +214,10 @@ func turn(n *atomic.Uint64, advance bool) uint64 {
 	return n.Load()
 }
 
-// inWindow keeps the candidates whose round trip is within window
-// (pgrouted_latency_window) of the fastest known one, and every candidate
-// when no round trip is known or the window is off. It filters in place.
+// inWindow keeps the candidates inside the latency window
+// (pgrouted_latency_window, see inLatencyWindow), a candidate whose round
+// trip is not known yet included, and every candidate when no round trip
+// is known or the window is off. It filters in place.
 func inWindow(cand []*hostView, window time.Duration) []*hostView {
 	if window < 0 {
 		return cand
@@ -232,17 +233,26 @@ func inWindow(cand []*hostView, window time.Duration) []*hostView {
 	}
 	kept := cand[:0]
 	for _, h := range cand {
-		if withinWindow(h.probe.RTT, fastest, window) {
+		if r := h.probe.RTT; r == 0 || inLatencyWindow(r, fastest, window) {
 			kept = append(kept, h)
 		}
 	}
 	return kept
 }
 
-// withinWindow reports whether a candidate whose probe round trip is rtt
-// (0: unknown) is within window of the fastest candidate's.
-func withinWindow(rtt, fastest, window time.Duration) bool {
-	return rtt == 0 || rtt <= fastest+window
+// inLatencyWindow reports whether a replica whose probe round trip is rtt
+// is inside the latency window of the fastest candidate's, fastest: rtt ≤
+// fastest + max(window, fastest). The window is relative as well as
+// absolute, so that it never takes out a replica less than twice as slow
+// as the fastest. It keeps reads off a far replica (another region, tens
+// of milliseconds more) while the replicas of one site, whose round trips
+// differ by noise, stay in; and on a loaded machine, where every probe
+// waits for a CPU and the fastest is slow too, the window widens with it.
+// It cannot tell a replica slowed for a moment from a far one: a single
+// replica's spike above fastest + window takes it out until its round
+// trip's moving average comes back (a few probes).
+func inLatencyWindow(rtt, fastest, window time.Duration) bool {
+	return rtt <= fastest+max(window, fastest)
 }
 
 // weightStride returns a stride coprime with total, near total·0.618, for

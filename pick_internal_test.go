@@ -44,3 +44,36 @@ func TestSelectHookPicker(t *testing.T) {
 		t.Fatal("Explain's choice called the hook")
 	}
 }
+
+// The latency window is relative to the fastest replica as well as
+// absolute: inside when rtt ≤ fastest + max(window, fastest).
+func TestInLatencyWindow(t *testing.T) {
+	ms := time.Millisecond
+	for _, tc := range []struct {
+		rtt, fastest, window time.Duration
+		in                   bool
+	}{
+		{rtt: ms, fastest: ms, window: 20 * ms, in: true},                // the fastest itself
+		{rtt: 21 * ms, fastest: ms, window: 20 * ms, in: true},           // at the absolute edge
+		{rtt: 22 * ms, fastest: ms, window: 20 * ms, in: false},          // past it: a far replica
+		{rtt: 81 * ms, fastest: ms, window: 20 * ms, in: false},          // another region
+		{rtt: 60 * ms, fastest: 30 * ms, window: 20 * ms, in: true},      // loaded machine: twice the fastest is in
+		{rtt: 61 * ms, fastest: 30 * ms, window: 20 * ms, in: false},     // more than twice, past the window
+		{rtt: 200 * ms, fastest: 150 * ms, window: 20 * ms, in: true},    // far from every replica alike
+		{rtt: 300 * ms, fastest: 100 * ms, window: 20 * ms, in: false},   // three times the fastest
+		{rtt: 500 * ms, fastest: 100 * ms, window: 1000 * ms, in: true},  // a wide window
+		{rtt: 1100 * ms, fastest: 100 * ms, window: 1000 * ms, in: true}, // its edge
+	} {
+		if got := inLatencyWindow(tc.rtt, tc.fastest, tc.window); got != tc.in {
+			t.Errorf("rtt %v, fastest %v, window %v: inside %v, want %v", tc.rtt, tc.fastest, tc.window, got, tc.in)
+		}
+	}
+
+	// Through the round-robin picker: with the fastest at 30ms (a loaded
+	// machine), a replica at 55ms stays in, where the absolute 20ms window
+	// took it out; one at 90ms does not.
+	c, s := testConnector(dsn.SelectRoundRobin, 20*ms, []int{1, 1, 1}, []time.Duration{30 * ms, 55 * ms, 90 * ms})
+	if got := counts(c, s, 100, 0, 1, 2); got[0] != 50 || got[1] != 50 || got[2] != 0 {
+		t.Fatalf("round-robin, fastest at 30ms: %v", got)
+	}
+}

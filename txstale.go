@@ -86,7 +86,9 @@ func (t *tx) descs() *descCache {
 // it ran again after the savepoint's rollback.
 func (t *tx) exec(ctx context.Context, sc *stdlib.Conn, r sqlclass.Result, cl *call) (recovered bool, err error) {
 	plain := r.Statements == 1 && !r.ChangesCatalog && (r.DML || r.Class == sqlclass.Read || r.Class == sqlclass.Lock)
-	if plain && cl.single && (cl.isQuery || len(cl.args) > 0) && t.cn.c.pipelineOK(t.host, cl.args) {
+	// A pgx call (Pool) gets pgx's own rows, not the pipeline's: pgx runs
+	// it, and a stale refusal aborts the transaction as it does in pgx.
+	if plain && cl.single && cl.px == nil && (cl.isQuery || len(cl.args) > 0) && t.cn.c.pipelineOK(t.host, cl.args) {
 		recovered, err = t.runPipelined(ctx, sc, cl, true)
 		if err == nil {
 			if t.stale.checked == nil {

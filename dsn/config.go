@@ -1,6 +1,7 @@
 package dsn
 
 import (
+	"math"
 	"slices"
 	"time"
 
@@ -27,19 +28,23 @@ const (
 )
 
 // SelectPolicy is how a replica is chosen among the eligible ones
-// (pgrouted_select).
+// (pgrouted_select). Every policy but nearest chooses among the replicas
+// inside the latency window ([Config.LatencyWindow]).
 type SelectPolicy string
 
 // The values of pgrouted_select.
 const (
 	// SelectRoundRobin takes the eligible replicas in turn.
 	SelectRoundRobin SelectPolicy = "round-robin"
-	// SelectWeighted picks at random in proportion to [Host.Weight].
+	// SelectWeighted gives each eligible replica a share of the reads in
+	// proportion to its [Host.Weight], in a fixed interleaved order (a
+	// stride through the weights), not at random.
 	SelectWeighted SelectPolicy = "weighted"
-	// SelectLeastInflight picks the replica with the fewest statements
-	// running.
+	// SelectLeastInflight takes the less busy (fewer statements running)
+	// of two eligible replicas drawn at random: the power of two choices.
 	SelectLeastInflight SelectPolicy = "least-inflight"
-	// SelectNearest picks the replica with the lowest probe round trip.
+	// SelectNearest takes the replica with the lowest probe round trip;
+	// the latency window does not apply.
 	SelectNearest SelectPolicy = "nearest"
 	// SelectRandom picks uniformly at random.
 	SelectRandom SelectPolicy = "random"
@@ -73,22 +78,51 @@ const (
 // round-trip time at all.
 const LatencyWindowOff time.Duration = -1
 
+// WriteNoWait is the [Config.WriteTimeout] that fails a write at once when
+// there is no primary (pgrouted_write_timeout=0); a zero WriteTimeout is
+// the default, [DefaultWriteTimeout].
+const WriteNoWait time.Duration = -1
+
 // MaxWeight is the largest [Host.Weight].
 const MaxWeight = 1_000_000
 
-// The defaults: [Parse] starts from these, and [Format] leaves out every
-// routing key whose value equals its default. Change them before parsing, if
-// at all, and not while another goroutine parses or formats.
-var (
+// The defaults. A zero field of a [Config] means its default: [Parse] and
+// [Config.SetDefaults] put these in its place, [Config.Validate] and
+// [Format] read a zero field as its default, and Format leaves out every
+// routing key whose value is its default. So a Config built in code needs
+// only its Hosts.
+const (
 	// DefaultConsistency is the default of pgrouted_consistency.
 	DefaultConsistency = ConsistencySession
-	// DefaultMaxLag is the default of pgrouted_max_lag: no budget.
-	DefaultMaxLag = LagBudget{}
+
+	// DefaultMaxLag is the default time budget of pgrouted_max_lag while
+	// pgrouted_probe_interval is 10s or less; with a longer ProbeInterval
+	// the default is three probe intervals (see [Config.MaxLag]).
+	// pgrouted_max_lag=none removes the budget.
+	//
+	// Why 30s: the budget is what keeps reads off a replica that fell
+	// minutes or hours behind (replication stopped, replay stuck behind a
+	// conflicting query or a slow apply) instead of serving them stale
+	// data without a word. It must not take a healthy replica out: a
+	// caught-up replica's staleness bound reaches about two probe intervals
+	// when the primary is written to between probes, and a busy machine
+	// delays probes by a few more. 30s is 30 probe intervals at the
+	// default 1s, far from both; it is PostgreSQL's own
+	// max_standby_streaming_delay (30s), the longest a standby's replay may
+	// wait for a conflicting query by default, and Vitess's
+	// discovery_low_replication_lag (30s), its line between a healthy and a
+	// lagging replica. An application that needs fresher reads sets a
+	// smaller budget, or a per-request one with WithMaxLag in package
+	// pgrouted (the smaller wins).
+	DefaultMaxLag = 30 * time.Second
+
 	// DefaultProbeInterval is the default of pgrouted_probe_interval.
 	DefaultProbeInterval = 1 * time.Second
-	// DefaultSelect is the default of pgrouted_select.
-	DefaultSelect = SelectRoundRobin
-	// DefaultLatencyWindow is the default of pgrouted_latency_window.
+	// DefaultSelectPolicy is the default of pgrouted_select.
+	DefaultSelectPolicy = SelectRoundRobin
+	// DefaultLatencyWindow is the default of pgrouted_latency_window (see
+	// [Config.LatencyWindow] for how it widens with the fastest replica's
+	// round trip).
 	DefaultLatencyWindow = 20 * time.Millisecond
 	// DefaultWeight is the default of each pgrouted_weights entry.
 	DefaultWeight = 1
@@ -102,9 +136,22 @@ var (
 	DefaultWriteTimeout = 30 * time.Second
 	// DefaultLease is the default of pgrouted_lease.
 	DefaultLease = 10 * time.Second
+
 	// DefaultReplicaMaxConns is the default of pgrouted_replica_max_conns:
-	// 0, pgxpool's own default.
-	DefaultReplicaMaxConns int32 = 0
+	// each replica's pool holds up to 10 connections, opened on demand.
+	//
+	// Why 10: a number, the same on every machine (pgxpool's own default,
+	// max(4, runtime.NumCPU()), is 4 on a laptop and 64 on a large
+	// server). It is the most reads a process runs on one replica at once;
+	// when every replica's pool is busy a read goes to the primary
+	// (reason saturated), so a pool too small moves reads to the primary
+	// under load. It is also what one process may cost a replica: with
+	// PostgreSQL's default max_connections of 100, ten processes fill a
+	// replica. 10 is HikariCP's default pool size, which has served as a
+	// sane default for years; raise it for processes with more concurrent
+	// reads, lower it when many processes share a replica.
+	DefaultReplicaMaxConns int32 = 10
+
 	// DefaultCircuitFailures is the default of pgrouted_circuit_failures.
 	DefaultCircuitFailures = 2
 	// DefaultCircuitMaxBackoff is the default of
@@ -112,14 +159,19 @@ var (
 	DefaultCircuitMaxBackoff = 30 * time.Second
 	// DefaultStrictBoot is the default of pgrouted_strict_boot.
 	DefaultStrictBoot = false
-
 	// DefaultReplicaWait is the default of pgrouted_replica_wait: off.
 	DefaultReplicaWait time.Duration = 0
 )
 
+// lagIntervals is how many probe intervals the default time budget spans at
+// least: a caught-up replica's bound reaches about two, one more is for a
+// late probe.
+const lagIntervals = 3
+
 // LagBudget is how far behind the primary a replica may be and still serve
 // reads (pgrouted_max_lag): a time, a number of WAL bytes, or none. The zero
-// value is none. LagBudget values compare with ==.
+// value is unset: [Config.SetDefaults] puts the default time budget in its
+// place. LagBudget values compare with ==.
 type LagBudget struct {
 	kind lagKind
 	n    int64 // nanoseconds or bytes, by kind
@@ -128,10 +180,15 @@ type LagBudget struct {
 type lagKind uint8
 
 const (
-	lagNone lagKind = iota
+	lagUnset lagKind = iota
+	lagNone
 	lagTime
 	lagBytes
 )
+
+// LagNone returns no budget: staleness does not gate reads
+// (pgrouted_max_lag=none).
+func LagNone() LagBudget { return LagBudget{kind: lagNone} }
 
 // LagTime returns a budget of time: a replica may serve a read while it is
 // at most d behind.
@@ -141,7 +198,7 @@ func LagTime(d time.Duration) LagBudget { return LagBudget{kind: lagTime, n: int
 // its replay position is at most n bytes behind the primary's.
 func LagBytes(n int64) LagBudget { return LagBudget{kind: lagBytes, n: n} }
 
-// IsNone reports whether there is no budget: staleness does not gate reads.
+// IsNone reports whether b is [LagNone]: staleness does not gate reads.
 func (b LagBudget) IsNone() bool { return b.kind == lagNone }
 
 // Time returns the budget and true when it is a time budget.
@@ -152,31 +209,33 @@ func (b LagBudget) Time() (time.Duration, bool) {
 // Bytes returns the budget and true when it is a byte budget.
 func (b LagBudget) Bytes() (int64, bool) { return b.n, b.kind == lagBytes }
 
-// String returns the budget as a pgrouted_max_lag value ("2s", "16MB"), or
-// "none".
+// String returns the budget as a pgrouted_max_lag value ("2s", "16MB",
+// "none"), or "" when it is unset.
 func (b LagBudget) String() string {
 	switch b.kind {
 	case lagTime:
 		return formatDuration(time.Duration(b.n))
 	case lagBytes:
 		return formatSize(b.n)
+	case lagNone:
+		return "none"
 	}
-	return "none"
+	return ""
 }
 
 // MarshalText implements encoding.TextMarshaler with the form of [LagBudget.String].
 func (b LagBudget) MarshalText() ([]byte, error) { return []byte(b.String()), nil }
 
 // UnmarshalText implements encoding.TextUnmarshaler: it accepts what
-// pgrouted_max_lag accepts, and "none".
+// pgrouted_max_lag accepts, and "" for unset.
 func (b *LagBudget) UnmarshalText(text []byte) error {
-	if string(text) == "none" {
+	if len(text) == 0 {
 		*b = LagBudget{}
 		return nil
 	}
 	v, err := parseLagBudget(string(text))
 	if err != nil {
-		return &ParseError{Key: keyMaxLag, msg: keyMaxLag + " (" + string(text) + ") " + ruleLag}
+		return &ParseError{Key: keyMaxLag, msg: keyMaxLag + " (" + string(text) + ") " + lagRule(string(text), err)}
 	}
 	*b = v
 	return nil
@@ -186,7 +245,7 @@ func (b *LagBudget) UnmarshalText(text []byte) error {
 // the configuration: it is found by probing.
 type Host struct {
 	// Name identifies the host in route events, logs, topology snapshots
-	// and metrics: from pgrouted_names, else the Addr. Names are non-empty,
+	// and metrics: from pgrouted_names; "" means the Addr. Names are
 	// unique (ignoring case), without commas or control characters, and
 	// "primary" is reserved.
 	Name string
@@ -198,7 +257,7 @@ type Host struct {
 	Addr string
 
 	// Weight is the host's share of reads under pgrouted_select=weighted,
-	// from pgrouted_weights: 1 to [MaxWeight], default [DefaultWeight].
+	// from pgrouted_weights: 1 to [MaxWeight]; 0 means [DefaultWeight].
 	Weight int
 
 	// ConnConfig is a complete pgx configuration for this host alone: its
@@ -215,8 +274,11 @@ type Host struct {
 
 // Config is a parsed pgrouted connection string: the hosts, each with its
 // own pgx configuration, and the routing settings. Build one with [Parse];
-// one built or changed in code is checked by [Config.Validate]. Printing a
-// Config with fmt shows [Config.Redacted], never a password.
+// one built or changed in code is checked by [Config.Validate]. A zero
+// routing field means its default (the Default constants), as in
+// sony/gobreaker's Settings: a Config built in code needs only its Hosts,
+// each with an Addr and a ConnConfig. Printing a Config with fmt shows
+// [Config.Redacted], never a password.
 type Config struct {
 	// Hosts are the servers, in the order the connection string lists them.
 	Hosts []Host
@@ -225,9 +287,13 @@ type Config struct {
 	// (pgrouted_consistency, default [DefaultConsistency]).
 	Consistency Consistency
 
-	// MaxLag is the staleness budget of a replica (pgrouted_max_lag, default
-	// [DefaultMaxLag], none). A time budget must be greater than
-	// ProbeInterval; a byte budget must be positive.
+	// MaxLag is the staleness budget of a replica (pgrouted_max_lag). The
+	// default is a time budget of [DefaultMaxLag] (30s), or of three
+	// probe intervals when ProbeInterval is longer than 10s, so that a
+	// long probe interval set alone keeps a valid budget that no
+	// caught-up replica exceeds; [LagNone] removes the budget. A time
+	// budget must be greater than ProbeInterval; a byte budget must be
+	// positive.
 	MaxLag LagBudget
 
 	// ProbeInterval is the time between two probes of a host's role,
@@ -235,14 +301,20 @@ type Config struct {
 	// [DefaultProbeInterval]). Positive.
 	ProbeInterval time.Duration
 
-	// Select is how a replica is chosen among the eligible ones
-	// (pgrouted_select, default [DefaultSelect]).
-	Select SelectPolicy
+	// SelectPolicy is how a replica is chosen among the eligible ones
+	// (pgrouted_select, default [DefaultSelectPolicy]).
+	SelectPolicy SelectPolicy
 
-	// LatencyWindow keeps only the replicas whose round trip is within this
-	// much of the fastest one's (pgrouted_latency_window, default
-	// [DefaultLatencyWindow]); [LatencyWindowOff] keeps all. Zero or more,
-	// or LatencyWindowOff.
+	// LatencyWindow keeps reads off the replicas that are far, by probe
+	// round trip, from the fastest eligible one (pgrouted_latency_window,
+	// default [DefaultLatencyWindow]): a replica is inside when its round
+	// trip is at most the fastest's plus the larger of LatencyWindow and
+	// the fastest's own round trip, so the window never takes out a
+	// replica less than twice as slow as the fastest, and grows with it on
+	// a machine where every probe is slow. A replica whose round trip is
+	// not known yet is inside. Every policy but nearest chooses among the
+	// replicas inside; [LatencyWindowOff] keeps all. Positive, or
+	// LatencyWindowOff.
 	LatencyWindow time.Duration
 
 	// Fallback is what a read does when no replica is eligible
@@ -260,8 +332,9 @@ type Config struct {
 	PinAfterWrite time.Duration
 
 	// WriteTimeout is how long a write waits for a primary, e.g. during a
-	// failover (pgrouted_write_timeout, default [DefaultWriteTimeout]). Zero
-	// or more; 0 fails at once when there is no primary.
+	// failover (pgrouted_write_timeout, default [DefaultWriteTimeout]).
+	// Positive, or [WriteNoWait] (pgrouted_write_timeout=0) to fail at once
+	// when there is no primary.
 	WriteTimeout time.Duration
 
 	// Lease is how long a primary is trusted without a successful probe
@@ -269,8 +342,8 @@ type Config struct {
 	Lease time.Duration
 
 	// ReplicaMaxConns is the size of each replica's connection pool
-	// (pgrouted_replica_max_conns, default [DefaultReplicaMaxConns]); 0
-	// means pgxpool's default. Zero or more.
+	// (pgrouted_replica_max_conns, default [DefaultReplicaMaxConns], 10).
+	// Positive.
 	ReplicaMaxConns int32
 
 	// CircuitFailures is the number of failures in a row that open a host's
@@ -335,26 +408,58 @@ type Config struct {
 // defaultConfig returns a Config with every routing setting at its default
 // and no host.
 func defaultConfig() *Config {
-	return &Config{
-		Consistency:       DefaultConsistency,
-		MaxLag:            DefaultMaxLag,
-		ProbeInterval:     DefaultProbeInterval,
-		Select:            DefaultSelect,
-		LatencyWindow:     DefaultLatencyWindow,
-		Fallback:          DefaultFallback,
-		ReadOnlyTx:        DefaultReadOnlyTx,
-		PinAfterWrite:     DefaultPinAfterWrite,
-		WriteTimeout:      DefaultWriteTimeout,
-		Lease:             DefaultLease,
-		ReplicaMaxConns:   DefaultReplicaMaxConns,
-		CircuitFailures:   DefaultCircuitFailures,
-		CircuitMaxBackoff: DefaultCircuitMaxBackoff,
-		StrictBoot:        DefaultStrictBoot,
-		Topology:          DefaultTopology,
-		PatroniTimeout:    DefaultPatroniTimeout,
-		Discover:          DefaultDiscover,
-		ReplicaWait:       DefaultReplicaWait,
+	c := &Config{}
+	c.SetDefaults()
+	return c
+}
+
+// SetDefaults sets every zero routing field of c to its default, and each
+// host's zero Weight and empty Name to [DefaultWeight] and its Addr, as
+// [Parse] does. A zero MaxLag becomes a time budget of [DefaultMaxLag], or
+// three times the ProbeInterval when that is longer. The fields whose
+// default is zero or false (PinAfterWrite, ReplicaWait, StrictBoot,
+// Discover, the function lists) are left as they are.
+func (c *Config) SetDefaults() {
+	setDefault(&c.Consistency, DefaultConsistency)
+	setDefault(&c.ProbeInterval, DefaultProbeInterval)
+	setDefault(&c.SelectPolicy, DefaultSelectPolicy)
+	setDefault(&c.LatencyWindow, DefaultLatencyWindow)
+	setDefault(&c.Fallback, DefaultFallback)
+	setDefault(&c.ReadOnlyTx, DefaultReadOnlyTx)
+	setDefault(&c.WriteTimeout, DefaultWriteTimeout)
+	setDefault(&c.Lease, DefaultLease)
+	setDefault(&c.ReplicaMaxConns, DefaultReplicaMaxConns)
+	setDefault(&c.CircuitFailures, DefaultCircuitFailures)
+	setDefault(&c.CircuitMaxBackoff, DefaultCircuitMaxBackoff)
+	setDefault(&c.Topology, DefaultTopology)
+	setDefault(&c.PatroniTimeout, DefaultPatroniTimeout)
+	setDefault(&c.MaxLag, defaultMaxLag(c.ProbeInterval))
+	for i := range c.Hosts {
+		setDefault(&c.Hosts[i].Weight, DefaultWeight)
+		setDefault(&c.Hosts[i].Name, c.Hosts[i].Addr)
 	}
+}
+
+// defaultMaxLag is MaxLag's default under the probe interval probe:
+// DefaultMaxLag, or lagIntervals probe intervals when that is longer.
+func defaultMaxLag(probe time.Duration) LagBudget {
+	return LagTime(max(DefaultMaxLag, lagIntervals*min(probe, math.MaxInt64/lagIntervals)))
+}
+
+func setDefault[T comparable](field *T, def T) {
+	var zero T
+	if *field == zero {
+		*field = def
+	}
+}
+
+// withDefaults returns a copy of c (its Hosts slice copied too) with
+// SetDefaults applied.
+func (c *Config) withDefaults() *Config {
+	d := *c
+	d.Hosts = slices.Clone(c.Hosts)
+	d.SetDefaults()
+	return &d
 }
 
 // Clone returns a deep copy of c: its Hosts slice and each host's
@@ -388,6 +493,13 @@ func (c Config) String() string { return c.Redacted() }
 // either.
 func (c Config) GoString() string { return c.Redacted() }
 
-// Redacted returns [Format] of the Config with every password (the URL's
-// userinfo password, password= and sslpassword= values) replaced by xxxxx.
+// Redacted returns the Config as a connection string without its
+// passwords. A URL is [Format]'s string with the userinfo password and the
+// password and sslpassword values masked as xxxxx where pgconn's own
+// redaction finds them; a keyword/value string, or one built in code, is
+// written afresh from the hosts' settings as Format writes a Config built
+// in code, with password=xxxxx (and no sslpassword). A Patroni endpoint's
+// password is masked in the URL it is part of. A host's password (four
+// bytes or more) is masked wherever else it appears; when it is made of
+// the mask's letters and cannot be, the whole string is xxxxx.
 func (c Config) Redacted() string { return format(&c, true) }

@@ -23,23 +23,48 @@
 // Fallbacks; each pair stays together, as the host's own Fallbacks. So
 // every host has a complete pgx configuration of its own, and
 // pgrouted_names and pgrouted_weights count the hosts of the connection
-// string, not pgx's attempts. The routing settings come out typed, with
-// defaults from package-level variables such as [DefaultProbeInterval]; the
+// string, not pgx's attempts. The routing settings come out typed; the
 // keys and their defaults are listed in the documentation of [Parse].
+//
+// # Defaults
+//
+// The defaults are constants ([DefaultMaxLag], [DefaultReplicaMaxConns],
+// ...), and a zero field of a [Config] means its default, as in
+// sony/gobreaker's Settings: [Parse] and [Config.SetDefaults] fill them
+// in, [Config.Validate] and [Format] read a zero field as its default. So
+// a Config built in code needs only its hosts. Where zero is a setting of
+// its own it has a name: [LatencyWindowOff], [WriteNoWait], [LagNone].
+// The defaults that shape routing most are explained where they are
+// declared: a staleness budget of 30s ([DefaultMaxLag]), a pool of 10
+// connections per replica ([DefaultReplicaMaxConns]), a latency window of
+// 20ms that widens with the fastest replica's round trip
+// ([Config.LatencyWindow]).
+//
+// Durations and sizes carry their unit: pgrouted_max_lag=500 is an error
+// that says to write 500ms (or 500KB), not a guess.
 //
 // One consequence: a host's ConnConfig.ConnString is the connection string
 // as given, pgrouted_ keys included, as a pgxpool.Config's keeps its pool_
 // keys. pgx does not read it again.
 //
+// # Formatting and redaction
+//
 // [Format] writes a Config back as a connection string that parses to an
 // equal Config: the string it was parsed from, as given, followed by any
 // routing key changed since (the last of a repeated key wins), or, for a
 // Config built in code, a string written from the hosts' configurations.
-// [Config.Redacted] (and [Config.String]) does the same with every password
-// masked. These two read no more of a string than its outline: where a
-// URL's userinfo and query are, whether a keyword/value string ends on an
-// empty value (which an appended key would become) or on a backslash. The
-// fuzz test holds what they write to pgx's reading of it.
+// Neither reads libpq's syntax: where the appended keys join the string is
+// decided by pgx reading the result back.
+//
+// [Config.Redacted] (and [Config.String], so fmt) never shows a password.
+// A URL is shown as Format writes it, masked by pgconn's own redaction (the
+// one its ParseConfigError uses, exact for a URL that parses); a
+// keyword/value string, whose quotes and escapes could hide a piece of a
+// password from any masking, is written afresh from pgx's parse with
+// password=xxxxx. A host's password found anywhere else in the text (a host
+// or a name equal to it) is masked there too. The fuzz test holds what
+// both write to pgx's reading of it, and the redacted forms to the
+// passwords of the input.
 // [Config.Validate] holds a Config built in code to the rules Parse
 // applies.
 //

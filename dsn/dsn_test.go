@@ -196,7 +196,7 @@ var cases = []dsnCase{
 		}},
 	{name: "url percent-encoded routing key", dsn: "postgres://db1/app?sslmode=disable&pgrouted%5Fselect=random&pgrouted_max_lag=%202s%20",
 		hosts: plain("db1:5432"),
-		set:   func(c *Config) { c.Select = SelectRandom; c.MaxLag = LagTime(2 * time.Second) }},
+		set:   func(c *Config) { c.SelectPolicy = SelectRandom; c.MaxLag = LagTime(2 * time.Second) }},
 	{name: "url password in query", dsn: "postgres://u@db1/app?password=" + marker + "&sslpassword=" + marker + "2&sslmode=disable",
 		hosts: plain("db1:5432")},
 
@@ -205,7 +205,7 @@ var cases = []dsnCase{
 		env: map[string]string{"PGHOST": "e1,e2", "PGPORT": "5433", "PGUSER": "envuser", "PGPASSWORD": marker,
 			"PGDATABASE": "envdb", "PGSSLMODE": "disable", "PGAPPNAME": "envapp"},
 		hosts: plain("e1:5433", "e2:5433"),
-		set:   func(c *Config) { c.Select = SelectRandom },
+		set:   func(c *Config) { c.SelectPolicy = SelectRandom },
 		check: func(t *testing.T, c *Config) {
 			cc := c.Hosts[1].ConnConfig
 			if cc.User != "envuser" || cc.Password != marker || cc.Database != "envdb" || cc.RuntimeParams["application_name"] != "envapp" {
@@ -250,8 +250,6 @@ var cases = []dsnCase{
 		hosts: plain("db1:5432"), set: func(c *Config) { c.MaxLag = LagTime(2 * time.Second) }},
 	{name: "max_lag fraction", dsn: "host=db1 sslmode=disable pgrouted_max_lag=1.5s",
 		hosts: plain("db1:5432"), set: func(c *Config) { c.MaxLag = LagTime(1500 * time.Millisecond) }},
-	{name: "max_lag bare number is ms", dsn: "host=db1 sslmode=disable pgrouted_max_lag=2500",
-		hosts: plain("db1:5432"), set: func(c *Config) { c.MaxLag = LagTime(2500 * time.Millisecond) }},
 	{name: "max_lag minutes", dsn: "host=db1 sslmode=disable pgrouted_max_lag=1m",
 		hosts: plain("db1:5432"), set: func(c *Config) { c.MaxLag = LagTime(time.Minute) }},
 	{name: "max_lag trimmed", dsn: "host=db1 sslmode=disable pgrouted_max_lag=' 1750 ms '",
@@ -265,7 +263,19 @@ var cases = []dsnCase{
 	{name: "max_lag GB", dsn: "host=db1 sslmode=disable pgrouted_max_lag=1GB",
 		hosts: plain("db1:5432"), set: func(c *Config) { c.MaxLag = LagBytes(1 << 30) }},
 	{name: "max_lag none", dsn: "host=db1 sslmode=disable pgrouted_max_lag=none",
-		hosts: plain("db1:5432")},
+		hosts: plain("db1:5432"), set: func(c *Config) { c.MaxLag = LagNone() }},
+	{name: "max_lag default", dsn: "host=db1 sslmode=disable pgrouted_probe_interval=10s pgrouted_lease=30s",
+		hosts: plain("db1:5432"), set: func(c *Config) {
+			c.ProbeInterval, c.Lease = 10*time.Second, 30*time.Second
+			c.MaxLag = LagTime(DefaultMaxLag)
+		}},
+	{name: "max_lag default follows a long probe interval", dsn: "host=db1 sslmode=disable pgrouted_probe_interval=20s pgrouted_lease=1m",
+		hosts: plain("db1:5432"), set: func(c *Config) {
+			c.ProbeInterval, c.Lease = 20*time.Second, time.Minute
+			c.MaxLag = LagTime(time.Minute) // three probe intervals, not 30s
+		}},
+	{name: "max_lag zero", dsn: "host=db1 sslmode=disable pgrouted_max_lag=0",
+		err: "pgrouted_max_lag (0) must be greater than 0", key: keyMaxLag},
 	{name: "probe_interval", dsn: "host=db1 sslmode=disable pgrouted_probe_interval=250ms pgrouted_max_lag=500ms",
 		hosts: plain("db1:5432"),
 		set: func(c *Config) {
@@ -278,19 +288,19 @@ var cases = []dsnCase{
 			{name: "db2:5432", addr: "db2:5432", weight: 2},
 			{name: "db3:5432", addr: "db3:5432", weight: 3},
 		},
-		set: func(c *Config) { c.Select = SelectWeighted }},
+		set: func(c *Config) { c.SelectPolicy = SelectWeighted }},
 	{name: "select least-inflight", dsn: "host=db1 sslmode=disable pgrouted_select=least-inflight",
-		hosts: plain("db1:5432"), set: func(c *Config) { c.Select = SelectLeastInflight }},
+		hosts: plain("db1:5432"), set: func(c *Config) { c.SelectPolicy = SelectLeastInflight }},
 	{name: "select nearest", dsn: "host=db1 sslmode=disable pgrouted_select=nearest",
-		hosts: plain("db1:5432"), set: func(c *Config) { c.Select = SelectNearest }},
+		hosts: plain("db1:5432"), set: func(c *Config) { c.SelectPolicy = SelectNearest }},
 	{name: "select round-robin", dsn: "host=db1 sslmode=disable pgrouted_select=round-robin",
 		hosts: plain("db1:5432")},
 	{name: "select repeated, last wins", dsn: "postgres://db1?sslmode=disable&pgrouted_select=bogus&pgrouted_select=random",
-		hosts: plain("db1:5432"), set: func(c *Config) { c.Select = SelectRandom }},
+		hosts: plain("db1:5432"), set: func(c *Config) { c.SelectPolicy = SelectRandom }},
 	{name: "latency_window off", dsn: "host=db1 sslmode=disable pgrouted_latency_window=off",
 		hosts: plain("db1:5432"), set: func(c *Config) { c.LatencyWindow = LatencyWindowOff }},
 	{name: "latency_window zero", dsn: "host=db1 sslmode=disable pgrouted_latency_window=0",
-		hosts: plain("db1:5432"), set: func(c *Config) { c.LatencyWindow = 0 }},
+		err: "pgrouted_latency_window (0) must be greater than 0 (off turns the window off)", key: keyLatencyWindow},
 	{name: "latency_window sub-ms", dsn: "host=db1 sslmode=disable pgrouted_latency_window=0.25ms",
 		hosts: plain("db1:5432"), set: func(c *Config) { c.LatencyWindow = 250 * time.Microsecond }},
 	{name: "names trimmed", dsn: "postgres://db1,db2/app?sslmode=disable&pgrouted_names=east%20,%20west",
@@ -308,7 +318,7 @@ var cases = []dsnCase{
 	{name: "replica_wait", dsn: "host=db1 sslmode=disable pgrouted_replica_wait=10ms",
 		hosts: plain("db1:5432"), set: func(c *Config) { c.ReplicaWait = 10 * time.Millisecond }},
 	{name: "write_timeout zero", dsn: "host=db1 sslmode=disable pgrouted_write_timeout=0s",
-		hosts: plain("db1:5432"), set: func(c *Config) { c.WriteTimeout = 0 }},
+		hosts: plain("db1:5432"), set: func(c *Config) { c.WriteTimeout = WriteNoWait }},
 	{name: "lease", dsn: "host=db1 sslmode=disable pgrouted_lease=2m",
 		hosts: plain("db1:5432"), set: func(c *Config) { c.Lease = 2 * time.Minute }},
 	{name: "replica_max_conns", dsn: "host=db1 sslmode=disable pgrouted_replica_max_conns=8",
@@ -344,7 +354,7 @@ var cases = []dsnCase{
 		},
 		set: func(c *Config) {
 			*c = Config{Consistency: ConsistencyEventual, MaxLag: LagBytes(16 << 20), ProbeInterval: 500 * time.Millisecond,
-				Select: SelectNearest, LatencyWindow: 5 * time.Millisecond, Fallback: FallbackError, ReadOnlyTx: ReadOnlyTxPrimary,
+				SelectPolicy: SelectNearest, LatencyWindow: 5 * time.Millisecond, Fallback: FallbackError, ReadOnlyTx: ReadOnlyTxPrimary,
 				PinAfterWrite: 100 * time.Millisecond, WriteTimeout: 10 * time.Second, Lease: 5 * time.Second,
 				ReplicaMaxConns: 20, CircuitFailures: 3, CircuitMaxBackoff: 2 * time.Minute, StrictBoot: true}
 			c.Topology, c.PatroniEndpoints, c.PatroniTimeout, c.Discover = TopologyPatroni, []string{"http://db1:8008", "https://db2:8008"}, time.Second, true
@@ -375,10 +385,20 @@ var cases = []dsnCase{
 		err: "pgrouted_max_lag (0B) must be greater than 0", key: keyMaxLag},
 	{name: "bad max_lag not above probe_interval", dsn: "host=db1 pgrouted_max_lag=1s",
 		err: "pgrouted_max_lag (1s) must be greater than pgrouted_probe_interval (1s)", key: keyMaxLag},
-	{name: "bad max_lag below probe_interval", dsn: "postgres://db1?pgrouted_probe_interval=3s&pgrouted_max_lag=2000",
+	{name: "bad max_lag below probe_interval", dsn: "postgres://db1?pgrouted_probe_interval=3s&pgrouted_max_lag=2s",
 		err: "pgrouted_max_lag (2s) must be greater than pgrouted_probe_interval (3s)", key: keyMaxLag},
 	{name: "bad max_lag overflow", dsn: "host=db1 pgrouted_max_lag=99999999999999999999m",
 		err: "pgrouted_max_lag (99999999999999999999m) is not a duration", key: keyMaxLag},
+	{name: "bad max_lag without a unit", dsn: "host=db1 password=" + marker + " pgrouted_max_lag=500",
+		err: "pgrouted_max_lag (500) has no unit: add one, e.g. 500ms (a time) or 500KB (WAL bytes)", key: keyMaxLag},
+	{name: "bad max_lag fraction without a unit", dsn: "postgres://db1?pgrouted_max_lag=%202.5%20",
+		err: "pgrouted_max_lag ( 2.5 ) has no unit: add one, e.g. 2.5ms (a time) or 2.5KB (WAL bytes)", key: keyMaxLag},
+	{name: "bad probe_interval without a unit", dsn: "host=db1 pgrouted_probe_interval=250",
+		err: "pgrouted_probe_interval (250) has no unit: add one, e.g. 250ms", key: keyProbeInterval},
+	{name: "bad latency_window without a unit", dsn: "host=db1 pgrouted_latency_window=5",
+		err: "pgrouted_latency_window (5) has no unit: add one, e.g. 5ms, or off", key: keyLatencyWindow},
+	{name: "bad replica_wait without a unit", dsn: "host=db1 pgrouted_replica_wait=10",
+		err: "pgrouted_replica_wait (10) has no unit: add one, e.g. 10ms", key: keyReplicaWait},
 	{name: "bad probe_interval zero", dsn: "host=db1 pgrouted_probe_interval=0",
 		err: "pgrouted_probe_interval (0) must be greater than 0", key: keyProbeInterval},
 	{name: "bad probe_interval syntax", dsn: "host=db1 pgrouted_probe_interval=1s500ms",
@@ -544,7 +564,7 @@ func TestParse(t *testing.T) {
 // routingOnly prints the routing settings of c, for a diff.
 func routingOnly(c *Config) string {
 	return fmt.Sprintf("%v %v %v %v %v %v %v %v %v %v %v %v %v %v %v %v %v %v %v",
-		c.Consistency, c.MaxLag, c.ProbeInterval, c.Select, c.LatencyWindow, c.Fallback, c.ReadOnlyTx,
+		c.Consistency, c.MaxLag, c.ProbeInterval, c.SelectPolicy, c.LatencyWindow, c.Fallback, c.ReadOnlyTx,
 		c.PinAfterWrite, c.WriteTimeout, c.Lease, c.ReplicaMaxConns, c.CircuitFailures, c.CircuitMaxBackoff, c.StrictBoot,
 		c.Topology, redactEndpoints(c.PatroniEndpoints), c.PatroniTimeout, c.Discover, c.ReplicaWait)
 }
@@ -801,8 +821,8 @@ pgrouted_selcet=random
 	}
 	checkHosts(t, cfg, plain("s1:5440", "s2:5440"))
 	checkNoRoutingParams(t, cfg, dsn)
-	if cfg.Select != SelectRandom || cfg.MaxLag != LagTime(5*time.Second) {
-		t.Errorf("select %v max_lag %v, want random (service file) and 5s (connection string)", cfg.Select, cfg.MaxLag)
+	if cfg.SelectPolicy != SelectRandom || cfg.MaxLag != LagTime(5*time.Second) {
+		t.Errorf("select %v max_lag %v, want random (service file) and 5s (connection string)", cfg.SelectPolicy, cfg.MaxLag)
 	}
 	if db := cfg.Hosts[0].ConnConfig.Database; db != "svcdb" {
 		t.Errorf("database %q", db)

@@ -46,7 +46,7 @@ func ExampleFormat() {
 		return
 	}
 	cfg.ProbeInterval = cfg.ProbeInterval / 2
-	cfg.Select = dsn.SelectRandom
+	cfg.SelectPolicy = dsn.SelectRandom
 	// The string as given, then the keys changed since: the last one wins.
 	fmt.Println(dsn.Format(cfg))
 	// Output:

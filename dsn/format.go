@@ -31,7 +31,7 @@ import (
 // ConnConfig are not seen.
 //
 // The routing keys are written in a fixed order: the order of the table in
-// [Parse].
+// [Parse]. A zero field counts as its default.
 func Format(cfg *Config) string {
 	if cfg == nil {
 		return ""
@@ -50,207 +50,99 @@ type source struct {
 }
 
 func format(c *Config, redact bool) string {
-	if redact && endpointPasswords(c) {
-		// A Patroni URL's password may sit in the source string in any
-		// encoding: write the string afresh, the URLs redacted.
-		cc := *c
-		cc.src = nil
-		cc.PatroniEndpoints = redactEndpoints(c.PatroniEndpoints)
-		return synthesize(&cc, true)
+	c = c.withDefaults()
+	var s string
+	if c.src != nil && c.hostsUnchanged() && !(redact && endpointPasswords(c)) {
+		s = appendRouting(c.src.raw, routingPairs(c, routingValues(&c.src.parsed, false)))
+		if redact {
+			s = redactURL(s)
+		}
 	}
-	if c.src == nil || !c.hostsUnchanged() {
-		return synthesize(c, redact)
+	if s == "" {
+		if redact {
+			// The Patroni URLs' passwords are not pgx's: mask them here.
+			c.PatroniEndpoints = redactEndpoints(c.PatroniEndpoints)
+		}
+		s = synthesize(c, redact)
 	}
-	s := appendRouting(c.src.raw, routingPairs(c, routingValues(&c.src.parsed, false)))
 	if !redact {
 		return s
 	}
-	if masked, ok := redactSource(s, c.Hosts); ok {
-		return masked
-	}
-	return synthesize(c, true)
-}
-
-// redactSource masks the passwords of s, a connection string as given plus
-// routing keys, and reports whether it could. In a URL they are masked
-// where pgx finds them (the userinfo, the password and sslpassword query
-// values). In either form, every password candidate (found leniently in
-// keyword/value syntax, and the hosts' passwords as pgx decoded them) is
-// then masked wherever it occurs. A candidate too short for that, in
-// keyword/value form, and one made of the mask's own letters, cannot be
-// masked by its value: the caller writes the string from the hosts then,
-// where the password has a place of its own.
-func redactSource(s string, hosts []Host) (string, bool) {
+	// A password may also stand where no rule masks it (as a host's name):
+	// mask it wherever it is, and show nothing when that cannot be done (a
+	// password made of the mask's letters).
 	var sec secrets
-	_, isURL := cutScheme(s)
-	if isURL {
-		s = maskURL(s)
-	} else {
-		collectKVSecrets(s, &sec)
-	}
-	for _, h := range hosts {
+	for _, h := range c.Hosts {
 		if h.ConnConfig != nil {
 			sec.add(h.ConnConfig.Password)
 		}
 	}
-	if sec.short && !isURL {
-		return "", false
-	}
-	return sec.mask(s)
+	return sec.scrub(s, mask)
 }
 
-// maskURL masks the userinfo password and the password and sslpassword
-// query values of a connection URI.
-func maskURL(s string) string {
-	p, _ := cutScheme(s)
-	var b strings.Builder
-	b.Grow(len(s))
-	b.WriteString(s[:len(s)-len(p)])
-	q := urlQueryStart(p)
-	head, query := p, ""
-	if q >= 0 {
-		head, query = p[:q], p[q+1:]
+// redactURL returns s, a connection URI that pgx accepts, with its
+// passwords masked where pgconn finds them (the userinfo, and password and
+// sslpassword in the query, in any encoding): pgconn's own redaction, as
+// its ParseConfigError shows it, which is exact for a URI that parses. It
+// returns "" for a keyword/value string, which is written afresh from the
+// parsed settings instead: no reading of its escapes and quotes can then
+// leave a piece of a password behind.
+func redactURL(s string) string {
+	if _, ok := cutScheme(s); !ok {
+		return ""
 	}
-	if i := strings.IndexAny(head, "@/"); i >= 0 && head[i] == '@' {
-		user, password, hasPassword := strings.Cut(head[:i], ":")
-		if hasPassword && password != "" {
-			b.WriteString(user + ":" + mask)
-		} else {
-			b.WriteString(head[:i])
-		}
-		head = head[i:]
+	text := pgconn.NewParseConfigError(s, "", nil).Error()
+	text, ok1 := strings.CutPrefix(text, "cannot parse `")
+	text, ok2 := strings.CutSuffix(text, "`: ")
+	if !ok1 || !ok2 {
+		return "" // another pgx's wording: write it afresh
 	}
-	b.WriteString(head)
-	if q < 0 {
-		return b.String()
-	}
-	b.WriteByte('?')
-	for i, pair := range strings.Split(query, "&") {
-		if i > 0 {
-			b.WriteByte('&')
-		}
-		k, _, found := strings.Cut(pair, "=")
-		if d := uriDecodeLenient(k); found && (d == "password" || d == "sslpassword") {
-			b.WriteString(k + "=" + mask)
-			continue
-		}
-		b.WriteString(pair)
-	}
-	return b.String()
+	return text
 }
 
-// appendRouting writes pairs after the connection string raw, in its form.
+// appendRouting writes pairs after the connection string raw, in its form,
+// so that the last of each key, theirs, wins. It returns "" when pgx does
+// not read them back from any of the ways of joining them that it tries.
+//
+// Where the pairs go is pgx's to say, not a tokenizer's: a URI takes them
+// after "&", or "?" when it has no query, or nothing after a query that
+// ends empty ("…?", "…&"); a keyword/value string after a space, or after
+// ” when it ends on a key whose value is empty ("dbname=", which would
+// take the next word as its value). The first whose pgx parse gives every
+// pair its value is the one. A wrong join never passes: the pairs would
+// vanish into the value before them.
 func appendRouting(raw string, pairs []kvPair) string {
 	if len(pairs) == 0 {
 		return raw
 	}
-	var b strings.Builder
-	if p, ok := cutScheme(raw); ok {
-		b.WriteString(raw)
-		sep := "?"
-		if q := urlQueryStart(p); q >= 0 {
-			sep = "&"
-			// An empty pair is only allowed at the end: after an empty
-			// query ("…?") or a trailing "&", append without one. A "?"
-			// at the end of a non-empty query is part of its last value
-			// (postgres://h?a=?).
-			if q == len(p)-1 || strings.HasSuffix(raw, "&") {
-				sep = ""
-			}
+	base, seps, join, quote := raw, []string{"&", "?", ""}, "&", encodeURL
+	if _, ok := cutScheme(raw); !ok {
+		// A backslash at the very end escapes the end of the string, and
+		// pgx drops it; before an appended key it would escape the space.
+		if n := len(raw) - len(strings.TrimRight(raw, `\`)); n%2 == 1 {
+			base = raw[:len(raw)-1]
 		}
-		for _, kv := range pairs {
-			b.WriteString(sep + kv.key + "=" + encodeURL(kv.value))
-			sep = "&"
-		}
-		return b.String()
+		seps, join, quote = []string{" ", "'' "}, " ", quoteKV
 	}
-	// A backslash at the very end escapes the end of the string, and pgx
-	// drops it; before an appended key it would escape the space instead.
-	n := len(raw) - len(strings.TrimRight(raw, `\`))
-	if n%2 == 1 {
-		raw = raw[:len(raw)-1]
+	if base == "" {
+		seps = []string{""}
 	}
-	b.WriteString(raw)
-	if kvEndsEmpty(raw) {
-		b.WriteString("''") // else the appended key would be its value
+	list := make([]string, len(pairs))
+	for i, kv := range pairs {
+		list[i] = kv.key + "=" + quote(kv.value)
 	}
-	for _, kv := range pairs {
-		if b.Len() > 0 {
-			b.WriteByte(' ')
+	tail := strings.Join(list, join)
+	for _, sep := range seps {
+		s := base + sep + tail
+		cc, err := pgx.ParseConfig(s)
+		if err == nil && !slices.ContainsFunc(pairs, func(kv kvPair) bool {
+			v, ok := cc.RuntimeParams[kv.key]
+			return !ok || v != kv.value
+		}) {
+			return s
 		}
-		b.WriteString(kv.key + "=" + quoteKV(kv.value))
 	}
-	return b.String()
-}
-
-// kvEndsEmpty reports whether s, a keyword/value connection string that pgx
-// accepted, ends with a key and '=' and nothing else ("dbname="): a key
-// whose value is empty, and would be whatever follows. It walks the pairs
-// as pgconn's parseKeywordValueSettings does (libpq's syntax).
-func kvEndsEmpty(s string) bool {
-	s = strings.TrimLeft(s, kvSpace)
-	for s != "" {
-		eq := strings.IndexByte(s, '=')
-		if eq < 0 {
-			return false
-		}
-		s = strings.TrimLeft(s[eq+1:], kvSpace)
-		if s == "" {
-			return true
-		}
-		end, stop := 0, func(c byte) bool { return strings.IndexByte(kvSpace, c) >= 0 }
-		if s[0] == '\'' {
-			end, stop = 1, func(c byte) bool { return c == '\'' }
-		}
-		for end < len(s) && !stop(s[end]) {
-			if s[end] == '\\' {
-				end++
-			}
-			end++
-		}
-		if s[0] == '\'' {
-			end++ // the closing quote
-		}
-		s = strings.TrimLeft(s[min(end, len(s)):], kvSpace)
-	}
-	return false
-}
-
-// urlQueryStart returns the index in p, what follows the scheme of a
-// connection URI, of the '?' that starts its query, or -1. It reads the
-// URI's outline as pgconn's parseURLSettings does (libpq's syntax): the
-// userinfo ends at an '@' found before any '/', a host list element at the
-// first of "/?," after an IPv6 address in brackets, and the path at the
-// first '?'.
-func urlQueryStart(p string) int {
-	off := 0
-	if i := strings.IndexAny(p, "@/"); i >= 0 && p[i] == '@' {
-		off = i + 1
-	}
-	for {
-		if strings.HasPrefix(p[off:], "[") {
-			end := strings.IndexByte(p[off:], ']')
-			if end < 0 {
-				return -1
-			}
-			off += end + 1
-		}
-		i := strings.IndexAny(p[off:], "/?,")
-		if i < 0 {
-			return -1
-		}
-		off += i
-		switch p[off] {
-		case '?':
-			return off
-		case '/':
-			if q := strings.IndexByte(p[off:], '?'); q >= 0 {
-				return off + q
-			}
-			return -1
-		}
-		off++
-	}
+	return ""
 }
 
 // hostsUnchanged reports whether c's hosts are still the ones its source
@@ -277,6 +169,7 @@ func routingValues(c *Config, defaults bool) []string {
 	src, name, weight := c, func(h Host) string { return h.Name }, func(h Host) string { return strconv.Itoa(h.Weight) }
 	if defaults {
 		src = defaultConfig()
+		src.MaxLag = defaultMaxLag(c.ProbeInterval) // it follows the probe interval
 		name = func(h Host) string { return h.Addr }
 		weight = func(Host) string { return strconv.Itoa(DefaultWeight) }
 	}
@@ -449,6 +342,9 @@ func sslMode(cc *pgx.ConnConfig) (mode string, sni bool) {
 	return mode, tc.ServerName != "" || net.ParseIP(cc.Host) != nil
 }
 
+// kvSpace is the whitespace of keyword/value syntax.
+const kvSpace = " \t\n\r\v\f"
+
 // quoteKV writes v so that keyword/value syntax reads it back as v: bare
 // when it can, else in single quotes with \ and ' escaped.
 func quoteKV(v string) string {
@@ -485,15 +381,4 @@ func encodeURL(v string) string {
 		b.WriteByte(hex[c&15])
 	}
 	return b.String()
-}
-
-// endpointPasswords reports whether a Patroni endpoint of c, or of the
-// string it was parsed from, carries a password.
-func endpointPasswords(c *Config) bool {
-	var sec secrets
-	collectEndpointSecrets(strings.Join(c.PatroniEndpoints, ","), &sec)
-	if c.src != nil {
-		collectEndpointSecrets(strings.Join(c.src.parsed.PatroniEndpoints, ","), &sec)
-	}
-	return len(sec.set) > 0 || sec.short
 }

@@ -3,6 +3,7 @@ package dsn
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -56,7 +57,7 @@ func FuzzParse(f *testing.F) {
 			// string as given, and they must win when it is parsed again.
 			changed := cfg.Clone()
 			changed.StrictBoot = !changed.StrictBoot
-			changed.Select = SelectNearest
+			changed.SelectPolicy = SelectNearest
 			changed.Hosts[0].Name = "fz 0"
 			if changed.Validate() == nil {
 				formatted := Format(changed)
@@ -111,6 +112,19 @@ func FuzzParse(f *testing.F) {
 // file key (sslrootcert, passfile, servicefile, ...) would make pgx read,
 // perhaps forever.
 func readsDevice(s string) bool {
-	n := uriDecodeLenient(strings.ReplaceAll(s, `\`, ""))
-	return strings.Contains(n, "/dev") || strings.Contains(n, "/proc") || strings.Contains(n, "/sys")
+	raw := strings.ReplaceAll(s, `\`, "")
+	// Percent-decode what can be, leaving malformed escapes as they are.
+	var n strings.Builder
+	for i := 0; i < len(raw); i++ {
+		if raw[i] == '%' && i+2 < len(raw) {
+			if v, err := strconv.ParseUint(raw[i+1:i+3], 16, 8); err == nil {
+				n.WriteByte(byte(v))
+				i += 2
+				continue
+			}
+		}
+		n.WriteByte(raw[i])
+	}
+	d := n.String()
+	return strings.Contains(d, "/dev") || strings.Contains(d, "/proc") || strings.Contains(d, "/sys")
 }

@@ -75,30 +75,26 @@ var specs = []keySpec{
 		}},
 	{key: keyMaxLag,
 		set: func(c *Config, v string) string {
-			if v == "none" {
-				c.MaxLag = LagBudget{}
-				return ""
-			}
 			b, err := parseLagBudget(v)
 			if err != nil {
-				return ruleLag
+				return lagRule(v, err)
 			}
 			c.MaxLag = b
 			return ""
 		},
 		get: func(c *Config) string { return c.MaxLag.String() },
 		check: func(c *Config) string {
-			if !c.MaxLag.IsNone() && c.MaxLag.n <= 0 {
+			if (c.MaxLag.kind == lagTime || c.MaxLag.kind == lagBytes) && c.MaxLag.n <= 0 {
 				return "must be greater than 0"
 			}
 			return ""
 		}},
 	durationSpec(keyProbeInterval, func(c *Config) *time.Duration { return &c.ProbeInterval }, false),
 	{key: keySelect,
-		set: func(c *Config, v string) string { c.Select = SelectPolicy(v); return "" },
-		get: func(c *Config) string { return string(c.Select) },
+		set: func(c *Config, v string) string { c.SelectPolicy = SelectPolicy(v); return "" },
+		get: func(c *Config) string { return string(c.SelectPolicy) },
 		check: func(c *Config) string {
-			return oneOf(c.Select, SelectRoundRobin, SelectWeighted, SelectLeastInflight, SelectNearest, SelectRandom)
+			return oneOf(c.SelectPolicy, SelectRoundRobin, SelectWeighted, SelectLeastInflight, SelectNearest, SelectRandom)
 		}},
 	{key: keyLatencyWindow,
 		set: func(c *Config, v string) string {
@@ -108,7 +104,7 @@ var specs = []keySpec{
 			}
 			d, err := parseDuration(v)
 			if err != nil {
-				return ruleDuration + ", or off"
+				return durationRule(v, err) + ", or off"
 			}
 			c.LatencyWindow = d
 			return ""
@@ -120,8 +116,11 @@ var specs = []keySpec{
 			return formatDuration(c.LatencyWindow)
 		},
 		check: func(c *Config) string {
-			if c.LatencyWindow < 0 && c.LatencyWindow != LatencyWindowOff {
+			switch w := c.LatencyWindow; {
+			case w < 0 && w != LatencyWindowOff:
 				return "must not be negative (off turns the window off)"
+			case w == 0:
+				return "must be greater than 0 (off turns the window off)"
 			}
 			return ""
 		}},
@@ -140,13 +139,36 @@ var specs = []keySpec{
 			return oneOf(c.ReadOnlyTx, ReadOnlyTxReplica, ReadOnlyTxPrimary)
 		}},
 	durationSpec(keyPinAfterWrite, func(c *Config) *time.Duration { return &c.PinAfterWrite }, true),
-	durationSpec(keyWriteTimeout, func(c *Config) *time.Duration { return &c.WriteTimeout }, true),
+	{key: keyWriteTimeout,
+		set: func(c *Config, v string) string {
+			d, err := parseDuration(v)
+			if err != nil {
+				return durationRule(v, err)
+			}
+			if d == 0 {
+				d = WriteNoWait
+			}
+			c.WriteTimeout = d
+			return ""
+		},
+		get: func(c *Config) string {
+			if c.WriteTimeout == WriteNoWait {
+				return "0s"
+			}
+			return formatDuration(c.WriteTimeout)
+		},
+		check: func(c *Config) string {
+			if c.WriteTimeout < 0 && c.WriteTimeout != WriteNoWait {
+				return "must not be negative (0 fails a write at once when there is no primary)"
+			}
+			return ""
+		}},
 	durationSpec(keyLease, func(c *Config) *time.Duration { return &c.Lease }, false),
 	{key: keyReplicaMaxConns,
 		set: func(c *Config, v string) string {
 			n, err := strconv.ParseInt(v, 10, 32)
 			if err != nil || n < 1 {
-				return "must be a whole number from 1 to 2147483647 (leave the key out for pgxpool's default)"
+				return "must be a whole number from 1 to 2147483647 (leave the key out for the default, 10)"
 			}
 			c.ReplicaMaxConns = int32(n)
 			return ""
@@ -154,7 +176,7 @@ var specs = []keySpec{
 		get: func(c *Config) string { return strconv.FormatInt(int64(c.ReplicaMaxConns), 10) },
 		check: func(c *Config) string {
 			if c.ReplicaMaxConns < 0 {
-				return "must not be negative (0 means pgxpool's default)"
+				return "must not be negative (0 means the default, 10)"
 			}
 			return ""
 		}},
@@ -257,7 +279,7 @@ func durationSpec(key string, field func(*Config) *time.Duration, zeroOK bool) k
 		set: func(c *Config, v string) string {
 			d, err := parseDuration(v)
 			if err != nil {
-				return ruleDuration
+				return durationRule(v, err)
 			}
 			*field(c) = d
 			return ""
@@ -272,6 +294,24 @@ func durationSpec(key string, field func(*Config) *time.Duration, zeroOK bool) k
 			}
 			return ""
 		}}
+}
+
+// durationRule is the rule a duration value v that failed to parse with
+// err breaks.
+func durationRule(v string, err error) string {
+	if err == errNoUnit {
+		return ruleNoUnit(v, "ms")
+	}
+	return ruleDuration
+}
+
+// lagRule is the rule a pgrouted_max_lag value v that failed to parse with
+// err breaks.
+func lagRule(v string, err error) string {
+	if err == errNoUnit {
+		return ruleNoUnit(v, "ms", "KB")
+	}
+	return ruleLag
 }
 
 // oneOf returns "" when v is one of valid, else the rule that lists them.
@@ -359,20 +399,20 @@ func nearestKey(key string) string {
 // The keys, their values and defaults:
 //
 //	pgrouted_consistency          session | eventual | global              session
-//	pgrouted_max_lag              a duration or a size (4096B, 512KB,      none
-//	                              16MB, 1GB; KB = 1024 B), or none
+//	pgrouted_max_lag              a duration or a size (4096B, 512KB,      30s (3 probe intervals
+//	                              16MB, 1GB; KB = 1024 B), or none         when those are longer)
 //	pgrouted_probe_interval       duration                                 1s
 //	pgrouted_select               round-robin | weighted | least-inflight  round-robin
 //	                              | nearest | random
-//	pgrouted_latency_window       duration, or off                         20ms
+//	pgrouted_latency_window       duration, or off                         20ms, relative
 //	pgrouted_weights              comma list, one per host, 1 to 1000000   1 each
 //	pgrouted_names                comma list, one per host                 host:port
 //	pgrouted_fallback             primary | error                          primary
 //	pgrouted_readonly_tx          replica | primary                        replica
 //	pgrouted_pin_after_write      duration, 0 is off                       0
-//	pgrouted_write_timeout        duration                                 30s
+//	pgrouted_write_timeout        duration, 0 fails at once                30s
 //	pgrouted_lease                duration                                 10s
-//	pgrouted_replica_max_conns    whole number                             pgxpool's default
+//	pgrouted_replica_max_conns    whole number, per replica                10
 //	pgrouted_circuit_failures     whole number                             2
 //	pgrouted_circuit_max_backoff  duration                                 30s
 //	pgrouted_strict_boot          true | false                             false
@@ -384,9 +424,20 @@ func nearestKey(key string) string {
 //	pgrouted_discover             true | false                             false
 //	pgrouted_replica_wait         duration, 0 is off                       0
 //
-// A duration is a number with the unit ms, s or m, fractions allowed (1.5s);
-// a bare number means milliseconds. A size is a number with the unit B, KB,
-// MB or GB, 1024-based, fractions allowed.
+// A duration is a number with the unit ms, s or m, fractions allowed
+// (1.5s). A size is a number with the unit B, KB, MB or GB, 1024-based,
+// fractions allowed. A number without a unit is an error that names the
+// fix (pgrouted_max_lag (500) has no unit: add one, e.g. 500ms ...), but
+// for 0: unlike libpq's connect_timeout=30 (seconds), nothing here has a
+// unit to assume.
+//
+// The defaults are explained where they are declared: [DefaultMaxLag],
+// [DefaultReplicaMaxConns], [DefaultLatencyWindow] with
+// [Config.LatencyWindow]. pgrouted_max_lag's default is a time budget of
+// 30s, or of three probe intervals when pgrouted_probe_interval is longer
+// than 10s. The latency window is relative: a replica stays inside while
+// its round trip is at most the fastest's plus the larger of the window
+// and the fastest's own round trip.
 //
 // Beyond each key's own range: a time budget in pgrouted_max_lag and
 // pgrouted_lease must be greater than pgrouted_probe_interval; the lists
@@ -403,7 +454,7 @@ func nearestKey(key string) string {
 // The error is a [*ParseError]. The Config returned has passed
 // [Config.Validate].
 func Parse(connString string) (*Config, error) {
-	sec := newSecrets(connString)
+	sec := envSecrets()
 	cc, err := pgx.ParseConfig(connString)
 	if err != nil {
 		return nil, newError(sec, "", pgxDetail(err), err)
@@ -451,13 +502,7 @@ func Parse(connString string) (*Config, error) {
 			targetSessionAttrs(cc.ValidateConnect)), nil)
 	}
 
-	for _, s := range routing {
-		if s.key == keyPatroniEndpoints {
-			collectEndpointSecrets(s.value, &sec)
-		}
-	}
-
-	cfg := defaultConfig()
+	cfg := &Config{} // zero fields get their defaults once the keys are read
 	var names, weights *setting
 	for i, s := range routing {
 		spec := lookupSpec(s.key)
@@ -492,6 +537,10 @@ func Parse(connString string) (*Config, error) {
 			return nil, newError(sec, keyNames, countMismatch(keyNames, names.value, len(list), len(cfg.Hosts)), nil)
 		}
 		for i := range cfg.Hosts {
+			if list[i] == "" {
+				// Not left to SetDefaults: an empty entry is a mistake.
+				return nil, newError(sec, keyNames, fmt.Sprintf("%s (%s): entry %d is empty; a name must not be", keyNames, names.value, i+1), nil)
+			}
 			cfg.Hosts[i].Name = list[i]
 		}
 	}
@@ -509,6 +558,7 @@ func Parse(connString string) (*Config, error) {
 		}
 	}
 
+	cfg.SetDefaults()
 	if err := cfg.validate(sec); err != nil {
 		return nil, err
 	}

@@ -3,7 +3,7 @@ package dsn
 import (
 	"fmt"
 	"net/url"
-	"strings"
+	"slices"
 	"time"
 )
 
@@ -21,7 +21,7 @@ const (
 )
 
 // The defaults of the topology keys (see the other defaults in config.go).
-var (
+const (
 	// DefaultTopology is the default of pgrouted_topology.
 	DefaultTopology = TopologyProbe
 	// DefaultPatroniTimeout is the default of pgrouted_patroni_timeout.
@@ -68,24 +68,21 @@ func redactEndpoints(list []string) []string {
 	return out
 }
 
-// collectEndpointSecrets adds the userinfo password of every entry of a
-// pgrouted_patroni_endpoints value, found leniently (a malformed URL
-// too).
-func collectEndpointSecrets(v string, sec *secrets) {
-	for _, e := range strings.Split(v, ",") {
-		_, rest, ok := strings.Cut(e, "://")
-		if !ok {
-			rest = e
-		}
-		if i := strings.IndexAny(rest, "/?#"); i >= 0 {
-			rest = rest[:i]
-		}
-		at := strings.LastIndexByte(rest, '@')
-		if at < 0 {
-			continue
-		}
-		if _, pw, ok := strings.Cut(rest[:at], ":"); ok {
-			sec.addRaw(pw)
-		}
+// endpointPasswords reports whether a Patroni endpoint of c, or of the
+// string it was parsed from, may carry a password: its URL has one, or is
+// no URL at all.
+func endpointPasswords(c *Config) bool {
+	var all []string
+	all = append(all, c.PatroniEndpoints...)
+	if c.src != nil {
+		all = append(all, c.src.parsed.PatroniEndpoints...)
 	}
+	return slices.ContainsFunc(all, func(e string) bool {
+		u, err := url.Parse(e)
+		if err != nil {
+			return true
+		}
+		_, has := u.User.Password()
+		return has
+	})
 }

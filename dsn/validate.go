@@ -2,7 +2,6 @@ package dsn
 
 import (
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
 	"unicode"
@@ -11,28 +10,26 @@ import (
 // Validate checks c as [Parse] checks a parsed connection string, so that a
 // Config built or changed in code is held to the same rules: at least one
 // host, each with an address and a ConnConfig, none repeated; names
-// non-empty, unique, not "primary"; weights from 1 to [MaxWeight]; every
-// routing setting inside its range; a time budget in MaxLag and the Lease
-// greater than the ProbeInterval. The error is a [*ParseError] naming the
-// key of the first rule broken.
+// unique, not "primary"; weights from 1 to [MaxWeight]; every routing
+// setting inside its range; a time budget in MaxLag and the Lease greater
+// than the ProbeInterval. A zero field is checked as its default (see
+// [Config.SetDefaults]); c is not changed. The error is a [*ParseError]
+// naming the key of the first rule broken.
 func (c *Config) Validate() error {
-	var sec secrets
-	for _, env := range []string{"PGPASSWORD", "PGSSLPASSWORD"} {
-		sec.add(os.Getenv(env))
-	}
+	sec := envSecrets()
 	for _, h := range c.Hosts {
 		if h.ConnConfig != nil {
 			sec.add(h.ConnConfig.Password)
 		}
 	}
-	collectEndpointSecrets(strings.Join(c.PatroniEndpoints, ","), &sec)
-	if err := c.validate(sec); err != nil {
+	if err := c.withDefaults().validate(sec); err != nil {
 		return err
 	}
 	return nil
 }
 
-// validate is Validate with the secrets to keep out of the error text.
+// validate is Validate, on a Config whose defaults are set, with the
+// secrets to keep out of the error text.
 func (c *Config) validate(sec secrets) *ParseError {
 	fail := func(key, format string, args ...any) *ParseError {
 		return newError(sec, key, fmt.Sprintf(format, args...), nil)

@@ -34,35 +34,41 @@ func TestValidate(t *testing.T) {
 		{"host without address", func(c *Config) { c.Hosts[1].Addr = "" }, "host 2 has no address", "host"},
 		{"host without ConnConfig", func(c *Config) { c.Hosts[2].ConnConfig = nil }, "host db3:5432 has no ConnConfig", "host"},
 		{"repeated host", func(c *Config) { c.Hosts[2].Addr = "DB1:5432" }, "host DB1:5432 is listed twice (hosts 1 and 3)", "host"},
-		{"empty name", func(c *Config) { c.Hosts[1].Name = "" }, "pgrouted_names (a,,c): entry 2 is empty", keyNames},
 		{"name with comma", func(c *Config) { c.Hosts[0].Name = "x,y" }, `entry 1 ("x,y") must not hold commas`, keyNames},
 		{"name with space around", func(c *Config) { c.Hosts[0].Name = " x" }, "surrounding space", keyNames},
 		{"name with control", func(c *Config) { c.Hosts[0].Name = "x\n" }, "control characters", keyNames},
 		{"name reserved", func(c *Config) { c.Hosts[2].Name = "PRIMARY" }, "entry 3: the name primary is reserved", keyNames},
 		{"name repeated", func(c *Config) { c.Hosts[2].Name = "B" }, "entries 2 and 3 are both B; names must be unique", keyNames},
 		{"name is the password", func(c *Config) { c.Hosts[0].Name, c.Hosts[1].Name = marker, marker }, "names must be unique", keyNames},
-		{"weight zero", func(c *Config) { c.Hosts[1].Weight = 0 }, "pgrouted_weights (1,0,1): entry 2 (0) must be a whole number from 1 to 1000000", keyWeights},
+		{"weight negative", func(c *Config) { c.Hosts[1].Weight = -1 }, "pgrouted_weights (1,-1,1): entry 2 (-1) must be a whole number from 1 to 1000000", keyWeights},
 		{"weight too large", func(c *Config) { c.Hosts[0].Weight = MaxWeight + 1 }, "entry 1 (1000001)", keyWeights},
-		{"consistency empty", func(c *Config) { c.Consistency = "" }, "pgrouted_consistency () must be one of session, eventual, global", keyConsistency},
+		{"consistency unknown", func(c *Config) { c.Consistency = "strict" }, "pgrouted_consistency (strict) must be one of session, eventual, global", keyConsistency},
 		{"max_lag zero time", func(c *Config) { c.MaxLag = LagTime(0) }, "pgrouted_max_lag (0s) must be greater than 0", keyMaxLag},
 		{"max_lag negative bytes", func(c *Config) { c.MaxLag = LagBytes(-1) }, "pgrouted_max_lag (-1B) must be greater than 0", keyMaxLag},
 		{"max_lag equal to probe", func(c *Config) { c.MaxLag = LagTime(time.Second) },
 			"pgrouted_max_lag (1s) must be greater than pgrouted_probe_interval (1s)", keyMaxLag},
 		{"probe negative", func(c *Config) { c.ProbeInterval = -time.Second }, "pgrouted_probe_interval (-1s) must not be negative", keyProbeInterval},
-		{"probe zero", func(c *Config) { c.ProbeInterval = 0 }, "pgrouted_probe_interval (0s) must be greater than 0", keyProbeInterval},
-		{"select unknown", func(c *Config) { c.Select = "fastest" }, "pgrouted_select (fastest) must be one of", keySelect},
+		{"select unknown", func(c *Config) { c.SelectPolicy = "fastest" }, "pgrouted_select (fastest) must be one of", keySelect},
 		{"latency negative", func(c *Config) { c.LatencyWindow = -5 * time.Millisecond }, "pgrouted_latency_window (-5ms) must not be negative", keyLatencyWindow},
 		{"fallback unknown", func(c *Config) { c.Fallback = "retry" }, "pgrouted_fallback (retry) must be one of primary, error", keyFallback},
-		{"readonly_tx unknown", func(c *Config) { c.ReadOnlyTx = "" }, "pgrouted_readonly_tx () must be one of replica, primary", keyReadOnlyTx},
+		{"readonly_tx unknown", func(c *Config) { c.ReadOnlyTx = "any" }, "pgrouted_readonly_tx (any) must be one of replica, primary", keyReadOnlyTx},
 		{"pin negative", func(c *Config) { c.PinAfterWrite = -time.Millisecond }, "pgrouted_pin_after_write (-1ms) must not be negative", keyPinAfterWrite},
 		{"replica_wait negative", func(c *Config) { c.ReplicaWait = -time.Millisecond }, "pgrouted_replica_wait (-1ms) must not be negative", keyReplicaWait},
 		{"write_timeout negative", func(c *Config) { c.WriteTimeout = -time.Second }, "pgrouted_write_timeout (-1s) must not be negative", keyWriteTimeout},
-		{"lease zero", func(c *Config) { c.Lease = 0 }, "pgrouted_lease (0s) must be greater than 0", keyLease},
+		{"lease negative", func(c *Config) { c.Lease = -time.Second }, "pgrouted_lease (-1s) must not be negative", keyLease},
+		{"max_lag not above a long probe interval", func(c *Config) {
+			c.MaxLag = LagTime(30 * time.Second)
+			c.ProbeInterval = 30 * time.Second
+			c.Lease = time.Minute
+		},
+			"pgrouted_max_lag (30s) must be greater than pgrouted_probe_interval (30s)", keyMaxLag},
+		{"latency negative", func(c *Config) { c.LatencyWindow = -5 * time.Millisecond }, "pgrouted_latency_window (-5ms) must not be negative", keyLatencyWindow},
+		{"write_timeout negative other than WriteNoWait", func(c *Config) { c.WriteTimeout = -2 }, "pgrouted_write_timeout (-0.000002ms) must not be negative", keyWriteTimeout},
 		{"lease equal to probe", func(c *Config) { c.Lease = 2 * time.Second; c.ProbeInterval = 2 * time.Second },
 			"pgrouted_lease (2s) must be greater than pgrouted_probe_interval (2s)", keyLease},
 		{"replica_max_conns negative", func(c *Config) { c.ReplicaMaxConns = -1 }, "pgrouted_replica_max_conns (-1) must not be negative", keyReplicaMaxConns},
-		{"circuit_failures zero", func(c *Config) { c.CircuitFailures = 0 }, "pgrouted_circuit_failures (0) must be at least 1", keyCircuitFailures},
-		{"circuit_max_backoff zero", func(c *Config) { c.CircuitMaxBackoff = 0 }, "pgrouted_circuit_max_backoff (0s) must be greater than 0", keyCircuitMaxBackoff},
+		{"circuit_failures negative", func(c *Config) { c.CircuitFailures = -1 }, "pgrouted_circuit_failures (-1) must be at least 1", keyCircuitFailures},
+		{"circuit_max_backoff negative", func(c *Config) { c.CircuitMaxBackoff = -time.Second }, "pgrouted_circuit_max_backoff (-1s) must not be negative", keyCircuitMaxBackoff},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -74,13 +80,72 @@ func TestValidate(t *testing.T) {
 
 	t.Run("valid", func(t *testing.T) {
 		cfg := validBase(t)
-		cfg.ReplicaMaxConns = 0 // pgxpool's default, fine in code
 		cfg.LatencyWindow = LatencyWindowOff
 		cfg.MaxLag = LagBytes(1)
+		cfg.WriteTimeout = WriteNoWait
 		if err := cfg.Validate(); err != nil {
 			t.Fatal(err)
 		}
 	})
+}
+
+// TestZeroMeansDefault: a zero field is its default, as in gobreaker's
+// Settings. A Config built in code with nothing but its hosts validates,
+// formats as a connection string that sets no routing key, and
+// SetDefaults gives it the defaults Parse gives a string without any.
+func TestZeroMeansDefault(t *testing.T) {
+	isolateEnv(t, nil)
+	var hosts []Host
+	for _, h := range []string{"db1", "db2"} {
+		cc, err := pgx.ParseConfig("host=" + h + " user=app sslmode=disable")
+		if err != nil {
+			t.Fatal(err)
+		}
+		hosts = append(hosts, Host{Addr: h + ":5432", ConnConfig: cc})
+	}
+	cfg := &Config{Hosts: hosts}
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("a zero Config with hosts: %v", err)
+	}
+	if cfg.ProbeInterval != 0 || cfg.Hosts[0].Name != "" {
+		t.Error("Validate changed the Config")
+	}
+	if got, want := Format(cfg), "host=db1,db2 port=5432 user=app sslmode=disable"; got != want {
+		t.Errorf("Format\n got %s\nwant %s", got, want)
+	}
+	cfg.SetDefaults()
+	parsed, err := Parse("host=db1,db2 user=app sslmode=disable")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := diffConfig(parsed, cfg); diff != "" {
+		t.Errorf("SetDefaults and Parse differ: %s", diff)
+	}
+	if cfg.MaxLag != LagTime(DefaultMaxLag) || cfg.ReplicaMaxConns != DefaultReplicaMaxConns || cfg.LatencyWindow != DefaultLatencyWindow ||
+		cfg.WriteTimeout != DefaultWriteTimeout || cfg.SelectPolicy != DefaultSelectPolicy || cfg.Hosts[1].Name != "db2:5432" || cfg.Hosts[1].Weight != DefaultWeight {
+		t.Errorf("defaults: %s", routingOnly(cfg))
+	}
+
+	// The default budget follows a long probe interval: three intervals,
+	// so that a probe interval set alone never makes the default invalid.
+	for _, tc := range []struct{ probe, want time.Duration }{
+		{time.Second, DefaultMaxLag}, {10 * time.Second, DefaultMaxLag}, {11 * time.Second, 33 * time.Second}, {time.Hour, 3 * time.Hour},
+	} {
+		c := &Config{Hosts: hosts, ProbeInterval: tc.probe, Lease: 2 * tc.probe}
+		if err := c.Validate(); err != nil {
+			t.Errorf("probe interval %v alone: %v", tc.probe, err)
+		}
+		c.SetDefaults()
+		if d, ok := c.MaxLag.Time(); !ok || d != tc.want || d <= tc.probe {
+			t.Errorf("probe interval %v: default max_lag %v, want %v", tc.probe, c.MaxLag, tc.want)
+		}
+	}
+	// Set explicitly, none stays none.
+	c := &Config{Hosts: hosts, MaxLag: LagNone()}
+	c.SetDefaults()
+	if !c.MaxLag.IsNone() {
+		t.Errorf("LagNone became %v", c.MaxLag)
+	}
 }
 
 // TestCloneIsDeep: changing a clone's hosts leaves the original alone.
@@ -180,20 +245,24 @@ func TestRedacted(t *testing.T) {
 			"postgres://app:xxxxx@db1,db2/app?sslmode=disable&pgrouted_max_lag=2s"},
 		{"postgres://app:" + marker + "%40x@db1/app?sslpassword=" + marker + "&pass%77ord=" + marker + "&sslmode=disable",
 			"postgres://app:xxxxx@db1/app?sslpassword=xxxxx&pass%77ord=xxxxx&sslmode=disable"},
-		// Keyword/value syntax is not taken apart again: the password is
-		// masked by its value, where it stands, and its quotes stay. (The
-		// hand tokenizer Parse had before rewrote it as password=xxxxx.)
-		{"host=db1 password='" + marker + " two' sslmode=disable pgrouted_names=one",
-			"host=db1 password='xxxxx' sslmode=disable pgrouted_names=one"},
-		{"host=db1 password = " + marker + `\ two sslmode=disable`,
-			"host=db1 password = xxxxx sslmode=disable"},
+		// Keyword/value syntax is not read again: the string is written
+		// afresh from pgx's parse, the password in a place of its own,
+		// whatever quotes and escapes it had.
+		{"host=db1 user=app password='" + marker + " two' sslmode=disable pgrouted_names=one",
+			"host=db1 port=5432 user=app password=xxxxx sslmode=disable pgrouted_names=one"},
+		{"host=db1 user=app password = " + marker + `\ two sslmode=disable`,
+			"host=db1 port=5432 user=app password=xxxxx sslmode=disable"},
+		{"host=db1 user=app password='" + marker + `\' x' sslmode=disable pgrouted_select=random`,
+			"host=db1 port=5432 user=app password=xxxxx sslmode=disable pgrouted_select=random"},
+		// A password that also names a host is masked there too.
+		{"host=" + marker + " user=app password=" + marker + " sslmode=disable",
+			"host=xxxxx port=5432 user=app password=xxxxx sslmode=disable"},
 		{"postgres://app@db1/app?sslmode=disable", "postgres://app@db1/app?sslmode=disable"},
 		// In a URL the password's place is known, whatever its length.
 		{"postgres://app:pw@db1/app?sslmode=disable&password=pw&x=pw", "postgres://app:xxxxx@db1/app?sslmode=disable&password=xxxxx&x=pw"},
 		{"postgres://app:" + marker + "@db1/app?application_name=a@b&sslmode=disable",
 			"postgres://app:xxxxx@db1/app?application_name=a@b&sslmode=disable"},
-		// A password too short to mask by its value in keyword/value
-		// syntax: the string is written from the hosts.
+		// A short password too.
 		{"host=db1 user=app password=pw sslmode=disable pgrouted_select=random",
 			"host=db1 port=5432 user=app password=xxxxx sslmode=disable pgrouted_select=random"},
 	} {
@@ -225,7 +294,7 @@ func TestDuration(t *testing.T) {
 		in   string
 		want time.Duration
 	}{
-		{"0", 0}, {"1", time.Millisecond}, {"250", 250 * time.Millisecond}, {"1.5s", 1500 * time.Millisecond},
+		{"0", 0}, {"0.00", 0}, {"1", -1}, {"250", -1}, {"0.5", -1}, {"1.5s", 1500 * time.Millisecond},
 		{" 2s ", 2 * time.Second}, {"2 s", 2 * time.Second}, {"0.5m", 30 * time.Second}, {"10ms", 10 * time.Millisecond},
 		{"0.000001ms", time.Nanosecond}, {"0.0000004ms", 0}, {"0.0000005ms", time.Nanosecond},
 		{"1.0000000001s", time.Second}, {"007s", 7 * time.Second}, {"153722867m", 153722867 * time.Minute},
@@ -282,8 +351,11 @@ func TestSize(t *testing.T) {
 
 func TestLagBudget(t *testing.T) {
 	var b LagBudget
-	if !b.IsNone() || b.String() != "none" || b != DefaultMaxLag {
-		t.Errorf("zero LagBudget: %v", b)
+	if b.IsNone() || b.String() != "" {
+		t.Errorf("zero LagBudget (unset): %v", b)
+	}
+	if n := LagNone(); !n.IsNone() || n.String() != "none" || n == b {
+		t.Errorf("LagNone: %v", n)
 	}
 	if d, ok := LagTime(2 * time.Second).Time(); !ok || d != 2*time.Second {
 		t.Error("LagTime")
@@ -294,7 +366,7 @@ func TestLagBudget(t *testing.T) {
 	if n, ok := LagBytes(16 << 20).Bytes(); !ok || n != 16<<20 || LagBytes(16<<20).String() != "16MB" {
 		t.Error("LagBytes")
 	}
-	for _, in := range []string{"none", "2s", "16MB", "1.5KB"} {
+	for _, in := range []string{"", "none", "2s", "16MB", "1.5KB"} {
 		var got LagBudget
 		if err := got.UnmarshalText([]byte(in)); err != nil {
 			t.Fatal(err)
@@ -332,7 +404,7 @@ func TestFormatChanged(t *testing.T) {
 		want      string
 	}{
 		{"kv back to a default", "host=db1 sslmode=disable pgrouted_select=nearest",
-			func(c *Config) { c.Select = SelectRoundRobin },
+			func(c *Config) { c.SelectPolicy = SelectRoundRobin },
 			"host=db1 sslmode=disable pgrouted_select=nearest pgrouted_select=round-robin"},
 		{"kv unchanged", "host=db1 sslmode=disable pgrouted_select=nearest", func(*Config) {},
 			"host=db1 sslmode=disable pgrouted_select=nearest"},

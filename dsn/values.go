@@ -18,13 +18,35 @@ const (
 
 // The rules a value breaks, as the tail of a message "key (value) rule".
 const (
-	ruleDuration = "is not a duration: use a number with ms, s or m, e.g. 500ms, 1.5s, 2m (a bare number means ms)"
+	ruleDuration = "is not a duration: use a number with ms, s or m, e.g. 500ms, 1.5s, 2m"
 	ruleLag      = "is not a duration (500ms, 2s, 1m) or a size (4096B, 512KB, 16MB, 1GB)"
 	ruleBool     = "must be true or false"
 )
 
-var errSyntax = errors.New("syntax")
-var errRange = errors.New("out of range")
+var (
+	errSyntax = errors.New("syntax")
+	errRange  = errors.New("out of range")
+	// errNoUnit: a number other than 0 without a unit. A bare number is
+	// refused rather than given a unit: connect_timeout=30 means seconds
+	// to libpq, and 500 in pgrouted_max_lag would be milliseconds or bytes.
+	errNoUnit = errors.New("no unit")
+)
+
+// ruleNoUnit is the rule a bare number breaks, with the fix: v with each of
+// units ("500ms", or "500ms (a time) or 500KB (WAL bytes)").
+func ruleNoUnit(v string, units ...string) string {
+	v = strings.TrimSpace(v)
+	fix := v + units[0]
+	if len(units) > 1 {
+		fix += " (a time) or " + v + units[1] + " (WAL bytes)"
+	}
+	return "has no unit: add one, e.g. " + fix
+}
+
+// isZero reports whether whole.frac is 0.
+func isZero(whole, frac string) bool {
+	return strings.Trim(whole, "0") == "" && strings.Trim(frac, "0") == ""
+}
 
 // splitNumber splits s (already trimmed) into the digits before the decimal
 // point, the digits after it and the unit that follows, with optional spaces
@@ -97,8 +119,9 @@ func scale(whole, frac string, unit uint64) (int64, error) {
 }
 
 // parseDuration parses a pgrouted duration: a number with the unit ms, s or
-// m, fractions allowed, surrounding space ignored; a bare number means
-// milliseconds. The result is rounded to the nanosecond.
+// m, fractions allowed, surrounding space ignored. A bare number is
+// errNoUnit, but for 0, which is 0 in any unit. The result is rounded to
+// the nanosecond.
 func parseDuration(s string) (time.Duration, error) {
 	whole, frac, unit, err := splitNumber(strings.TrimSpace(s))
 	if err != nil {
@@ -106,7 +129,12 @@ func parseDuration(s string) (time.Duration, error) {
 	}
 	var u uint64
 	switch unit {
-	case "", "ms":
+	case "":
+		if !isZero(whole, frac) {
+			return 0, errNoUnit
+		}
+		return 0, nil
+	case "ms":
 		u = uint64(time.Millisecond)
 	case "s":
 		u = uint64(time.Second)
@@ -136,16 +164,21 @@ func parseSize(s string) (int64, error) {
 		u = mib
 	case "GB":
 		u = gib
+	case "":
+		return 0, errNoUnit
 	default:
 		return 0, errSyntax
 	}
 	return scale(whole, frac, u)
 }
 
-// parseLagBudget parses a pgrouted_max_lag value: a size when it ends in B,
-// else a duration.
+// parseLagBudget parses a pgrouted_max_lag value: "none", a size when it
+// ends in B, else a duration.
 func parseLagBudget(s string) (LagBudget, error) {
 	s = strings.TrimSpace(s)
+	if s == "none" {
+		return LagNone(), nil
+	}
 	if strings.HasSuffix(s, "B") {
 		n, err := parseSize(s)
 		if err != nil {
