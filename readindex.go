@@ -117,8 +117,12 @@ func (ri *readIndex) run(r *fetchRound) {
 }
 
 // close cancels the fetch in flight and waits for it to end; a later get
-// fails.
+// fails. A nil index (a Connector that failed before it had one) has
+// nothing to close.
 func (ri *readIndex) close() {
+	if ri == nil {
+		return
+	}
 	ri.mu.Lock()
 	ri.closed = true
 	ri.mu.Unlock()
