@@ -3,6 +3,10 @@
 #   make demo   a local primary with two streaming replicas, a workload
 #               through pgrouted, a scripted story (a paused replica, a killed
 #               one, a failover) and what pgrouted did
+#   make cluster
+#               a local primary with two streaming replicas (REPLICAS=N for
+#               another number) kept up until Ctrl-C, to try pgrouted from
+#               your own code: prints its DSN (see docs/testcluster.md)
 #   make test   the whole test suite, with -race, against real local
 #               PostgreSQL clusters
 #   make bench  pgrouted against pgx, GORM's dbresolver and a pin after
@@ -13,14 +17,23 @@
 #               a compatibility subset on each PostgreSQL major version, 13
 #               to 18 (see below)
 #
-# All three install PostgreSQL when it is missing and this runs as root with
+# All four install PostgreSQL when it is missing and this runs as root with
 # apt-get; otherwise they say which command to run. `make test` does the same
 # for Patroni and etcd (apt-get install -y patroni etcd-server).
 
-.PHONY: demo test test-versions postgres patroni vet fmt bench
+.PHONY: demo cluster test test-versions postgres patroni vet fmt bench
 
 demo: postgres
 	go run ./cmd/pgrouted demo
+
+REPLICAS ?= 2
+
+# Built first rather than with go run, which exits 1 on Ctrl-C whatever the
+# command returns: Ctrl-C is how the cluster ends, with status 0.
+cluster: postgres
+	@bin=$$(mktemp -d) && trap 'rm -rf "$$bin"' EXIT && \
+	go build -o "$$bin/pgrouted" ./cmd/pgrouted && \
+	"$$bin/pgrouted" cluster --replicas $(REPLICAS)
 
 test: postgres patroni
 	./scripts/test.sh

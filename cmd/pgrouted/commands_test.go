@@ -34,6 +34,12 @@ func TestUsage(t *testing.T) {
 		{args: []string{"demo", "--duration", "5s"}, code: exitUsage, stderr: "too short", noStdout: true},
 		{args: []string{"demo", "--replicas", "0"}, code: exitUsage, stderr: "want 1 to", noStdout: true},
 		{args: []string{"demo", "extra"}, code: exitUsage, stderr: "unexpected argument", noStdout: true},
+		{args: []string{"help"}, code: exitOK, stdout: "pgrouted cluster [--replicas 2]"},
+		{args: []string{"help", "cluster"}, code: exitOK, stdout: "random one made up at start"},
+		{args: []string{"cluster", "--replicas", "0"}, code: exitUsage, stderr: "want 1 to", noStdout: true},
+		{args: []string{"cluster", "--replicas", "6"}, code: exitUsage, stderr: "want 1 to", noStdout: true},
+		{args: []string{"cluster", "extra"}, code: exitUsage, stderr: "unexpected argument", noStdout: true},
+		{args: []string{"cluster", "--port", "5432"}, code: exitUsage, stderr: "flag provided but not defined", noStdout: true},
 	} {
 		code, out, errs := runCmd(t, ctx, tc.args...)
 		if code == exitOK && errs != "" {

@@ -1,7 +1,9 @@
 // Command pgrouted shows pgrouted at work: a demo on a local replicated
-// PostgreSQL, and what the driver sees of a real cluster.
+// PostgreSQL, a local replicated PostgreSQL to try it on, and what the
+// driver sees of a real cluster.
 //
 //	pgrouted demo [--duration 20s] [--replicas 2] [--no-color] [--json]
+//	pgrouted cluster [--replicas 2]
 //	pgrouted topology [--watch] [--json] [--no-color] [--timeout 10s] DSN
 //	pgrouted explain [--json] [--timeout 10s] DSN QUERY
 //	pgrouted help [COMMAND]
@@ -53,6 +55,28 @@
 // command that installs it (make demo, from a checkout, installs it first
 // when run as root, as make test does).
 //
+// # cluster
+//
+// cluster starts a primary and --replicas (default 2) streaming replicas as
+// the demo does (package testcluster), prints on stdout one line,
+//
+//	DSN: postgres://postgres:PASSWORD@127.0.0.1:P0,127.0.0.1:P1,127.0.0.1:P2/postgres?sslmode=disable&pgrouted_names=node0,node1,node2
+//
+// the multi-host DSN of the cluster, primary first, and on stderr its
+// progress and a hint (pgrouted topology "$DSN"), then keeps the cluster up
+// until Ctrl-C or SIGTERM, when it stops every PostgreSQL process and
+// removes the cluster's directory. make cluster runs it from a checkout.
+//
+// PASSWORD is random, made up at start for this cluster (SCRAM
+// authentication): it protects nothing but this throwaway cluster, and the
+// DSN line is the one place the command prints it, since that is how one
+// connects. When the command runs as root, PostgreSQL runs as the postgres
+// user, which must be able to enter $TMPDIR: the command checks, and says
+// how to set TMPDIR otherwise. Nothing is installed: without PostgreSQL it
+// fails and names the command that installs it, as the demo does. The ports
+// are free ones picked at start, so the DSN changes from one run to the
+// next.
+//
 // # topology
 //
 // topology starts pgrouted's probers on DSN, waits until every host answered
@@ -71,9 +95,12 @@
 // # Exit status
 //
 //	0    success (topology: a host answered; demo: 0 stale reads, 0 errors,
-//	     writes resumed on the new primary)
+//	     writes resumed on the new primary; cluster: stopped by Ctrl-C or
+//	     SIGTERM once up, its normal end, and the cluster removed)
 //	1    failure: no host answered, explain's query cannot run now, the demo
-//	     found a stale read or an error or could not start (PostgreSQL missing)
+//	     found a stale read or an error or could not start, the cluster
+//	     could not start or be removed (PostgreSQL missing, ...)
 //	2    usage error: unknown command, bad flag, missing argument, invalid DSN
-//	130  the demo was interrupted (Ctrl-C, SIGTERM)
+//	130  the demo was interrupted (Ctrl-C, SIGTERM); cluster was interrupted
+//	     before its cluster was up
 package main

@@ -14,10 +14,10 @@ import (
 
 // Exit codes; see the package documentation.
 const (
-	exitOK          = 0
+	exitOK          = 0   // success; for cluster, stopped by Ctrl-C or SIGTERM once up (its normal end)
 	exitFailure     = 1   // the command ran and failed: unreachable cluster, stale reads or errors in the demo, PostgreSQL missing
 	exitUsage       = 2   // bad arguments, unknown subcommand, invalid DSN
-	exitInterrupted = 130 // the demo was stopped by Ctrl-C (SIGINT) or SIGTERM
+	exitInterrupted = 130 // the demo, or cluster before its cluster was up, was stopped by Ctrl-C (SIGINT) or SIGTERM
 )
 
 func main() {
@@ -44,6 +44,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	switch cmd, rest := args[0], args[1:]; cmd {
 	case "demo":
 		return demoCmd(ctx, rest, stdout, stderr)
+	case "cluster":
+		return clusterCmd(ctx, rest, stdout, stderr)
 	case "topology":
 		return topologyCmd(ctx, rest, stdout, stderr)
 	case "explain":
@@ -70,6 +72,10 @@ Usage:
       Boot a local PostgreSQL primary with streaming replicas, run a mixed
       workload through pgrouted, and walk through a replica falling behind,
       a replica crash and a failover, with a live table and a summary.
+  pgrouted cluster [--replicas 2]
+      Start a local PostgreSQL primary with streaming replicas, print its
+      DSN (with the random password made up for it) and keep it up until
+      Ctrl-C, to try pgrouted from your own code (make cluster does too).
   pgrouted topology [--watch] [--json] [--no-color] [--timeout 10s] DSN
       Probe a cluster and print what pgrouted sees of each host.
   pgrouted explain [--json] [--timeout 10s] DSN QUERY
@@ -82,9 +88,10 @@ key=value, several hosts) plus pgrouted_ keys, e.g.
   "postgres://app:secret@db1,db2,db3/app?pgrouted_max_lag=2s"
 No password is ever printed.
 
-Exit codes: 0 success; 1 failure (cluster unreachable, demo found stale
-reads or errors, PostgreSQL missing); 2 usage error or invalid DSN;
-130 demo interrupted by Ctrl-C.
+Exit codes: 0 success (cluster: stopped by Ctrl-C once up); 1 failure
+(cluster unreachable, demo found stale reads or errors, PostgreSQL
+missing); 2 usage error or invalid DSN; 130 demo interrupted by Ctrl-C
+(cluster: before it was up).
 `)
 }
 

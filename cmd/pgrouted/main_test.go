@@ -17,7 +17,15 @@ import (
 // as the command does.
 var cluster *testcluster.Cluster
 
+// envRunMain, set to 1, makes the test binary run the command itself
+// (main, with its arguments) instead of the tests: the tests that need a
+// real process (signals, exit status) start it that way.
+const envRunMain = "PGROUTED_TEST_RUN_MAIN"
+
 func TestMain(m *testing.M) {
+	if os.Getenv(envRunMain) == "1" {
+		main()
+	}
 	testcluster.Main(m, testcluster.Options{
 		Replicas: 2,
 		Logf:     func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) },
