@@ -1,5 +1,6 @@
 // Package workload holds the workload benchmarks of the bench module: one
-// function per scenario (interleaved overhead, read-your-writes, reads
+// function per scenario (interleaved overhead, the servers' CPU per
+// statement, read-your-writes, reads
 // across processes under global consistency, failover,
 // replica loss, memory),
 // each running against the same testcluster and returning its results as
@@ -28,6 +29,7 @@ type Scenario struct {
 // them.
 var Scenarios = []Scenario{
 	{"overhead", Overhead},
+	{"server-cost", ServerCost},
 	{"ryw", ReadYourWrites},
 	{"global", Global},
 	{"failover", Failover},

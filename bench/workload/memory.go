@@ -90,6 +90,7 @@ func Memory(ctx context.Context, e *Env) ([]Table, error) {
 		}
 		t.Add(v.name, v.hosts, fmt.Sprintf("%.2f MiB", float64(used)/(1<<20)), fmt.Sprintf("%.1f KiB", float64(used)/idleConns/1024), fmt.Sprintf("%.0f", allocs))
 		e.Facts["memory/"+v.name+"/allocs_per_read"] = allocs
+		e.Facts["memory/"+v.name+"/heap_mib"] = float64(used) / (1 << 20)
 	}
 	return []Table{t}, nil
 }
