@@ -17,6 +17,8 @@ import (
 //
 //   - pgx: pgx's own database/sql driver (github.com/jackc/pgx/v5/stdlib)
 //     straight to the primary;
+//   - pgx-replica: the same straight to one replica (reads only): the
+//     baseline of a read pgrouted sends to a replica;
 //   - pgrouted: pgrouted on the whole cluster (reads on the replicas);
 //   - pgrouted-primary: pgrouted with every statement routed to the
 //     primary (pgrouted.WithRoute(ctx, pgrouted.Primary)), the same server
@@ -57,22 +59,30 @@ type stack struct {
 	ctx  context.Context
 }
 
-func stacks(b *testing.B) []stack {
+// stacks opens the stacks; withReplica adds pgx straight to a replica
+// (for reads).
+func stacks(b *testing.B, withReplica bool) []stack {
 	b.Helper()
 	setup(b)
-	pgx, err := sql.Open("pgx", cluster.Primary().DSN())
-	if err != nil {
-		b.Fatal(err)
+	open := func(dsn string) *sql.DB {
+		db, err := sql.Open("pgx", dsn)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { db.Close() })
+		return db
 	}
-	b.Cleanup(func() { pgx.Close() })
 	routed, _ := openRouted(b, "&pgrouted_replica_max_conns=32")
 	forced, _ := openRouted(b, "&pgrouted_replica_max_conns=32")
 	ctx := context.Background()
-	out := []stack{
-		{"pgx", pgx, ctx},
-		{"pgrouted", routed, ctx},
-		{"pgrouted-primary", forced, pgrouted.WithRoute(ctx, pgrouted.Primary)},
+	out := []stack{{"pgx", open(cluster.Primary().DSN()), ctx}}
+	if withReplica {
+		out = append(out, stack{"pgx-replica", open(cluster.Replicas()[0].DSN()), ctx})
 	}
+	out = append(out,
+		stack{"pgrouted", routed, ctx},
+		stack{"pgrouted-primary", forced, pgrouted.WithRoute(ctx, pgrouted.Primary)},
+	)
 	for _, s := range out {
 		s.db.SetMaxOpenConns(64)
 		s.db.SetMaxIdleConns(64)
@@ -80,10 +90,11 @@ func stacks(b *testing.B) []stack {
 	return out
 }
 
-// each runs op for every stack, serial and with 32 goroutines.
-func each(b *testing.B, op func(ctx context.Context, db *sql.DB, i int) error) {
+// each runs op for every stack, serial and with 32 goroutines; withReplica
+// adds pgx straight to a replica (for reads).
+func each(b *testing.B, withReplica bool, op func(ctx context.Context, db *sql.DB, i int) error) {
 	for _, mode := range []string{"serial", "parallel32"} {
-		ss := stacks(b)
+		ss := stacks(b, withReplica)
 		for _, s := range ss {
 			b.Run("mode="+mode+"/driver="+s.name, func(b *testing.B) {
 				warm(b, s, op)
@@ -146,9 +157,10 @@ func warm(b *testing.B, s stack, op func(ctx context.Context, db *sql.DB, i int)
 	}
 }
 
-// BenchmarkSelect is a one-row SELECT by primary key.
+// BenchmarkSelect is a one-row SELECT by primary key; pgx-replica is the
+// baseline of pgrouted's read on a replica.
 func BenchmarkSelect(b *testing.B) {
-	each(b, func(ctx context.Context, db *sql.DB, i int) error {
+	each(b, true, func(ctx context.Context, db *sql.DB, i int) error {
 		var v string
 		return db.QueryRowContext(ctx, "SELECT v FROM bench_kv WHERE id = $1", i%kvRows+1).Scan(&v)
 	})
@@ -157,7 +169,7 @@ func BenchmarkSelect(b *testing.B) {
 // BenchmarkInsert is a one-row autocommit INSERT. pgrouted reads the WAL
 // position after the commit (pipelined with it) for read-your-writes.
 func BenchmarkInsert(b *testing.B) {
-	each(b, func(ctx context.Context, db *sql.DB, i int) error {
+	each(b, false, func(ctx context.Context, db *sql.DB, i int) error {
 		_, err := db.ExecContext(ctx, "INSERT INTO bench_ins (v) VALUES ($1)", "x")
 		return err
 	})

@@ -1,5 +1,6 @@
 // Package workload holds the workload benchmarks of the bench module: one
-// function per scenario (interleaved overhead, read-your-writes, reads
+// function per scenario (interleaved overhead, the servers' CPU per
+// statement, read-your-writes, reads
 // across processes under global consistency, failover,
 // replica loss, memory),
 // each running against the same testcluster and returning its results as
@@ -11,7 +12,9 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"net/url"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/pgrouted/pgrouted"
@@ -28,6 +31,7 @@ type Scenario struct {
 // them.
 var Scenarios = []Scenario{
 	{"overhead", Overhead},
+	{"server-cost", ServerCost},
 	{"ryw", ReadYourWrites},
 	{"global", Global},
 	{"failover", Failover},
@@ -69,7 +73,27 @@ func (e *Env) SetReplicationDelay(d time.Duration) error {
 // OpenRouted opens pgrouted on the whole cluster with the extra DSN keys
 // (each "&key=value") and returns once reads go to a replica.
 func (e *Env) OpenRouted(ctx context.Context, extra string) (*sql.DB, *pgrouted.Connector, error) {
-	cfg, err := pgrouted.ParseConfig(e.Cluster.DSN() + extra)
+	return e.openRouted(ctx, e.Cluster.DSN(), extra)
+}
+
+// DirectDSN is the cluster's multi-host connection string (primary first)
+// with the servers' own addresses instead of their fault points, which
+// run in this process and hold buffers for every connection through them.
+func (e *Env) DirectDSN() (string, error) {
+	u, err := url.Parse(e.Cluster.Primary().DirectDSN())
+	if err != nil {
+		return "", err
+	}
+	addrs := []string{e.Cluster.Primary().DirectAddr()}
+	for _, r := range e.Cluster.Replicas() {
+		addrs = append(addrs, r.DirectAddr())
+	}
+	u.Host = strings.Join(addrs, ",")
+	return u.String(), nil
+}
+
+func (e *Env) openRouted(ctx context.Context, dsn, extra string) (*sql.DB, *pgrouted.Connector, error) {
+	cfg, err := pgrouted.ParseConfig(dsn + extra)
 	if err != nil {
 		return nil, nil, err
 	}

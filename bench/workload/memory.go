@@ -33,9 +33,16 @@ func Memory(ctx context.Context, e *Env) ([]Table, error) {
 		Title: "Memory",
 		Intro: fmt.Sprintf("Heap in use after runtime.GC() (runtime.MemStats.HeapAlloc), less the same before the *sql.DB was opened, once it holds %d idle connections "+
 			"(%d concurrent `SELECT pg_sleep(0.2)`, with `pgrouted_read_functions=pg_sleep`; all of them forced to the primary for pgrouted so that each connection has its primary session, "+
-			"then as many concurrent reads on the replicas so that their pools fill too). Allocations per read: testing.AllocsPerRun of a one-row SELECT by primary key, serially.",
+			"then as many concurrent reads on the replicas so that their pools fill too), connected to the servers' own addresses "+
+			"(not through testcluster's fault points, which run in the benchmark's process and hold buffers for every connection). Allocations per read: testing.AllocsPerRun of a one-row SELECT by primary key, serially.",
 			idleConns, idleConns),
 		Header: []string{"driver", "hosts", "heap", "heap per connection", "allocs per read"},
+	}
+	// The servers' own addresses: the fault points run in this process and
+	// would count their buffers for every connection.
+	direct, err := e.DirectDSN()
+	if err != nil {
+		return nil, err
 	}
 	type variant struct {
 		name, hosts string
@@ -43,13 +50,13 @@ func Memory(ctx context.Context, e *Env) ([]Table, error) {
 		readCtx     context.Context
 	}
 	variants := []variant{
-		{"pgx stdlib", "1", func() (*sql.DB, error) { return sql.Open("pgx", e.Cluster.Primary().DSN()) }, ctx},
+		{"pgx stdlib", "1", func() (*sql.DB, error) { return sql.Open("pgx", e.Cluster.Primary().DirectDSN()) }, ctx},
 		{"pgrouted", "3", func() (*sql.DB, error) {
-			db, _, err := e.OpenRouted(ctx, fmt.Sprintf("&pgrouted_probe_interval=250ms&pgrouted_read_functions=pg_sleep&pgrouted_replica_max_conns=%d", idleConns/2))
+			db, _, err := e.openRouted(ctx, direct, fmt.Sprintf("&pgrouted_probe_interval=250ms&pgrouted_read_functions=pg_sleep&pgrouted_replica_max_conns=%d", idleConns/2))
 			return db, err
 		}, ctx},
 		{"pgrouted, forced to the primary", "3", func() (*sql.DB, error) {
-			db, _, err := e.OpenRouted(ctx, "&pgrouted_probe_interval=250ms&pgrouted_read_functions=pg_sleep")
+			db, _, err := e.openRouted(ctx, direct, "&pgrouted_probe_interval=250ms&pgrouted_read_functions=pg_sleep")
 			return db, err
 		}, pgrouted.WithRoute(ctx, pgrouted.Primary)},
 	}
@@ -90,6 +97,7 @@ func Memory(ctx context.Context, e *Env) ([]Table, error) {
 		}
 		t.Add(v.name, v.hosts, fmt.Sprintf("%.2f MiB", float64(used)/(1<<20)), fmt.Sprintf("%.1f KiB", float64(used)/idleConns/1024), fmt.Sprintf("%.0f", allocs))
 		e.Facts["memory/"+v.name+"/allocs_per_read"] = allocs
+		e.Facts["memory/"+v.name+"/heap_mib"] = float64(used) / (1 << 20)
 	}
 	return []Table{t}, nil
 }

@@ -104,7 +104,8 @@ func run(out, statFile, rawFile, runRe string, dur time.Duration, command, note 
 		}
 		fmt.Fprintf(&b, "## Go benchmarks: overhead and the routing decision\n\n")
 		fmt.Fprintf(&b, "bench/overhead_test.go: a one-row `SELECT` by primary key and a one-row `INSERT`, serial and with 32 goroutines, through "+
-			"pgx's database/sql driver straight to the primary (`pgx`), pgrouted on the cluster with reads on the replicas (`pgrouted`), "+
+			"pgx's database/sql driver straight to the primary (`pgx`) and, for the SELECT, straight to a replica (`pgx-replica`, the baseline of a read on a replica), "+
+			"pgrouted on the cluster with reads on the replicas (`pgrouted`), "+
 			"and pgrouted with every statement routed to the primary (`pgrouted-primary`, the same server as `pgx`); and pgrouted's routing "+
 			"decision alone (`Connector.Explain`: classification of the text and choice of the endpoint). benchstat, the columns by driver, "+
 			"the percentages against `pgx`:\n\n```\n%s```\n\n", stat)
@@ -195,6 +196,11 @@ func writeTargets(b *bytes.Buffer, facts map[string]float64, raw map[string][]be
 		a := median(l, func(l benchLine) float64 { return l.allocs })
 		fmt.Fprintf(b, "| routing decision < 200 ns and 0 allocs (a read) | %.0f ns, %.0f allocs | %s |\n", n, a, verdict(n < 200 && a == 0))
 	}
+	if l := raw["BenchmarkDecision/stmt=write/driver=pgrouted"]; len(l) > 0 {
+		n := ns("BenchmarkDecision/stmt=write/driver=pgrouted")
+		fmt.Fprintf(b, "| routing decision < 200 ns (a write) | %.0f ns | %s |\n", n, verdict(n < 200))
+	}
+	writeCostTargets(b, facts, raw, verdict)
 	var stale float64
 	var runs int
 	for k, v := range facts {
@@ -243,6 +249,72 @@ func writeTargets(b *bytes.Buffer, facts map[string]float64, raw map[string][]be
 		}
 	}
 	fmt.Fprintln(b)
+}
+
+// writeCostTargets writes the targets of what pgrouted costs the servers
+// and the client (CPU per statement, allocations, heap, wall time), each
+// with the figures it compares.
+func writeCostTargets(b *bytes.Buffer, facts map[string]float64, raw map[string][]benchLine, verdict func(bool) string) {
+	ratio := func(target, what, stack, base, col string, limit float64) {
+		v, okv := facts["servercost/"+what+"/"+stack+"/"+col+"_us"]
+		w, okw := facts["servercost/"+what+"/"+base+"/"+col+"_us"]
+		if !okv || !okw || w <= 0 {
+			return
+		}
+		r := v / w
+		fmt.Fprintf(b, "| %s ≤ %.2f× %s's (workload *Server cost*, %s) | %.2f× (%.1f µs vs %.1f µs) | %s |\n", target, limit, base, stack, r, v, w, verdict(r <= limit))
+	}
+	for _, s := range [][2]string{{"pgrouted", "pgx"}, {"pgrouted.Pool", "pgxpool"}} {
+		ratio("primary CPU per autocommit INSERT", "insert", s[0], s[1], "primary", 1.15)
+		ratio("primary CPU per INSERT … RETURNING", "returning", s[0], s[1], "primary", 1.10)
+		ratio("primary CPU per 3-write transaction", "tx3", s[0], s[1], "primary", 1.10)
+	}
+	ratio("server CPU per replica read, no recent write", "read", "pgrouted", "pgx → replica", "cluster", 1.10)
+	ratio("server CPU per replica read, no recent write", "read", "pgrouted.Pool", "pgxpool → replica", "cluster", 1.10)
+	if read, ok := facts["servercost/read/pgx → primary/backends_us"]; ok && read > 0 {
+		for _, s := range []string{"pgrouted", "pgrouted.Pool"} {
+			be, ok := facts["servercost/readback-alone/"+s+"/backends_us"]
+			if !ok {
+				continue
+			}
+			all := facts["servercost/readback-alone/"+s+"/cluster_us"]
+			whole := facts["servercost/read/pgx → primary/cluster_us"]
+			r := be / read
+			fmt.Fprintf(b, "| a read-back right after a write costs the cluster ≤ 1.5× a pgx read on the primary (%s; the servers' client backends, "+
+				"which leave out the noise of the write's replay) | %.2f× (%.1f µs vs %.1f µs; whole servers: %.1f µs vs %.1f µs) | %s |\n",
+				s, r, be, read, all, whole, verdict(r <= 1.5))
+		}
+	}
+	allocs := func(name string) (float64, bool) {
+		l, ok := raw[name]
+		return median(l, func(l benchLine) float64 { return l.allocs }), ok && len(l) > 0
+	}
+	for _, c := range []struct {
+		target, routed, base string
+		extra                float64
+	}{
+		{"allocations per replica read ≤ pgx straight to a replica + 6 (Go benchmark, serial)",
+			"BenchmarkSelect/mode=serial/driver=pgrouted", "BenchmarkSelect/mode=serial/driver=pgx-replica", 6},
+		{"allocations per autocommit INSERT ≤ pgx + 10 (Go benchmark, serial)",
+			"BenchmarkInsert/mode=serial/driver=pgrouted", "BenchmarkInsert/mode=serial/driver=pgx", 10},
+	} {
+		r, ok1 := allocs(c.routed)
+		p, ok2 := allocs(c.base)
+		if ok1 && ok2 {
+			fmt.Fprintf(b, "| %s | %.0f vs %.0f (%+.0f) | %s |\n", c.target, r, p, r-p, verdict(r-p <= c.extra))
+		}
+	}
+	if r, p := facts["memory/pgrouted/heap_mib"], facts["memory/pgx stdlib/heap_mib"]; r > 0 && p > 0 {
+		fmt.Fprintf(b, "| heap for 100 idle connections ≤ 1.5× pgx's (workload *Memory*) | %.2f× (%.1f MiB vs %.1f MiB) | %s |\n", r/p, r, p, verdict(r/p <= 1.5))
+	}
+	if r, p := facts["overhead-insert/pgrouted/p50_us"], facts["overhead-insert/pgx/p50_us"]; r > 0 && p > 0 {
+		d := r/p - 1
+		fmt.Fprintf(b, "| serial INSERT wall time ≤ +10%% vs pgx (p50, interleaved) | %+.1f%% (%.0f µs vs %.0f µs) | %s |\n", 100*d, r, p, verdict(d <= 0.10))
+	}
+	if r, p := facts["overhead/pgrouted, reads on the replicas/p50_us"], facts["overhead/pgx straight to a replica/p50_us"]; r > 0 && p > 0 {
+		d := r/p - 1
+		fmt.Fprintf(b, "| replica read wall time ≤ +5%% vs pgx straight to a replica (p50, interleaved) | %+.1f%% (%.0f µs vs %.0f µs) | %s |\n", 100*d, r, p, verdict(d <= 0.05))
+	}
 }
 
 func cpuModel() string {

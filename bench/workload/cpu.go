@@ -1,0 +1,226 @@
+package workload
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/pgrouted/pgrouted/testcluster"
+)
+
+// This file reads the CPU time a PostgreSQL server has used, from /proc:
+// the whole server, not only the backends of the connections measured, so
+// that the work a statement causes elsewhere (the WAL writer, the
+// walsenders streaming its WAL, the startup process replaying it on a
+// replica) counts too.
+//
+// A server's CPU time is the sum, over its postmaster and the postmaster's
+// live children, of the time each has run (the first field of
+// /proc/<pid>/schedstat, in nanoseconds; utime+stime of /proc/<pid>/stat,
+// in clock ticks, where schedstat is missing), plus the postmaster's
+// cutime+cstime (the CPU time of the children it has reaped: backends of
+// closed connections, autovacuum workers). Clock ticks are converted with
+// CLK_TCK (getconf, else Linux's USER_HZ, 100).
+
+// clockTick is the length of one clock tick of /proc/<pid>/stat.
+var clockTick = func() time.Duration {
+	out, err := exec.Command("getconf", "CLK_TCK").Output()
+	if err == nil {
+		if n, err := strconv.Atoi(strings.TrimSpace(string(out))); err == nil && n > 0 {
+			return time.Second / time.Duration(n)
+		}
+	}
+	return 10 * time.Millisecond
+}()
+
+// procStat is what the CPU reading needs of /proc/<pid>/stat.
+type procStat struct {
+	ppid                         int
+	utime, stime, cutime, cstime uint64 // clock ticks
+}
+
+func readProcStat(pid int) (procStat, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return procStat{}, err
+	}
+	// The command name (field 2) is in parentheses and may hold spaces:
+	// the fields from the state (field 3) on follow its last ')'.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return procStat{}, fmt.Errorf("/proc/%d/stat: no command name", pid)
+	}
+	fs := strings.Fields(s[i+1:])
+	if len(fs) < 15 {
+		return procStat{}, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(fs))
+	}
+	num := func(k int) uint64 { // field k (1-based) of the file
+		v, _ := strconv.ParseUint(fs[k-3], 10, 64)
+		return v
+	}
+	return procStat{ppid: int(num(4)), utime: num(14), stime: num(15), cutime: num(16), cstime: num(17)}, nil
+}
+
+// runTime is the CPU time process pid has used itself (not its children).
+func runTime(pid int, st procStat) time.Duration {
+	if b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/schedstat"); err == nil {
+		if f := strings.Fields(string(b)); len(f) > 0 {
+			if ns, err := strconv.ParseInt(f[0], 10, 64); err == nil {
+				return time.Duration(ns)
+			}
+		}
+	}
+	return time.Duration(st.utime+st.stime) * clockTick
+}
+
+// postmasterPID reads the postmaster's process id from the first line of
+// postmaster.pid in dataDir.
+func postmasterPID(dataDir string) (int, error) {
+	b, err := os.ReadFile(filepath.Join(dataDir, "postmaster.pid"))
+	if err != nil {
+		return 0, err
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	pid, err := strconv.Atoi(strings.TrimSpace(line))
+	if err != nil || pid <= 0 {
+		return 0, fmt.Errorf("%s/postmaster.pid: no process id", dataDir)
+	}
+	return pid, nil
+}
+
+// serverCPU is the CPU time the server whose postmaster is pm has used
+// (see the file comment): in all, and in its client backends (kind tells
+// them from the server's own processes).
+func serverCPU(pm int, kind func(pid int) bool) (total, backends time.Duration, err error) {
+	st, err := readProcStat(pm)
+	if err != nil {
+		return 0, 0, err
+	}
+	total = runTime(pm, st) + time.Duration(st.cutime+st.cstime)*clockTick
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == pm {
+			continue
+		}
+		cs, err := readProcStat(pid)
+		if err != nil || cs.ppid != pm {
+			continue // gone meanwhile, or not the server's
+		}
+		d := runTime(pid, cs)
+		total += d
+		if kind(pid) {
+			backends += d
+		}
+	}
+	return total, backends, nil
+}
+
+// auxTitles start the process titles of a PostgreSQL server's own
+// processes, after "postgres: " and the cluster name; every other child
+// of the postmaster is a client backend.
+var auxTitles = []string{"checkpointer", "background writer", "walwriter", "autovacuum", "logical replication",
+	"archiver", "stats collector", "startup", "walreceiver", "walsender", "parallel worker", "io worker"}
+
+// isBackend reports whether process pid is a client backend, from its
+// title (/proc/<pid>/cmdline).
+func isBackend(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	if err != nil {
+		return false
+	}
+	title := strings.TrimSpace(strings.ReplaceAll(string(b), "\x00", " "))
+	title, ok := strings.CutPrefix(title, "postgres: ")
+	if !ok {
+		return false
+	}
+	if i := strings.Index(title, ": "); i >= 0 && !strings.Contains(title[:i], " ") {
+		title = title[i+2:] // the cluster name
+	}
+	for _, a := range auxTitles {
+		if strings.HasPrefix(title, a) {
+			return false
+		}
+	}
+	return true
+}
+
+// cpuMeter reads the CPU time of each server of a cluster: the primary
+// and the replicas.
+type cpuMeter struct {
+	primary  int   // postmaster pid
+	replicas []int // postmaster pids
+	backend  map[int]bool
+}
+
+func newCPUMeter(c *testcluster.Cluster) (*cpuMeter, error) {
+	m := &cpuMeter{backend: map[int]bool{}}
+	pid, err := postmasterPID(c.Primary().DataDir())
+	if err != nil {
+		return nil, err
+	}
+	m.primary = pid
+	for _, r := range c.Replicas() {
+		pid, err := postmasterPID(r.DataDir())
+		if err != nil {
+			return nil, err
+		}
+		m.replicas = append(m.replicas, pid)
+	}
+	return m, nil
+}
+
+// isBackend is isBackend, remembered per process.
+func (m *cpuMeter) isBackend(pid int) bool {
+	b, ok := m.backend[pid]
+	if !ok {
+		b = isBackend(pid)
+		m.backend[pid] = b
+	}
+	return b
+}
+
+// cpuSample is the CPU time used so far by the primary and by the
+// replicas together, in all and in their client backends, read at one
+// moment.
+type cpuSample struct {
+	at                   time.Time
+	primary, replicas    time.Duration
+	primaryBE, replicaBE time.Duration
+}
+
+func (m *cpuMeter) sample() (cpuSample, error) {
+	s := cpuSample{at: time.Now()}
+	var err error
+	if s.primary, s.primaryBE, err = serverCPU(m.primary, m.isBackend); err != nil {
+		return s, err
+	}
+	for _, pm := range m.replicas {
+		d, be, err := serverCPU(pm, m.isBackend)
+		if err != nil {
+			return s, err
+		}
+		s.replicas += d
+		s.replicaBE += be
+	}
+	return s, nil
+}
+
+// cpuDelta is the CPU time the servers used between two samples, and the
+// wall time between them.
+type cpuDelta struct {
+	wall, primary, replicas, primaryBE, replicaBE time.Duration
+}
+
+func (s cpuSample) since(before cpuSample) cpuDelta {
+	return cpuDelta{wall: s.at.Sub(before.at), primary: s.primary - before.primary, replicas: s.replicas - before.replicas,
+		primaryBE: s.primaryBE - before.primaryBE, replicaBE: s.replicaBE - before.replicaBE}
+}
