@@ -145,6 +145,13 @@ func FindBinDir() (string, error) {
 	}
 	var looked []string
 	if p, err := exec.LookPath("initdb"); err == nil {
+		// A link on PATH (/usr/local/bin/initdb to a distribution's
+		// directory) stands for the directory it points to, which holds
+		// the other programs too (pg_basebackup, pg_controldata: Patroni
+		// needs them beside initdb).
+		if real, err := filepath.EvalSymlinks(p); err == nil {
+			p = real
+		}
 		dir := filepath.Dir(p)
 		if len(missingBins(dir)) == 0 {
 			return dir, nil
