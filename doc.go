@@ -71,7 +71,8 @@
 //
 // The source files follow a statement through the driver, in this order:
 //
-//   - driver.go: sql.Open("pgrouted", dsn) parses the DSN into a [Config].
+//   - driver.go: sql.Open("pgrouted", dsn) parses the DSN into a [Config]
+//     (config.go).
 //   - connector.go: the [Connector] holds the hosts (host.go: one host's
 //     pools, circuit breaker, known replay position, in-flight reads;
 //     hosts.go: the host table and discovered hosts) and the topology

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/pgrouted/pgrouted"
+	"github.com/pgrouted/pgrouted/internal/testhelp"
 	"github.com/pgrouted/pgrouted/testcluster"
 )
 
@@ -26,7 +27,7 @@ func TestMain(m *testing.M) {
 	os.Exit(testcluster.Run(testcluster.Options{
 		Replicas: 2,
 		Conf:     []string{"log_statement = 'all'"},
-		Logf:     func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) },
+		Logf:     testhelp.Logf,
 	}, func(c *testcluster.Cluster) int {
 		cluster = c
 		code := m.Run()
@@ -39,22 +40,16 @@ func TestMain(m *testing.M) {
 	}))
 }
 
+// testCtx is a context for one test: it ends after 3 minutes or with the test.
 func testCtx(t testing.TB) context.Context {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	t.Cleanup(cancel)
-	return ctx
+	return testhelp.Context(t, 3*time.Minute)
 }
 
+// restore puts the cluster back when the test ends, for a test that breaks it.
 func restore(t *testing.T) {
 	t.Helper()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		if err := cluster.Restore(ctx); err != nil {
-			t.Fatalf("restore cluster: %v", err)
-		}
-	})
+	testhelp.Restore(t, cluster)
 }
 
 // routes records every RouteEvent.

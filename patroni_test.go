@@ -5,13 +5,13 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/pgrouted/pgrouted"
+	"github.com/pgrouted/pgrouted/internal/testhelp"
 	"github.com/pgrouted/pgrouted/testcluster"
 )
 
@@ -37,7 +37,7 @@ func patroniCluster(t *testing.T) *testcluster.PatroniCluster {
 	ctx, cancel := context.WithTimeout(context.Background(), testcluster.MainStartTimeout)
 	defer cancel()
 	pc, err := testcluster.StartPatroni(ctx, testcluster.PatroniOptions{
-		Logf: func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) },
+		Logf: testhelp.Logf,
 	})
 	if err != nil {
 		t.Fatalf("cannot start the Patroni cluster: %v", err)

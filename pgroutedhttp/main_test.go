@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/pgrouted/pgrouted"
+	"github.com/pgrouted/pgrouted/internal/testhelp"
 	"github.com/pgrouted/pgrouted/pgroutedhttp"
 	"github.com/pgrouted/pgrouted/testcluster"
 )
@@ -41,15 +42,14 @@ func TestMain(m *testing.M) {
 	testcluster.Main(m, testcluster.Options{
 		Replicas: 2,
 		Conf:     []string{fmt.Sprintf("recovery_min_apply_delay = '%dms'", applyDelay.Milliseconds())},
-		Logf:     func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) },
+		Logf:     testhelp.Logf,
 	}, func(c *testcluster.Cluster) { cluster = c })
 }
 
+// testCtx is a context for one test: it ends after 3 minutes or with the test.
 func testCtx(t testing.TB) context.Context {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	t.Cleanup(cancel)
-	return ctx
+	return testhelp.Context(t, 3*time.Minute)
 }
 
 // appDSN is the DSN of the test application: reads wait up to 100ms on a

@@ -3,15 +3,14 @@ package promcollector_test
 import (
 	"context"
 	"database/sql"
-	"fmt"
 	"io"
 	"net/http/httptest"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/pgrouted/pgrouted"
+	"github.com/pgrouted/pgrouted/internal/testhelp"
 	"github.com/pgrouted/pgrouted/promcollector"
 	"github.com/pgrouted/pgrouted/testcluster"
 	"github.com/prometheus/client_golang/prometheus"
@@ -26,26 +25,20 @@ var cluster *testcluster.Cluster
 func TestMain(m *testing.M) {
 	testcluster.Main(m, testcluster.Options{
 		Replicas: 2,
-		Logf:     func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) },
+		Logf:     testhelp.Logf,
 	}, func(c *testcluster.Cluster) { cluster = c })
 }
 
+// testCtx is a context for one test: it ends after 3 minutes or with the test.
 func testCtx(t *testing.T) context.Context {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	t.Cleanup(cancel)
-	return ctx
+	return testhelp.Context(t, 3*time.Minute)
 }
 
+// restore puts the cluster back when the test ends, for a test that breaks it.
 func restore(t *testing.T) {
 	t.Helper()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		if err := cluster.Restore(ctx); err != nil {
-			t.Fatalf("restore cluster: %v", err)
-		}
-	})
+	testhelp.Restore(t, cluster)
 }
 
 // marker is a password that must appear in no metric. Trust authentication
@@ -86,15 +79,10 @@ func open(t *testing.T) (*sql.DB, *pgrouted.Connector, *prometheus.Registry) {
 	return db, conn, reg
 }
 
+// waitFor polls ok every 20ms until it holds, or fails the test after d.
 func waitFor(t *testing.T, d time.Duration, what string, ok func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testhelp.WaitFor(t, d, 20*time.Millisecond, what, ok)
 }
 
 // value returns the value of the series name{labels} in reg, and whether

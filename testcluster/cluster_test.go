@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/pgrouted/pgrouted/internal/testhelp"
 	"github.com/pgrouted/pgrouted/testcluster"
 )
 
@@ -29,27 +30,20 @@ func TestMain(m *testing.M) {
 	}
 	testcluster.Main(m, testcluster.Options{
 		Replicas: 2,
-		Logf:     func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) },
+		Logf:     testhelp.Logf,
 	}, func(c *testcluster.Cluster) { shared = c })
 }
 
+// testCtx is a context for one test: it ends after 90 seconds or with the test.
 func testCtx(t *testing.T) context.Context {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	t.Cleanup(cancel)
-	return ctx
+	return testhelp.Context(t, 90*time.Second)
 }
 
-// restore puts the shared cluster back after a test that broke it.
+// restore puts the cluster back when the test ends, for a test that breaks it.
 func restore(t *testing.T) {
 	t.Helper()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		if err := shared.Restore(ctx); err != nil {
-			t.Fatalf("restore cluster: %v", err)
-		}
-	})
+	testhelp.Restore(t, shared)
 }
 
 func connect(t *testing.T, ctx context.Context, dsn string) *pgx.Conn {

@@ -3,11 +3,11 @@ package topology_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/pgrouted/pgrouted/internal/testhelp"
 	"github.com/pgrouted/pgrouted/lagmeter"
 	"github.com/pgrouted/pgrouted/testcluster"
 	"github.com/pgrouted/pgrouted/topology"
@@ -19,26 +19,20 @@ var cluster *testcluster.Cluster
 func TestMain(m *testing.M) {
 	testcluster.Main(m, testcluster.Options{
 		Replicas: 2,
-		Logf:     func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) },
+		Logf:     testhelp.Logf,
 	}, func(c *testcluster.Cluster) { cluster = c })
 }
 
+// testCtx is a context for one test: it ends after 2 minutes or with the test.
 func testCtx(t *testing.T) context.Context {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	t.Cleanup(cancel)
-	return ctx
+	return testhelp.Context(t, 2*time.Minute)
 }
 
+// restore puts the cluster back when the test ends, for a test that breaks it.
 func restore(t *testing.T) {
 	t.Helper()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		if err := cluster.Restore(ctx); err != nil {
-			t.Fatalf("restore cluster: %v", err)
-		}
-	})
+	testhelp.Restore(t, cluster)
 }
 
 // hosts returns the cluster's nodes as topology hosts, in the given order of

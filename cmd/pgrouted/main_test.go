@@ -3,12 +3,11 @@ package main
 import (
 	"bytes"
 	"context"
-	"fmt"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/pgrouted/pgrouted/internal/testhelp"
 	"github.com/pgrouted/pgrouted/testcluster"
 )
 
@@ -28,26 +27,20 @@ func TestMain(m *testing.M) {
 	}
 	testcluster.Main(m, testcluster.Options{
 		Replicas: 2,
-		Logf:     func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) },
+		Logf:     testhelp.Logf,
 	}, func(c *testcluster.Cluster) { cluster = c })
 }
 
+// testCtx is a context for one test: it ends after 3 minutes or with the test.
 func testCtx(t *testing.T) context.Context {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	t.Cleanup(cancel)
-	return ctx
+	return testhelp.Context(t, 3*time.Minute)
 }
 
+// restore puts the cluster back when the test ends, for a test that breaks it.
 func restore(t *testing.T) {
 	t.Helper()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		if err := cluster.Restore(ctx); err != nil {
-			t.Fatalf("restore cluster: %v", err)
-		}
-	})
+	testhelp.Restore(t, cluster)
 }
 
 // marker is a password that must never be printed. Trust authentication

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pgrouted/pgrouted/internal/testhelp"
 	"go.uber.org/goleak"
 )
 
@@ -171,13 +172,7 @@ func expectClosed(t *testing.T, c net.Conn) {
 // waitFor polls cond until it holds, for a generous while.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testhelp.WaitFor(t, 10*time.Second, time.Millisecond, what, cond)
 }
 
 func TestForward(t *testing.T) {
