@@ -190,9 +190,9 @@ func (c *Connector) tracksWrites(ctx context.Context) bool {
 
 // wrote records a committed write on primary host at insert position lsn
 // (0: unknown), for the connector and for the session of ctx, if any. sent
-// is a time (monoNow) taken before the query that read lsn was sent, or
-// zero: the position then also serves the global reads that began before
-// it (Connector.positionRead).
+// is a time (monoNow) taken before the query that read lsn was sent (zero
+// when none is known): the position also serves the global reads that
+// began before it and still wait for one (Connector.positionRead).
 func (c *Connector) wrote(ctx context.Context, host *host, lsn lagmeter.LSN, sent time.Time) {
 	if !c.tracksWrites(ctx) {
 		return
