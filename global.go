@@ -180,3 +180,41 @@ func (c *Connector) fetchPosition(ctx context.Context) (lagmeter.Watermark, erro
 	}
 	return lagmeter.Watermark{SystemID: st.SystemID, Timeline: st.Timeline, LSN: st.Layout.RecordEnd(lsn)}, nil
 }
+
+// positionRead offers the read index (readindex.go) w, a position of the
+// primary host read by a query sent at sent or later (a monoNow time taken
+// before the query went out): the position after a write's commit, after
+// a COMMIT. Every global read that began before sent and still waits for
+// a position is served by it, instead of by a fetch. It is used only while
+// host is the primary of the current term, as a fetch's answer is.
+func (c *Connector) positionRead(host *host, w lagmeter.Watermark, sent time.Time) {
+	c.offerPosition(c.view(), host, w, sent)
+}
+
+// offerProbe offers the read index the position a probe of v's primary
+// read (view.walEnd), sent at its LastSuccess. Called once per snapshot.
+func (c *Connector) offerProbe(v *view) {
+	if v.primary == nil {
+		return
+	}
+	if w, ok := probedPosition(v); ok && v.primary.probe.InsertLSN != 0 {
+		c.offerPosition(v, v.primary.host, w, v.primary.probe.LastSuccess)
+	}
+}
+
+// offerPosition offers w, read on host at sent or later, when host is v's
+// primary in the current term, within its lease, and w is on its history.
+// It takes no lock of the terms (it runs from Connector.view).
+func (c *Connector) offerPosition(v *view, host *host, w lagmeter.Watermark, sent time.Time) {
+	if c.index == nil || w.IsZero() || sent.IsZero() || !v.isPrimary(host) {
+		return
+	}
+	t := c.terms.cur.Load()
+	if t == nil || t.ended() || t.host != host || t.epoch != v.snap.Epoch || !v.snap.LeaseValid(time.Now()) {
+		return
+	}
+	if p := v.primary.probe; w.SystemID != p.SystemID || w.Timeline != p.Timeline {
+		return
+	}
+	c.index.offer(w, sent)
+}

@@ -450,3 +450,113 @@ func TestGlobalThroughFailover(t *testing.T) {
 		t.Error("no global read ran on a replica")
 	}
 }
+
+// TestGlobalWritesServeReads: in a process that writes as well as reads,
+// the positions its writes read after their commits (autocommit writes,
+// COMMITs) serve its waiting global reads in place of fetches
+// (Stats.PositionsShared), and no read misses a row another process's
+// write had acknowledged before the read began.
+func TestGlobalWritesServeReads(t *testing.T) {
+	ctx := testCtx(t)
+	restore(t)
+	mustExec(t, ctx, cluster.Primary(), "DROP TABLE IF EXISTS globalw, globalo; CREATE TABLE globalw (id bigint PRIMARY KEY); CREATE TABLE globalo (id bigint)")
+	replicated(t, ctx)
+
+	wdb, _, _ := open(t) // another process's writes
+	// Probes every 3 s: their positions (offered too) serve no read here.
+	gdb, gconn, _ := open(t, "pgrouted_consistency=global", "pgrouted_replica_max_conns=32", "pgrouted_probe_interval=3s")
+	var acked, next atomic.Int64
+	if _, err := wdb.ExecContext(ctx, "INSERT INTO globalw VALUES (0)"); err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	var writers sync.WaitGroup
+	werrs := make(chan error, 4)
+	write := func(f func() error) {
+		writers.Add(1)
+		go func() {
+			defer writers.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if err := f(); err != nil {
+					werrs <- err
+					return
+				}
+			}
+		}()
+	}
+	write(func() error { // the other process
+		id := next.Add(1)
+		if _, err := wdb.ExecContext(ctx, "INSERT INTO globalw VALUES ($1)", id); err != nil {
+			return err
+		}
+		for cur := acked.Load(); id > cur && !acked.CompareAndSwap(cur, id); cur = acked.Load() {
+		}
+		return nil
+	})
+	for range 2 { // this process's autocommit writes
+		write(func() error {
+			_, err := gdb.ExecContext(ctx, "INSERT INTO globalo VALUES (1)")
+			return err
+		})
+	}
+	write(func() error { // and its transactions
+		tx, err := gdb.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, "INSERT INTO globalo VALUES (2)"); err != nil {
+			tx.Rollback()
+			return err
+		}
+		return tx.Commit()
+	})
+
+	const readers, each = 16, 100
+	st0 := gconn.Stats()
+	var misses atomic.Int64
+	errs := make(chan error, readers)
+	for range readers {
+		go func() {
+			var err error
+			for range each {
+				id := acked.Load() // acknowledged before the read begins
+				var n int
+				if err = gdb.QueryRowContext(ctx, "SELECT count(*) FROM globalw WHERE id = $1", id).Scan(&n); err != nil {
+					break
+				}
+				if n != 1 {
+					misses.Add(1)
+				}
+			}
+			errs <- err
+		}()
+	}
+	for range readers {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(stop)
+	writers.Wait()
+	close(werrs)
+	for err := range werrs {
+		t.Fatal(err)
+	}
+	st := gconn.Stats()
+	fetches, shared, reads := st.PositionFetches-st0.PositionFetches, st.PositionsShared-st0.PositionsShared, st.GlobalReads-st0.GlobalReads
+	t.Logf("%d global reads: %d position fetches, %d positions shared by writes (%.3f fetches per read)", reads, fetches, shared, float64(fetches)/float64(reads))
+	if m := misses.Load(); m != 0 {
+		t.Fatalf("%d reads missed a row acknowledged before they began", m)
+	}
+	if reads != readers*each {
+		t.Fatalf("%d global reads counted, want %d", reads, readers*each)
+	}
+	if shared == 0 {
+		t.Fatal("no position read after a write served a global read")
+	}
+}

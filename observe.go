@@ -291,11 +291,16 @@ type Stats struct {
 	// GlobalReads the reads they served: concurrent reads share one
 	// fetch, so PositionFetches/GlobalReads is the primary's cost per read.
 	// GlobalWaitTime is the total time global reads waited for their
-	// positions (RouteEvent.GlobalWait).
+	// positions (RouteEvent.GlobalWait). PositionsShared counts the
+	// positions pgrouted read anyway (after a write's commit or a COMMIT,
+	// by a probe of the primary), sent after every read of a waiting round
+	// began, that served that round in place of its fetch: each one spared
+	// a fetch, or answered a fetch in flight early.
 	PositionFetches     uint64        `json:"positionFetches"`
 	PositionFetchErrors uint64        `json:"positionFetchErrors"`
 	GlobalReads         uint64        `json:"globalReads"`
 	GlobalWaitTime      time.Duration `json:"globalWaitTime"`
+	PositionsShared     uint64        `json:"positionsShared"`
 }
 
 // opNames are the ops counted per host, and reasonNames the reasons
@@ -398,6 +403,7 @@ func (c *Connector) Stats() Stats {
 		PositionFetchErrors: c.index.failed.Load(),
 		GlobalReads:         c.index.served.Load(),
 		GlobalWaitTime:      time.Duration(c.index.waited.Load()),
+		PositionsShared:     c.index.shared.Load(),
 	}
 	if e := c.top.Snapshot().Epoch; e > 1 {
 		st.Failovers = e - 1

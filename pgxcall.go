@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql/driver"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -161,9 +162,9 @@ func (px *pgxCall) wroteLater(ctx context.Context, cn *conn) bool {
 	host, sc := cn.host, cn.primary
 	px.afterClose(func() {
 		if cn.primary != nil && !cn.inSQLTx() {
-			cn.c.wrote(ctx, host, cn.c.insertLSN(ctx, cn.primary.Conn()))
+			cn.c.wroteThen(ctx, host, cn.primary.Conn())
 		} else {
-			cn.c.wrote(ctx, host, 0)
+			cn.c.wrote(ctx, host, 0, time.Time{})
 		}
 	})
 	if px.rows != nil {

@@ -300,6 +300,7 @@ func (cn *conn) runOnPrimary(ctx context.Context, p *plan, r sqlclass.Result, cl
 			cn.pin()
 		}
 		positioned := cn.positioned(ctx, r, cl)
+		cl.sent = monoNow()
 		pos, err := cn.execPrimary(ctx, sc, positioned, cl)
 		if err != nil {
 			retry, stop, ferr := cn.primaryFailed(ctx, p, sc, err, inTx, attempt)
@@ -338,7 +339,7 @@ func (cn *conn) execPrimary(ctx context.Context, sc *stdlib.Conn, positioned boo
 		// sent; the position after it is read when they are closed.
 		host := cn.host
 		cl.rows, err = cn.queryPositioned(ctx, sc, cl.query, cl.args, func(pos lagmeter.LSN, werr error) {
-			cn.c.wroteAfter(ctx, host, pos, werr)
+			cn.c.wroteAfter(ctx, host, pos, cl.sent, werr)
 		})
 	default:
 		if tag, pos, err = cn.execPositioned(ctx, sc, cl.query, cl.args); err == nil {
@@ -388,7 +389,7 @@ func (cn *conn) primaryFailed(ctx context.Context, p *plan, sc *stdlib.Conn, err
 		} else if p.class != sqlclass.Read {
 			// The answer was lost: the write may have committed, at a
 			// position nobody read.
-			cn.c.wrote(ctx, host, 0)
+			cn.c.wrote(ctx, host, 0, time.Time{})
 		}
 		return false, true, err
 	case readOnly25006(err) && p.class != sqlclass.Read:
@@ -415,7 +416,7 @@ func (cn *conn) raiseAfter(ctx context.Context, positioned bool, pos lagmeter.LS
 	case positioned && cl.isQuery:
 		// Raised when the rows are closed.
 	case positioned:
-		cn.c.wroteAfter(ctx, cn.host, pos, err)
+		cn.c.wroteAfter(ctx, cn.host, pos, cl.sent, err)
 	case err == nil && cl.px.wroteLater(ctx, cn):
 		// pgx's rows or batch results: the same, when they are closed.
 	case err == nil && cl.rows != nil:
@@ -430,7 +431,7 @@ func (cn *conn) raiseAfter(ctx context.Context, positioned bool, pos lagmeter.LS
 		if cn.primary != nil {
 			pos = cn.c.insertLSN(ctx, cn.primary.Conn())
 		}
-		cn.c.wrote(ctx, cn.host, pos)
+		cn.c.wrote(ctx, cn.host, pos, cl.sent)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/pgrouted/pgrouted/lagmeter"
 )
@@ -23,6 +24,16 @@ import (
 // meanwhile. However many reads run, the primary sees at most one fetch per
 // fetch round trip, and a read never uses a fetch that started before it
 // began.
+//
+// A position serves everyone after it: any read of the primary's position
+// sent after a read began serves that read, not only a fetch. The positions
+// pgrouted reads anyway (after a write's commit, pipelined with it; after a
+// COMMIT; a probe of the primary) are offered to the index with the time
+// they were sent (offer): a round whose reads all joined before that time
+// is completed with it at once, and the fetch it waited for is not made.
+// Times are read from the monotonic clock (monoNow); a round keeps the
+// time of its latest join, taken under the index's lock, and an offer sent
+// at or before it serves nobody in the round.
 
 // fetchFunc reads the primary's position (see Connector.fetchPosition).
 type fetchFunc func(context.Context) (lagmeter.Watermark, error)
@@ -31,6 +42,7 @@ type fetchFunc func(context.Context) (lagmeter.Watermark, error)
 // global reads. It is safe for concurrent use.
 type readIndex struct {
 	fetch fetchFunc
+	now   func() time.Time // monoNow; a logical clock in tests
 
 	mu      sync.Mutex
 	running *fetchRound // the fetch in flight, nil when none
@@ -44,21 +56,36 @@ type readIndex struct {
 	fetches atomic.Uint64 // fetches started
 	served  atomic.Uint64 // reads given a position
 	failed  atomic.Uint64 // fetches that failed
+	shared  atomic.Uint64 // rounds completed by an offered position instead of their fetch
 	waited  atomic.Uint64 // nanoseconds reads waited for their positions (Connector.globalPosition)
 }
 
 // fetchRound is one fetch and the reads waiting for it.
 type fetchRound struct {
-	done    chan struct{} // closed once wm and err are set
-	wm      lagmeter.Watermark
-	err     error
-	waiters int // the reads that joined it (under readIndex.mu)
+	done     chan struct{} // closed once wm and err are set (by complete)
+	wm       lagmeter.Watermark
+	err      error
+	waiters  int       // the reads that joined it (under readIndex.mu)
+	lastJoin time.Time // when the latest of them joined (monoNow, under readIndex.mu)
+	finished bool      // done is closed (under readIndex.mu)
+}
+
+// complete sets r's answer and wakes its reads, unless an offer or its
+// fetch did first. Called under readIndex.mu.
+func (r *fetchRound) complete(wm lagmeter.Watermark, err error) bool {
+	if r.finished {
+		return false
+	}
+	r.finished = true
+	r.wm, r.err = wm, err
+	close(r.done)
+	return true
 }
 
 // newReadIndex returns a read index whose fetches call fetch.
 func newReadIndex(fetch fetchFunc) *readIndex {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &readIndex{fetch: fetch, base: ctx, cancel: cancel}
+	return &readIndex{fetch: fetch, now: monoNow, base: ctx, cancel: cancel}
 }
 
 // get returns the primary's position read by a fetch that started after
@@ -84,6 +111,7 @@ func (ri *readIndex) get(ctx context.Context) (lagmeter.Watermark, error) {
 		ri.next = r
 	}
 	r.waiters++
+	r.lastJoin = ri.now()
 	ri.mu.Unlock()
 	select {
 	case <-r.done:
@@ -103,17 +131,42 @@ func (ri *readIndex) run(r *fetchRound) {
 	for r != nil {
 		ri.fetches.Add(1)
 		ctx, cancel := context.WithTimeout(ri.base, positionTimeout)
-		r.wm, r.err = ri.fetch(ctx)
+		wm, err := ri.fetch(ctx)
 		cancel()
-		if r.err != nil {
+		if err != nil {
 			ri.failed.Add(1)
 		}
-		close(r.done)
 		ri.mu.Lock()
+		r.complete(wm, err) // unless an offer completed it meanwhile
 		r, ri.next = ri.next, nil
 		ri.running = r
 		ri.mu.Unlock()
 	}
+}
+
+// offer gives the index a position of the primary, wm, read by a query
+// sent at sent or later (a time of monoNow's clock, taken before the query
+// was sent): it completes the rounds whose reads all joined before sent.
+// A waiting round so completed is dropped (its fetch is not made); a
+// round whose fetch is in flight is completed at once, and the fetch's
+// answer, when it comes, is not used. It reports whether it served a read.
+func (ri *readIndex) offer(wm lagmeter.Watermark, sent time.Time) bool {
+	if wm.IsZero() || sent.IsZero() {
+		return false
+	}
+	ri.mu.Lock()
+	defer ri.mu.Unlock()
+	served := false
+	if r := ri.running; r != nil && r.waiters > 0 && sent.After(r.lastJoin) && r.complete(wm, nil) {
+		served = true
+		ri.shared.Add(1)
+	}
+	if r := ri.next; r != nil && sent.After(r.lastJoin) && r.complete(wm, nil) {
+		ri.next = nil
+		served = true
+		ri.shared.Add(1)
+	}
+	return served
 }
 
 // close cancels the fetch in flight and waits for it to end; a later get

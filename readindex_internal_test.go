@@ -159,3 +159,160 @@ func eventually(t *testing.T, cond func() bool) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// TestReadIndexOfferServesWaiters: a position offered with a send time
+// after every waiter joined completes their round at once, the running
+// one included, and the waiting round's fetch is never made; an offer sent
+// before the latest waiter joined serves nobody in its round.
+func TestReadIndexOfferServesWaiters(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	release := make(chan struct{})
+	var once sync.Once
+	open := func() { once.Do(func() { close(release) }) }
+	var n atomic.Int64
+	ri := newReadIndex(func(ctx context.Context) (lagmeter.Watermark, error) {
+		k := n.Add(1)
+		if k == 1 {
+			<-release
+		}
+		return lagmeter.Watermark{SystemID: 1, Timeline: 1, LSN: lagmeter.LSN(k)}, nil
+	})
+	defer ri.close()
+	defer open()
+	offered := func(lsn lagmeter.LSN) lagmeter.Watermark {
+		return lagmeter.Watermark{SystemID: 1, Timeline: 1, LSN: lsn}
+	}
+
+	first := make(chan lagmeter.Watermark, 1)
+	go func() {
+		wm, _ := ri.get(context.Background())
+		first <- wm
+	}()
+	eventually(t, func() bool { return n.Load() == 1 })
+	const late = 10
+	got := make(chan lagmeter.Watermark, late)
+	for range late {
+		go func() {
+			wm, _ := ri.get(context.Background())
+			got <- wm
+		}()
+	}
+	var lastJoin time.Time
+	eventually(t, func() bool {
+		ri.mu.Lock()
+		defer ri.mu.Unlock()
+		if ri.next != nil && ri.next.waiters == late {
+			lastJoin = ri.next.lastJoin
+			return true
+		}
+		return false
+	})
+	// Sent at the latest join: after the first read joined (it serves
+	// it, though its fetch is still blocked), not after the latest join,
+	// so not known to be after that read began: the waiting round stays.
+	if !ri.offer(offered(100), lastJoin) {
+		t.Fatal("an offer sent after the first read joined did not serve it")
+	}
+	if wm := <-first; wm.LSN != 100 {
+		t.Fatalf("the first read got %d, want the offered 100", wm.LSN)
+	}
+	select {
+	case wm := <-got:
+		t.Fatalf("a read took a position sent before it joined: %v", wm)
+	default:
+	}
+	// Sent after every join: it serves the waiting round.
+	if !ri.offer(offered(200), monoNow()) {
+		t.Fatal("an offer sent after every join served nobody")
+	}
+	for range late {
+		if wm := <-got; wm.LSN != 200 {
+			t.Fatalf("a waiting read got %d, want the offered 200", wm.LSN)
+		}
+	}
+	open()
+	eventually(t, func() bool {
+		ri.mu.Lock()
+		defer ri.mu.Unlock()
+		return ri.running == nil
+	})
+	if f, s := ri.fetches.Load(), ri.shared.Load(); f != 1 || s != 2 {
+		t.Fatalf("%d fetches, %d rounds served by offers; want 1 and 2 (the waiting round's fetch not made)", f, s)
+	}
+	if s := ri.served.Load(); s != late+1 {
+		t.Fatalf("served %d reads, want %d", s, late+1)
+	}
+	// No round waits: an offer serves nobody.
+	if ri.offer(offered(300), monoNow()) {
+		t.Fatal("an offer with no read waiting served one")
+	}
+}
+
+// TestReadIndexOfferAfterReadBegan: under 32 concurrent readers and 4
+// offerers (writes reading the position after their commits), on one
+// logical clock, every read gets a position read after it began, by its
+// own fetch or by an offer; offers replace fetches.
+func TestReadIndexOfferAfterReadBegan(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	var clock atomic.Int64
+	tick := func() int64 { return clock.Add(1) }
+	at := func(k int64) time.Time { return time.Unix(0, k) }
+	ri := newReadIndex(func(ctx context.Context) (lagmeter.Watermark, error) {
+		started := tick()
+		time.Sleep(time.Duration(rand.IntN(300)) * time.Microsecond)
+		return lagmeter.Watermark{SystemID: 1, Timeline: 1, LSN: lagmeter.LSN(started)}, nil
+	})
+	ri.now = func() time.Time { return at(tick()) }
+	defer ri.close()
+	const readers, each, offerers = 32, 200, 4
+	var early atomic.Int64
+	var wg, offering sync.WaitGroup
+	stop := make(chan struct{})
+	for range offerers {
+		offering.Add(1)
+		go func() {
+			defer offering.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				sent := tick() // the position query is sent after this tick
+				time.Sleep(time.Duration(rand.IntN(200)) * time.Microsecond)
+				ri.offer(lagmeter.Watermark{SystemID: 1, Timeline: 1, LSN: lagmeter.LSN(sent)}, at(sent))
+			}
+		}()
+	}
+	for range readers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range each {
+				began := tick()
+				wm, err := ri.get(context.Background())
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if int64(wm.LSN) <= began {
+					early.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(stop)
+	offering.Wait()
+	if n := early.Load(); n != 0 {
+		t.Fatalf("%d reads used a position read before they began", n)
+	}
+	fetches, shared, served := ri.fetches.Load(), ri.shared.Load(), ri.served.Load()
+	t.Logf("%d reads, %d fetches, %d rounds served by offers", served, fetches, shared)
+	if served != readers*each {
+		t.Fatalf("served %d reads, want %d", served, readers*each)
+	}
+	if shared == 0 {
+		t.Fatal("no offer served a round")
+	}
+}

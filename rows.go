@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql/driver"
 	"io"
+	"time"
 
 	"github.com/jackc/pgx/v5/stdlib"
 )
@@ -61,9 +62,9 @@ func (r *wroteRows) Close() error {
 	if !r.done {
 		r.done = true
 		if r.cn.primary != nil && !r.cn.inSQLTx() {
-			r.cn.c.wrote(r.ctx, r.host, r.cn.c.insertLSN(r.ctx, r.cn.primary.Conn()))
+			r.cn.c.wroteThen(r.ctx, r.host, r.cn.primary.Conn())
 		} else {
-			r.cn.c.wrote(r.ctx, r.host, 0)
+			r.cn.c.wrote(r.ctx, r.host, 0, time.Time{})
 		}
 	}
 	return err

@@ -174,6 +174,7 @@ func (t *tx) Commit() error {
 	}
 	// One round trip: COMMIT, then the position after it.
 	sc := cn.primary
+	sent := monoNow()
 	pos, err := cn.commitPositioned(t.ctx)
 	if err != nil && cn.lost(sc) {
 		// The primary was replaced before it answered: the transaction
@@ -181,7 +182,7 @@ func (t *tx) Commit() error {
 		err = lostError(OpTx, err)
 	}
 	t.end(began, "COMMIT", err)
-	cn.c.wroteAfter(t.ctx, t.host, pos, err)
+	cn.c.wroteAfter(t.ctx, t.host, pos, sent, err)
 	return err
 }
 

@@ -63,6 +63,7 @@ func (c *Connector) view() *view {
 	}
 	v := newView(s, c.hosts.all())
 	c.views.p.Store(v)
+	c.offerProbe(v) // global.go
 	return v
 }
 

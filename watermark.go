@@ -189,8 +189,11 @@ func (c *Connector) tracksWrites(ctx context.Context) bool {
 }
 
 // wrote records a committed write on primary host at insert position lsn
-// (0: unknown), for the connector and for the session of ctx, if any.
-func (c *Connector) wrote(ctx context.Context, host *host, lsn lagmeter.LSN) {
+// (0: unknown), for the connector and for the session of ctx, if any. sent
+// is a time (monoNow) taken before the query that read lsn was sent (zero
+// when none is known): the position also serves the global reads that
+// began before it and still wait for one (Connector.positionRead).
+func (c *Connector) wrote(ctx context.Context, host *host, lsn lagmeter.LSN, sent time.Time) {
 	if !c.tracksWrites(ctx) {
 		return
 	}
@@ -200,6 +203,7 @@ func (c *Connector) wrote(ctx context.Context, host *host, lsn lagmeter.LSN) {
 			w = lagmeter.Watermark{SystemID: h.SystemID, Timeline: h.Timeline, LSN: h.Layout.RecordEnd(lsn)}
 		}
 	}
+	c.positionRead(host, w, sent) // global.go
 	now := time.Now()
 	c.writes.wrote(w, now)
 	if s := sessionFrom(ctx); s != nil {
@@ -211,15 +215,22 @@ func (c *Connector) wrote(ctx context.Context, host *host, lsn lagmeter.LSN) {
 // its position pipelined: to pos when it succeeded; not at all when the
 // server refused it (nothing committed) or it was never sent (an argument
 // that cannot be encoded); to an unknown position when the connection
-// failed under it (the answer was lost, not the commit).
-func (c *Connector) wroteAfter(ctx context.Context, host *host, pos lagmeter.LSN, err error) {
+// failed under it (the answer was lost, not the commit). sent: see wrote.
+func (c *Connector) wroteAfter(ctx context.Context, host *host, pos lagmeter.LSN, sent time.Time, err error) {
 	switch {
 	case err == nil:
-		c.wrote(ctx, host, pos)
+		c.wrote(ctx, host, pos, sent)
 	case isPgError(err) || isEncodeError(err) || errors.Is(err, pgx.ErrTxCommitRollback) || errors.Is(err, driver.ErrBadConn):
 	default:
-		c.wrote(ctx, host, 0)
+		c.wrote(ctx, host, 0, time.Time{})
 	}
+}
+
+// wroteThen records a committed write on primary host whose position is
+// read now on pc, a primary session, after it (insertLSN).
+func (c *Connector) wroteThen(ctx context.Context, host *host, pc *pgx.Conn) {
+	sent := monoNow()
+	c.wrote(ctx, host, c.insertLSN(ctx, pc), sent)
 }
 
 // positionTimeout bounds insertLSN: past it the position is unknown (and

@@ -86,6 +86,7 @@
 //	pgrouted.position_fetches                             reads of the primary's WAL position for global consistency (shared by concurrent reads)
 //	pgrouted.position_fetch_errors                        position fetches that failed (their reads ran on the primary)
 //	pgrouted.global_reads                                 reads served a primary position read after they began (global consistency)
+//	pgrouted.positions_shared                             positions read anyway (after a write, by a probe) that served global reads in place of a fetch
 //
 // Gauges, now, per host (pgrouted.endpoint):
 //

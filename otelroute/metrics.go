@@ -90,6 +90,7 @@ func RegisterMetrics(src Source, opts ...Option) (metric.Registration, error) {
 		posFetches      = counter("pgrouted.position_fetches", "{fetch}", "Reads of the primary's WAL position for global consistency, one query each; concurrent reads share one.")
 		posFetchErrors  = counter("pgrouted.position_fetch_errors", "{fetch}", "Position fetches that failed: their reads ran where a read of unknown position runs (the primary).")
 		globalReads     = counter("pgrouted.global_reads", "{read}", "Reads served a primary position read after they began (global consistency).")
+		posShared       = counter("pgrouted.positions_shared", "{position}", "Positions read anyway (after a write's commit, by a probe) that served waiting global reads in place of a fetch.")
 
 		epoch     = gauge("pgrouted.primary.epoch", "1", "Primary epoch: increments each time the primary becomes another host.")
 		lease     = gauge("pgrouted.primary.lease_remaining", "s", "How long the current primary stays trusted without a new successful probe; 0 when there is no trusted primary.")
@@ -157,6 +158,7 @@ func RegisterMetrics(src Source, opts ...Option) (metric.Registration, error) {
 		count(posFetches, st.PositionFetches)
 		count(posFetchErrors, st.PositionFetchErrors)
 		count(globalReads, st.GlobalReads)
+		count(posShared, st.PositionsShared)
 		set(epoch, float64(top.Epoch))
 		set(lease, top.LeaseRemainingMs/1e3)
 

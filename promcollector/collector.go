@@ -45,7 +45,7 @@ type Collector struct {
 	// exported only when there is one.
 	provider, providerUp, providerLease, leaderTimeline, noReads *prometheus.Desc
 	replicaWaits, replicaWaitSeconds, replicaWaitTimeouts        *prometheus.Desc
-	positionFetches, positionFetchErrors, globalReads            *prometheus.Desc
+	positionFetches, positionFetchErrors, globalReads, posShared *prometheus.Desc
 	globalWaitSeconds                                            *prometheus.Desc
 }
 
@@ -117,6 +117,7 @@ func New(src Source, opts ...Option) *Collector {
 		positionFetchErrors: d("position_fetch_errors_total", "Position fetches that failed: their reads ran where a read of unknown position runs (the primary)."),
 		globalReads:         d("global_reads_total", "Reads served a primary position read after they began (global consistency)."),
 		globalWaitSeconds:   d("global_wait_seconds_total", "Total time global reads waited for their primary position."),
+		posShared:           d("positions_shared_total", "Positions of the primary read anyway (after a write's commit or a COMMIT, by a probe) that served waiting global reads in place of a fetch."),
 	}
 }
 
@@ -130,7 +131,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 		c.poolConns, c.poolMax,
 		c.provider, c.providerUp, c.providerLease, c.leaderTimeline, c.noReads,
 		c.replicaWaits, c.replicaWaitSeconds, c.replicaWaitTimeouts,
-		c.positionFetches, c.positionFetchErrors, c.globalReads, c.globalWaitSeconds,
+		c.positionFetches, c.positionFetchErrors, c.globalReads, c.globalWaitSeconds, c.posShared,
 	} {
 		ch <- d
 	}
@@ -191,6 +192,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.positionFetchErrors, st.PositionFetchErrors)
 	counter(c.globalReads, st.GlobalReads)
 	ch <- prometheus.MustNewConstMetric(c.globalWaitSeconds, prometheus.CounterValue, st.GlobalWaitTime.Seconds())
+	counter(c.posShared, st.PositionsShared)
 	gauge(c.epoch, float64(top.Epoch))
 	gauge(c.lease, top.LeaseRemainingMs/1e3)
 

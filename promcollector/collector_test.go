@@ -48,6 +48,7 @@ func fixed() *fake {
 			PositionFetchErrors: 1,
 			GlobalReads:         140,
 			GlobalWaitTime:      250 * time.Millisecond,
+			PositionsShared:     9,
 		},
 		top: pgrouted.Snapshot{
 			Primary:              "east",
@@ -195,6 +196,9 @@ pgrouted_global_reads_total 140
 # HELP pgrouted_global_wait_seconds_total Total time global reads waited for their primary position.
 # TYPE pgrouted_global_wait_seconds_total counter
 pgrouted_global_wait_seconds_total 0.25
+# HELP pgrouted_positions_shared_total Positions of the primary read anyway (after a write's commit or a COMMIT, by a probe) that served waiting global reads in place of a fetch.
+# TYPE pgrouted_positions_shared_total counter
+pgrouted_positions_shared_total 9
 # HELP pgrouted_statements_total Statements run, per endpoint (host name) and op (read, write, tx, lock).
 # TYPE pgrouted_statements_total counter
 pgrouted_statements_total{endpoint="east",op="lock"} 0

@@ -38,6 +38,7 @@
 //	pgrouted_position_fetch_errors_total        position fetches that failed (their reads ran where a read of unknown position runs)
 //	pgrouted_global_reads_total                 reads served a primary position read after they began (global consistency)
 //	pgrouted_global_wait_seconds_total          the time global reads waited for their position
+//	pgrouted_positions_shared_total             positions read anyway (after a write, by a probe) that served global reads in place of a fetch
 //
 // Gauges, now:
 //
