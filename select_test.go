@@ -459,6 +459,13 @@ func TestWeightedOverThreeReplicas(t *testing.T) {
 	db := sql.OpenDB(conn)
 	defer db.Close()
 	waitReplicaRoute(t, conn)
+	replicasReady(t, conn)
+	// Every replica eligible (its first probes done, its staleness bound
+	// known) before the count: a replica that joins the turns late leaves
+	// its share to the others.
+	waitReads(t, db, rec, 30*time.Second, "every replica to serve reads", func(on map[string]int) bool {
+		return on["r1"] > 0 && on["r2"] > 0 && on["r3"] > 0
+	})
 	on := readsOn(t, db, rec, 6000)
 	total := on["r1"] + on["r2"] + on["r3"]
 	for name, want := range map[string]float64{"r1": 1.0 / 6, "r2": 2.0 / 6, "r3": 3.0 / 6} {

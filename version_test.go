@@ -61,7 +61,7 @@ func TestWriteToADemotedPrimary(t *testing.T) {
 	replicated(t, ctx)
 	// Probes a minute apart: only the driver's own probe of the host
 	// (and ours of node1, below) tells the topology what changed.
-	db, conn, rec := openDSN(t, cluster.DSN()+"&pgrouted_probe_interval=1m&pgrouted_lease=5m&pgrouted_write_timeout=60s&pgrouted_names="+names(), nil)
+	db, conn, rec := openDSN(t, cluster.DSN()+"&pgrouted_probe_interval=1m&pgrouted_max_lag=none&pgrouted_lease=5m&pgrouted_write_timeout=60s&pgrouted_names="+names(), nil)
 	old, promoted := cluster.Node(0), cluster.Node(1)
 	if top := conn.Topology(); top.Primary != old.Name() {
 		t.Fatalf("the topology's primary is %q, want %s", top.Primary, old.Name())
@@ -143,7 +143,7 @@ func TestReadOnlyPrimaryRefuses(t *testing.T) {
 		ALTER ROLE readonly_writer SET default_transaction_read_only = on;
 		CREATE TABLE IF NOT EXISTS readonly_t (v text)`)
 	replicated(t, ctx)
-	u, err := url.Parse(cluster.DSN() + "&pgrouted_probe_interval=1m&pgrouted_lease=5m&pgrouted_write_timeout=10m&pgrouted_names=" + names())
+	u, err := url.Parse(cluster.DSN() + "&pgrouted_probe_interval=1m&pgrouted_max_lag=none&pgrouted_lease=5m&pgrouted_write_timeout=10m&pgrouted_names=" + names())
 	if err != nil {
 		t.Fatal(err)
 	}

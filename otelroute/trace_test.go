@@ -172,7 +172,7 @@ func TestSpans(t *testing.T) {
 		tel := newTelemetry(t)
 		db, conn := open(t, tel, func(cfg *pgrouted.Config) {
 			cfg.Select = func(_ context.Context, cs []pgrouted.Candidate) string { return victim.Name() }
-		}, nil, "pgrouted_probe_interval=60m", "pgrouted_lease=120m")
+		}, nil, "pgrouted_probe_interval=60m", "pgrouted_lease=120m", "pgrouted_max_lag=none")
 		reg, err := otelroute.RegisterMetrics(conn, otelroute.WithMeterProvider(tel.mp))
 		if err != nil {
 			t.Fatal(err)
