@@ -92,11 +92,15 @@ func opOf(c sqlclass.Class) string {
 //     path asks the plan the same question when the chosen replica fails
 //     its check or its connection, or refuses the statement (plan.fallBack).
 //
-// advance moves the round-robin position; Explain does not.
-func (c *Connector) plan(ctx context.Context, q request, advance bool) plan {
-	route := routeFrom(ctx)
+// advance moves the round-robin position; Explain does not. The plan is
+// written to p, which the caller keeps (on its stack): a plan is too large
+// to copy at every step of a statement.
+func (c *Connector) plan(ctx context.Context, q *request, advance bool, p *plan) {
+	o := optionsFrom(ctx)
+	route := o.route
 	if q.begin {
-		return c.planTx(ctx, q, route, advance)
+		c.planTx(ctx, o, q, route, advance, p)
+		return
 	}
 	switch q.r.Hint {
 	case sqlclass.HintPrimary:
@@ -111,11 +115,11 @@ func (c *Connector) plan(ctx context.Context, q request, advance bool) plan {
 		// It wrote when it ran on a replica: its effects are not known.
 		class = sqlclass.Session
 	}
-	p := plan{op: opOf(class), class: class, forced: route, fallback: c.fallback(route)}
+	*p = plan{op: opOf(class), class: class, forced: route, fallback: c.fallback(route)}
 	if class != sqlclass.Read {
 		if route == Replica {
 			p.err = &RouteError{Op: p.op, Reason: ReasonWriteOnReplica}
-			return p
+			return
 		}
 		p.primary = true
 		switch {
@@ -134,26 +138,25 @@ func (c *Connector) plan(ctx context.Context, q request, advance bool) plan {
 		default:
 			p.reason = ReasonWrite
 		}
-		return p
+		return
 	}
 	switch {
 	case route == Primary:
 		p.primary, p.reason = true, ReasonForced
-		return p
+		return
 	case q.inTx:
 		p.primary, p.reason = true, ReasonInTx
-		return p
+		return
 	case q.pinned && route != Replica:
 		p.primary, p.reason = true, ReasonPinned
-		return p
+		return
 	}
-	c.planReplica(ctx, &p, advance)
-	return p
+	c.planReplica(ctx, o, p, advance)
 }
 
 // planTx is plan for BeginTx.
-func (c *Connector) planTx(ctx context.Context, q request, route Route, advance bool) plan {
-	p := plan{op: OpTx, class: sqlclass.Tx, forced: route, fallback: c.fallback(route), primary: true}
+func (c *Connector) planTx(ctx context.Context, o *options, q *request, route Route, advance bool, p *plan) {
+	*p = plan{op: OpTx, class: sqlclass.Tx, forced: route, fallback: c.fallback(route), primary: true}
 	switch {
 	case !q.readOnly && route == Replica:
 		p.primary, p.reason = false, ReasonWriteOnReplica
@@ -177,26 +180,28 @@ func (c *Connector) planTx(ctx context.Context, q request, route Route, advance 
 		p.reason = ReasonSerializableRO
 	default:
 		p.primary = false
-		c.planReplica(ctx, &p, advance)
+		c.planReplica(ctx, o, p, advance)
 	}
-	return p
 }
 
 // planReplica completes p, a read or a read-only transaction that may run
 // on a replica, with the replica that serves it or, when none is eligible,
-// the fallback or the error.
-func (c *Connector) planReplica(ctx context.Context, p *plan, advance bool) {
+// the fallback or the error. o are ctx's options.
+func (c *Connector) planReplica(ctx context.Context, o *options, p *plan, advance bool) {
 	v := c.view()
-	rc, err := c.readCtx(ctx, v, advance)
-	if err != nil {
+	var rc readCtx
+	if err := c.readCtx(&rc, ctx, o, v, advance); err != nil {
 		p.err = err
 		return
 	}
-	rc = c.globalPosition(ctx, v, rc, &p.global, advance) // global.go
+	c.globalPosition(ctx, v, &rc, &p.global, advance) // global.go
 	p.lost = rc.lost
-	pk := c.pickReplica(v, rc, advance, nil)
+	pk := c.pickReplica(v, &rc, advance, nil)
 	if pk.host != nil {
-		p.replica = target{host: pk.host, check: pk.check, wm: pk.wm, wait: c.waitFor(ctx, pk)}
+		p.replica.host, p.replica.check, p.replica.wm = pk.host, pk.check, pk.wm
+		if pk.check {
+			p.replica.wait = c.waitFor(ctx, pk)
+		}
 		switch {
 		case p.forced == Replica:
 			p.reason = ReasonForced
@@ -238,17 +243,16 @@ func (p *plan) fallBack(reason Reason, cause error) error {
 	return &RouteError{Op: p.op, Reason: reason, cause: cause}
 }
 
-// fellBack is p for the primary after the replica path fell back (o): it
-// runs there for o's reason; a statement the replica refused (it wrote
-// through something its text and the catalog did not show) is then run as
-// an unknown statement, its watermark raised after it, and it pins the
-// connection to the primary (its effects are not known).
-func (p plan) fellBack(o replicaOutcome) plan {
+// fellBack makes p the plan for the primary after the replica path fell
+// back (o): it runs there for o's reason; a statement the replica refused
+// (it wrote through something its text and the catalog did not show) is
+// then run as an unknown statement, its watermark raised after it, and it
+// pins the connection to the primary (its effects are not known).
+func (p *plan) fellBack(o replicaOutcome) {
 	p.primary, p.reason = true, o.reason
 	if o.refused {
 		p.class, p.pin = sqlclass.Unknown, true
 	}
-	return p
 }
 
 // replan chooses another replica for p after the one it had (skip) failed:
@@ -256,13 +260,13 @@ func (p plan) fellBack(o replicaOutcome) plan {
 // there is none.
 func (c *Connector) replan(ctx context.Context, p *plan, skip *host) (target, bool) {
 	v := c.view()
-	rc, err := c.readCtx(ctx, v, true)
-	if err != nil {
+	var rc readCtx
+	if err := c.readCtx(&rc, ctx, optionsFrom(ctx), v, true); err != nil {
 		return target{}, false
 	}
 	g := p.global
-	rc = c.globalPosition(ctx, v, rc, &g, true) // global.go: the plan's position
-	next := c.pickReplica(v, rc, true, skip)
+	c.globalPosition(ctx, v, &rc, &g, true) // global.go: the plan's position
+	next := c.pickReplica(v, &rc, true, skip)
 	if next.host == nil {
 		return target{}, false
 	}
@@ -302,7 +306,7 @@ type pick struct {
 // staleness budget by the last probe) come first; when there are none, a
 // healthy one within the budget that may have caught up since is returned
 // with check set. advance moves the round-robin position; Explain does not.
-func (c *Connector) pickReplica(v *view, rc readCtx, advance bool, skip *host) pick {
+func (c *Connector) pickReplica(v *view, rc *readCtx, advance bool, skip *host) pick {
 	var buf, maybeBuf [maxStackCandidates]*hostView
 	checking := false
 	cand, maybe := buf[:0], maybeBuf[:0]
@@ -388,7 +392,9 @@ func (c *Connector) pickReplica(v *view, rc readCtx, advance bool, skip *host) p
 // would): it plans with the position the primary's last probe read, which
 // the read needs at least.
 func (c *Connector) Explain(ctx context.Context, query string) (Decision, error) {
-	r := c.classify(ctx, query)
-	p := c.plan(ctx, request{r: r, fn: r.FuncName(query), refused: c.refused.has(query)}, false)
+	var p plan
+	q := request{r: c.classify(ctx, query), refused: c.refused.has(query)}
+	q.fn = q.r.FuncName(query)
+	c.plan(ctx, &q, false, &p)
 	return p.decision(c), p.err
 }
