@@ -3,6 +3,7 @@ package pgrouted
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/pgrouted/pgrouted/dsn"
@@ -93,8 +94,8 @@ func opOf(c sqlclass.Class) string {
 //     its check or its connection, or refuses the statement (plan.fallBack).
 //
 // advance moves the round-robin position; Explain does not. The plan is
-// written to p, which the caller keeps (on its stack): a plan is too large
-// to copy at every step of a statement.
+// written to p, a zero plan the caller keeps (on its stack): a plan is too
+// large to copy at every step of a statement.
 func (c *Connector) plan(ctx context.Context, q *request, advance bool, p *plan) {
 	o := optionsFrom(ctx)
 	route := o.route
@@ -115,7 +116,7 @@ func (c *Connector) plan(ctx context.Context, q *request, advance bool, p *plan)
 		// It wrote when it ran on a replica: its effects are not known.
 		class = sqlclass.Session
 	}
-	*p = plan{op: opOf(class), class: class, forced: route, fallback: c.fallback(route)}
+	p.op, p.class, p.forced, p.fallback = opOf(class), class, route, c.fallback(route)
 	if class != sqlclass.Read {
 		if route == Replica {
 			p.err = &RouteError{Op: p.op, Reason: ReasonWriteOnReplica}
@@ -154,9 +155,9 @@ func (c *Connector) plan(ctx context.Context, q *request, advance bool, p *plan)
 	c.planReplica(ctx, o, p, advance)
 }
 
-// planTx is plan for BeginTx.
+// planTx is plan for BeginTx (p is zero).
 func (c *Connector) planTx(ctx context.Context, o *options, q *request, route Route, advance bool, p *plan) {
-	*p = plan{op: OpTx, class: sqlclass.Tx, forced: route, fallback: c.fallback(route), primary: true}
+	p.op, p.class, p.forced, p.fallback, p.primary = OpTx, sqlclass.Tx, route, c.fallback(route), true
 	switch {
 	case !q.readOnly && route == Replica:
 		p.primary, p.reason = false, ReasonWriteOnReplica
@@ -288,7 +289,8 @@ func (p *plan) decision(c *Connector) Decision {
 	return d
 }
 
-// maxStackCandidates bounds the candidates kept on the stack.
+// maxStackCandidates bounds the hosts whose candidates are kept on the
+// stack.
 const maxStackCandidates = 32
 
 // pick is a replica choice: host, or nil and reason; check asks the read to
@@ -306,19 +308,30 @@ type pick struct {
 // staleness budget by the last probe) come first; when there are none, a
 // healthy one within the budget that may have caught up since is returned
 // with check set. advance moves the round-robin position; Explain does not.
+//
+// It is one pass over the hosts: what does not depend on the host (the
+// switch point of the caller's timeline, the primary's lease) is worked
+// out once, before it.
 func (c *Connector) pickReplica(v *view, rc *readCtx, advance bool, skip *host) pick {
-	var buf, maybeBuf [maxStackCandidates]*hostView
-	checking := false
-	cand, maybe := buf[:0], maybeBuf[:0]
-	standbys, healthy := 0, 0
+	// The proven candidates fill buf from its start, the maybe ones from
+	// its end: together they are at most the hosts but the primary.
+	var stack [maxStackCandidates]*hostView
+	buf := stack[:]
+	if n := len(v.hosts); n > maxStackCandidates && (v.primary == nil || n-1 > maxStackCandidates) {
+		buf = make([]*hostView, n)
+	}
+	nCand, maybeAt := 0, len(buf)
+	standbys, healthy, saturated := 0, 0, 0
 	unknown := false
 	session := rc.cons != dsn.ConsistencyEventual // session or global: a position to reach
 	wm := rc.st.wm
 	if !session {
 		wm = lagmeter.Watermark{}
 	}
+	sp := v.switchPoint(wm.Timeline)
 	pinned := rc.cons == dsn.ConsistencySession && c.cfg.PinAfterWrite > 0 && rc.now.Sub(rc.st.lastWrite) < c.cfg.PinAfterWrite
-	saturated := 0
+	// Byte lag does not grow while the primary is not probed.
+	byteLease := rc.budget.MaxBytes == 0 || v.snap.LeaseValid(rc.now)
 	for i := range v.hosts {
 		h := &v.hosts[i]
 		st := h.probe
@@ -348,27 +361,27 @@ func (c *Connector) pickReplica(v *view, rc *readCtx, advance bool, skip *host) 
 			unknown = unknown || why == lagmeter.ReasonPositionUnknown
 			continue
 		}
-		if rc.budget.MaxBytes > 0 && !v.snap.LeaseValid(rc.now) {
-			// Byte lag does not grow while the primary is not probed.
+		if !byteLease || (session && rc.st.unknown) {
 			unknown = true
 			continue
 		}
-		if session && rc.st.unknown {
-			unknown = true
-			continue
-		}
-		ok, why := wm.ReachedBy(pos, v.switchPoint(wm.Timeline))
+		ok, why := wm.ReachedBy(pos, sp)
 		switch {
 		case ok:
-			cand = append(cand, h)
+			buf[nCand] = h
+			nCand++
 		case why == lagmeter.ReasonBehind && st.SystemID != 0:
-			maybe = append(maybe, h)
+			maybeAt--
+			buf[maybeAt] = h
 		default:
 			unknown = true
 		}
 	}
-	if len(cand) == 0 && len(maybe) > 0 {
-		cand, checking = maybe, true
+	cand, checking := buf[:nCand], false
+	if nCand == 0 && maybeAt < len(buf) {
+		// The maybe ones, in the hosts' order.
+		cand, checking = buf[maybeAt:], true
+		slices.Reverse(cand)
 	}
 	if len(cand) == 0 {
 		switch {

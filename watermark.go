@@ -60,11 +60,12 @@ var clockBase = time.Now()
 // never print it.
 func monoNow() time.Time { return clockBase.Add(time.Since(clockBase)) }
 
-// readCtx fills rc with what the eligibility of a read in ctx, whose
-// options are o, depends on in view v. With commit false (Explain) it
+// readCtx fills rc, a zero readCtx, with what the eligibility of a read in
+// ctx, whose options are o, depends on in view v. With commit false (Explain) it
 // changes nothing: what it learns about the caller's position stays local.
 func (c *Connector) readCtx(rc *readCtx, ctx context.Context, o *options, v *view, commit bool) error {
-	*rc = readCtx{ctx: ctx, mark: &c.writes, budget: c.budget, now: monoNow(), forced: o.route == Replica, cons: c.consistencyOf(o)}
+	rc.ctx, rc.budget, rc.now, rc.forced, rc.cons = ctx, c.budget, monoNow(), o.route == Replica, c.consistencyOf(o)
+	rc.mark = &c.writes
 	if o.session != nil {
 		rc.mark = &o.session.m
 	}
