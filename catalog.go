@@ -153,17 +153,28 @@ func (k *catalog) close() {
 func readFunctions(ctx context.Context, pc *pgconn.PgConn) ([]sqlclass.FuncDef, error) {
 	rr := pc.ExecParams(ctx, sqlclass.CatalogQuery, nil, nil, nil, nil)
 	var defs []sqlclass.FuncDef
+	// Schemas and extensions repeat (thousands of functions in pg_catalog):
+	// one string each, which the snapshot keeps for as long as it lives.
+	names := map[string]string{}
+	intern := func(b []byte) string {
+		if s, ok := names[string(b)]; ok {
+			return s
+		}
+		s := string(b)
+		names[s] = s
+		return s
+	}
 	for rr.NextRow() {
 		v := rr.Values()
 		if len(v) != 5 {
 			continue
 		}
 		defs = append(defs, sqlclass.FuncDef{
-			Schema:    string(v[0]),
+			Schema:    intern(v[0]),
 			Name:      string(v[1]),
 			Volatile:  string(v[2]) == "v",
 			Procedure: string(v[3]) == "p",
-			Extension: string(v[4]),
+			Extension: intern(v[4]),
 		})
 	}
 	if _, err := rr.Close(); err != nil {

@@ -133,7 +133,8 @@ func (cn *conn) run(ctx context.Context, cl *call) (err error) {
 	if cn.tx != nil {
 		return cn.tx.run(ctx, r, cl, began)
 	}
-	p := cn.c.plan(ctx, request{r: r, pinned: cn.pinned, inTx: cn.inSQLTx(), fn: r.FuncName(cl.query), refused: cn.c.refused.has(cl.query)}, true)
+	var p plan
+	cn.c.plan(ctx, &request{r: r, pinned: cn.pinned, inTx: cn.inSQLTx(), fn: r.FuncName(cl.query), refused: cn.c.refused.has(cl.query)}, true, &p)
 	defer func() { cn.c.report(ctx, &p, cl, began, err) }()
 	if p.err != nil {
 		return p.err
@@ -159,7 +160,7 @@ func (cn *conn) execute(ctx context.Context, p *plan, r sqlclass.Result, cl *cal
 		if err != nil || !o.fallBack {
 			return err
 		}
-		*p = p.fellBack(o)
+		p.fellBack(o)
 	}
 	return cn.runOnPrimary(ctx, p, r, cl)
 }

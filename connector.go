@@ -103,7 +103,7 @@ func NewConnector(cfg *Config) (*Connector, error) {
 	th := make([]topology.Host, len(own.Hosts))
 	for i, h := range own.Hosts {
 		th[i] = topology.Host{Name: h.Name, Addr: h.Addr, Config: &h.ConnConfig.Config}
-		hs, err := newHost(i, h, &own.Config, c.circuitChanged)
+		hs, err := newHost(i, h, &own.Config, c.circuitChanged, c.wire)
 		if err != nil {
 			c.closePools()
 			return nil, err

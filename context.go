@@ -10,8 +10,44 @@ import (
 // read-your-writes Session (WithSession) and the replica wait
 // (WithReplicaWait) and the consistency (WithConsistency), each with the
 // reader the routing code uses.
+//
+// They are kept together in one options value under one context key: each
+// With* copies the options it finds and changes its own field, so the
+// innermost setting of each option wins, as with one key per option, and
+// a statement's decision reads them all with one walk up the context
+// chain (optionsFrom) instead of one walk per option.
 
-type routeKey struct{}
+// optionsKey is the context key of a request's options.
+type optionsKey struct{}
+
+// options are the per-request options of a context.
+type options struct {
+	route       Route
+	session     *Session
+	maxLag      time.Duration
+	replicaWait time.Duration
+	consistency Consistency
+	hasMaxLag   bool // WithMaxLag was used
+	hasWait     bool // WithReplicaWait was used
+}
+
+// noOptions are the options of a context without any.
+var noOptions = &options{route: Auto}
+
+// optionsFrom returns the options of ctx; the caller must not change them.
+func optionsFrom(ctx context.Context) *options {
+	if o, ok := ctx.Value(optionsKey{}).(*options); ok {
+		return o
+	}
+	return noOptions
+}
+
+// withOption returns a context with ctx's options changed by set.
+func withOption(ctx context.Context, set func(*options)) context.Context {
+	o := *optionsFrom(ctx)
+	set(&o)
+	return context.WithValue(ctx, optionsKey{}, &o)
+}
 
 // WithRoute returns a context that forces the route of the statements and
 // transactions run with it. The same can be asked for one statement with a
@@ -19,47 +55,27 @@ type routeKey struct{}
 // the context and the comment disagree, Primary wins: it is never wrong to
 // read from the primary.
 func WithRoute(ctx context.Context, r Route) context.Context {
-	return context.WithValue(ctx, routeKey{}, r)
+	return withOption(ctx, func(o *options) { o.route = r })
 }
 
-func routeFrom(ctx context.Context) Route {
-	if r, ok := ctx.Value(routeKey{}).(Route); ok {
-		return r
-	}
-	return Auto
-}
-
-type maxLagKey struct{}
+func routeFrom(ctx context.Context) Route { return optionsFrom(ctx).route }
 
 // WithMaxLag returns a context whose reads accept a replica only when its
 // staleness is at most d (on top of pgrouted_max_lag, the smaller wins). The
 // bound needs no clock synchronisation: see package lagmeter. d <= 0 accepts
 // no replica: such reads run on the primary.
 func WithMaxLag(ctx context.Context, d time.Duration) context.Context {
-	return context.WithValue(ctx, maxLagKey{}, d)
+	return withOption(ctx, func(o *options) { o.maxLag, o.hasMaxLag = d, true })
 }
-
-// maxLagFrom is WithMaxLag's budget in ctx, if any.
-func maxLagFrom(ctx context.Context) (time.Duration, bool) {
-	d, ok := ctx.Value(maxLagKey{}).(time.Duration)
-	return d, ok
-}
-
-type sessionKey struct{}
 
 // WithSession returns a context whose statements use s for read-your-writes:
 // reads need s's writes on a replica (not the whole process's), and writes
 // raise s's position (and the process's).
 func WithSession(ctx context.Context, s *Session) context.Context {
-	return context.WithValue(ctx, sessionKey{}, s)
+	return withOption(ctx, func(o *options) { o.session = s })
 }
 
-func sessionFrom(ctx context.Context) *Session {
-	s, _ := ctx.Value(sessionKey{}).(*Session)
-	return s
-}
-
-type replicaWaitKey struct{}
+func sessionFrom(ctx context.Context) *Session { return optionsFrom(ctx).session }
 
 // WithReplicaWait returns a context whose reads may wait up to d on a
 // replica that has not yet replayed the caller's writes, for its replay to
@@ -67,19 +83,17 @@ type replicaWaitKey struct{}
 // pgrouted_replica_wait; d <= 0 turns the wait off). It only matters under
 // session and global consistency, where reads have a position to wait for.
 func WithReplicaWait(ctx context.Context, d time.Duration) context.Context {
-	return context.WithValue(ctx, replicaWaitKey{}, d)
+	return withOption(ctx, func(o *options) { o.replicaWait, o.hasWait = d, true })
 }
 
 // replicaWait is the wait of a read in ctx: WithReplicaWait's, else
 // pgrouted_replica_wait's.
 func (c *Connector) replicaWait(ctx context.Context) time.Duration {
-	if d, ok := ctx.Value(replicaWaitKey{}).(time.Duration); ok {
-		return max(d, 0)
+	if o := optionsFrom(ctx); o.hasWait {
+		return max(o.replicaWait, 0)
 	}
 	return c.cfg.ReplicaWait
 }
-
-type consistencyKey struct{}
 
 // WithConsistency returns a context whose statements use consistency c
 // instead of pgrouted_consistency: ConsistencyGlobal for one request in a
@@ -88,16 +102,20 @@ type consistencyKey struct{}
 // ignored. Writes made with a context selecting session or global raise
 // the read-your-writes positions even under an eventual default.
 func WithConsistency(ctx context.Context, c Consistency) context.Context {
-	return context.WithValue(ctx, consistencyKey{}, c)
+	return withOption(ctx, func(o *options) { o.consistency = c })
 }
 
 // consistency is the consistency of the statements of ctx.
 func (c *Connector) consistency(ctx context.Context) Consistency {
-	if v, ok := ctx.Value(consistencyKey{}).(Consistency); ok {
-		switch v {
-		case ConsistencySession, ConsistencyEventual, ConsistencyGlobal:
-			return v
-		}
+	return c.consistencyOf(optionsFrom(ctx))
+}
+
+// consistencyOf is the consistency of the statements of a context with
+// options o.
+func (c *Connector) consistencyOf(o *options) Consistency {
+	switch o.consistency {
+	case ConsistencySession, ConsistencyEventual, ConsistencyGlobal:
+		return o.consistency
 	}
 	return c.cfg.Consistency
 }

@@ -1,5 +1,11 @@
 package pgrouted
 
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
 // Unexported functions that the external tests (package pgrouted_test) use.
 var (
 	ResultFormats = resultFormats
@@ -9,3 +15,26 @@ var (
 // ProbeNow asks c's topology for an immediate probe of host i (in the
 // DSN's order).
 func ProbeNow(c *Connector, i int) { c.top.ProbeNow(i) }
+
+// ReplicaCacheCapacities returns the capacities of pgx's statement and
+// description caches of a connection of host i's pool.
+func ReplicaCacheCapacities(ctx context.Context, c *Connector, i int) (stmt, desc int, err error) {
+	err = c.hosts.at(i).pool.AcquireFunc(ctx, func(pc *pgxpool.Conn) error {
+		cc := pc.Conn().Config()
+		stmt, desc = cc.StatementCacheCapacity, cc.DescriptionCacheCapacity
+		return nil
+	})
+	return stmt, desc, err
+}
+
+// PrimaryCacheCapacities returns the capacities of pgx's statement and
+// description caches of the primary session of dc, a driver connection
+// (from sql.Conn.Raw); false when it has none.
+func PrimaryCacheCapacities(dc any) (stmt, desc int, ok bool) {
+	cn, _ := dc.(*conn)
+	if cn == nil || cn.primary == nil {
+		return 0, 0, false
+	}
+	cc := cn.primary.Conn().Config()
+	return cc.StatementCacheCapacity, cc.DescriptionCacheCapacity, true
+}

@@ -68,24 +68,24 @@ var errNoPrimaryPosition = errors.New("pgrouted: no primary to read the WAL posi
 // the primary's, read after the read began. fetch false (Explain) reads
 // nothing: it plans with the newest position the probes know, which the
 // read will need at least. A fetch that fails makes the position unknown.
-func (c *Connector) globalPosition(ctx context.Context, v *view, rc readCtx, g *globalRead, fetch bool) readCtx {
+func (c *Connector) globalPosition(ctx context.Context, v *view, rc *readCtx, g *globalRead, fetch bool) {
 	if rc.cons != ConsistencyGlobal {
-		return rc
+		return
 	}
 	if !fetch {
 		if w, ok := probedPosition(v); ok {
 			next := *rc.st
 			next.wm = later(next.wm, w)
-			return rc.with(&next)
+			rc.st = &next
 		}
-		return rc
+		return
 	}
 	if !g.done {
 		g.done = true
 		if !c.mayServeGlobal(v, rc) {
 			// No replica could serve it whatever the position: the
 			// primary will, and needs none.
-			return rc
+			return
 		}
 		start := time.Now()
 		g.wm, g.err = c.index.get(ctx)
@@ -93,7 +93,7 @@ func (c *Connector) globalPosition(ctx context.Context, v *view, rc readCtx, g *
 		c.index.waited.Add(uint64(g.wait))
 	}
 	if !g.used {
-		return rc
+		return
 	}
 	next := *rc.st
 	if g.err != nil {
@@ -103,14 +103,14 @@ func (c *Connector) globalPosition(ctx context.Context, v *view, rc readCtx, g *
 		// write acknowledged before, an unknown one included.
 		next.unknown, next.wm = false, later(next.wm, g.wm)
 	}
-	return rc.with(&next)
+	rc.st = &next
 }
 
 // mayServeGlobal reports whether a replica might serve a read of rc once
 // its position is known: a standby that may serve reads, whose circuit is
 // closed and whose pool is not exhausted (pickReplica's first conditions;
 // it applies them all after the fetch).
-func (c *Connector) mayServeGlobal(v *view, rc readCtx) bool {
+func (c *Connector) mayServeGlobal(v *view, rc *readCtx) bool {
 	for i := range v.hosts {
 		h := &v.hosts[i]
 		if h.probe.Role != topology.RoleStandby || h == v.primary || h.probe.NoReads {

@@ -6,6 +6,7 @@ import (
 	"database/sql/driver"
 	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -34,6 +35,10 @@ type host struct {
 	sessions driver.Connector // opens a primary session on the host
 	breaker  *circuit.Breaker // fed by probes and by data-path failures
 	maxConns int64            // the size of pool
+
+	// caches says which of pgx's statement caches pgrouted sizes for the
+	// connections it opens to the host (see sizeCaches).
+	caches cacheSizing
 
 	// poolerLogged is set once the pooler in front of it was logged
 	// (pooler.go).
@@ -66,9 +71,20 @@ type host struct {
 }
 
 // newHost builds host i of cfg: its breaker (whose changes go to
-// onChange) and its pool, which opens connections on demand.
-func newHost(i int, h dsn.Host, cfg *dsn.Config, onChange func(circuit.Change)) (*host, error) {
-	hs := &host{Host: h, idx: i}
+// onChange) and its pool, which opens connections on demand. wire, when
+// not nil, tells whether the host answered a probe yet and, if so, whether
+// pgx's own path runs in cache_describe mode on it (Connector.describeOnly):
+// every connection opened to the host sizes its statement caches by it
+// (sizeCaches).
+func newHost(i int, h dsn.Host, cfg *dsn.Config, onChange func(circuit.Change), wire func(*host) (probed, describeOnly bool)) (*host, error) {
+	hs := &host{Host: h, idx: i, caches: newCacheSizing(h.ConnConfig)}
+	sizeCaches := func(_ context.Context, cc *pgx.ConnConfig) error {
+		if wire != nil {
+			probed, describe := wire(hs)
+			hs.caches.apply(cc, probed, describe)
+		}
+		return nil
+	}
 	pc, err := pgxpool.ParseConfig("")
 	if err != nil {
 		return nil, fmt.Errorf("pgrouted: pool for %s: %w", h.Name, err)
@@ -106,7 +122,7 @@ func newHost(i int, h dsn.Host, cfg *dsn.Config, onChange func(circuit.Change)) 
 		}
 		return sdial(ctx, network, addr)
 	}
-	hs.sessions = stdlib.GetConnector(*sc)
+	hs.sessions = stdlib.GetConnector(*sc, stdlib.OptionBeforeConnect(sizeCaches))
 	// No replica connection, nor pgx's cancel request after a broken read,
 	// dials a host whose circuit is open: it would only wait for a host
 	// known not to answer.
@@ -125,6 +141,7 @@ func newHost(i int, h dsn.Host, cfg *dsn.Config, onChange func(circuit.Change)) 
 		}
 		return hs.flight.opening(c), nil
 	}
+	pc.BeforeConnect = sizeCaches
 	pc.AfterConnect = func(_ context.Context, conn *pgx.Conn) error {
 		hs.flight.opened(conn.PgConn().Conn())
 		return nil
@@ -135,6 +152,63 @@ func newHost(i int, h dsn.Host, cfg *dsn.Config, onChange func(circuit.Change)) 
 	}
 	hs.replicas = stdlib.GetPoolConnector(hs.pool)
 	return hs, nil
+}
+
+// pgx keeps two caches of statement descriptions on every connection, each
+// a map made at its full capacity when the connection opens (about 28 KiB
+// at pgx's default of 512 entries: most of a connection's heap): the
+// statement cache of cache_statement mode (named prepared statements) and
+// the description cache of cache_describe mode (the unnamed statement).
+// pgx's own path on a connection uses one of them, by the exec mode: in
+// pgx's default mode, cache_statement, except on a host behind a
+// connection pooler, where pgrouted asks for cache_describe (pooler.go). So
+// once a host has answered a probe, a connection opened to it gets the
+// cache it will not use at a small capacity (smallCacheCapacity): still
+// there for a statement that asks for the other mode by argument, whose
+// descriptions beyond it are read again. A capacity the DSN sets
+// (statement_cache_capacity, description_cache_capacity) or a non-default
+// exec mode (default_query_exec_mode) is left as it is, and so are the
+// connections opened before the host's first probe answered.
+
+// pgxCacheCapacity is pgx's default capacity of both caches.
+const pgxCacheCapacity = 512
+
+// smallCacheCapacity is the capacity of the cache a connection's exec mode
+// does not use (about 1 KiB, against 28 KiB at 512).
+const smallCacheCapacity = 16
+
+// cacheSizing says which of a host's pgx caches pgrouted may size: the
+// ones its configuration leaves at pgx's default, under pgx's default
+// exec mode.
+type cacheSizing struct {
+	statements, descriptions bool
+}
+
+// newCacheSizing is the sizing of the caches of connections configured by
+// cc: a capacity other than pgx's default, or a key naming it in the
+// connection string (where it may say 512), is the user's.
+func newCacheSizing(cc *pgx.ConnConfig) cacheSizing {
+	if cc == nil || cc.DefaultQueryExecMode != pgx.QueryExecModeCacheStatement {
+		return cacheSizing{}
+	}
+	s := cc.ConnString()
+	return cacheSizing{
+		statements:   cc.StatementCacheCapacity == pgxCacheCapacity && !strings.Contains(s, "statement_cache_capacity"),
+		descriptions: cc.DescriptionCacheCapacity == pgxCacheCapacity && !strings.Contains(s, "description_cache_capacity"),
+	}
+}
+
+// apply sizes the caches of cc, a connection about to be opened, for a
+// host that answered a probe (probed) and on which pgx's own path runs in
+// cache_describe mode (describeOnly) or not.
+func (s cacheSizing) apply(cc *pgx.ConnConfig, probed, describeOnly bool) {
+	switch {
+	case !probed:
+	case describeOnly && s.statements:
+		cc.StatementCacheCapacity = smallCacheCapacity
+	case !describeOnly && s.descriptions:
+		cc.DescriptionCacheCapacity = smallCacheCapacity
+	}
 }
 
 // inflight is the number of replica reads running on the host now.
@@ -274,4 +348,18 @@ func (f *hostFlight) abort() int {
 		c.Close()
 	}
 	return n
+}
+
+// wire reports whether h answered a probe yet and, if so, whether pgx's
+// own path runs in cache_describe mode on it (describeOnly): what the
+// statement caches of a connection opened to h are sized by.
+func (c *Connector) wire(h *host) (probed, describeOnly bool) {
+	if c.top == nil {
+		return false, false
+	}
+	hv := c.view().of(h)
+	if hv == nil || hv.probe.LastSuccess.IsZero() {
+		return false, false
+	}
+	return true, c.describeOnly(h)
 }

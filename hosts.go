@@ -74,7 +74,7 @@ func (c *Connector) discoverHost(i int, m topology.Member) (topology.Host, bool)
 		}
 	}
 	dh := dsn.Host{Name: name, Addr: addr, Weight: dsn.DefaultWeight, ConnConfig: cc}
-	hs, err := newHost(i, dh, &c.cfg.Config, c.circuitChanged)
+	hs, err := newHost(i, dh, &c.cfg.Config, c.circuitChanged, c.wire)
 	if err != nil {
 		c.logWarn("pgrouted: discovered member not added", "member", m.Name, "error", err.Error())
 		return topology.Host{}, false

@@ -16,7 +16,7 @@ func TestDiscoveredHostSettings(t *testing.T) {
 	}
 	c := &Connector{cfg: *cfg}
 	for i, h := range cfg.Hosts {
-		hs, err := newHost(i, h, &cfg.Config, nil)
+		hs, err := newHost(i, h, &cfg.Config, nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -3,6 +3,7 @@ package pgrouted
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/pgrouted/pgrouted/dsn"
@@ -92,11 +93,15 @@ func opOf(c sqlclass.Class) string {
 //     path asks the plan the same question when the chosen replica fails
 //     its check or its connection, or refuses the statement (plan.fallBack).
 //
-// advance moves the round-robin position; Explain does not.
-func (c *Connector) plan(ctx context.Context, q request, advance bool) plan {
-	route := routeFrom(ctx)
+// advance moves the round-robin position; Explain does not. The plan is
+// written to p, a zero plan the caller keeps (on its stack): a plan is too
+// large to copy at every step of a statement.
+func (c *Connector) plan(ctx context.Context, q *request, advance bool, p *plan) {
+	o := optionsFrom(ctx)
+	route := o.route
 	if q.begin {
-		return c.planTx(ctx, q, route, advance)
+		c.planTx(ctx, o, q, route, advance, p)
+		return
 	}
 	switch q.r.Hint {
 	case sqlclass.HintPrimary:
@@ -111,11 +116,11 @@ func (c *Connector) plan(ctx context.Context, q request, advance bool) plan {
 		// It wrote when it ran on a replica: its effects are not known.
 		class = sqlclass.Session
 	}
-	p := plan{op: opOf(class), class: class, forced: route, fallback: c.fallback(route)}
+	p.op, p.class, p.forced, p.fallback = opOf(class), class, route, c.fallback(route)
 	if class != sqlclass.Read {
 		if route == Replica {
 			p.err = &RouteError{Op: p.op, Reason: ReasonWriteOnReplica}
-			return p
+			return
 		}
 		p.primary = true
 		switch {
@@ -134,26 +139,25 @@ func (c *Connector) plan(ctx context.Context, q request, advance bool) plan {
 		default:
 			p.reason = ReasonWrite
 		}
-		return p
+		return
 	}
 	switch {
 	case route == Primary:
 		p.primary, p.reason = true, ReasonForced
-		return p
+		return
 	case q.inTx:
 		p.primary, p.reason = true, ReasonInTx
-		return p
+		return
 	case q.pinned && route != Replica:
 		p.primary, p.reason = true, ReasonPinned
-		return p
+		return
 	}
-	c.planReplica(ctx, &p, advance)
-	return p
+	c.planReplica(ctx, o, p, advance)
 }
 
-// planTx is plan for BeginTx.
-func (c *Connector) planTx(ctx context.Context, q request, route Route, advance bool) plan {
-	p := plan{op: OpTx, class: sqlclass.Tx, forced: route, fallback: c.fallback(route), primary: true}
+// planTx is plan for BeginTx (p is zero).
+func (c *Connector) planTx(ctx context.Context, o *options, q *request, route Route, advance bool, p *plan) {
+	p.op, p.class, p.forced, p.fallback, p.primary = OpTx, sqlclass.Tx, route, c.fallback(route), true
 	switch {
 	case !q.readOnly && route == Replica:
 		p.primary, p.reason = false, ReasonWriteOnReplica
@@ -177,26 +181,28 @@ func (c *Connector) planTx(ctx context.Context, q request, route Route, advance 
 		p.reason = ReasonSerializableRO
 	default:
 		p.primary = false
-		c.planReplica(ctx, &p, advance)
+		c.planReplica(ctx, o, p, advance)
 	}
-	return p
 }
 
 // planReplica completes p, a read or a read-only transaction that may run
 // on a replica, with the replica that serves it or, when none is eligible,
-// the fallback or the error.
-func (c *Connector) planReplica(ctx context.Context, p *plan, advance bool) {
+// the fallback or the error. o are ctx's options.
+func (c *Connector) planReplica(ctx context.Context, o *options, p *plan, advance bool) {
 	v := c.view()
-	rc, err := c.readCtx(ctx, v, advance)
-	if err != nil {
+	var rc readCtx
+	if err := c.readCtx(&rc, ctx, o, v, advance); err != nil {
 		p.err = err
 		return
 	}
-	rc = c.globalPosition(ctx, v, rc, &p.global, advance) // global.go
+	c.globalPosition(ctx, v, &rc, &p.global, advance) // global.go
 	p.lost = rc.lost
-	pk := c.pickReplica(v, rc, advance, nil)
+	pk := c.pickReplica(v, &rc, advance, nil)
 	if pk.host != nil {
-		p.replica = target{host: pk.host, check: pk.check, wm: pk.wm, wait: c.waitFor(ctx, pk)}
+		p.replica.host, p.replica.check, p.replica.wm = pk.host, pk.check, pk.wm
+		if pk.check {
+			p.replica.wait = c.waitFor(ctx, pk)
+		}
 		switch {
 		case p.forced == Replica:
 			p.reason = ReasonForced
@@ -238,17 +244,16 @@ func (p *plan) fallBack(reason Reason, cause error) error {
 	return &RouteError{Op: p.op, Reason: reason, cause: cause}
 }
 
-// fellBack is p for the primary after the replica path fell back (o): it
-// runs there for o's reason; a statement the replica refused (it wrote
-// through something its text and the catalog did not show) is then run as
-// an unknown statement, its watermark raised after it, and it pins the
-// connection to the primary (its effects are not known).
-func (p plan) fellBack(o replicaOutcome) plan {
+// fellBack makes p the plan for the primary after the replica path fell
+// back (o): it runs there for o's reason; a statement the replica refused
+// (it wrote through something its text and the catalog did not show) is
+// then run as an unknown statement, its watermark raised after it, and it
+// pins the connection to the primary (its effects are not known).
+func (p *plan) fellBack(o replicaOutcome) {
 	p.primary, p.reason = true, o.reason
 	if o.refused {
 		p.class, p.pin = sqlclass.Unknown, true
 	}
-	return p
 }
 
 // replan chooses another replica for p after the one it had (skip) failed:
@@ -256,13 +261,13 @@ func (p plan) fellBack(o replicaOutcome) plan {
 // there is none.
 func (c *Connector) replan(ctx context.Context, p *plan, skip *host) (target, bool) {
 	v := c.view()
-	rc, err := c.readCtx(ctx, v, true)
-	if err != nil {
+	var rc readCtx
+	if err := c.readCtx(&rc, ctx, optionsFrom(ctx), v, true); err != nil {
 		return target{}, false
 	}
 	g := p.global
-	rc = c.globalPosition(ctx, v, rc, &g, true) // global.go: the plan's position
-	next := c.pickReplica(v, rc, true, skip)
+	c.globalPosition(ctx, v, &rc, &g, true) // global.go: the plan's position
+	next := c.pickReplica(v, &rc, true, skip)
 	if next.host == nil {
 		return target{}, false
 	}
@@ -284,7 +289,8 @@ func (p *plan) decision(c *Connector) Decision {
 	return d
 }
 
-// maxStackCandidates bounds the candidates kept on the stack.
+// maxStackCandidates bounds the hosts whose candidates are kept on the
+// stack.
 const maxStackCandidates = 32
 
 // pick is a replica choice: host, or nil and reason; check asks the read to
@@ -302,19 +308,30 @@ type pick struct {
 // staleness budget by the last probe) come first; when there are none, a
 // healthy one within the budget that may have caught up since is returned
 // with check set. advance moves the round-robin position; Explain does not.
-func (c *Connector) pickReplica(v *view, rc readCtx, advance bool, skip *host) pick {
-	var buf, maybeBuf [maxStackCandidates]*hostView
-	checking := false
-	cand, maybe := buf[:0], maybeBuf[:0]
-	standbys, healthy := 0, 0
+//
+// It is one pass over the hosts: what does not depend on the host (the
+// switch point of the caller's timeline, the primary's lease) is worked
+// out once, before it.
+func (c *Connector) pickReplica(v *view, rc *readCtx, advance bool, skip *host) pick {
+	// The proven candidates fill buf from its start, the maybe ones from
+	// its end: together they are at most the hosts but the primary.
+	var stack [maxStackCandidates]*hostView
+	buf := stack[:]
+	if n := len(v.hosts); n > maxStackCandidates && (v.primary == nil || n-1 > maxStackCandidates) {
+		buf = make([]*hostView, n)
+	}
+	nCand, maybeAt := 0, len(buf)
+	standbys, healthy, saturated := 0, 0, 0
 	unknown := false
 	session := rc.cons != dsn.ConsistencyEventual // session or global: a position to reach
 	wm := rc.st.wm
 	if !session {
 		wm = lagmeter.Watermark{}
 	}
+	sp := v.switchPoint(wm.Timeline)
 	pinned := rc.cons == dsn.ConsistencySession && c.cfg.PinAfterWrite > 0 && rc.now.Sub(rc.st.lastWrite) < c.cfg.PinAfterWrite
-	saturated := 0
+	// Byte lag does not grow while the primary is not probed.
+	byteLease := rc.budget.MaxBytes == 0 || v.snap.LeaseValid(rc.now)
 	for i := range v.hosts {
 		h := &v.hosts[i]
 		st := h.probe
@@ -344,27 +361,27 @@ func (c *Connector) pickReplica(v *view, rc readCtx, advance bool, skip *host) p
 			unknown = unknown || why == lagmeter.ReasonPositionUnknown
 			continue
 		}
-		if rc.budget.MaxBytes > 0 && !v.snap.LeaseValid(rc.now) {
-			// Byte lag does not grow while the primary is not probed.
+		if !byteLease || (session && rc.st.unknown) {
 			unknown = true
 			continue
 		}
-		if session && rc.st.unknown {
-			unknown = true
-			continue
-		}
-		ok, why := wm.ReachedBy(pos, v.switchPoint(wm.Timeline))
+		ok, why := wm.ReachedBy(pos, sp)
 		switch {
 		case ok:
-			cand = append(cand, h)
+			buf[nCand] = h
+			nCand++
 		case why == lagmeter.ReasonBehind && st.SystemID != 0:
-			maybe = append(maybe, h)
+			maybeAt--
+			buf[maybeAt] = h
 		default:
 			unknown = true
 		}
 	}
-	if len(cand) == 0 && len(maybe) > 0 {
-		cand, checking = maybe, true
+	cand, checking := buf[:nCand], false
+	if nCand == 0 && maybeAt < len(buf) {
+		// The maybe ones, in the hosts' order.
+		cand, checking = buf[maybeAt:], true
+		slices.Reverse(cand)
 	}
 	if len(cand) == 0 {
 		switch {
@@ -388,7 +405,9 @@ func (c *Connector) pickReplica(v *view, rc readCtx, advance bool, skip *host) p
 // would): it plans with the position the primary's last probe read, which
 // the read needs at least.
 func (c *Connector) Explain(ctx context.Context, query string) (Decision, error) {
-	r := c.classify(ctx, query)
-	p := c.plan(ctx, request{r: r, fn: r.FuncName(query), refused: c.refused.has(query)}, false)
+	var p plan
+	q := request{r: c.classify(ctx, query), refused: c.refused.has(query)}
+	q.fn = q.r.FuncName(query)
+	c.plan(ctx, &q, false, &p)
 	return p.decision(c), p.err
 }

@@ -146,7 +146,7 @@ func BenchmarkPickReplica(b *testing.B) {
 				rc := readCtx{ctx: context.Background(), mark: &c.writes, st: c.writes.load(), now: time.Now()}
 				b.ReportAllocs()
 				for b.Loop() {
-					if p := c.pickReplica(s, rc, true, nil); p.host == nil || p.host.idx < 1 {
+					if p := c.pickReplica(s, &rc, true, nil); p.host == nil || p.host.idx < 1 {
 						b.Fatalf("no replica: %+v", p)
 					}
 				}
@@ -159,7 +159,7 @@ func TestPickReplicaAllocatesNothing(t *testing.T) {
 	for _, policy := range []dsn.SelectPolicy{dsn.SelectRoundRobin, dsn.SelectWeighted, dsn.SelectLeastInflight, dsn.SelectNearest, dsn.SelectRandom} {
 		c, s := benchConnector(&testing.B{}, policy, 32)
 		rc := readCtx{ctx: context.Background(), mark: &c.writes, st: c.writes.load(), now: time.Now()}
-		if n := testing.AllocsPerRun(200, func() { c.pickReplica(s, rc, true, nil) }); n != 0 {
+		if n := testing.AllocsPerRun(200, func() { c.pickReplica(s, &rc, true, nil) }); n != 0 {
 			t.Errorf("%s: %v allocations per pick", policy, n)
 		}
 	}

@@ -21,7 +21,8 @@ func TestSchemaReadDecision(t *testing.T) {
 		`SELECT EXISTS ( SELECT 1 FROM pg_tables WHERE tablename = 'goose_db_version' )`,
 	} {
 		r := classifyText(q, fns)
-		p := c.plan(context.Background(), request{r: r}, false)
+		var p plan
+		c.plan(context.Background(), &request{r: r}, false, &p)
 		if !p.primary || p.reason != ReasonForced || p.op != OpRead || p.pin {
 			t.Errorf("%s: planned %+v; want a read on the primary, forced, no pin", q, p)
 		}

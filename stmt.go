@@ -48,7 +48,8 @@ func (cn *conn) describe(ctx context.Context, query string) (*pgconn.StatementDe
 	case cn.primary != nil && !cn.epochChanged() && !cn.primary.Conn().IsClosed():
 		return prepareOn(ctx, cn.primary, query, cn.descsOf())
 	}
-	p := cn.c.plan(ctx, request{r: sqlclass.Result{Class: sqlclass.Read, Statements: 1}, pinned: cn.pinned}, false)
+	var p plan
+	cn.c.plan(ctx, &request{r: sqlclass.Result{Class: sqlclass.Read, Statements: 1}, pinned: cn.pinned}, false, &p)
 	if p.err != nil {
 		return nil, p.err
 	}

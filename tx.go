@@ -60,7 +60,8 @@ func (cn *conn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, 
 // BeginTx's, and the pgx-native API's (pool_tx.go).
 func (cn *conn) begin(ctx context.Context, readOnly, serializable bool, cl *call) (_ *tx, err error) {
 	began := time.Now()
-	p := cn.c.plan(ctx, request{begin: true, readOnly: readOnly, serializable: serializable, pinned: cn.pinned, inTx: cn.inSQLTx()}, true)
+	var p plan
+	cn.c.plan(ctx, &request{begin: true, readOnly: readOnly, serializable: serializable, pinned: cn.pinned, inTx: cn.inSQLTx()}, true, &p)
 	defer func() { cn.c.report(ctx, &p, cl, began, err) }()
 	if p.err != nil {
 		return nil, p.err
@@ -74,7 +75,7 @@ func (cn *conn) begin(ctx context.Context, readOnly, serializable bool, cl *call
 			return cl.tx, nil
 		}
 		// The replicas failed: the primary runs it (o says why).
-		p = p.fellBack(o)
+		p.fellBack(o)
 	}
 	return cn.beginOnPrimary(ctx, cl, readOnly)
 }

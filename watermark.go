@@ -60,30 +60,35 @@ var clockBase = time.Now()
 // never print it.
 func monoNow() time.Time { return clockBase.Add(time.Since(clockBase)) }
 
-// With commit false (Explain) it changes nothing: what it learns about the
-// caller's position stays local.
-func (c *Connector) readCtx(ctx context.Context, v *view, commit bool) (readCtx, error) {
-	rc := readCtx{ctx: ctx, mark: &c.writes, budget: c.budget, now: monoNow(), forced: routeFrom(ctx) == Replica, cons: c.consistency(ctx)}
-	if sess := sessionFrom(ctx); sess != nil {
-		rc.mark = &sess.m
+// readCtx fills rc, a zero readCtx, with what the eligibility of a read in
+// ctx, whose options are o, depends on in view v. With commit false (Explain) it
+// changes nothing: what it learns about the caller's position stays local.
+func (c *Connector) readCtx(rc *readCtx, ctx context.Context, o *options, v *view, commit bool) error {
+	rc.ctx, rc.budget, rc.now, rc.forced, rc.cons = ctx, c.budget, monoNow(), o.route == Replica, c.consistencyOf(o)
+	rc.mark = &c.writes
+	if o.session != nil {
+		rc.mark = &o.session.m
 	}
-	if d, ok := maxLagFrom(ctx); ok {
+	if o.hasMaxLag {
+		d := o.maxLag
 		if d <= 0 {
 			d = -1
 		}
 		rc.budget = rc.budget.Min(lagmeter.Budget{MaxTime: d})
 	}
 	rc.st = rc.mark.load()
-	if sys := v.systemID(); sys != 0 && !rc.st.wm.IsZero() && rc.st.wm.SystemID != sys && rc.mark != &c.writes {
-		var err error
-		if rc.st, err = sessionFrom(ctx).dropForeign(rc.st, sys, commit); err != nil {
-			return rc, err
+	if w := rc.st.wm; !w.IsZero() && rc.mark != &c.writes {
+		if sys := v.systemID(); sys != 0 && w.SystemID != sys {
+			var err error
+			if rc.st, err = o.session.dropForeign(rc.st, sys, commit); err != nil {
+				return err
+			}
 		}
 	}
 	if w := rc.st.wm; !w.IsZero() && v.primary != nil {
 		p := v.primary.probe
 		if p.SystemID == w.SystemID && p.Timeline > w.Timeline {
-			rc = c.crossTimeline(rc, p, w, commit)
+			c.crossTimeline(rc, p, w, commit)
 		}
 	}
 	if rc.st.unknown && v.primary != nil {
@@ -95,12 +100,13 @@ func (c *Connector) readCtx(ctx context.Context, v *view, commit bool) (readCtx,
 			if !commit {
 				next := *rc.st
 				next.unknown, next.wm = false, later(rc.st.wm, w)
-				return rc.with(&next), nil
+				rc.st = &next
+				return nil
 			}
 			rc.st = rc.mark.resolve(rc.st, w)
 		}
 	}
-	return rc, nil
+	return nil
 }
 
 // crossTimeline handles a read-your-writes position w written on an older
@@ -118,7 +124,7 @@ func (c *Connector) readCtx(ctx context.Context, v *view, commit bool) (readCtx,
 //     the primary, which shows what survived) until a primary probe sent
 //     from now on supplies a position on the new timeline, with a warning
 //     that the write may have been lost.
-func (c *Connector) crossTimeline(rc readCtx, p *topology.HostState, w lagmeter.Watermark, commit bool) readCtx {
+func (c *Connector) crossTimeline(rc *readCtx, p *topology.HostState, w lagmeter.Watermark, commit bool) {
 	sp, exact := lagmeter.SwitchPoint(p.Switches, w.Timeline)
 	if !exact && p.SwitchFloor.Timeline == w.Timeline {
 		sp = p.SwitchFloor.LSN
@@ -134,12 +140,13 @@ func (c *Connector) crossTimeline(rc readCtx, p *topology.HostState, w lagmeter.
 		next.wm, next.unknown, next.unknownAt = lagmeter.Watermark{}, true, rc.now
 	}
 	if !commit {
-		return rc.with(&next)
+		rc.st = &next
+		return
 	}
 	st, won := rc.mark.swap(rc.st, &next)
 	rc.st = st
 	if !won {
-		return rc
+		return
 	}
 	switch {
 	case rc.lost:
@@ -156,12 +163,6 @@ func (c *Connector) crossTimeline(rc readCtx, p *topology.HostState, w lagmeter.
 				"watermark", w.String(), "timeline", p.Timeline)
 		}
 	}
-	return rc
-}
-
-func (rc readCtx) with(st *markState) readCtx {
-	rc.st = st
-	return rc
 }
 
 // systemID is the system identifier the probes read, or 0.

@@ -2,6 +2,7 @@ package sqlclass
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -133,17 +134,23 @@ const maxIdentLen = 63
 // A nil *Functions knows nothing: [ClassifyWith] then only applies the
 // curated classification of built-in functions, as [Classify] does.
 type Functions struct {
-	byName map[string][]funcDef
-	read   []FuncName // VOLATILE functions that only read
-	write  []FuncName // functions to send to the primary whatever their label
-	count  int
+	// The catalog's definitions grouped by name: the definitions of
+	// names[i] are defs[ends[i-1]:ends[i]] (from 0 for i = 0). Sorted
+	// slices rather than a map of slices: a catalog holds thousands of
+	// functions, and a snapshot lives as long as its Connector.
+	names   []string // distinct, sorted
+	ends    []int32
+	defs    []funcDef
+	schemas []string   // funcDef.schema indexes it
+	read    []FuncName // VOLATILE functions that only read
+	write   []FuncName // functions to send to the primary whatever their label
+	count   int
 }
 
 // funcDef is the part of a FuncDef the classification needs.
 type funcDef struct {
-	schema  string
-	builtin bool // in pg_catalog or information_schema: the curated list decides
-	risky   bool // VOLATILE or a procedure, not known to be pure
+	schema uint32 // index in Functions.schemas
+	risky  bool   // VOLATILE or a procedure, not known to be pure
 }
 
 // NewFunctions builds a snapshot from the catalog's definitions (nil or
@@ -151,20 +158,65 @@ type funcDef struct {
 // a key word is unknown) and the configured read and write functions.
 func NewFunctions(defs []FuncDef, read, write []FuncName) *Functions {
 	f := &Functions{
-		byName: make(map[string][]funcDef, len(defs)),
-		read:   append([]FuncName(nil), read...),
-		write:  append([]FuncName(nil), write...),
-		count:  len(defs),
+		read:  append([]FuncName(nil), read...),
+		write: append([]FuncName(nil), write...),
+		count: len(defs),
 	}
-	for _, d := range defs {
+	order := make([]int, len(defs))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return strings.Compare(defs[a].Name, defs[b].Name) })
+	distinct := 0
+	for k, i := range order {
+		if k == 0 || defs[i].Name != defs[order[k-1]].Name {
+			distinct++
+		}
+	}
+	f.names, f.ends = make([]string, 0, distinct), make([]int32, 0, distinct)
+	f.defs = make([]funcDef, 0, len(defs))
+	schemaIdx := map[string]uint32{}
+	for k, i := range order {
+		d := &defs[i]
+		if k == 0 || d.Name != f.names[len(f.names)-1] {
+			if k > 0 {
+				f.ends = append(f.ends, int32(len(f.defs)))
+			}
+			f.names = append(f.names, d.Name)
+		}
+		// Builtins (pg_catalog, information_schema): the curated list
+		// decides.
 		builtin := d.Schema == "pg_catalog" || d.Schema == "information_schema"
 		risky := (d.Volatile || d.Procedure) && !builtin && !pureExtensions[d.Extension]
 		if risky && listed(f.read, d.Schema, d.Name) {
 			risky = false
 		}
-		f.byName[d.Name] = append(f.byName[d.Name], funcDef{schema: d.Schema, builtin: builtin, risky: risky})
+		si, ok := schemaIdx[d.Schema]
+		if !ok {
+			si = uint32(len(f.schemas))
+			schemaIdx[d.Schema] = si
+			f.schemas = append(f.schemas, d.Schema)
+		}
+		f.defs = append(f.defs, funcDef{schema: si, risky: risky})
+	}
+	if len(f.names) > 0 {
+		f.ends = append(f.ends, int32(len(f.defs)))
 	}
 	return f
+}
+
+// lookup returns the definitions of name, and false when the catalog has
+// none.
+func (f *Functions) lookup(name string) ([]funcDef, bool) {
+	i, ok := slices.BinarySearch(f.names, name)
+	if !ok {
+		return nil, false
+	}
+	lo := int32(0)
+	if i > 0 {
+		lo = f.ends[i-1]
+	}
+	return f.defs[lo:f.ends[i]], true
 }
 
 // Len returns the number of function definitions in the snapshot.
@@ -265,7 +317,7 @@ func (f *Functions) judge(schema, name string, keyword bool) FuncVerdict {
 	if listed(f.write, schema, name) {
 		return FuncWrite
 	}
-	defs, known := f.byName[name]
+	defs, known := f.lookup(name)
 	if keyword && schema == "" && !known {
 		if cat, ok := sqlKeywords[name]; ok && (cat != kwcatUnreserved || syntaxWords[name]) {
 			return FuncNone // IN (…), EXISTS (…), COALESCE(…), CAST(…): syntax
@@ -275,7 +327,7 @@ func (f *Functions) judge(schema, name string, keyword bool) FuncVerdict {
 	verdict := FuncNone
 	for i := range defs {
 		d := &defs[i]
-		if schema != "" && d.schema != schema {
+		if schema != "" && f.schemas[d.schema] != schema {
 			continue
 		}
 		matched = true
