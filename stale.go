@@ -20,7 +20,7 @@ import (
 // error: pgx's statement and description caches of the connection that
 // failed (pgx invalidates a statement's entries on any error of it:
 // Conn.exec and baseRows.Close in pgx v5.12), and the descriptions of the
-// pipelined paths (descCache), dropped here on every host and in the
+// pipelined paths (pgpipe.Descs), dropped here on every host and in the
 // connection's own.
 
 // staleStatement reports whether err is the server's refusal of a
@@ -115,10 +115,10 @@ func staleParams(err error) bool {
 // paths keep them: every host's, and the connection's own.
 func (cn *conn) dropStale(query string) {
 	for _, h := range cn.c.hosts.all() {
-		h.descs.drop(query)
+		h.descs.Drop(query)
 	}
 	if cn.descs != nil {
-		cn.descs.drop(query)
+		cn.descs.Drop(query)
 	}
 }
 

@@ -1,4 +1,4 @@
-package pgrouted
+package pgpipe
 
 import (
 	"context"
@@ -79,13 +79,13 @@ func TestPositionLostAfterCommit(t *testing.T) {
 	}
 	defer pc.Close(context.Background())
 
-	// What execPositioned does, on a statement sent as is.
-	e := encoded{query: "INSERT INTO t VALUES (1)"}
+	// What Exec does, on a statement sent as is.
+	e := Plain("INSERT INTO t VALUES (1)")
 	pl, err := startPositioned(ctx, pc, &e)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tag, err := pipelinedResult(pl, nil)
+	tag, err := Result(pl, nil)
 	if err != nil || tag.String() != "INSERT 0 1" {
 		t.Fatalf("the statement's segment: %q, %v; want INSERT 0 1 and no error", tag, err)
 	}

@@ -1,0 +1,56 @@
+// Package pgpipe is what pgrouted builds from pgx's internals: statements
+// sent through a pgconn.Pipeline, encoded and answered as pgx's own paths
+// would encode and answer them, so that pgrouted can send two statements
+// in one round trip where pgx's API sends one. The root package decides
+// what to send and where (routing, watermarks, retries, stale-statement
+// recovery); this package only knows how.
+//
+// It holds:
+//
+//   - rows.go: [Rows], a database/sql driver.Rows over a
+//     pgconn.ResultReader, with the conversions of pgx's stdlib.Rows, and
+//     [ResultFormats], the result formats stdlib asks for;
+//   - encode.go: [Encode], the arguments encoded as pgx's
+//     QueryExecModeCacheDescribe encodes them against a cached
+//     description ([Descs]), and [OK], which statements may be sent so;
+//   - pipeline.go: reading a pipeline's results and Syncs;
+//   - write.go: [Exec] and [Query], a write and the read of the WAL
+//     insert position after its commit in one round trip, and [Commit],
+//     pgx's Tx.Commit with the same position read;
+//   - replay.go: [Check] and [QueryChecked], the check of (or wait for) a
+//     replica's replay position, alone or pipelined before a read that
+//     the server then skips when the replica is behind;
+//   - guarded.go: [SendGuarded], a statement inside a transaction sent
+//     between a savepoint and its release, and [RollbackGuard].
+//
+// # The pgx version mirrored
+//
+// This package mirrors pgx v5.12.0 (go.mod). On a pgx upgrade, re-check:
+//
+//   - stdlib/sql.go: databaseSQLResultFormats (the OIDs read in binary),
+//     Rows.initValueFuncs (the Go type per OID), Rows.Next and the
+//     Rows.ColumnType* methods. rows.go copies them; the differential test
+//     TestResultRowsDifferential (and TestResultRowsFormats) compares the
+//     two on a real server and fails when they drift.
+//   - conn.go: Conn.Query / Conn.exec's option arguments (QueryExecMode,
+//     QueryRewriter, QueryResultFormats, QueryResultFormatsByOID; [OK]
+//     must know every one, or a statement carrying a new option would be
+//     encoded as a plain argument), the exec modes (a new mode must keep
+//     pgx's own path), and what QueryExecModeCacheDescribe does:
+//     ExtendedQueryBuilder.Build against a statement description, the
+//     connection's type map ([Encode]).
+//   - pgconn/pgconn.go: Pipeline's GetResults (the result types
+//     *ResultReader, *PipelineSync; what follows an error up to the next
+//     Sync), Flush and Close, and PgConn.Prepare with the unnamed
+//     statement.
+//   - tx.go: dbTx.Commit (a COMMIT answered "ROLLBACK" is
+//     ErrTxCommitRollback; a connection left inside a transaction after an
+//     error is closed), which [Commit] mirrors.
+//   - The root package's stale.go names pgx's invalidation of its own
+//     caches on a statement's error (Conn.exec, baseRows.Close): the
+//     stale-statement tests (schema_test.go, txstale_test.go) tell whether
+//     it still holds.
+//
+// The replay check's SQL depends on the server, not on pgx: WAIT FOR LSN
+// from PostgreSQL 19, a polling query before.
+package pgpipe
