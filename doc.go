@@ -278,10 +278,14 @@
 // The hosts of the DSN may be connection poolers (PgBouncer, one in front
 // of each server). The probes recognise one: the server process a probe
 // runs on is not the one its connection announced ([HostInfo].Pooler). On
-// such a host pgx's own statements use the unnamed statement
-// (cache_describe) instead of pgx's named prepared statements, which a
-// pooler in transaction mode shares between clients (pooler.go); the
-// error of a named statement refused for that (42P05, 26000) says which
+// such a host pgx's own statements, and pgrouted's pipelined ones (a write
+// with its position read, a checked read, a statement inside a
+// transaction), use the unnamed statement (cache_describe) instead of named
+// prepared statements, which a pooler in transaction mode shares between
+// clients (pooler.go); elsewhere, in pgx's default mode (cache_statement),
+// the pipelined statements are named prepared statements, prepared once
+// per connection as pgx prepares its own (internal/pgpipe). The
+// error of a named statement that a pooler refuses (42P05, 26000) says which
 // setting avoids it. Routing, read-your-writes, the replica checks and
 // failover work per statement and per transaction, so they hold through a
 // transaction pooler. Session state does not: a connection pinned to its

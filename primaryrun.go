@@ -199,7 +199,7 @@ func (cn *conn) positioned(ctx context.Context, r sqlclass.Result, cl *call) boo
 // trip (pgpipe.Exec). pos is 0 when the statement failed (nothing
 // committed) or the position could not be read.
 func (cn *conn) execPositioned(ctx context.Context, sc *stdlib.Conn, query string, args []driver.NamedValue) (tag pgconn.CommandTag, pos lagmeter.LSN, err error) {
-	return pgpipe.Exec(ctx, sc.Conn(), cn.descsOf(), query, args)
+	return pgpipe.Exec(ctx, sc.Conn(), cn.descsOf(), cn.c.stmtsOf(cn.host, sc.Conn()), query, args)
 }
 
 // queryPositioned is execPositioned for a statement that returns rows
@@ -215,12 +215,12 @@ func (cn *conn) queryPositioned(ctx context.Context, sc *stdlib.Conn, query stri
 		}
 		return err
 	}
-	return pgpipe.Query(ctx, sc.Conn(), cn.descsOf(), query, args, lostErr, done)
+	return pgpipe.Query(ctx, sc.Conn(), cn.descsOf(), cn.c.stmtsOf(cn.host, sc.Conn()), query, args, lostErr, done)
 }
 
 // commitPositioned commits the primary session's transaction and reads the
 // WAL position after the commit in the same round trip (pgpipe.Commit:
 // pgx's Tx.Commit, pipelined with the position read).
 func (cn *conn) commitPositioned(ctx context.Context) (lagmeter.LSN, error) {
-	return pgpipe.Commit(ctx, cn.primary.Conn(), cn.descsOf())
+	return pgpipe.Commit(ctx, cn.primary.Conn(), cn.descsOf(), cn.c.stmtsOf(cn.host, cn.primary.Conn()))
 }

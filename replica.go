@@ -238,7 +238,7 @@ func (cn *conn) checkReplica(ctx context.Context, b *borrowed, wm lagmeter.Water
 		return errNotCaughtUp
 	}
 	start := time.Now()
-	replay, err := pgpipe.Check(ctx, b.Conn.Conn().PgConn(), wm.LSN, wait)
+	replay, err := pgpipe.Check(ctx, b.Conn.Conn().PgConn(), cn.c.stmtsOf(b.h, b.Conn.Conn()), wm.LSN, wait)
 	err = b.h.checked(hv.probe.Conn, replay, err)
 	cl.waited += cn.c.waited(b.h, hv.probe.Conn, wm, wait, start, err)
 	return err
@@ -285,7 +285,7 @@ func (cn *conn) readChecked(ctx context.Context, b *borrowed, wm lagmeter.Waterm
 		wait = 0 // it holds wm now
 	}
 	var err error
-	cl.rows, err = pgpipe.QueryChecked(ctx, pc, descs, wm.LSN, wait, cl.query, cl.args,
+	cl.rows, err = pgpipe.QueryChecked(ctx, pc, descs, cn.c.stmtsOf(b.h, pc), wm.LSN, wait, cl.query, cl.args,
 		func(replay lagmeter.LSN, sent time.Time, err error) error {
 			err = b.h.checked(hv.probe.Conn, replay, err)
 			cl.waited += cn.c.waited(b.h, hv.probe.Conn, wm, wait, sent, err)

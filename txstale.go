@@ -117,7 +117,7 @@ func (t *tx) runPipelined(ctx context.Context, sc *stdlib.Conn, cl *call, mayGua
 	descs := t.descs()
 	_, ran := t.stale.checked[cl.query]
 	guard := mayGuard && !ran && t.stale.guards < maxGuards && descs.Get(cl.query) != nil
-	e, err := pgpipe.Encode(ctx, pc, descs, cl.query, cl.args, cl.isQuery)
+	e, err := pgpipe.Encode(ctx, pc, descs, t.cn.c.stmtsOf(t.host, pc), cl.query, cl.args, cl.isQuery)
 	if err != nil {
 		return false, err
 	}

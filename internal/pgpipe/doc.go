@@ -10,9 +10,17 @@
 //   - rows.go: [Rows], a database/sql driver.Rows over a
 //     pgconn.ResultReader, with the conversions of pgx's stdlib.Rows, and
 //     [ResultFormats], the result formats stdlib asks for;
-//   - encode.go: [Encode], the arguments encoded as pgx's
-//     QueryExecModeCacheDescribe encodes them against a cached
-//     description ([Descs]), and [OK], which statements may be sent so;
+//   - encode.go: [Encode], the arguments encoded as pgx encodes them
+//     against a cached description ([Descs]), and [OK], which statements
+//     may be sent so;
+//   - stmts.go: [Stmts], the named prepared statements of one connection,
+//     as pgx's QueryExecModeCacheStatement keeps its own: a bounded LRU,
+//     each statement prepared once (its Parse pipelined before its first
+//     Bind, or in the round trip that describes it), deallocated on
+//     eviction and invalidated on any error of it. Without one (the DSN
+//     chose cache_describe; a host behind a transaction pooler), the
+//     unnamed statement, parsed at every execution, as pgx's
+//     QueryExecModeCacheDescribe;
 //   - pipeline.go: reading a pipeline's results and Syncs;
 //   - write.go: [Exec] and [Query], a write and the read of the WAL
 //     insert position after its commit in one round trip, and [Commit],
@@ -39,10 +47,20 @@
 //     pgx's own path), and what QueryExecModeCacheDescribe does:
 //     ExtendedQueryBuilder.Build against a statement description, the
 //     connection's type map ([Encode]).
-//   - pgconn/pgconn.go: Pipeline's GetResults (the result types
-//     *ResultReader, *PipelineSync; what follows an error up to the next
-//     Sync), Flush and Close, and PgConn.Prepare with the unnamed
-//     statement.
+//   - pgconn/pgconn.go: Pipeline's Send* methods and GetResults (the
+//     result types *ResultReader, *PipelineSync, *StatementDescription for
+//     SendPrepare, *CloseComplete for SendDeallocate; a request after an
+//     error is skipped up to the next Sync), Flush and Close, PgConn.Prepare
+//     and CustomData (where [Stmts] live).
+//   - conn.go, rows.go, internal/stmtcache: what cache_statement does with
+//     its statements: their names (stmtcache.StatementName; ours have a
+//     prefix of their own), the LRU's capacity (ConnConfig.
+//     StatementCacheCapacity), invalidation on any error of a statement
+//     (Conn.exec's deferred Invalidate, baseRows.Close), deallocation of
+//     the invalidated ones (deallocateInvalidatedCachedStatements), and
+//     DeallocateAll (which drops pgx's; the root package then calls
+//     [Forget]). TestPipelinedStatementsArePreparedOnce counts the Parse
+//     messages on the wire.
 //   - tx.go: dbTx.Commit (a COMMIT answered "ROLLBACK" is
 //     ErrTxCommitRollback; a connection left inside a transaction after an
 //     error is closed), which [Commit] mirrors.

@@ -93,18 +93,20 @@ func (d *Descs) Reset() {
 	d.n.Store(0)
 }
 
-// Encoded is a statement ready to be sent in a pipeline.
+// Encoded is a statement ready to be sent in a pipeline: as the unnamed
+// statement, or as a named one of a connection's Stmts.
 type Encoded struct {
 	query   string
 	oids    []uint32
 	params  [][]byte
 	formats []int16
 	results []int16 // result formats, as stdlib asks for them
-}
 
-// Plain returns query, without arguments and without rows, ready to be
-// sent as is.
-func Plain(query string) Encoded { return Encoded{query: query} }
+	st     *Stmts   // the connection's named statements; nil: unnamed
+	name   string   // its statement's name (with st)
+	closes []string // the names deallocated before its Bind
+	parse  bool     // its statement is prepared before its Bind
+}
 
 // EncodeError is an argument that cannot be encoded for its statement:
 // nothing was sent, the connection is fine, and no other host would do
@@ -121,14 +123,22 @@ func IsEncodeError(err error) bool {
 }
 
 // Encode describes query on pc, once per descs (see Descs), and encodes
-// args as pgx does for a described statement (QueryExecModeCacheDescribe:
-// pgx's ExtendedQueryBuilder, the connection's type map). rows asks for
-// the result formats stdlib asks for (ResultFormats). A statement without
-// arguments whose rows are not wanted is sent as is. When the arguments do
-// not fit a cached description, it may be stale: Encode describes the
-// statement again and tries once more (nothing has been sent). An
-// argument that does not fit a fresh description is an *EncodeError.
-func Encode(ctx context.Context, pc *pgx.Conn, descs *Descs, query string, args []driver.NamedValue, rows bool) (Encoded, error) {
+// args as pgx does for a described statement (pgx's ExtendedQueryBuilder,
+// the connection's type map). rows asks for the result formats stdlib asks
+// for (ResultFormats). When the arguments do not fit a cached description,
+// it may be stale: Encode describes the statement again and tries once
+// more (nothing has been sent). An argument that does not fit a fresh
+// description is an *EncodeError.
+//
+// With st (pc's named statements, see StmtsOf) the statement is sent as a
+// named prepared statement, as pgx's QueryExecModeCacheStatement sends it:
+// prepared once on the connection, in the round trip that describes it or
+// pipelined before its first Bind. Without, it is sent as the unnamed
+// statement, parsed at every execution, as pgx's
+// QueryExecModeCacheDescribe sends it. A statement without arguments
+// whose rows are not wanted is sent as is, unnamed (pgx sends it with the
+// simple protocol).
+func Encode(ctx context.Context, pc *pgx.Conn, descs *Descs, st *Stmts, query string, args []driver.NamedValue, rows bool) (Encoded, error) {
 	e := Encoded{query: query}
 	if len(args) == 0 && !rows {
 		return e, nil
@@ -143,7 +153,7 @@ func Encode(ctx context.Context, pc *pgx.Conn, descs *Descs, query string, args 
 	for {
 		if sd == nil {
 			var err error
-			if sd, err = pc.PgConn().Prepare(ctx, "", query, nil); err != nil {
+			if sd, err = describe(ctx, pc.PgConn(), st, query); err != nil {
 				return e, err
 			}
 			descs.Put(query, sd)
@@ -162,10 +172,67 @@ func Encode(ctx context.Context, pc *pgx.Conn, descs *Descs, query string, args 
 	if rows {
 		e.results = ResultFormats(sd.Fields)
 	}
+	if st != nil {
+		st.name(&e)
+	}
 	return e, nil
 }
 
-// Send queues e in pl.
+// describe describes query on pc, in one round trip: with st, as its named
+// statement, which is then prepared (after a Close of its name, see
+// Stmts); else as the unnamed statement.
+func describe(ctx context.Context, pc *pgconn.PgConn, st *Stmts, query string) (*pgconn.StatementDescription, error) {
+	if st == nil {
+		return pc.Prepare(ctx, "", query, nil)
+	}
+	e := Encoded{query: query}
+	st.name(&e)
+	if !e.parse {
+		// Prepared, with no parameter types to compare: described as
+		// the unnamed statement, the named one stays.
+		return pc.Prepare(ctx, "", query, nil)
+	}
+	pl := pc.StartPipeline(ctx)
+	e.sendPrefix(pl)
+	pl.SendPipelineSync()
+	if err := pl.Flush(); err != nil {
+		pl.Close()
+		return nil, err
+	}
+	sd, err := e.prefix(pl)
+	if serr := FinishSync(pl, err); serr != nil && err == nil {
+		err = serr
+	}
+	if cerr := pl.Close(); cerr != nil && err == nil && !IsPgError(cerr) {
+		err = cerr
+	}
+	if err != nil {
+		return nil, err
+	}
+	// Encode sends the statement with the types the server inferred.
+	st.add(query, e.name, sd.ParamOIDs)
+	return sd, nil
+}
+
+// Send queues e in pl: its Bind, Describe and Execute, after what its
+// named statement needs (see Stmts.name).
 func (e *Encoded) Send(pl *pgconn.Pipeline) {
-	pl.SendQueryParams(e.query, e.params, e.oids, e.formats, e.results)
+	if e.st == nil {
+		pl.SendQueryParams(e.query, e.params, e.oids, e.formats, e.results)
+		return
+	}
+	e.sendPrefix(pl)
+	pl.SendQueryPrepared(e.name, e.params, e.formats, e.results)
+}
+
+// Next reads e's result reader from pl, after what preceded its Bind. An
+// error invalidates its named statement.
+func (e *Encoded) Next(pl *pgconn.Pipeline) (*pgconn.ResultReader, error) {
+	if _, err := e.prefix(pl); err != nil {
+		e.failed(err)
+		return nil, err
+	}
+	rr, err := NextResult(pl)
+	e.failed(err)
+	return rr, err
 }

@@ -23,64 +23,77 @@ const (
 )
 
 // SendGuarded sends e on pc, inside a transaction, in a pipeline: between
-// a savepoint and its release when guard. With rows (a query), the rows
+// a savepoint and its release when guard. A named statement (see Encode)
+// is prepared inside the transaction, and stays prepared whatever becomes
+// of it (prepared statements are not transactional). With rows (a query), the rows
 // stream to the caller and the rest is read when they are closed; without,
 // res is the statement's result.
 func SendGuarded(ctx context.Context, pc *pgx.Conn, e *Encoded, guard, rows bool) (dr driver.Rows, res driver.Result, err error) {
-	pl := pc.PgConn().StartPipeline(ctx)
+	var g *guardStmts
 	if guard {
-		pl.SendQueryParams(savepointSQL, nil, nil, nil, nil)
+		g = &guardStmts{fixed(e.st, savepointSQL), fixed(e.st, releaseSQL)}
+	}
+	pl := pc.PgConn().StartPipeline(ctx)
+	if g != nil {
+		g.savepoint.Send(pl)
 	}
 	e.Send(pl)
-	if guard {
-		pl.SendQueryParams(releaseSQL, nil, nil, nil, nil)
+	if g != nil {
+		g.release.Send(pl)
 	}
 	pl.SendPipelineSync()
 	if err := pl.Flush(); err != nil {
 		pl.Close()
 		return nil, nil, err
 	}
-	return answerGuarded(pc, pl, guard, rows)
+	return answerGuarded(pc, pl, e, g, rows)
 }
 
+// guardStmts are a guard's savepoint and release, named as the statement
+// they guard.
+type guardStmts struct{ savepoint, release Encoded }
+
 // answerGuarded reads the answers of a pipeline SendGuarded sent: the
-// savepoint's when guard, then the statement's, the release's and the
+// savepoint's with g, then the statement's, the release's and the
 // Sync.
-func answerGuarded(pc *pgx.Conn, pl *pgconn.Pipeline, guard, rows bool) (driver.Rows, driver.Result, error) {
-	if guard {
-		rr, err := NextResult(pl)
+func answerGuarded(pc *pgx.Conn, pl *pgconn.Pipeline, e *Encoded, g *guardStmts, rows bool) (driver.Rows, driver.Result, error) {
+	if g != nil {
+		rr, err := g.savepoint.Next(pl)
 		if err == nil {
 			_, err = rr.Close()
+			g.savepoint.failed(err)
 		}
 		if err != nil {
-			return nil, nil, finishGuarded(pl, false, err)
+			return nil, nil, finishGuarded(pl, nil, err)
 		}
 	}
-	rr, err := NextResult(pl)
+	rr, err := e.Next(pl)
 	if err != nil {
-		return nil, nil, finishGuarded(pl, guard, err)
+		return nil, nil, finishGuarded(pl, g, err)
 	}
 	if rows {
 		dr, err := NewRows(pc.TypeMap(), rr, func(rerr error) error {
-			return finishGuarded(pl, guard, rerr)
+			e.failed(rerr)
+			return finishGuarded(pl, g, rerr)
 		})
 		return dr, nil, err
 	}
 	var res driver.Result
 	tag, err := rr.Close()
+	e.failed(err)
 	if err == nil {
 		res = driver.RowsAffected(tag.RowsAffected())
 	}
-	return nil, res, finishGuarded(pl, guard, err)
+	return nil, res, finishGuarded(pl, g, err)
 }
 
 // finishGuarded reads what follows a statement whose outcome was err in a
-// pipeline of SendGuarded (the release when guard and the statement
+// pipeline of SendGuarded (the release of g when the statement
 // succeeded, then the Sync; after an error the server skipped the
 // release), and closes the pipeline.
-func finishGuarded(pl *pgconn.Pipeline, guard bool, err error) error {
-	if err == nil && guard {
-		_, err = Result(pl, nil)
+func finishGuarded(pl *pgconn.Pipeline, g *guardStmts, err error) error {
+	if err == nil && g != nil {
+		_, err = resultOf(pl, &g.release, nil)
 	} else if serr := FinishSync(pl, err); serr != nil && err == nil {
 		err = serr
 	}

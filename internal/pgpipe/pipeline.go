@@ -9,6 +9,10 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
+// errUnexpected: the pipeline answered something other than what was
+// sent.
+var errUnexpected = errors.New("pgrouted: pipeline: unexpected result")
+
 // NextResult reads the next query's result reader from pl.
 func NextResult(pl *pgconn.Pipeline) (*pgconn.ResultReader, error) {
 	res, err := pl.GetResults()
@@ -17,7 +21,7 @@ func NextResult(pl *pgconn.Pipeline) (*pgconn.ResultReader, error) {
 	}
 	rr, ok := res.(*pgconn.ResultReader)
 	if !ok {
-		return nil, errors.New("pgrouted: pipeline: unexpected result")
+		return nil, errUnexpected
 	}
 	return rr, nil
 }
@@ -42,19 +46,30 @@ func FinishSync(pl *pgconn.Pipeline, err error) error {
 // Result reads one query and the Sync after it from pl: the query's
 // command tag or error and, with into, its first column's text.
 func Result(pl *pgconn.Pipeline, into *string) (pgconn.CommandTag, error) {
+	return resultOf(pl, nil, into)
+}
+
+// resultOf is Result for the statement e sent (nil: a statement sent
+// with SendQueryParams).
+func resultOf(pl *pgconn.Pipeline, e *Encoded, into *string) (pgconn.CommandTag, error) {
 	var tag pgconn.CommandTag
-	res, err := pl.GetResults()
+	var rr *pgconn.ResultReader
+	var err error
+	if e != nil {
+		rr, err = e.Next(pl)
+	} else {
+		rr, err = NextResult(pl)
+	}
 	if err == nil {
-		rr, ok := res.(*pgconn.ResultReader)
-		if !ok {
-			return tag, errors.New("pgrouted: pipeline: unexpected result")
-		}
 		for rr.NextRow() {
 			if v := rr.Values(); into != nil && len(v) > 0 && v[0] != nil {
 				*into = string(v[0])
 			}
 		}
 		tag, err = rr.Close()
+		if e != nil {
+			e.failed(err)
+		}
 	}
 	if err != nil && !IsPgError(err) {
 		return tag, err // the connection broke

@@ -52,33 +52,40 @@ const waitStepMs = 1
 const behindMark = "pgrouted: replica behind at "
 
 // replayAnswer is the answer of the position statements (checkSQL,
-// waitSQL) on a replay position r: r as text when it is at or past lsn,
-// else a failing cast whose error's text carries r after behindMark. The
-// cast depends on the row, so the planner cannot fold it.
-func replayAnswer(lsn lagmeter.LSN) string {
-	return fmt.Sprintf(`CASE WHEN r >= '%s' THEN r::text ELSE (%s || coalesce(r::text, 'none'))::pg_lsn::text END`, lsn, quoteLiteral(behindMark))
+// waitSQL) on a replay position r: r as text when it is at or past the
+// position target (an SQL expression of type pg_lsn), else a failing cast
+// whose error's text carries r after behindMark. The cast depends on the
+// row, so the planner cannot fold it.
+func replayAnswer(target string) string {
+	return fmt.Sprintf(`CASE WHEN r >= %s THEN r::text ELSE (%s || coalesce(r::text, 'none'))::pg_lsn::text END`, target, quoteLiteral(behindMark))
 }
 
 func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
 
 // checkSQL is the check of a replica's replay position against a
-// watermark's position lsn: it answers the position when the replica has
-// replayed up to lsn, and fails otherwise (replayAnswer), so that a read
-// pipelined after it in the same implicit transaction does not run.
-func checkSQL(lsn lagmeter.LSN) string {
-	return `SELECT ` + replayAnswer(lsn) + ` FROM pg_last_wal_replay_lsn() AS r`
-}
+// watermark's position, its parameter $1 (pg_lsn, sent as text): it
+// answers the position when the replica has replayed up to it, and fails
+// otherwise (replayAnswer), so that a read pipelined after it in the same
+// implicit transaction does not run. One text for every position: it is
+// prepared once per connection (see checkStmt).
+var checkSQL = `SELECT ` + replayAnswer(`$1::pg_lsn`) + ` FROM pg_last_wal_replay_lsn() AS r`
 
-// positionSQL is the statement that checks, or waits up to wait for, the
-// replica's replay position to reach lsn on pc (see checkSQL, waitSQL).
-func positionSQL(pc *pgconn.PgConn, lsn lagmeter.LSN, wait time.Duration) string {
+// checkStmt is the statement that checks, or waits up to wait for, the
+// replica's replay position to reach lsn on pc (see checkSQL, waitSQL):
+// the check named with st, the waits unnamed (their text carries the
+// position and the wait).
+func checkStmt(pc *pgconn.PgConn, st *Stmts, lsn lagmeter.LSN, wait time.Duration) Encoded {
 	switch {
 	case wait <= 0:
-		return checkSQL(lsn)
+		e := Encoded{query: checkSQL, params: [][]byte{[]byte(lsn.String())}}
+		if st != nil {
+			st.name(&e)
+		}
+		return e
 	case hasWaitFor(pc):
-		return waitForSQL(lsn, wait)
+		return Encoded{query: waitForSQL(lsn, wait)}
 	}
-	return waitSQL(lsn, wait)
+	return Encoded{query: waitSQL(lsn, wait)}
 }
 
 // waitSQL waits up to wait for the replica's replay position to reach lsn,
@@ -92,7 +99,7 @@ func positionSQL(pc *pgconn.PgConn, lsn lagmeter.LSN, wait time.Duration) string
 // subquery depends on the row, so the sleep runs on every row.
 func waitSQL(lsn lagmeter.LSN, wait time.Duration) string {
 	steps := int64(wait/(waitStepMs*time.Millisecond))*2 + 2
-	return `SELECT ` + replayAnswer(lsn) + ` ` +
+	return `SELECT ` + replayAnswer(quoteLiteral(lsn.String())) + ` ` +
 		fmt.Sprintf(`FROM (SELECT w.r FROM generate_series(0, %[2]d) AS g, `+
 			`LATERAL (SELECT pg_last_wal_replay_lsn() AS r FROM pg_sleep(CASE WHEN g = 0 THEN 0 ELSE %[3]g END)) AS w `+
 			`WHERE w.r >= '%[1]s' OR g = %[2]d OR clock_timestamp() >= statement_timestamp() + interval '%[4]d microseconds' LIMIT 1) AS x`,
@@ -151,29 +158,70 @@ func readReplay(rr *pgconn.ResultReader) (lagmeter.LSN, error) {
 // waiting up to wait for it: nil when it has, ErrBehind when it has not
 // (then or by the end of the wait), else the error that ended the query.
 // replay is the replica's replay position the answer carried (0 when
-// none), at or past lsn on success.
-func Check(ctx context.Context, pc *pgconn.PgConn, lsn lagmeter.LSN, wait time.Duration) (replay lagmeter.LSN, err error) {
-	rr := pc.ExecParams(ctx, positionSQL(pc, lsn, wait), nil, nil, nil, nil)
-	return readReplay(rr)
+// none), at or past lsn on success. With st (pc's named statements), the
+// check is a named statement, prepared once on the connection.
+func Check(ctx context.Context, pc *pgconn.PgConn, st *Stmts, lsn lagmeter.LSN, wait time.Duration) (replay lagmeter.LSN, err error) {
+	ce := checkStmt(pc, st, lsn, wait)
+	pl := pc.StartPipeline(ctx)
+	ce.Send(pl)
+	pl.SendPipelineSync()
+	if err := pl.Flush(); err != nil {
+		pl.Close()
+		return 0, err
+	}
+	replay, err = readCheck(pl, &ce)
+	if serr := FinishSync(pl, syncErr(err)); serr != nil && (err == nil || errors.Is(err, ErrBehind)) {
+		err = serr
+	}
+	if cerr := pl.Close(); cerr != nil && err == nil && !IsPgError(cerr) {
+		err = cerr
+	}
+	return replay, err
+}
+
+// readCheck reads the answer of the position statement ce from pl (see
+// readReplay). Being behind is the statement's answer, not an error of
+// it: only another error invalidates a named check.
+func readCheck(pl *pgconn.Pipeline, ce *Encoded) (lagmeter.LSN, error) {
+	rr, err := ce.Next(pl)
+	if err != nil {
+		return 0, err
+	}
+	replay, err := readReplay(rr)
+	if err != nil && !errors.Is(err, ErrBehind) {
+		ce.failed(err)
+	}
+	return replay, err
+}
+
+// syncErr is the error to read a Sync after (FinishSync): being behind is
+// the server's error, after which the Sync is still to be read.
+func syncErr(err error) error {
+	if errors.Is(err, ErrBehind) {
+		return nil
+	}
+	return err
 }
 
 // QueryChecked runs a read on pc after checking, in the same round trip,
 // that the replica has replayed up to lsn (waiting up to wait for it, as
 // Check): the check and the read go in one pipeline, in one implicit
 // transaction, the check first; when the check fails the server skips the
-// read. checked is called with the check's answer, as Check returns it,
-// and the time the pipeline was sent, once it is read; what it returns
-// ends the read when not nil (ErrBehind, typically). On success the rows
-// stream to the caller, and release is called once they are closed; on
-// error, release is not called.
-func QueryChecked(ctx context.Context, pc *pgx.Conn, descs *Descs, lsn lagmeter.LSN, wait time.Duration, query string, args []driver.NamedValue,
+// read. With st, both are named statements (see Encode). checked is called
+// with the check's answer, as Check returns it, and the time the pipeline
+// was sent, once it is read; what it returns ends the read when not nil
+// (ErrBehind, typically). On success the rows stream to the caller, and
+// release is called once they are closed; on error, release is not
+// called.
+func QueryChecked(ctx context.Context, pc *pgx.Conn, descs *Descs, st *Stmts, lsn lagmeter.LSN, wait time.Duration, query string, args []driver.NamedValue,
 	checked func(replay lagmeter.LSN, sent time.Time, err error) error, release func()) (driver.Rows, error) {
-	e, err := Encode(ctx, pc, descs, query, args, true)
+	e, err := Encode(ctx, pc, descs, st, query, args, true)
 	if err != nil {
 		return nil, err
 	}
+	ce := checkStmt(pc.PgConn(), st, lsn, wait)
 	pl := pc.PgConn().StartPipeline(ctx)
-	pl.SendQueryParams(positionSQL(pc.PgConn(), lsn, wait), nil, nil, nil, nil)
+	ce.Send(pl)
 	e.Send(pl)
 	pl.SendPipelineSync()
 	sent := time.Now()
@@ -181,16 +229,16 @@ func QueryChecked(ctx context.Context, pc *pgx.Conn, descs *Descs, lsn lagmeter.
 		pl.Close()
 		return nil, err
 	}
-	rr, err := NextResult(pl)
-	if err == nil {
-		replay, cerr := readReplay(rr)
-		err = checked(replay, sent, cerr)
+	replay, err := readCheck(pl, &ce)
+	if err == nil || errors.Is(err, ErrBehind) {
+		err = checked(replay, sent, err)
 	}
 	if err != nil {
 		pl.Close()
 		return nil, err
 	}
-	if rr, err = NextResult(pl); err != nil {
+	rr, err := e.Next(pl)
+	if err != nil {
 		if IsPgError(err) {
 			descs.Drop(query)
 		}
@@ -199,6 +247,7 @@ func QueryChecked(ctx context.Context, pc *pgx.Conn, descs *Descs, lsn lagmeter.
 	}
 	delivered := false // the rows reached the caller: they own the connection
 	rows, err := NewRows(pc.TypeMap(), rr, func(rerr error) error {
+		e.failed(rerr)
 		if serr := FinishSync(pl, rerr); serr != nil && rerr == nil {
 			rerr = serr
 		}

@@ -20,35 +20,55 @@ const InsertPositionSQL = "SELECT pg_current_wal_insert_lsn()::text"
 
 // Exec runs query with args on pc in autocommit mode and reads the WAL
 // insert position after its commit, in one round trip, with the
-// statement's description from descs (see Encode).
+// statement's description from descs (see Encode). With st (pc's named
+// statements, see StmtsOf), the statement and the position query are
+// named prepared statements, prepared once on the connection.
 //
 // pos is 0 when the statement failed (nothing committed) or the position
 // could not be read. A statement the server refused has its description
 // dropped: it may no longer match (a column changed type).
-func Exec(ctx context.Context, pc *pgx.Conn, descs *Descs, query string, args []driver.NamedValue) (tag pgconn.CommandTag, pos lagmeter.LSN, err error) {
-	e, err := Encode(ctx, pc, descs, query, args, false)
+func Exec(ctx context.Context, pc *pgx.Conn, descs *Descs, st *Stmts, query string, args []driver.NamedValue) (tag pgconn.CommandTag, pos lagmeter.LSN, err error) {
+	e, err := Encode(ctx, pc, descs, st, query, args, false)
 	if err != nil {
 		return tag, 0, err
 	}
-	pl, err := startPositioned(ctx, pc, &e)
-	if err != nil {
-		return tag, 0, err
-	}
-	tag, err = Result(pl, nil)
-	pos, err = finishPositioned(pl, err)
+	tag, pos, err = execEncoded(ctx, pc, st, &e)
 	if IsPgError(err) {
 		descs.Drop(query)
 	}
 	return tag, pos, err
 }
 
-// startPositioned sends e and the position query, each followed by a Sync,
-// in a pipeline on pc.
-func startPositioned(ctx context.Context, pc *pgx.Conn, e *Encoded) (*pgconn.Pipeline, error) {
+// execEncoded is Exec for a statement encoded.
+func execEncoded(ctx context.Context, pc *pgx.Conn, st *Stmts, e *Encoded) (tag pgconn.CommandTag, pos lagmeter.LSN, err error) {
+	pe := fixed(st, InsertPositionSQL)
+	pl, err := startPositioned(ctx, pc, e, &pe)
+	if err != nil {
+		return tag, 0, err
+	}
+	tag, err = resultOf(pl, e, nil)
+	pos, err = finishPositioned(pl, &pe, err)
+	return tag, pos, err
+}
+
+// fixed is a statement without parameters and whose rows, if any, are
+// read as text (the position query, COMMIT, the savepoint's), named with
+// st.
+func fixed(st *Stmts, query string) Encoded {
+	e := Encoded{query: query}
+	if st != nil {
+		st.name(&e)
+	}
+	return e
+}
+
+// startPositioned sends e and the position query pe, each followed by a
+// Sync, in a pipeline on pc.
+func startPositioned(ctx context.Context, pc *pgx.Conn, e, pe *Encoded) (*pgconn.Pipeline, error) {
 	pl := pc.PgConn().StartPipeline(ctx)
 	e.Send(pl)
 	pl.SendPipelineSync()
-	pl.SendQueryParams(InsertPositionSQL, nil, nil, nil, nil)
+	pe.Send(pl)
 	pl.SendPipelineSync()
 	if err := pl.Flush(); err != nil {
 		pl.Close()
@@ -57,8 +77,8 @@ func startPositioned(ctx context.Context, pc *pgx.Conn, e *Encoded) (*pgconn.Pip
 	return pl, nil
 }
 
-// finishPositioned reads the position query and its Sync after a statement
-// whose outcome was err, and ends the pipeline. pos is 0 when err is not
+// finishPositioned reads the position query pe and its Sync after a
+// statement whose outcome was err, and ends the pipeline. pos is 0 when err is not
 // nil, and when the position could not be read.
 //
 // err nil means the server answered the statement's Sync: it committed.
@@ -66,10 +86,10 @@ func startPositioned(ctx context.Context, pc *pgx.Conn, e *Encoded) (*pgconn.Pip
 // caller closed it) does not make the statement fail: it succeeded, at a
 // position nobody read (pos 0). The broken connection is found closed at
 // its next use.
-func finishPositioned(pl *pgconn.Pipeline, err error) (lagmeter.LSN, error) {
+func finishPositioned(pl *pgconn.Pipeline, pe *Encoded, err error) (lagmeter.LSN, error) {
 	var text string
 	if err == nil || IsPgError(err) {
-		if _, perr := Result(pl, &text); perr != nil {
+		if _, perr := resultOf(pl, pe, &text); perr != nil {
 			text = ""
 		}
 	}
@@ -86,16 +106,17 @@ func finishPositioned(pl *pgconn.Pipeline, err error) (lagmeter.LSN, error) {
 // after the commit is read from the same pipeline and handed to done with
 // the statement's outcome. wrap, when not nil, makes the error the rows
 // and done see from an error of the connection (see Rows.nextErr).
-func Query(ctx context.Context, pc *pgx.Conn, descs *Descs, query string, args []driver.NamedValue, wrap func(error) error, done func(lagmeter.LSN, error)) (driver.Rows, error) {
-	e, err := Encode(ctx, pc, descs, query, args, true)
+func Query(ctx context.Context, pc *pgx.Conn, descs *Descs, st *Stmts, query string, args []driver.NamedValue, wrap func(error) error, done func(lagmeter.LSN, error)) (driver.Rows, error) {
+	e, err := Encode(ctx, pc, descs, st, query, args, true)
 	if err != nil {
 		return nil, err
 	}
-	pl, err := startPositioned(ctx, pc, &e)
+	pe := fixed(st, InsertPositionSQL)
+	pl, err := startPositioned(ctx, pc, &e, &pe)
 	if err != nil {
 		return nil, err
 	}
-	rr, err := NextResult(pl)
+	rr, err := e.Next(pl)
 	if err != nil {
 		if IsPgError(err) {
 			descs.Drop(query)
@@ -103,17 +124,18 @@ func Query(ctx context.Context, pc *pgx.Conn, descs *Descs, query string, args [
 		if serr := FinishSync(pl, err); serr != nil {
 			err = serr
 		}
-		finishPositioned(pl, err)
+		finishPositioned(pl, &pe, err)
 		return nil, err
 	}
 	if wrap == nil {
 		wrap = func(err error) error { return err }
 	}
 	rows, err := NewRows(pc.TypeMap(), rr, func(rerr error) error {
+		e.failed(rerr)
 		if serr := FinishSync(pl, rerr); serr != nil && rerr == nil {
 			rerr = serr
 		}
-		pos, perr := finishPositioned(pl, rerr)
+		pos, perr := finishPositioned(pl, &pe, rerr)
 		if rerr == nil && perr != nil {
 			rerr = perr
 		}
@@ -131,11 +153,12 @@ func Query(ctx context.Context, pc *pgx.Conn, descs *Descs, query string, args [
 }
 
 // Commit commits pc's transaction and reads the WAL position after the
-// commit in the same round trip. It mirrors pgx's Tx.Commit: a transaction
+// commit in the same round trip (with st, both named statements). It mirrors pgx's Tx.Commit: a transaction
 // the server had to roll back gives pgx.ErrTxCommitRollback, and a
 // connection left inside a transaction after an error is closed.
-func Commit(ctx context.Context, pc *pgx.Conn, descs *Descs) (lagmeter.LSN, error) {
-	tag, pos, err := Exec(ctx, pc, descs, "COMMIT", nil)
+func Commit(ctx context.Context, pc *pgx.Conn, descs *Descs, st *Stmts) (lagmeter.LSN, error) {
+	e := fixed(st, "COMMIT")
+	tag, pos, err := execEncoded(ctx, pc, st, &e)
 	if err != nil {
 		if pc.PgConn().TxStatus() != 'I' {
 			_ = pc.Close(ctx)

@@ -80,8 +80,8 @@ func TestPositionLostAfterCommit(t *testing.T) {
 	defer pc.Close(context.Background())
 
 	// What Exec does, on a statement sent as is.
-	e := Plain("INSERT INTO t VALUES (1)")
-	pl, err := startPositioned(ctx, pc, &e)
+	e, pe := Encoded{query: "INSERT INTO t VALUES (1)"}, fixed(nil, InsertPositionSQL)
+	pl, err := startPositioned(ctx, pc, &e, &pe)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +89,7 @@ func TestPositionLostAfterCommit(t *testing.T) {
 	if err != nil || tag.String() != "INSERT 0 1" {
 		t.Fatalf("the statement's segment: %q, %v; want INSERT 0 1 and no error", tag, err)
 	}
-	pos, err := finishPositioned(pl, err)
+	pos, err := finishPositioned(pl, &pe, err)
 	if err != nil || pos != 0 {
 		t.Fatalf("the position lost after the commit: position %v, error %v; want 0 and no error (the write committed)", pos, err)
 	}
