@@ -125,8 +125,8 @@ func (cn *conn) inSQLTx() bool {
 }
 
 // run routes one statement and runs it: the connector decides (plan.go),
-// the primary path (primary.go) or the replica path (replica.go) executes,
-// and the RouteEvent says what happened.
+// the primary path (primary.go, primaryrun.go) or the replica path
+// (replica.go) executes, and the RouteEvent says what happened.
 func (cn *conn) run(ctx context.Context, cl *call) (err error) {
 	if cn.bad {
 		return driver.ErrBadConn
