@@ -48,6 +48,12 @@ func (cn *conn) runOnPrimary(ctx context.Context, p *plan, r sqlclass.Result, cl
 		}
 		positioned := cn.positioned(ctx, r, cl)
 		pos, err := cn.execPrimary(ctx, sc, positioned, cl)
+		if r.Has(sqlclass.Session) {
+			// It may have deallocated prepared statements (DEALLOCATE,
+			// DISCARD) or changed what names mean (SET search_path):
+			// the pipelined paths prepare theirs again.
+			pgpipe.InvalidateAll(sc.Conn().PgConn())
+		}
 		if err != nil {
 			retry, stop, ferr := cn.primaryFailed(ctx, p, sc, err, inTx, attempt)
 			if retry && cl.px.once() {

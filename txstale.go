@@ -99,6 +99,10 @@ func (t *tx) exec(ctx context.Context, sc *stdlib.Conn, r sqlclass.Result, cl *c
 		if r.ChangesCatalog || r.Has(sqlclass.Session) || r.Class == sqlclass.Unknown {
 			t.stale.own = new(pgpipe.Descs)
 		}
+		if r.Has(sqlclass.Session) {
+			// See runOnPrimary.
+			pgpipe.InvalidateAll(sc.Conn().PgConn())
+		}
 	}
 	return false, err
 }

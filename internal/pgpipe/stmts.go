@@ -68,6 +68,26 @@ func Forget(pc *pgconn.PgConn) {
 	}
 }
 
+// InvalidateAll invalidates every named statement of pc: each is
+// deallocated by the next pipeline and prepared again at its next use. For
+// a statement that may have deallocated them (DEALLOCATE, DISCARD) or
+// changed what their names mean (SET search_path).
+func InvalidateAll(pc *pgconn.PgConn) {
+	data := pc.CustomData()
+	if data == nil {
+		return
+	}
+	st, ok := data[stmtsKey].(*Stmts)
+	if !ok {
+		return
+	}
+	for el := st.lru.Front(); el != nil; el = el.Next() {
+		st.closing = append(st.closing, el.Value.(*stmtEntry).name)
+	}
+	st.lru.Init()
+	clear(st.byQuery)
+}
+
 // Len is the number of statements prepared.
 func (st *Stmts) Len() int { return st.lru.Len() }
 

@@ -99,6 +99,21 @@ func TestStmtsBoundedAndInvalidated(t *testing.T) {
 		t.Fatalf("the same statement again: %v; want it prepared afresh", err)
 	}
 
+	// InvalidateAll, after a statement that may have deallocated them:
+	// prepared again without an error, the old ones deallocated.
+	if _, err := pc.Exec(ctx, "DEALLOCATE ALL"); err != nil {
+		t.Fatal(err)
+	}
+	pgpipe.InvalidateAll(pc.PgConn())
+	if st.Len() != 0 {
+		t.Errorf("after InvalidateAll: %d statements known", st.Len())
+	}
+	for i := 5; i < 9; i++ {
+		if err := exec(i); err != nil {
+			t.Fatalf("after InvalidateAll, statement %d: %v", i, err)
+		}
+	}
+
 	// Forget, after a DEALLOCATE ALL: nothing is known, everything is
 	// prepared again, without an error.
 	if _, err := pc.Exec(ctx, "DEALLOCATE ALL"); err != nil {
