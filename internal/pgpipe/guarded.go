@@ -72,8 +72,9 @@ func answerGuarded(pc *pgx.Conn, pl *pgconn.Pipeline, e *Encoded, g *guardStmts,
 		return nil, nil, finishGuarded(pl, g, err)
 	}
 	if rows {
+		st, query := e.st, e.query
 		dr, err := NewRows(pc.TypeMap(), rr, func(rerr error) error {
-			e.failed(rerr)
+			invalidateOn(st, query, rerr)
 			return finishGuarded(pl, g, rerr)
 		})
 		return dr, nil, err

@@ -90,6 +90,9 @@ func resultOf(pl *pgconn.Pipeline, e *Encoded, into *string) (pgconn.CommandTag,
 // IsPgError reports whether err is the server's (a *pgconn.PgError): the
 // connection is fine.
 func IsPgError(err error) bool {
+	if err == nil {
+		return false
+	}
 	var pe *pgconn.PgError
 	return errors.As(err, &pe)
 }

@@ -247,7 +247,7 @@ func QueryChecked(ctx context.Context, pc *pgx.Conn, descs *Descs, st *Stmts, ls
 	}
 	delivered := false // the rows reached the caller: they own the connection
 	rows, err := NewRows(pc.TypeMap(), rr, func(rerr error) error {
-		e.failed(rerr)
+		invalidateOn(st, query, rerr)
 		if serr := FinishSync(pl, rerr); serr != nil && rerr == nil {
 			rerr = serr
 		}

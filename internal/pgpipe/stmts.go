@@ -234,8 +234,12 @@ func (e *Encoded) prefix(pl *pgconn.Pipeline) (*pgconn.StatementDescription, err
 
 // failed records the outcome err of e's statement: a named statement that
 // failed is invalidated, as pgx invalidates its own on any error.
-func (e *Encoded) failed(err error) {
-	if err != nil && e.st != nil {
-		e.st.invalidate(e.query)
+func (e *Encoded) failed(err error) { invalidateOn(e.st, e.query, err) }
+
+// invalidateOn is Encoded.failed for a closure (rows' done), which then
+// keeps only st and query, not the whole Encoded.
+func invalidateOn(st *Stmts, query string, err error) {
+	if err != nil && st != nil {
+		st.invalidate(query)
 	}
 }

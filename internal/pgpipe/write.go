@@ -131,7 +131,7 @@ func Query(ctx context.Context, pc *pgx.Conn, descs *Descs, st *Stmts, query str
 		wrap = func(err error) error { return err }
 	}
 	rows, err := NewRows(pc.TypeMap(), rr, func(rerr error) error {
-		e.failed(rerr)
+		invalidateOn(st, query, rerr)
 		if serr := FinishSync(pl, rerr); serr != nil && rerr == nil {
 			rerr = serr
 		}
