@@ -17,7 +17,12 @@
 //     as pgx's QueryExecModeCacheStatement keeps its own: a bounded LRU,
 //     each statement prepared once (its Parse pipelined before its first
 //     Bind, or in the round trip that describes it), deallocated on
-//     eviction and invalidated on any error of it. Without one (the DSN
+//     eviction and invalidated on any error of it, all forgotten after a
+//     DEALLOCATE ALL ([Forget]) or invalidated after a statement that
+//     changes the session ([InvalidateAll]). A Close of a name always
+//     precedes its Parse in the same pipeline, so a name whose state is
+//     unknown (a pipeline abandoned after an error) is simply prepared
+//     again. Without one (the DSN
 //     chose cache_describe; a host behind a transaction pooler), the
 //     unnamed statement, parsed at every execution, as pgx's
 //     QueryExecModeCacheDescribe;
