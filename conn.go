@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pgrouted/pgrouted/internal/pgpipe"
 	"github.com/pgrouted/pgrouted/internal/sqlclass"
 )
 
@@ -35,9 +36,16 @@ type conn struct {
 
 	// descs are the statement descriptions of a pinned primary session
 	// (see descsOf).
-	descs *descCache
+	descs *pgpipe.Descs
 
 	ownsConnector bool // opened by Driver.Open: Close closes the Connector
+}
+
+// pipelineOK reports whether a statement with args for host may be sent
+// through a pgconn pipeline (pgpipe.OK): not in the exec modes the user
+// chose instead of pgx's default ones, nor under a pgx QueryTracer.
+func (c *Connector) pipelineOK(host *host, args []driver.NamedValue) bool {
+	return pgpipe.OK(host.ConnConfig, args)
 }
 
 // call is one statement to run (a query or an exec), the BEGIN of a
@@ -118,8 +126,8 @@ func (cn *conn) inSQLTx() bool {
 }
 
 // run routes one statement and runs it: the connector decides (plan.go),
-// the primary path (primary.go) or the replica path (replica.go) executes,
-// and the RouteEvent says what happened.
+// the primary path (primary.go, primaryrun.go) or the replica path
+// (replica.go) executes, and the RouteEvent says what happened.
 func (cn *conn) run(ctx context.Context, cl *call) (err error) {
 	if cn.bad {
 		return driver.ErrBadConn
@@ -180,10 +188,10 @@ func (cn *conn) catalogChanged() {
 	// The schema may have changed too: describe statements again (a
 	// change made elsewhere is met by the recovery of stale.go).
 	for _, h := range cn.c.hosts.all() {
-		h.descs.reset()
+		h.descs.Reset()
 	}
 	if cn.descs != nil {
-		cn.descs.reset()
+		cn.descs.Reset()
 	}
 }
 

@@ -102,26 +102,33 @@
 //     position on it when the plan says so, run, and on a connection
 //     failure try another replica; it returns an outcome (ran, or fall
 //     back for a reason) and the plan says whether the primary may run it.
-//     replicawait.go: the position check's SQL and the wait for a replica
-//     to replay the caller's position; pipeline.go: the check and the read
-//     sent in one pgconn pipeline, with descriptions cached per host.
-//   - primary.go: the primary path. Open or reuse the primary session
-//     (waiting for a primary during a failover), run, read the WAL
-//     position after a write's commit in the same round trip (a pipeline
-//     of the write and the position query, execPositioned), and rerun an
-//     autocommit write that a demoted primary refused. term.go: the
-//     primary's term, from the snapshot that confirms it until another
-//     primary is confirmed or its lease runs out; primary sessions open
-//     under it, and its end abandons dials to the old primary and closes
-//     the sessions still open there.
+//     replicawait.go: whether a read may wait on its replica for the
+//     caller's position, and the wait's accounting.
+//   - primary.go: the primary session. Open or reuse it (waiting for a
+//     primary during a failover) and wait for the topology to follow a
+//     primary that failed. term.go: the primary's term, from the snapshot
+//     that confirms it until another primary is confirmed or its lease
+//     runs out; primary sessions open under it, and its end abandons dials
+//     to the old primary and closes the sessions still open there.
+//   - primaryrun.go: a statement run on the primary session: a write
+//     pipelined with the read of the WAL position after its commit, the
+//     watermark raised after it, and the rerun of an autocommit write that
+//     a demoted primary refused.
+//   - internal/pgpipe: how both paths send what they decided, built on
+//     pgx's internals (the pgx version it mirrors and what to re-check on
+//     an upgrade are in its package doc): the replica check, or wait,
+//     pipelined with the read; the write pipelined with the position read;
+//     arguments encoded as pgx does, with descriptions cached per host; the
+//     rows of a pipelined query, with pgx stdlib's conversions.
 //   - stale.go: the recovery from a statement a schema change made stale,
 //     on either path.
-//   - rows.go, resultrows.go: the rows returned; closing them gives the
-//     replica connection back or raises the watermark.
+//   - rows.go: the rows returned; closing them gives the replica
+//     connection back or raises the watermark.
 //   - tx.go: BeginTx executes the plan's decision; statements inside the
 //     transaction run on its connection; COMMIT raises the watermark.
 //     txstale.go: a statement inside a transaction, sent with a savepoint
-//     when a schema change made elsewhere may have made it stale.
+//     (pgpipe.SendGuarded) when a schema change made elsewhere may have
+//     made it stale.
 //   - events.go builds the statement's [RouteEvent] from its plan and what
 //     the paths recorded (Connector.report), and observe.go counts it
 //     ([Stats]); [Connector.Topology] shows what the probes see.
@@ -272,10 +279,14 @@
 // The hosts of the DSN may be connection poolers (PgBouncer, one in front
 // of each server). The probes recognise one: the server process a probe
 // runs on is not the one its connection announced ([HostInfo].Pooler). On
-// such a host pgx's own statements use the unnamed statement
-// (cache_describe) instead of pgx's named prepared statements, which a
-// pooler in transaction mode shares between clients (pooler.go); the
-// error of a named statement refused for that (42P05, 26000) says which
+// such a host pgx's own statements, and pgrouted's pipelined ones (a write
+// with its position read, a checked read, a statement inside a
+// transaction), use the unnamed statement (cache_describe) instead of named
+// prepared statements, which a pooler in transaction mode shares between
+// clients (pooler.go); elsewhere, in pgx's default mode (cache_statement),
+// the pipelined statements are named prepared statements, prepared once
+// per connection as pgx prepares its own (internal/pgpipe). The
+// error of a named statement that a pooler refuses (42P05, 26000) says which
 // setting avoids it. Routing, read-your-writes, the replica checks and
 // failover work per statement and per transaction, so they hold through a
 // transaction pooler. Session state does not: a connection pinned to its

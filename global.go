@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pgrouted/pgrouted/dsn"
+	"github.com/pgrouted/pgrouted/internal/pgpipe"
 	"github.com/pgrouted/pgrouted/lagmeter"
 	"github.com/pgrouted/pgrouted/topology"
 )
@@ -158,7 +159,7 @@ func (c *Connector) fetchPosition(ctx context.Context) (lagmeter.Watermark, erro
 	var text string
 	err := t.host.pool.AcquireFunc(fctx, func(pc *pgxpool.Conn) error {
 		// PgConn.Exec: the simple protocol, no named statement.
-		res, err := pc.Conn().PgConn().Exec(fctx, insertPositionSQL).ReadAll()
+		res, err := pc.Conn().PgConn().Exec(fctx, pgpipe.InsertPositionSQL).ReadAll()
 		if err != nil {
 			return err
 		}

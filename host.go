@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pgrouted/pgrouted/circuit"
 	"github.com/pgrouted/pgrouted/dsn"
+	"github.com/pgrouted/pgrouted/internal/pgpipe"
 	"github.com/pgrouted/pgrouted/lagmeter"
 	"github.com/pgrouted/pgrouted/topology"
 )
@@ -58,8 +59,9 @@ type host struct {
 	// flight is the replica connections borrowed now.
 	flight hostFlight
 	// descs are the statement descriptions read on it, for the pipelined
-	// paths (see descCache).
-	descs descCache
+	// paths (see pgpipe.Descs): valid on this host in the default session
+	// state (see conn.descsOf).
+	descs pgpipe.Descs
 	// statements counts the statements run on it, per op (see Stats).
 	statements [len(opNames)]atomic.Uint64
 

@@ -243,6 +243,48 @@ func TestPooledWorkload(t *testing.T) {
 	}
 }
 
+// TestPooledStatementsAreUnnamed: through a transaction pooler, where a
+// named statement may be missing on the server session the next
+// transaction gets, the pipelined paths (writes with their position, checked
+// reads, statements inside transactions) send the unnamed statement only:
+// no Parse message on any connection names a statement.
+func TestPooledStatementsAreUnnamed(t *testing.T) {
+	ctx := testCtx(t)
+	w := &wire{} // every connection, the probes' too
+	dsn := bouncers(t).DSN() + "&pgrouted_probe_interval=100ms&pgrouted_lease=5s&pgrouted_write_timeout=20s&pgrouted_names=" + names()
+	db, conn, rec := openDSN(t, dsn, func(cfg *pgrouted.Config) {
+		for i := range cfg.Hosts {
+			cc := cfg.Hosts[i].ConnConfig
+			cc.DialFunc = w.dial(cc.DialFunc)
+		}
+	})
+	replicasReady(t, conn)
+	r := runWorkload(t, ctx, db, rec, "pgb_unnamed", 4, 50)
+	if r.errs != 0 || r.stale != 0 {
+		t.Fatalf("%d errors (first: %q), %d stale reads; want none", r.errs, r.firstErrs, r.stale)
+	}
+	for i := 0; i < 3; i++ {
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.ExecContext(ctx, "UPDATE pgb_unnamed SET v = $1 WHERE worker = $2 AND n = $3", "tx", 0, i); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	all, named := w.parses("")
+	t.Logf("%d Parse messages through the poolers, %d of them named", all, named)
+	if named != 0 {
+		t.Errorf("%d Parse messages named a statement through a transaction pooler; want none", named)
+	}
+	if all < 200 {
+		t.Errorf("%d Parse messages: the workload did not run through the extended protocol", all)
+	}
+}
+
 // TestPooledReplicaCheck: with replay paused on every replica behind its
 // pooler, a read of the caller's own write is checked on the replica, found
 // behind, and served by the primary; once replay resumes, the same read goes

@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/pgrouted/pgrouted/internal/pgpipe"
 	"github.com/pgrouted/pgrouted/internal/sqlclass"
 )
 
@@ -169,7 +170,7 @@ func (px *pgxCall) wroteLater(ctx context.Context, cn *conn) bool {
 	})
 	if px.rows != nil {
 		px.rows.errFn = func(err error) error {
-			if err == nil || isPgError(err) || sc == nil || !cn.lost(sc) {
+			if err == nil || pgpipe.IsPgError(err) || sc == nil || !cn.lost(sc) {
 				return err
 			}
 			return lostError(OpWrite, err)

@@ -16,7 +16,8 @@ import (
 // the check the replica must pass first, what may happen when the replica
 // cannot serve (fallback) and the reason. It is made by Connector.plan for
 // every statement, every read-only transaction and Explain, and executed
-// by the primary path (primary.go) or the replica path (replica.go).
+// by the primary path (primary.go, primaryrun.go) or the replica path
+// (replica.go).
 type plan struct {
 	op      string
 	class   sqlclass.Class

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/pgrouted/pgrouted/internal/pgpipe"
 )
 
 // This file is what changes behind a connection pooler (PgBouncer, or a
@@ -76,6 +77,21 @@ func (c *Connector) describeOnly(h *host) bool {
 			"host", h.Name, "backendSwitched", st.BackendSwitched)
 	}
 	return true
+}
+
+// stmtsOf returns the named statements of pc, a connection to h, for the
+// pipelined paths (internal/pgpipe), which name their statements where
+// pgx's own path would (cache_statement): prepared once per connection,
+// as pgx's statement cache does. nil (the unnamed statement, parsed at
+// every execution) when the DSN chose another mode (cache_describe; the
+// other modes do not take the pipelined paths, see pgpipe.OK), or when h
+// is behind a pooler or not probed yet (describeOnly): a named statement
+// is never sent through a pooler.
+func (c *Connector) stmtsOf(h *host, pc *pgx.Conn) *pgpipe.Stmts {
+	if h.ConnConfig.DefaultQueryExecMode != pgx.QueryExecModeCacheStatement || c.describeOnly(h) {
+		return nil
+	}
+	return pgpipe.StmtsOf(pc.PgConn(), h.ConnConfig.StatementCacheCapacity)
 }
 
 // behindPooler reports whether the probes found h behind a connection

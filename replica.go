@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pgrouted/pgrouted/circuit"
+	"github.com/pgrouted/pgrouted/internal/pgpipe"
 	"github.com/pgrouted/pgrouted/lagmeter"
 )
 
@@ -126,7 +127,7 @@ func (cn *conn) runOnReplica(ctx context.Context, h *host, at target, cl *call) 
 		if ctx.Err() == nil && !b.Conn.Conn().IsClosed() && cn.runAgain(err, cl) {
 			continue
 		}
-		if ctx.Err() == nil && !isPgError(err) && !errors.Is(err, errNotCaughtUp) && !b.Conn.Conn().IsClosed() {
+		if ctx.Err() == nil && !pgpipe.IsPgError(err) && !errors.Is(err, errNotCaughtUp) && !b.Conn.Conn().IsClosed() {
 			err = &clientError{err}
 		}
 		b.giveBack()
@@ -215,7 +216,7 @@ func (b *borrowed) giveBack() {
 
 // errNotCaughtUp: the replica's position check found it behind the
 // caller's writes.
-var errNotCaughtUp = errors.New("pgrouted: replica has not replayed the caller's writes")
+var errNotCaughtUp = pgpipe.ErrBehind
 
 // mayReach reports whether a position on h can hold wm at all: the same
 // system, and wm's timeline in the replica's history. h nil (a host its
@@ -228,45 +229,27 @@ func (h *hostView) mayReach(wm lagmeter.Watermark) bool {
 	return ok
 }
 
-// checkReplica checks, with checkSQL sent alone on b, that the replica
-// has replayed up to wm (waiting up to wait for it, see positionSQL, and
-// adding the wait to cl's), and returns errNotCaughtUp when it has not.
+// checkReplica checks on b, alone, that the replica has replayed up to wm
+// (waiting up to wait for it, adding the wait to cl's; pgpipe.Check), and
+// returns errNotCaughtUp when it has not.
 func (cn *conn) checkReplica(ctx context.Context, b *borrowed, wm lagmeter.Watermark, wait time.Duration, cl *call) error {
 	hv := cn.c.view().of(b.h)
 	if !hv.mayReach(wm) {
 		return errNotCaughtUp
 	}
-	pc := b.Conn.Conn().PgConn()
 	start := time.Now()
-	rr := pc.ExecParams(ctx, positionSQL(pc, wm.LSN, wait), nil, nil, nil, nil)
-	err := b.h.readCheck(rr, hv.probe.Conn)
+	replay, err := pgpipe.Check(ctx, b.Conn.Conn().PgConn(), cn.c.stmtsOf(b.h, b.Conn.Conn()), wm.LSN, wait)
+	err = b.h.checked(hv.probe.Conn, replay, err)
 	cl.waited += cn.c.waited(b.h, hv.probe.Conn, wm, wait, start, err)
 	return err
 }
 
-// readCheck reads the answer of checkSQL from rr: nil when the replica has
-// the position, errNotCaughtUp when it is behind, or the error that ended
-// the query. The replay position it carries either way refreshes what is
-// known of the host (read while its probe connection was probeConn).
-func (h *host) readCheck(rr *pgconn.ResultReader, probeConn uint64) error {
-	var text string
-	for rr.NextRow() {
-		if v := rr.Values(); len(v) == 1 && v[0] != nil {
-			text = string(v[0])
-		}
-	}
-	_, err := rr.Close()
-	if waitForMissed(err) {
-		return errNotCaughtUp
-	}
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) && strings.Contains(pe.Message, behindMark) {
-		err = errNotCaughtUp
-		text = pe.Message[strings.Index(pe.Message, behindMark)+len(behindMark):]
-		text, _, _ = strings.Cut(text, `"`)
-	}
-	if lsn, perr := lagmeter.ParseLSN(text); perr == nil && lsn != 0 {
-		h.noteReplay(probeConn, lsn)
+// checked records what a position check on h, read while its probe
+// connection was probeConn, answered: the replay position it carries
+// either way refreshes what is known of the host. It returns err.
+func (h *host) checked(probeConn uint64, replay lagmeter.LSN, err error) error {
+	if replay != 0 {
+		h.noteReplay(probeConn, replay)
 	}
 	return err
 }
@@ -292,7 +275,7 @@ func (cn *conn) readChecked(ctx context.Context, b *borrowed, wm lagmeter.Waterm
 	}
 	pc := b.Conn.Conn()
 	descs := &b.h.descs
-	if descs.get(cl.query) == nil {
+	if descs.Get(cl.query) == nil {
 		// The statement must be described first, and a replica that lacks
 		// the caller's writes may fail to (a table the caller just
 		// created): check it on its own this once.
@@ -301,51 +284,12 @@ func (cn *conn) readChecked(ctx context.Context, b *borrowed, wm lagmeter.Waterm
 		}
 		wait = 0 // it holds wm now
 	}
-	e, err := encode(ctx, pc, descs, cl.query, cl.args, true)
-	if err != nil {
-		return err
-	}
-	pl := pc.PgConn().StartPipeline(ctx)
-	pl.SendQueryParams(positionSQL(pc.PgConn(), wm.LSN, wait), nil, nil, nil, nil)
-	e.send(pl)
-	pl.SendPipelineSync()
-	start := time.Now()
-	if err := pl.Flush(); err != nil {
-		pl.Close()
-		return err
-	}
-	rr, err := nextResult(pl)
-	if err == nil {
-		err = b.h.readCheck(rr, hv.probe.Conn)
-		cl.waited += cn.c.waited(b.h, hv.probe.Conn, wm, wait, start, err)
-	}
-	if err != nil {
-		pl.Close()
-		return err
-	}
-	if rr, err = nextResult(pl); err != nil {
-		if isPgError(err) {
-			descs.drop(cl.query)
-		}
-		pl.Close()
-		return err
-	}
-	delivered := false // the rows reached the caller: they own b
-	cl.rows, err = newResultRows(pc.TypeMap(), rr, func(rerr error) error {
-		if serr := finishSync(pl, rerr); serr != nil && rerr == nil {
-			rerr = serr
-		}
-		if cerr := pl.Close(); cerr != nil && rerr == nil && !isPgError(cerr) {
-			rerr = cerr
-		}
-		if isPgError(rerr) {
-			descs.drop(cl.query)
-		}
-		if delivered {
-			b.giveBack()
-		}
-		return rerr
-	})
-	delivered = err == nil
+	var err error
+	cl.rows, err = pgpipe.QueryChecked(ctx, pc, descs, cn.c.stmtsOf(b.h, pc), wm.LSN, wait, cl.query, cl.args,
+		func(replay lagmeter.LSN, sent time.Time, err error) error {
+			err = b.h.checked(hv.probe.Conn, replay, err)
+			cl.waited += cn.c.waited(b.h, hv.probe.Conn, wm, wait, sent, err)
+			return err
+		}, b.giveBack)
 	return err
 }

@@ -3,13 +3,9 @@ package pgrouted
 import (
 	"context"
 	"errors"
-	"fmt"
-	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/pgrouted/pgrouted/lagmeter"
 )
 
@@ -26,10 +22,10 @@ import (
 //
 // PostgreSQL 19 has WAIT FOR LSN for this; on older servers the wait is a
 // query that polls pg_last_wal_replay_lsn() with pg_sleep in 1 ms steps,
-// bounded by the wait (waitSQL). The tests run the polling form on
-// PostgreSQL 13 to 18 (make test-versions); the WAIT FOR form is chosen by
-// the server's version, and is not exercised by the tests; the benchmark
-// measures the polling form.
+// bounded by the wait (the SQL is internal/pgpipe's, replay.go). The tests
+// run the polling form on PostgreSQL 13 to 18 (make test-versions); the
+// WAIT FOR form is chosen by the server's version, and is not exercised by
+// the tests; the benchmark measures the polling form.
 //
 // Neither compares timelines (WAIT FOR LSN is timeline-blind too): the
 // caller's watermark is checked against the replica's system and timeline
@@ -133,100 +129,4 @@ func (c *Connector) noteWait(d time.Duration, reached bool) {
 	if !reached {
 		k.timeouts.Add(1)
 	}
-}
-
-// waitForLSNVersion is the first server_version_num with WAIT FOR LSN.
-const waitForLSNVersion = 190000
-
-// hasWaitFor reports whether the server of pc has WAIT FOR LSN.
-func hasWaitFor(pc *pgconn.PgConn) bool {
-	return serverMajor(pc.ParameterStatus("server_version"))*10000 >= waitForLSNVersion
-}
-
-// serverMajor is the major version in a server_version ("15.18 (Debian
-// 15.18-0+deb12u1)", "19beta1"), or 0.
-func serverMajor(v string) int {
-	end := 0
-	for end < len(v) && v[end] >= '0' && v[end] <= '9' {
-		end++
-	}
-	n, _ := strconv.Atoi(v[:end])
-	return n
-}
-
-// waitStepMs is the polling step of waitSQL: pg_sleep sleeps in whole
-// milliseconds.
-const waitStepMs = 1
-
-// behindMark starts the error a replica's position check raises when the
-// replica lacks the caller's writes; the replay position follows it.
-const behindMark = "pgrouted: replica behind at "
-
-// replayAnswer is the answer of the position statements (checkSQL,
-// waitSQL) on a replay position r: r as text when it is at or past lsn,
-// else a failing cast whose error's text carries r after behindMark. The
-// cast depends on the row, so the planner cannot fold it.
-func replayAnswer(lsn lagmeter.LSN) string {
-	return fmt.Sprintf(`CASE WHEN r >= '%s' THEN r::text ELSE (%s || coalesce(r::text, 'none'))::pg_lsn::text END`, lsn, quoteLiteral(behindMark))
-}
-
-func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
-
-// checkSQL is the check of a replica's replay position against a
-// watermark's position lsn: it answers the position when the replica has
-// replayed up to lsn, and fails otherwise (replayAnswer), so that a read
-// pipelined after it in the same implicit transaction does not run.
-func checkSQL(lsn lagmeter.LSN) string {
-	return `SELECT ` + replayAnswer(lsn) + ` FROM pg_last_wal_replay_lsn() AS r`
-}
-
-// positionSQL is the statement that checks, or waits up to wait for, the
-// replica's replay position to reach lsn on pc (see checkSQL, waitSQL).
-func positionSQL(pc *pgconn.PgConn, lsn lagmeter.LSN, wait time.Duration) string {
-	switch {
-	case wait <= 0:
-		return checkSQL(lsn)
-	case hasWaitFor(pc):
-		return waitForSQL(lsn, wait)
-	}
-	return waitSQL(lsn, wait)
-}
-
-// waitSQL waits up to wait for the replica's replay position to reach lsn,
-// then answers as checkSQL does: the position when it reached lsn, else an
-// error whose text carries the position (behindMark). It is one query, for
-// servers without WAIT FOR LSN: rows of a series, each reading
-// pg_last_wal_replay_lsn() after a pg_sleep of waitStepMs (none for the
-// first), the first row at or past lsn or past the deadline taken (LIMIT
-// 1), so it ends as soon as the position is replayed. The replay function
-// is VOLATILE, so the planner re-reads it on every row; the lateral
-// subquery depends on the row, so the sleep runs on every row.
-func waitSQL(lsn lagmeter.LSN, wait time.Duration) string {
-	steps := int64(wait/(waitStepMs*time.Millisecond))*2 + 2
-	return `SELECT ` + replayAnswer(lsn) + ` ` +
-		fmt.Sprintf(`FROM (SELECT w.r FROM generate_series(0, %[2]d) AS g, `+
-			`LATERAL (SELECT pg_last_wal_replay_lsn() AS r FROM pg_sleep(CASE WHEN g = 0 THEN 0 ELSE %[3]g END)) AS w `+
-			`WHERE w.r >= '%[1]s' OR g = %[2]d OR clock_timestamp() >= statement_timestamp() + interval '%[4]d microseconds' LIMIT 1) AS x`,
-			lsn, steps, float64(waitStepMs)/1000, wait.Microseconds())
-}
-
-// waitForSQL is waitSQL for PostgreSQL 19 and later: WAIT FOR LSN, which
-// fails when the wait times out or the server leaves recovery, so that the
-// read pipelined after it does not run (see waitForMissed).
-func waitForSQL(lsn lagmeter.LSN, wait time.Duration) string {
-	return fmt.Sprintf(`WAIT FOR LSN '%s' WITH (TIMEOUT '%dms')`, lsn, max(wait.Milliseconds(), 1))
-}
-
-// waitForMissed reports whether err is WAIT FOR LSN's failure to see the
-// position: a timeout, a server that left recovery, or a refusal to wait
-// (the statement's rules cannot be tried here, see the file comment). The
-// read after it in the pipeline did not run; the caller reads elsewhere.
-func waitForMissed(err error) bool {
-	var pe *pgconn.PgError
-	if !errors.As(err, &pe) {
-		return false
-	}
-	return strings.Contains(pe.Message, "target LSN") || strings.Contains(pe.Message, "WAIT FOR") ||
-		strings.Contains(pe.Message, "recovery is not in progress") ||
-		strings.HasPrefix(pe.Code, "25") || strings.HasPrefix(pe.Code, "55")
 }

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
+	"encoding/binary"
 	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -13,9 +15,10 @@ import (
 	"github.com/pgrouted/pgrouted"
 )
 
-// wire counts the round trips of the connections dialled to one address,
-// leaving out the topology's probe connections: a round trip starts each
-// time the client writes after it has read.
+// wire counts the round trips of the connections dialled to the addresses
+// addrs (to any, with addrs nil), leaving out the topology's probe
+// connections: a round trip starts each time the client writes after it
+// has read. It also counts their Parse messages (frontendMessages).
 type wire struct {
 	addrs map[string]bool
 	mu    sync.Mutex
@@ -29,6 +32,53 @@ type countedConn struct {
 	probe  bool // its startup message names the probe's application
 	read   bool // the last operation was a read
 	writes int  // bursts of writes that followed a read: round trips
+	msgs   frontendMessages
+}
+
+// frontendMessages reads the messages a client sends, from the bytes it
+// writes, and counts its Parse messages: every one, and those that name a
+// prepared statement (not the unnamed one). The connections are not
+// encrypted (the test cluster's DSNs have sslmode=disable).
+type frontendMessages struct {
+	buf     []byte
+	started bool // the startup message (untyped) was read
+	parses  int
+	named   int
+}
+
+func (f *frontendMessages) feed(b []byte) {
+	f.buf = append(f.buf, b...)
+	for {
+		if !f.started {
+			// Untyped: Int32 length, Int32 code; an SSLRequest or a
+			// GSSENCRequest comes before the startup message.
+			if len(f.buf) < 8 {
+				return
+			}
+			n := int(binary.BigEndian.Uint32(f.buf))
+			if len(f.buf) < n {
+				return
+			}
+			code := binary.BigEndian.Uint32(f.buf[4:8])
+			f.buf = f.buf[n:]
+			f.started = code != 80877103 && code != 80877104
+			continue
+		}
+		if len(f.buf) < 5 {
+			return
+		}
+		n := 1 + int(binary.BigEndian.Uint32(f.buf[1:5]))
+		if len(f.buf) < n {
+			return
+		}
+		if f.buf[0] == 'P' {
+			f.parses++
+			if f.buf[5] != 0 { // the statement's name, a C string
+				f.named++
+			}
+		}
+		f.buf = f.buf[n:]
+	}
 }
 
 func (c *countedConn) Write(b []byte) (int, error) {
@@ -40,6 +90,7 @@ func (c *countedConn) Write(b []byte) (int, error) {
 		c.writes++
 	}
 	c.read = false
+	c.msgs.feed(b)
 	c.w.mu.Unlock()
 	return c.Conn.Write(b)
 }
@@ -55,7 +106,7 @@ func (c *countedConn) Read(b []byte) (int, error) {
 func (w *wire) dial(next func(context.Context, string, string) (net.Conn, error)) func(context.Context, string, string) (net.Conn, error) {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		nc, err := next(ctx, network, addr)
-		if err != nil || !w.addrs[addr] {
+		if err != nil || (w.addrs != nil && !w.addrs[addr]) {
 			return nc, err
 		}
 		c := &countedConn{Conn: nc, w: w, addr: addr}
@@ -64,6 +115,21 @@ func (w *wire) dial(next func(context.Context, string, string) (net.Conn, error)
 		w.mu.Unlock()
 		return c, nil
 	}
+}
+
+// parses returns the Parse messages sent so far on the data connections to
+// addr (every one, and those naming a statement); with addr "", on every
+// connection counted, the probes' included.
+func (w *wire) parses(addr string) (all, named int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, c := range w.conns {
+		if addr == "" || (!c.probe && c.addr == addr) {
+			all += c.msgs.parses
+			named += c.msgs.named
+		}
+	}
+	return all, named
 }
 
 // trips returns the round trips so far of the data connections to addr.
@@ -402,4 +468,117 @@ func TestAutocommitWriteReturningRows(t *testing.T) {
 	if err != nil || id == 0 {
 		t.Fatalf("INSERT ... RETURNING in autocommit after an earlier write on the same connection: id %d, %v", id, err)
 	}
+}
+
+// TestPipelinedStatementsArePreparedOnce: as pgx's default mode
+// (cache_statement) does, the pipelined paths prepare a statement once per
+// connection, as a named statement, and execute it without a Parse from
+// then on: the write and the read of its position on the primary, and the
+// position check and the read on a replica. Under cache_describe, chosen
+// in the DSN, they send the unnamed statement, parsed at every execution,
+// as pgx does then.
+func TestPipelinedStatementsArePreparedOnce(t *testing.T) {
+	for _, mode := range []string{"", "cache_describe"} {
+		t.Run("mode="+mode, func(t *testing.T) {
+			extra := "&pgrouted_probe_interval=5s&pgrouted_latency_window=off&pgrouted_replica_max_conns=1"
+			if mode != "" {
+				extra += "&default_query_exec_mode=" + mode
+			}
+			ctx := testCtx(t)
+			db, conn, w, rec := counting(t, extra)
+			db.SetMaxOpenConns(1)
+			table := "prepared_once" + strings.ReplaceAll(mode, "_", "")
+			ddl(t, ctx, db, conn, "DROP TABLE IF EXISTS "+table+"; CREATE TABLE "+table+" (id int PRIMARY KEY, v text)")
+			primary := cluster.Primary().Addr()
+			insert := "INSERT INTO " + table + " (id, v) VALUES ($1, $2)"
+			read := "SELECT v FROM " + table + " WHERE id = $1"
+			checked, seen := 0, map[string]bool{}
+			for i := 0; i < 12; i++ {
+				all, named := w.parses(primary)
+				trips := w.trips(primary)
+				if _, err := db.ExecContext(ctx, insert, i, "x"); err != nil {
+					t.Fatal(err)
+				}
+				all, named = subtract(w.parses(primary))(all, named)
+				if got := w.trips(primary) - trips; i > 0 && got != 1 {
+					t.Errorf("INSERT %d: %d round trips, want 1", i, got)
+				}
+				switch {
+				case i == 0:
+					// The first one prepares the INSERT (when it is
+					// described) and the position query (pipelined).
+					if mode == "" && named != 2 {
+						t.Errorf("first INSERT: %d Parse messages named; want 2", named)
+					}
+				case mode == "" && all != 0:
+					t.Errorf("INSERT %d: %d Parse messages; want none: its statement and the position query are prepared", i, all)
+				case mode != "" && (named != 0 || all != 2):
+					t.Errorf("INSERT %d: %d Parse messages, %d named; want 2 unnamed (the write, the position query)", i, all, named)
+				}
+				replicated(t, ctx)
+				before := map[string][2]int{}
+				for _, n := range cluster.Replicas() {
+					a, nm := w.parses(n.Addr())
+					before[n.Name()] = [2]int{a, nm}
+				}
+				var v string
+				if err := db.QueryRowContext(ctx, read, i).Scan(&v); err != nil || v != "x" {
+					t.Fatalf("read back %d: %q, %v", i, v, err)
+				}
+				ev := lastRead(t, rec)
+				if ev.Primary || ev.Reason != pgrouted.ReasonCheck {
+					t.Logf("read %d: %s on %s: not a checked replica read", i, ev.Reason, ev.Endpoint)
+					continue
+				}
+				a, nm := w.parses(cluster.Node(nodeIndex(t, ev.Endpoint)).Addr())
+				a, nm = a-before[ev.Endpoint][0], nm-before[ev.Endpoint][1]
+				if !seen[ev.Endpoint] {
+					// The first on a replica prepares the check and the
+					// read.
+					seen[ev.Endpoint] = true
+					continue
+				}
+				checked++
+				if mode == "" && a != 0 {
+					t.Errorf("read %d checked on %s: %d Parse messages, want none", i, ev.Endpoint, a)
+				}
+				if mode != "" && (nm != 0 || a != 2) {
+					t.Errorf("read %d checked on %s: %d Parse messages, %d named; want 2 unnamed (the check, the read)", i, ev.Endpoint, a, nm)
+				}
+			}
+			if checked < 2 {
+				t.Fatalf("only %d reads were checked on a replica again: the test did not exercise the check", checked)
+			}
+			// Inside a transaction: the statement (sent with its
+			// savepoint from the second transaction on, its description
+			// being cached then) and the position read with the COMMIT.
+			update := "UPDATE " + table + " SET v = $1 WHERE id = $2"
+			for i := 0; i < 4; i++ {
+				all, named := w.parses(primary)
+				tx, err := db.BeginTx(ctx, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := tx.ExecContext(ctx, update, "y", i); err != nil {
+					t.Fatal(err)
+				}
+				if err := tx.Commit(); err != nil {
+					t.Fatal(err)
+				}
+				all, named = subtract(w.parses(primary))(all, named)
+				switch {
+				case i < 2:
+				case mode == "" && all != 0:
+					t.Errorf("transaction %d: %d Parse messages; want none: the savepoint, the statement, the release, COMMIT and the position query are prepared", i, all)
+				case mode != "" && (all != 5 || named != 0):
+					t.Errorf("transaction %d: %d Parse messages, %d named; want 5 unnamed (SAVEPOINT, UPDATE, RELEASE, COMMIT, the position query)", i, all, named)
+				}
+			}
+		})
+	}
+}
+
+// subtract returns a function that subtracts earlier counts from now's.
+func subtract(all, named int) func(int, int) (int, int) {
+	return func(a, n int) (int, int) { return all - a, named - n }
 }

@@ -7,11 +7,12 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pgrouted/pgrouted/internal/pgpipe"
 )
 
 // This file holds the two driver.Rows wrappers around pgx's rows, which
 // finish a statement's bookkeeping when the caller closes them. Rows read
-// from a pipeline are resultRows (resultrows.go).
+// from a pipeline are pgpipe.Rows (internal/pgpipe).
 
 // replicaRows are rows from a borrowed replica connection, which goes back
 // to its pool when they are closed. Embedding *stdlib.Rows keeps its column
@@ -50,7 +51,7 @@ func (r *wroteRows) Next(dest []driver.Value) error {
 // lostErr is err, or the error of a write whose primary was lost while
 // its rows or its commit's answer were on their way (primary.go: lost).
 func (r *wroteRows) lostErr(err error) error {
-	if err == nil || err == io.EOF || isPgError(err) || r.sc == nil || !r.cn.lost(r.sc) {
+	if err == nil || err == io.EOF || pgpipe.IsPgError(err) || r.sc == nil || !r.cn.lost(r.sc) {
 		return err
 	}
 	return lostError(OpWrite, err)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pgrouted/pgrouted/internal/pgpipe"
 )
 
 // This file is the recovery from stale statements: a schema change made
@@ -16,12 +17,13 @@ import (
 // runs again, freshly described (see maxStaleReruns); inside one the
 // transaction is aborted, and the error is returned.
 //
-// A stale statement is cached in two places, and both drop it on the
+// A stale statement is cached in three places, and each drops it on the
 // error: pgx's statement and description caches of the connection that
 // failed (pgx invalidates a statement's entries on any error of it:
-// Conn.exec and baseRows.Close in pgx v5.12), and the descriptions of the
-// pipelined paths (descCache), dropped here on every host and in the
-// connection's own.
+// Conn.exec and baseRows.Close in pgx v5.12), the named statements of the
+// pipelined paths on that connection (pgpipe.Stmts, invalidated the same
+// way), and the descriptions of the pipelined paths (pgpipe.Descs),
+// dropped here on every host and in the connection's own.
 
 // staleStatement reports whether err is the server's refusal of a
 // statement whose cached plan or description no longer matches the schema,
@@ -115,10 +117,10 @@ func staleParams(err error) bool {
 // paths keep them: every host's, and the connection's own.
 func (cn *conn) dropStale(query string) {
 	for _, h := range cn.c.hosts.all() {
-		h.descs.drop(query)
+		h.descs.Drop(query)
 	}
 	if cn.descs != nil {
-		cn.descs.drop(query)
+		cn.descs.Drop(query)
 	}
 }
 
@@ -200,6 +202,7 @@ func (c *Connector) syncStatements(ctx context.Context, sc *stdlib.Conn, h *host
 		pc.Close(ctx)
 		return err
 	}
+	pgpipe.Forget(pc.PgConn()) // the pipelined paths' named statements went too
 	data[schemaKey] = gen
 	return nil
 }

@@ -87,18 +87,3 @@ func TestStaleParams(t *testing.T) {
 		}
 	}
 }
-
-// A description lookup is on every pipelined statement's path: it takes
-// no lock and allocates nothing.
-func TestDescCacheGetDoesNotAllocate(t *testing.T) {
-	var d descCache
-	q := fmt.Sprintf("SELECT * FROM t WHERE id = $%d", 1)
-	d.put(q, &pgconn.StatementDescription{SQL: q})
-	if n := testing.AllocsPerRun(1000, func() {
-		if d.get(q) == nil {
-			t.Fatal("the description is not found")
-		}
-	}); n != 0 {
-		t.Errorf("descCache.get allocates %v times per call", n)
-	}
-}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pgrouted/pgrouted/internal/pgpipe"
 	"github.com/pgrouted/pgrouted/internal/sqlclass"
 )
 
@@ -36,7 +37,7 @@ func (s *stmt) NumInput() int { return s.numInput }
 // writes, so that a table the caller just created is there; another
 // replica when its connection fails; the primary when the plan allows it,
 // else the plan's error); else the primary. Outside a transaction the
-// description is kept where it is valid (see descCache), for the
+// description is kept where it is valid (see pgpipe.Descs), for the
 // executions.
 func (cn *conn) describe(ctx context.Context, query string) (*pgconn.StatementDescription, error) {
 	switch {
@@ -86,7 +87,7 @@ func (cn *conn) describeOnReplica(ctx context.Context, h *host, at target, cl *c
 
 // prepareOn describes query on sc and, with descs, keeps the description
 // there.
-func prepareOn(ctx context.Context, sc *stdlib.Conn, query string, descs *descCache) (*pgconn.StatementDescription, error) {
+func prepareOn(ctx context.Context, sc *stdlib.Conn, query string, descs *pgpipe.Descs) (*pgconn.StatementDescription, error) {
 	if sc.Conn().IsClosed() {
 		return nil, driver.ErrBadConn
 	}
@@ -98,7 +99,7 @@ func prepareOn(ctx context.Context, sc *stdlib.Conn, query string, descs *descCa
 		return nil, err
 	}
 	if descs != nil {
-		descs.put(query, sd)
+		descs.Put(query, sd)
 	}
 	return sd, nil
 }

@@ -18,7 +18,7 @@ import (
 // the network connection under each of its sessions is closed: nothing
 // waits on a primary that is no longer one, however long it takes to
 // answer or to time out (a frozen server, a partition), and the statements
-// in flight on it end with ErrOutcomeUnknown (primary.go).
+// in flight on it end with ErrOutcomeUnknown (primaryrun.go).
 
 // term is one primary's term.
 type term struct {

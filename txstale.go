@@ -4,9 +4,8 @@ import (
 	"context"
 	"database/sql/driver"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pgrouted/pgrouted/internal/pgpipe"
 	"github.com/pgrouted/pgrouted/internal/sqlclass"
 )
 
@@ -19,7 +18,7 @@ import (
 //
 // So inside a transaction a statement that answers like a query (a read,
 // a locking read, an INSERT, UPDATE, DELETE or MERGE) runs through a pgconn
-// pipeline with a cached description (descCache), as the pipelined paths
+// pipeline with a cached description (pgpipe.Descs), as the pipelined paths
 // outside transactions do, instead of pgx's named statements. Its first
 // run in the transaction, when its description comes from the cache, goes
 // between a savepoint and its release, in the same round trip:
@@ -43,13 +42,6 @@ import (
 // and those sent the way the user chose (the simple protocol, pgx options
 // among the arguments) keep pgx's own path.
 
-// The savepoint's statements.
-const (
-	savepointSQL  = "SAVEPOINT pgrouted_stale"
-	releaseSQL    = "RELEASE SAVEPOINT pgrouted_stale"
-	rollbackToSQL = "ROLLBACK TO SAVEPOINT pgrouted_stale; RELEASE SAVEPOINT pgrouted_stale"
-)
-
 // maxGuards bounds the savepoints of one transaction. A savepoint whose
 // statement writes takes a subtransaction ID, kept until the transaction
 // ends, and past 64 of them every snapshot of the server looks them up in
@@ -67,11 +59,11 @@ type txStale struct {
 	guards int
 	// own are the descriptions read since the transaction changed the
 	// schema or its session's settings: valid only inside it.
-	own *descCache
+	own *pgpipe.Descs
 }
 
 // descs returns the statement descriptions valid in the transaction.
-func (t *tx) descs() *descCache {
+func (t *tx) descs() *pgpipe.Descs {
 	switch {
 	case t.stale.own != nil:
 		return t.stale.own
@@ -105,7 +97,11 @@ func (t *tx) exec(ctx context.Context, sc *stdlib.Conn, r sqlclass.Result, cl *c
 		// transaction's own.
 		t.stale.checked = nil
 		if r.ChangesCatalog || r.Has(sqlclass.Session) || r.Class == sqlclass.Unknown {
-			t.stale.own = new(descCache)
+			t.stale.own = new(pgpipe.Descs)
+		}
+		if r.Has(sqlclass.Session) {
+			// See runOnPrimary.
+			pgpipe.InvalidateAll(sc.Conn().PgConn())
 		}
 	}
 	return false, err
@@ -124,88 +120,33 @@ func (t *tx) runPipelined(ctx context.Context, sc *stdlib.Conn, cl *call, mayGua
 	}
 	descs := t.descs()
 	_, ran := t.stale.checked[cl.query]
-	guard := mayGuard && !ran && t.stale.guards < maxGuards && descs.get(cl.query) != nil
-	e, err := encode(ctx, pc, descs, cl.query, cl.args, cl.isQuery)
+	guard := mayGuard && !ran && t.stale.guards < maxGuards && descs.Get(cl.query) != nil
+	e, err := pgpipe.Encode(ctx, pc, descs, t.cn.c.stmtsOf(t.host, pc), cl.query, cl.args, cl.isQuery)
 	if err != nil {
 		return false, err
 	}
 	if guard {
 		t.stale.guards++
 	}
-	pl := pc.PgConn().StartPipeline(ctx)
-	if guard {
-		pl.SendQueryParams(savepointSQL, nil, nil, nil, nil)
+	var res driver.Result
+	cl.rows, res, err = pgpipe.SendGuarded(ctx, pc, &e, guard, cl.isQuery)
+	if res != nil {
+		cl.res = res
 	}
-	e.send(pl)
-	if guard {
-		pl.SendQueryParams(releaseSQL, nil, nil, nil, nil)
-	}
-	pl.SendPipelineSync()
-	if err := pl.Flush(); err != nil {
-		pl.Close()
-		return false, err
-	}
-	err = t.answer(pc, pl, guard, cl)
 	if err == nil || !guard || !(staleStatement(err) || staleParams(err)) || pc.IsClosed() {
-		if isPgError(err) {
-			descs.drop(cl.query)
+		if pgpipe.IsPgError(err) {
+			descs.Drop(cl.query)
 		}
 		return false, err
 	}
 	// Refused before it ran: back to the savepoint, and again, freshly
 	// described (an error of the statement itself comes back then, and
 	// aborts the transaction as it would have).
-	if _, rerr := pc.PgConn().Exec(ctx, rollbackToSQL).ReadAll(); rerr != nil {
+	if rerr := pgpipe.RollbackGuard(ctx, pc.PgConn()); rerr != nil {
 		return false, err
 	}
 	t.cn.dropStale(cl.query)
-	descs.drop(cl.query)
+	descs.Drop(cl.query)
 	_, err = t.runPipelined(ctx, sc, cl, false)
 	return true, err
-}
-
-// answer reads the answers of a pipeline runPipelined sent: the savepoint's
-// when guard, then the statement's (its rows stream to the caller, and the
-// rest is read when they are closed), the release's and the Sync.
-func (t *tx) answer(pc *pgx.Conn, pl *pgconn.Pipeline, guard bool, cl *call) error {
-	if guard {
-		rr, err := nextResult(pl)
-		if err == nil {
-			_, err = rr.Close()
-		}
-		if err != nil {
-			return finishGuarded(pl, false, err)
-		}
-	}
-	rr, err := nextResult(pl)
-	if err != nil {
-		return finishGuarded(pl, guard, err)
-	}
-	if cl.isQuery {
-		cl.rows, err = newResultRows(pc.TypeMap(), rr, func(rerr error) error {
-			return finishGuarded(pl, guard, rerr)
-		})
-		return err
-	}
-	tag, err := rr.Close()
-	if err == nil {
-		cl.res = driver.RowsAffected(tag.RowsAffected())
-	}
-	return finishGuarded(pl, guard, err)
-}
-
-// finishGuarded reads what follows a statement whose outcome was err in a
-// pipeline of runPipelined (the release when guard and the statement
-// succeeded, then the Sync; after an error the server skipped the
-// release), and closes the pipeline.
-func finishGuarded(pl *pgconn.Pipeline, guard bool, err error) error {
-	if err == nil && guard {
-		_, err = pipelinedResult(pl, nil)
-	} else if serr := finishSync(pl, err); serr != nil && err == nil {
-		err = serr
-	}
-	if cerr := pl.Close(); cerr != nil && err == nil && !isPgError(cerr) {
-		err = cerr
-	}
-	return err
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/pgrouted/pgrouted/dsn"
+	"github.com/pgrouted/pgrouted/internal/pgpipe"
 	"github.com/pgrouted/pgrouted/lagmeter"
 	"github.com/pgrouted/pgrouted/topology"
 )
@@ -18,10 +19,6 @@ import (
 // failover, and when it is unknown; the position a read needs from a
 // replica follows from it (readCtx). The check of a replica's position on
 // its own connection is on the replica path (replica.go).
-
-// insertPositionSQL reads the primary's WAL insert position. Read after a
-// commit, it is at or after that commit's record.
-const insertPositionSQL = "SELECT pg_current_wal_insert_lsn()::text"
 
 // switchPoint is where the current primary's timeline history left
 // timeline tli, or 0 when it is not known: a replica on a newer timeline
@@ -221,7 +218,7 @@ func (c *Connector) wroteAfter(ctx context.Context, host *host, pos lagmeter.LSN
 	switch {
 	case err == nil:
 		c.wrote(ctx, host, pos, sent)
-	case isPgError(err) || isEncodeError(err) || errors.Is(err, pgx.ErrTxCommitRollback) || errors.Is(err, driver.ErrBadConn):
+	case pgpipe.IsPgError(err) || pgpipe.IsEncodeError(err) || errors.Is(err, pgx.ErrTxCommitRollback) || errors.Is(err, driver.ErrBadConn):
 	default:
 		c.wrote(ctx, host, 0, time.Time{})
 	}
@@ -251,7 +248,7 @@ func (c *Connector) insertLSN(ctx context.Context, pc *pgx.Conn) lagmeter.LSN {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), positionTimeout)
 	defer cancel()
 	var s string
-	if err := pc.QueryRow(ctx, insertPositionSQL, pgx.QueryExecModeSimpleProtocol).Scan(&s); err != nil {
+	if err := pc.QueryRow(ctx, pgpipe.InsertPositionSQL, pgx.QueryExecModeSimpleProtocol).Scan(&s); err != nil {
 		return 0
 	}
 	lsn, err := lagmeter.ParseLSN(s)

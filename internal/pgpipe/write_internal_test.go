@@ -1,4 +1,4 @@
-package pgrouted
+package pgpipe
 
 import (
 	"context"
@@ -79,17 +79,17 @@ func TestPositionLostAfterCommit(t *testing.T) {
 	}
 	defer pc.Close(context.Background())
 
-	// What execPositioned does, on a statement sent as is.
-	e := encoded{query: "INSERT INTO t VALUES (1)"}
-	pl, err := startPositioned(ctx, pc, &e)
+	// What Exec does, on a statement sent as is.
+	e, pe := Encoded{query: "INSERT INTO t VALUES (1)"}, fixed(nil, InsertPositionSQL)
+	pl, err := startPositioned(ctx, pc, &e, &pe)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tag, err := pipelinedResult(pl, nil)
+	tag, err := Result(pl, nil)
 	if err != nil || tag.String() != "INSERT 0 1" {
 		t.Fatalf("the statement's segment: %q, %v; want INSERT 0 1 and no error", tag, err)
 	}
-	pos, err := finishPositioned(pl, err)
+	pos, err := finishPositioned(pl, &pe, err)
 	if err != nil || pos != 0 {
 		t.Fatalf("the position lost after the commit: position %v, error %v; want 0 and no error (the write committed)", pos, err)
 	}

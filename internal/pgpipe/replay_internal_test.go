@@ -1,4 +1,4 @@
-package pgrouted
+package pgpipe
 
 import (
 	"strings"

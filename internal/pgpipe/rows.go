@@ -1,4 +1,4 @@
-package pgrouted
+package pgpipe
 
 // This file provides a database/sql driver.Rows over a *pgconn.ResultReader,
 // so that a query can be sent through a pgconn.Pipeline together with
@@ -22,13 +22,13 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
-// resultFormats returns the result format codes stdlib asks for, one per
+// ResultFormats returns the result format codes stdlib asks for, one per
 // field: binary for the intrinsic types stdlib lists in
 // databaseSQLResultFormats (bool, bytea, cid, date, float4, float8, int2,
 // int4, int8, oid, timestamp, timestamptz, xid), text for the rest. Only the
 // fields' DataTypeOID is read, so fields may be a statement description's
 // Fields, whose Format is 0.
-func resultFormats(fields []pgconn.FieldDescription) []int16 {
+func ResultFormats(fields []pgconn.FieldDescription) []int16 {
 	formats := make([]int16, len(fields))
 	for i, fd := range fields {
 		switch fd.DataTypeOID {
@@ -49,9 +49,9 @@ func resultFormats(fields []pgconn.FieldDescription) []int16 {
 // next row.
 type valueFunc func(src []byte) (driver.Value, error)
 
-// resultRows is a driver.Rows over the rows of one query read from a
+// Rows is a driver.Rows over the rows of one query read from a
 // *pgconn.ResultReader, with stdlib.Rows' conversions.
-type resultRows struct {
+type Rows struct {
 	m        *pgtype.Map
 	rr       *pgconn.ResultReader
 	fields   []pgconn.FieldDescription // a copy: rr's is the connection's, reused by its next result
@@ -67,14 +67,14 @@ type resultRows struct {
 }
 
 var (
-	_ driver.Rows                           = (*resultRows)(nil)
-	_ driver.RowsColumnTypeDatabaseTypeName = (*resultRows)(nil)
-	_ driver.RowsColumnTypeLength           = (*resultRows)(nil)
-	_ driver.RowsColumnTypePrecisionScale   = (*resultRows)(nil)
-	_ driver.RowsColumnTypeScanType         = (*resultRows)(nil)
+	_ driver.Rows                           = (*Rows)(nil)
+	_ driver.RowsColumnTypeDatabaseTypeName = (*Rows)(nil)
+	_ driver.RowsColumnTypeLength           = (*Rows)(nil)
+	_ driver.RowsColumnTypePrecisionScale   = (*Rows)(nil)
+	_ driver.RowsColumnTypeScanType         = (*Rows)(nil)
 )
 
-// newResultRows returns rows over rr, whose values are in the formats of its
+// NewRows returns rows over rr, whose values are in the formats of its
 // field descriptions (rr.FieldDescriptions()). m is the connection's type
 // map. done is called exactly once, by Close (Close is idempotent), with the
 // error of closing rr (nil when fine, including after reading every row);
@@ -86,9 +86,9 @@ var (
 // INSERT … RETURNING, an error of the first row) fails here, not at the
 // first Next: the rows are then closed (done has run) and the error is
 // returned.
-func newResultRows(m *pgtype.Map, rr *pgconn.ResultReader, done func(error) error) (driver.Rows, error) {
+func NewRows(m *pgtype.Map, rr *pgconn.ResultReader, done func(error) error) (driver.Rows, error) {
 	fields := append([]pgconn.FieldDescription(nil), rr.FieldDescriptions()...)
-	r := &resultRows{
+	r := &Rows{
 		m:       m,
 		rr:      rr,
 		fields:  fields,
@@ -165,12 +165,12 @@ func scanValue[T any](m *pgtype.Map, fd pgconn.FieldDescription, value func(T) (
 func asIs[T any](d T) (driver.Value, error) { return d, nil }
 
 // Columns returns the names of the columns.
-func (r *resultRows) Columns() []string { return r.columns }
+func (r *Rows) Columns() []string { return r.columns }
 
 // ColumnTypeDatabaseTypeName returns the upper-case name of the column's type
 // in the type map, or its OID in decimal when the map does not know it (an
 // enum, for instance).
-func (r *resultRows) ColumnTypeDatabaseTypeName(index int) string {
+func (r *Rows) ColumnTypeDatabaseTypeName(index int) string {
 	oid := r.fields[index].DataTypeOID
 	if dt, ok := r.m.TypeForOID(oid); ok {
 		return strings.ToUpper(dt.Name)
@@ -186,7 +186,7 @@ const varHeaderSize = 4
 // char and varbit columns (from the type modifier, so unconstrained varchar
 // and varbit give negative lengths, as with stdlib); ok is false for the
 // other types.
-func (r *resultRows) ColumnTypeLength(index int) (length int64, ok bool) {
+func (r *Rows) ColumnTypeLength(index int) (length int64, ok bool) {
 	fd := r.fields[index]
 	switch fd.DataTypeOID {
 	case pgtype.TextOID, pgtype.ByteaOID:
@@ -203,7 +203,7 @@ func (r *resultRows) ColumnTypeLength(index int) (length int64, ok bool) {
 // ColumnTypePrecisionScale returns the precision and scale of a numeric
 // column, decoded from its type modifier as stdlib does (an unconstrained
 // numeric gives 65535, 65531); ok is false for the other types.
-func (r *resultRows) ColumnTypePrecisionScale(index int) (precision, scale int64, ok bool) {
+func (r *Rows) ColumnTypePrecisionScale(index int) (precision, scale int64, ok bool) {
 	fd := r.fields[index]
 	if fd.DataTypeOID != pgtype.NumericOID {
 		return 0, 0, false
@@ -215,7 +215,7 @@ func (r *resultRows) ColumnTypePrecisionScale(index int) (precision, scale int64
 // ColumnTypeScanType returns the Go type stdlib reports for the column: the
 // natural one for the intrinsic types, float64 for numeric (whose values are
 // strings nonetheless) and string for the rest.
-func (r *resultRows) ColumnTypeScanType(index int) reflect.Type {
+func (r *Rows) ColumnTypeScanType(index int) reflect.Type {
 	switch r.fields[index].DataTypeOID {
 	case pgtype.Float8OID:
 		return reflect.TypeFor[float64]()
@@ -243,9 +243,9 @@ func (r *resultRows) ColumnTypeScanType(index int) reflect.Type {
 // Next reads the next row into dest. After the last row it closes the
 // reader and returns the error of the query (as nextErr makes it), or
 // io.EOF.
-func (r *resultRows) Next(dest []driver.Value) error {
+func (r *Rows) Next(dest []driver.Value) error {
 	if r.loaded {
-		r.loaded = false // the first row, read by newResultRows
+		r.loaded = false // the first row, read by NewRows
 	} else if r.rrClosed || !r.rr.NextRow() {
 		r.closeReader()
 		if r.rrErr != nil {
@@ -273,7 +273,7 @@ func (r *resultRows) Next(dest []driver.Value) error {
 // closeReader closes rr once, reading what is left of its rows, and keeps
 // its error. rr is not used afterwards: it belongs to the connection, which
 // reuses it for its next result.
-func (r *resultRows) closeReader() {
+func (r *Rows) closeReader() {
 	if !r.rrClosed {
 		r.rrClosed = true
 		_, r.rrErr = r.rr.Close()
@@ -282,7 +282,7 @@ func (r *resultRows) closeReader() {
 
 // Close closes the reader, if Next has not, and returns what done returns
 // for its error. Later calls return the same without calling done again.
-func (r *resultRows) Close() error {
+func (r *Rows) Close() error {
 	if !r.closed {
 		r.closed = true
 		r.closeReader()

@@ -1,4 +1,4 @@
-package pgrouted_test
+package pgpipe_test
 
 import (
 	"context"
@@ -17,7 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/stdlib"
 
-	"github.com/pgrouted/pgrouted"
+	"github.com/pgrouted/pgrouted/internal/pgpipe"
 )
 
 // resultRowsConn returns a stdlib connection straight to the primary.
@@ -118,7 +118,7 @@ type doneRecord struct {
 }
 
 // pipelineRows sends q with args in a pipeline, Parse-Bind-Describe-Execute
-// then Sync, with stdlib's result formats, and returns NewResultRows over its
+// then Sync, with stdlib's result formats, and returns NewRows over its
 // result. Its done reads the PipelineSync and closes the pipeline.
 // mustRows is the same for a query that does not fail before its first row.
 func pipelineRows(t *testing.T, ctx context.Context, sc *stdlib.Conn, rec *doneRecord, q string, args ...any) (driver.Rows, error) {
@@ -136,7 +136,7 @@ func pipelineRows(t *testing.T, ctx context.Context, sc *stdlib.Conn, rec *doneR
 		}
 	}
 	pl := pgConn.StartPipeline(ctx)
-	pl.SendQueryParams(q, params, sd.ParamOIDs, nil, pgrouted.ResultFormats(sd.Fields))
+	pl.SendQueryParams(q, params, sd.ParamOIDs, nil, pgpipe.ResultFormats(sd.Fields))
 	pl.SendPipelineSync()
 	if err := pl.Flush(); err != nil {
 		t.Fatalf("flush: %v", err)
@@ -153,7 +153,7 @@ func pipelineRows(t *testing.T, ctx context.Context, sc *stdlib.Conn, rec *doneR
 		t.Fatalf("pipeline results: %T, want *pgconn.ResultReader", res)
 		return nil, err
 	}
-	return pgrouted.NewResultRows(m, rr, func(err error) error {
+	return pgpipe.NewRows(m, rr, func(err error) error {
 		rec.calls++
 		rec.err = err
 		res, serr := pl.GetResults()
@@ -184,7 +184,7 @@ func mustRows(t *testing.T, ctx context.Context, sc *stdlib.Conn, rec *doneRecor
 	t.Helper()
 	rows, err := pipelineRows(t, ctx, sc, rec, q, args...)
 	if err != nil {
-		t.Fatalf("NewResultRows: %v", err)
+		t.Fatalf("NewRows: %v", err)
 	}
 	return rows
 }
@@ -227,7 +227,7 @@ func compareSnapshots(t *testing.T, got, want rowsSnapshot) {
 	sameErr("Close", got.close, want.close)
 }
 
-// differential runs q through stdlib and through NewResultRows on one
+// differential runs q through stdlib and through NewRows on one
 // connection and compares what they give. It returns stdlib's snapshot.
 func differential(t *testing.T, ctx context.Context, sc *stdlib.Conn, q string, args ...any) rowsSnapshot {
 	t.Helper()
@@ -532,7 +532,7 @@ func TestResultRowsClose(t *testing.T) {
 		rows, err := pipelineRows(t, ctx, sc, &rec, q)
 		var pgErr *pgconn.PgError
 		if rows != nil || !errors.As(err, &pgErr) || pgErr.Code != "22012" || !sameCode(err, want) {
-			t.Fatalf("NewResultRows: %v, %v; want division by zero, as stdlib's %v", rows, err, want)
+			t.Fatalf("NewRows: %v, %v; want division by zero, as stdlib's %v", rows, err, want)
 		}
 		if rec.calls != 1 || rec.err != pgErr || rec.plErr != nil {
 			t.Fatalf("done: %d calls with %v (pipeline %v), want 1 with the error", rec.calls, rec.err, rec.plErr)
@@ -585,7 +585,7 @@ func TestResultRowsFormats(t *testing.T) {
 	for oid := range uint32(5000) {
 		fields = append(fields, pgconn.FieldDescription{DataTypeOID: oid, Format: pgtype.BinaryFormatCode})
 	}
-	for i, f := range pgrouted.ResultFormats(fields) {
+	for i, f := range pgpipe.ResultFormats(fields) {
 		want := pgtype.TextFormatCode
 		if binary[uint32(i)] {
 			want = pgtype.BinaryFormatCode
@@ -594,7 +594,7 @@ func TestResultRowsFormats(t *testing.T) {
 			t.Errorf("OID %d: format %d, want %d", i, f, want)
 		}
 	}
-	if got := pgrouted.ResultFormats(nil); len(got) != 0 {
+	if got := pgpipe.ResultFormats(nil); len(got) != 0 {
 		t.Errorf("no fields: %v", got)
 	}
 }

@@ -1,0 +1,79 @@
+// Package pgpipe is what pgrouted builds from pgx's internals: statements
+// sent through a pgconn.Pipeline, encoded and answered as pgx's own paths
+// would encode and answer them, so that pgrouted can send two statements
+// in one round trip where pgx's API sends one. The root package decides
+// what to send and where (routing, watermarks, retries, stale-statement
+// recovery); this package only knows how.
+//
+// It holds:
+//
+//   - rows.go: [Rows], a database/sql driver.Rows over a
+//     pgconn.ResultReader, with the conversions of pgx's stdlib.Rows, and
+//     [ResultFormats], the result formats stdlib asks for;
+//   - encode.go: [Encode], the arguments encoded as pgx encodes them
+//     against a cached description ([Descs]), and [OK], which statements
+//     may be sent so;
+//   - stmts.go: [Stmts], the named prepared statements of one connection,
+//     as pgx's QueryExecModeCacheStatement keeps its own: a bounded LRU,
+//     each statement prepared once (its Parse pipelined before its first
+//     Bind, or in the round trip that describes it), deallocated on
+//     eviction and invalidated on any error of it, all forgotten after a
+//     DEALLOCATE ALL ([Forget]) or invalidated after a statement that
+//     changes the session ([InvalidateAll]). A Close of a name always
+//     precedes its Parse in the same pipeline, so a name whose state is
+//     unknown (a pipeline abandoned after an error) is simply prepared
+//     again. Without one (the DSN
+//     chose cache_describe; a host behind a transaction pooler), the
+//     unnamed statement, parsed at every execution, as pgx's
+//     QueryExecModeCacheDescribe;
+//   - pipeline.go: reading a pipeline's results and Syncs;
+//   - write.go: [Exec] and [Query], a write and the read of the WAL
+//     insert position after its commit in one round trip, and [Commit],
+//     pgx's Tx.Commit with the same position read;
+//   - replay.go: [Check] and [QueryChecked], the check of (or wait for) a
+//     replica's replay position, alone or pipelined before a read that
+//     the server then skips when the replica is behind;
+//   - guarded.go: [SendGuarded], a statement inside a transaction sent
+//     between a savepoint and its release, and [RollbackGuard].
+//
+// # The pgx version mirrored
+//
+// This package mirrors pgx v5.12.0 (go.mod). On a pgx upgrade, re-check:
+//
+//   - stdlib/sql.go: databaseSQLResultFormats (the OIDs read in binary),
+//     Rows.initValueFuncs (the Go type per OID), Rows.Next and the
+//     Rows.ColumnType* methods. rows.go copies them; the differential test
+//     TestResultRowsDifferential (and TestResultRowsFormats) compares the
+//     two on a real server and fails when they drift.
+//   - conn.go: Conn.Query / Conn.exec's option arguments (QueryExecMode,
+//     QueryRewriter, QueryResultFormats, QueryResultFormatsByOID; [OK]
+//     must know every one, or a statement carrying a new option would be
+//     encoded as a plain argument), the exec modes (a new mode must keep
+//     pgx's own path), and what QueryExecModeCacheDescribe does:
+//     ExtendedQueryBuilder.Build against a statement description, the
+//     connection's type map ([Encode]).
+//   - pgconn/pgconn.go: Pipeline's Send* methods and GetResults (the
+//     result types *ResultReader, *PipelineSync, *StatementDescription for
+//     SendPrepare, *CloseComplete for SendDeallocate; a request after an
+//     error is skipped up to the next Sync), Flush and Close, PgConn.Prepare
+//     and CustomData (where [Stmts] live).
+//   - conn.go, rows.go, internal/stmtcache: what cache_statement does with
+//     its statements: their names (stmtcache.StatementName; ours have a
+//     prefix of their own), the LRU's capacity (ConnConfig.
+//     StatementCacheCapacity), invalidation on any error of a statement
+//     (Conn.exec's deferred Invalidate, baseRows.Close), deallocation of
+//     the invalidated ones (deallocateInvalidatedCachedStatements), and
+//     DeallocateAll (which drops pgx's; the root package then calls
+//     [Forget]). TestPipelinedStatementsArePreparedOnce counts the Parse
+//     messages on the wire.
+//   - tx.go: dbTx.Commit (a COMMIT answered "ROLLBACK" is
+//     ErrTxCommitRollback; a connection left inside a transaction after an
+//     error is closed), which [Commit] mirrors.
+//   - The root package's stale.go names pgx's invalidation of its own
+//     caches on a statement's error (Conn.exec, baseRows.Close): the
+//     stale-statement tests (schema_test.go, txstale_test.go) tell whether
+//     it still holds.
+//
+// The replay check's SQL depends on the server, not on pgx: WAIT FOR LSN
+// from PostgreSQL 19, a polling query before.
+package pgpipe

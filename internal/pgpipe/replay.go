@@ -1,0 +1,267 @@
+package pgpipe
+
+// This file is the check of a replica's replay position against a
+// caller's, and the wait for it: the SQL (PostgreSQL 19's WAIT FOR LSN, or
+// a polling query on older servers), how its answer is read, and the read
+// sent after it in the same pipeline, which the server skips when the
+// check fails.
+
+import (
+	"context"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/pgrouted/pgrouted/lagmeter"
+)
+
+// ErrBehind: the replica's position check found it behind the caller's
+// position (or a wait for it ended without it).
+var ErrBehind = errors.New("pgrouted: replica has not replayed the caller's writes")
+
+// waitForLSNVersion is the first server_version_num with WAIT FOR LSN.
+const waitForLSNVersion = 190000
+
+// hasWaitFor reports whether the server of pc has WAIT FOR LSN.
+func hasWaitFor(pc *pgconn.PgConn) bool {
+	return serverMajor(pc.ParameterStatus("server_version"))*10000 >= waitForLSNVersion
+}
+
+// serverMajor is the major version in a server_version ("15.18 (Debian
+// 15.18-0+deb12u1)", "19beta1"), or 0.
+func serverMajor(v string) int {
+	end := 0
+	for end < len(v) && v[end] >= '0' && v[end] <= '9' {
+		end++
+	}
+	n, _ := strconv.Atoi(v[:end])
+	return n
+}
+
+// waitStepMs is the polling step of waitSQL: pg_sleep sleeps in whole
+// milliseconds.
+const waitStepMs = 1
+
+// behindMark starts the error a replica's position check raises when the
+// replica lacks the caller's writes; the replay position follows it.
+const behindMark = "pgrouted: replica behind at "
+
+// replayAnswer is the answer of the position statements (checkSQL,
+// waitSQL) on a replay position r: r as text when it is at or past the
+// position target (an SQL expression of type pg_lsn), else a failing cast
+// whose error's text carries r after behindMark. The cast depends on the
+// row, so the planner cannot fold it.
+func replayAnswer(target string) string {
+	return fmt.Sprintf(`CASE WHEN r >= %s THEN r::text ELSE (%s || coalesce(r::text, 'none'))::pg_lsn::text END`, target, quoteLiteral(behindMark))
+}
+
+func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
+// checkSQL is the check of a replica's replay position against a
+// watermark's position, its parameter $1 (pg_lsn, sent as text): it
+// answers the position when the replica has replayed up to it, and fails
+// otherwise (replayAnswer), so that a read pipelined after it in the same
+// implicit transaction does not run. One text for every position: it is
+// prepared once per connection (see checkStmt).
+var checkSQL = `SELECT ` + replayAnswer(`$1::pg_lsn`) + ` FROM pg_last_wal_replay_lsn() AS r`
+
+// checkStmt is the statement that checks, or waits up to wait for, the
+// replica's replay position to reach lsn on pc (see checkSQL, waitSQL):
+// the check named with st, the waits unnamed (their text carries the
+// position and the wait).
+func checkStmt(pc *pgconn.PgConn, st *Stmts, lsn lagmeter.LSN, wait time.Duration) Encoded {
+	switch {
+	case wait <= 0:
+		e := Encoded{query: checkSQL, params: [][]byte{[]byte(lsn.String())}}
+		if st != nil {
+			st.name(&e)
+		}
+		return e
+	case hasWaitFor(pc):
+		return Encoded{query: waitForSQL(lsn, wait)}
+	}
+	return Encoded{query: waitSQL(lsn, wait)}
+}
+
+// waitSQL waits up to wait for the replica's replay position to reach lsn,
+// then answers as checkSQL does: the position when it reached lsn, else an
+// error whose text carries the position (behindMark). It is one query, for
+// servers without WAIT FOR LSN: rows of a series, each reading
+// pg_last_wal_replay_lsn() after a pg_sleep of waitStepMs (none for the
+// first), the first row at or past lsn or past the deadline taken (LIMIT
+// 1), so it ends as soon as the position is replayed. The replay function
+// is VOLATILE, so the planner re-reads it on every row; the lateral
+// subquery depends on the row, so the sleep runs on every row.
+func waitSQL(lsn lagmeter.LSN, wait time.Duration) string {
+	steps := int64(wait/(waitStepMs*time.Millisecond))*2 + 2
+	return `SELECT ` + replayAnswer(quoteLiteral(lsn.String())) + ` ` +
+		fmt.Sprintf(`FROM (SELECT w.r FROM generate_series(0, %[2]d) AS g, `+
+			`LATERAL (SELECT pg_last_wal_replay_lsn() AS r FROM pg_sleep(CASE WHEN g = 0 THEN 0 ELSE %[3]g END)) AS w `+
+			`WHERE w.r >= '%[1]s' OR g = %[2]d OR clock_timestamp() >= statement_timestamp() + interval '%[4]d microseconds' LIMIT 1) AS x`,
+			lsn, steps, float64(waitStepMs)/1000, wait.Microseconds())
+}
+
+// waitForSQL is waitSQL for PostgreSQL 19 and later: WAIT FOR LSN, which
+// fails when the wait times out or the server leaves recovery, so that the
+// read pipelined after it does not run (see waitForMissed).
+func waitForSQL(lsn lagmeter.LSN, wait time.Duration) string {
+	return fmt.Sprintf(`WAIT FOR LSN '%s' WITH (TIMEOUT '%dms')`, lsn, max(wait.Milliseconds(), 1))
+}
+
+// waitForMissed reports whether err is WAIT FOR LSN's failure to see the
+// position: a timeout, a server that left recovery, or a refusal to wait.
+// The read after it in the pipeline did not run.
+func waitForMissed(err error) bool {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) {
+		return false
+	}
+	return strings.Contains(pe.Message, "target LSN") || strings.Contains(pe.Message, "WAIT FOR") ||
+		strings.Contains(pe.Message, "recovery is not in progress") ||
+		strings.HasPrefix(pe.Code, "25") || strings.HasPrefix(pe.Code, "55")
+}
+
+// readReplay reads the answer of a position statement from rr: nil when
+// the replica has the position, ErrBehind when it is behind, or the error
+// that ended the query; and the replay position the answer carries either
+// way (0 when none).
+func readReplay(rr *pgconn.ResultReader) (lagmeter.LSN, error) {
+	var text string
+	for rr.NextRow() {
+		if v := rr.Values(); len(v) == 1 && v[0] != nil {
+			text = string(v[0])
+		}
+	}
+	_, err := rr.Close()
+	if waitForMissed(err) {
+		return 0, ErrBehind
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && strings.Contains(pe.Message, behindMark) {
+		err = ErrBehind
+		text = pe.Message[strings.Index(pe.Message, behindMark)+len(behindMark):]
+		text, _, _ = strings.Cut(text, `"`)
+	}
+	lsn, perr := lagmeter.ParseLSN(text)
+	if perr != nil {
+		lsn = 0
+	}
+	return lsn, err
+}
+
+// Check checks, on pc and alone, that the replica has replayed up to lsn,
+// waiting up to wait for it: nil when it has, ErrBehind when it has not
+// (then or by the end of the wait), else the error that ended the query.
+// replay is the replica's replay position the answer carried (0 when
+// none), at or past lsn on success. With st (pc's named statements), the
+// check is a named statement, prepared once on the connection.
+func Check(ctx context.Context, pc *pgconn.PgConn, st *Stmts, lsn lagmeter.LSN, wait time.Duration) (replay lagmeter.LSN, err error) {
+	ce := checkStmt(pc, st, lsn, wait)
+	pl := pc.StartPipeline(ctx)
+	ce.Send(pl)
+	pl.SendPipelineSync()
+	if err := pl.Flush(); err != nil {
+		pl.Close()
+		return 0, err
+	}
+	replay, err = readCheck(pl, &ce)
+	if serr := FinishSync(pl, syncErr(err)); serr != nil && (err == nil || errors.Is(err, ErrBehind)) {
+		err = serr
+	}
+	if cerr := pl.Close(); cerr != nil && err == nil && !IsPgError(cerr) {
+		err = cerr
+	}
+	return replay, err
+}
+
+// readCheck reads the answer of the position statement ce from pl (see
+// readReplay). Being behind is the statement's answer, not an error of
+// it: only another error invalidates a named check.
+func readCheck(pl *pgconn.Pipeline, ce *Encoded) (lagmeter.LSN, error) {
+	rr, err := ce.Next(pl)
+	if err != nil {
+		return 0, err
+	}
+	replay, err := readReplay(rr)
+	if err != nil && !errors.Is(err, ErrBehind) {
+		ce.failed(err)
+	}
+	return replay, err
+}
+
+// syncErr is the error to read a Sync after (FinishSync): being behind is
+// the server's error, after which the Sync is still to be read.
+func syncErr(err error) error {
+	if errors.Is(err, ErrBehind) {
+		return nil
+	}
+	return err
+}
+
+// QueryChecked runs a read on pc after checking, in the same round trip,
+// that the replica has replayed up to lsn (waiting up to wait for it, as
+// Check): the check and the read go in one pipeline, in one implicit
+// transaction, the check first; when the check fails the server skips the
+// read. With st, both are named statements (see Encode). checked is called
+// with the check's answer, as Check returns it, and the time the pipeline
+// was sent, once it is read; what it returns ends the read when not nil
+// (ErrBehind, typically). On success the rows stream to the caller, and
+// release is called once they are closed; on error, release is not
+// called.
+func QueryChecked(ctx context.Context, pc *pgx.Conn, descs *Descs, st *Stmts, lsn lagmeter.LSN, wait time.Duration, query string, args []driver.NamedValue,
+	checked func(replay lagmeter.LSN, sent time.Time, err error) error, release func()) (driver.Rows, error) {
+	e, err := Encode(ctx, pc, descs, st, query, args, true)
+	if err != nil {
+		return nil, err
+	}
+	ce := checkStmt(pc.PgConn(), st, lsn, wait)
+	pl := pc.PgConn().StartPipeline(ctx)
+	ce.Send(pl)
+	e.Send(pl)
+	pl.SendPipelineSync()
+	sent := time.Now()
+	if err := pl.Flush(); err != nil {
+		pl.Close()
+		return nil, err
+	}
+	replay, err := readCheck(pl, &ce)
+	if err == nil || errors.Is(err, ErrBehind) {
+		err = checked(replay, sent, err)
+	}
+	if err != nil {
+		pl.Close()
+		return nil, err
+	}
+	rr, err := e.Next(pl)
+	if err != nil {
+		if IsPgError(err) {
+			descs.Drop(query)
+		}
+		pl.Close()
+		return nil, err
+	}
+	delivered := false // the rows reached the caller: they own the connection
+	rows, err := NewRows(pc.TypeMap(), rr, func(rerr error) error {
+		invalidateOn(st, query, rerr)
+		if serr := FinishSync(pl, rerr); serr != nil && rerr == nil {
+			rerr = serr
+		}
+		if cerr := pl.Close(); cerr != nil && rerr == nil && !IsPgError(cerr) {
+			rerr = cerr
+		}
+		if IsPgError(rerr) {
+			descs.Drop(query)
+		}
+		if delivered {
+			release()
+		}
+		return rerr
+	})
+	delivered = err == nil
+	return rows, err
+}

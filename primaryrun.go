@@ -1,0 +1,233 @@
+package pgrouted
+
+import (
+	"context"
+	"database/sql/driver"
+	"errors"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pgrouted/pgrouted/internal/pgpipe"
+	"github.com/pgrouted/pgrouted/internal/sqlclass"
+	"github.com/pgrouted/pgrouted/lagmeter"
+)
+
+// This file is the primary path's run of a statement on the primary
+// session: the run itself, the WAL position read after a write's commit
+// (pipelined with the write, internal/pgpipe), the bookkeeping that
+// follows a write (the read-your-writes watermark), and the rerun of an
+// autocommit write that a demoted primary refused with SQLSTATE 25006.
+
+// readOnly25006 reports a "read-only transaction" refusal: the statement
+// had no effect.
+func readOnly25006(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "25006"
+}
+
+// runOnPrimary runs a statement on the primary session, with the
+// bookkeeping that follows a write: it runs it once more when nothing can
+// have run (the session broke before, or a demoted primary refused it),
+// and raises the read-your-writes watermark after it.
+func (cn *conn) runOnPrimary(ctx context.Context, p *plan, r sqlclass.Result, cl *call) error {
+	for attempt := 0; ; attempt++ {
+		sc, err := cn.primaryConn(ctx, p.op)
+		if err != nil {
+			return err
+		}
+		cl.ran, cl.primary = cn.host, true
+		inTx := cn.inSQLTx()
+		if (r.Has(sqlclass.Session) || p.pin) && !cl.px.unpinned() {
+			// Pin before running: even a failed string may have changed
+			// session state with its first statements.
+			if !cn.pinned && (p.fn != "" || p.pin) {
+				cn.c.counters.functionPins.Add(1)
+			}
+			cn.pin()
+		}
+		positioned := cn.positioned(ctx, r, cl)
+		cl.sent = monoNow()
+		pos, err := cn.execPrimary(ctx, sc, positioned, cl)
+		if r.Has(sqlclass.Session) {
+			// It may have deallocated prepared statements (DEALLOCATE,
+			// DISCARD) or changed what names mean (SET search_path):
+			// the pipelined paths prepare theirs again.
+			pgpipe.InvalidateAll(sc.Conn().PgConn())
+		}
+		if err != nil {
+			retry, stop, ferr := cn.primaryFailed(ctx, p, sc, err, inTx, attempt)
+			if retry && cl.px.once() {
+				// Its input cannot be sent again (CopyFrom's source).
+				retry, stop, ferr = false, true, err
+			}
+			if retry {
+				cl.retried = true
+				continue
+			}
+			if stop {
+				return ferr
+			}
+		}
+		if p.class != sqlclass.Read && !cn.inSQLTx() {
+			cn.raiseAfter(ctx, positioned, pos, cl, err)
+		}
+		return err
+	}
+}
+
+// execPrimary runs cl on the primary session sc: pipelined with the read
+// of the position after its commit when positioned (pos is then that
+// position, or 0; for a query, it is read when the rows are closed).
+func (cn *conn) execPrimary(ctx context.Context, sc *stdlib.Conn, positioned bool, cl *call) (pos lagmeter.LSN, err error) {
+	if !positioned {
+		return 0, cl.on(ctx, sc, cn.c.statementArgs(cn.host, cl.args))
+	}
+	var tag pgconn.CommandTag
+	switch {
+	case sc.Conn().IsClosed():
+		err = driver.ErrBadConn
+	case cl.isQuery:
+		// INSERT … RETURNING: the statement commits once its rows are all
+		// sent; the position after it is read when they are closed.
+		host := cn.host
+		cl.rows, err = cn.queryPositioned(ctx, sc, cl.query, cl.args, func(pos lagmeter.LSN, werr error) {
+			cn.c.wroteAfter(ctx, host, pos, cl.sent, werr)
+		})
+	default:
+		if tag, pos, err = cn.execPositioned(ctx, sc, cl.query, cl.args); err == nil {
+			cl.res = driver.RowsAffected(tag.RowsAffected())
+			cl.px.setTag(tag)
+		}
+	}
+	if err != nil && pgconn.SafeToRetry(err) {
+		err = driver.ErrBadConn
+	}
+	return pos, err
+}
+
+// primaryFailed handles the error of attempt on the primary session sc.
+// retry: the statement may run again (nothing can have run, and the
+// topology has moved). stop: the error is final (err is what to return),
+// with its bookkeeping done. Neither: an ordinary error (the server refused
+// the statement).
+func (cn *conn) primaryFailed(ctx context.Context, p *plan, sc *stdlib.Conn, err error, inTx bool, attempt int) (retry, stop bool, _ error) {
+	host, epoch := cn.host, cn.epoch
+	switch {
+	case sc.Conn().IsClosed():
+		// The primary session broke. A read, or a statement that was
+		// never sent (ErrBadConn), may run again once the topology has
+		// looked at the host; a write that may have run may not. When
+		// the host stopped being the primary before it answered (its
+		// term ended), the error says the outcome is unknown.
+		lost := cn.lost(sc)
+		cn.closePrimary()
+		cn.c.top.ProbeNow(host.idx)
+		if lost {
+			// A statement that stopped in the middle is nobody's fault
+			// but the topology's: the lost error, whatever pgx said.
+			err = lostError(p.op, err)
+		}
+		if cn.pinned || inTx {
+			cn.bad = true
+			return false, true, err
+		}
+		if attempt == 0 && ctx.Err() == nil && (p.class == sqlclass.Read || errors.Is(err, driver.ErrBadConn)) {
+			if cn.c.waitChange(ctx, host, epoch, p.op, time.Now().Add(cn.c.cfg.WriteTimeout)) == nil {
+				return true, false, nil
+			}
+		}
+		if errors.Is(err, driver.ErrBadConn) {
+			cn.bad = true
+		} else if p.class != sqlclass.Read {
+			// The answer was lost: the write may have committed, at a
+			// position nobody read.
+			cn.c.wrote(ctx, host, 0, time.Time{})
+		}
+		return false, true, err
+	case readOnly25006(err) && p.class != sqlclass.Read:
+		// The host we believed primary is a standby now. In autocommit
+		// nothing ran: wait for the topology to follow, then retry once.
+		cn.closePrimary()
+		if cn.pinned || inTx || attempt > 0 {
+			cn.c.top.ProbeNow(host.idx)
+			cn.bad = true
+			return false, true, err
+		}
+		if cn.c.waitDemoted(ctx, host, epoch, p.op, time.Now().Add(cn.c.cfg.WriteTimeout)) != nil {
+			return false, true, err
+		}
+		return true, false, nil
+	}
+	return false, false, err
+}
+
+// raiseAfter raises the read-your-writes watermark after an autocommit
+// statement that is not a read ran on the primary with outcome err.
+func (cn *conn) raiseAfter(ctx context.Context, positioned bool, pos lagmeter.LSN, cl *call, err error) {
+	switch {
+	case positioned && cl.isQuery:
+		// Raised when the rows are closed.
+	case positioned:
+		cn.c.wroteAfter(ctx, cn.host, pos, cl.sent, err)
+	case err == nil && cl.px.wroteLater(ctx, cn):
+		// pgx's rows or batch results: the same, when they are closed.
+	case err == nil && cl.rows != nil:
+		// A statement returning rows: it commits once its rows are all
+		// sent, and the session is busy until they are closed; raise the
+		// watermark then.
+		cl.rows = &wroteRows{Rows: cl.rows.(*stdlib.Rows), cn: cn, sc: cn.primary, ctx: ctx, host: cn.host}
+	default:
+		// Committed (autocommit, or COMMIT): raise the watermark, even
+		// after an error, since part of a string may have run.
+		var pos lagmeter.LSN
+		if cn.primary != nil {
+			pos = cn.c.insertLSN(ctx, cn.primary.Conn())
+		}
+		cn.c.wrote(ctx, cn.host, pos, cl.sent)
+	}
+}
+
+// positioned reports whether a statement about to run on the primary session
+// in autocommit mode can run pipelined with the read of the WAL position
+// that follows its commit (see execPositioned): one INSERT, UPDATE, DELETE,
+// MERGE or data-modifying WITH (not COPY, DDL, CALL or DO, which the
+// ordinary path runs as pgx does), under session consistency, with pgx's
+// default extended-protocol modes and no pgx option among its arguments.
+func (cn *conn) positioned(ctx context.Context, r sqlclass.Result, cl *call) bool {
+	if !r.DML || !cn.c.tracksWrites(ctx) || cn.inSQLTx() || !cl.px.positionable() {
+		return false
+	}
+	return cn.c.pipelineOK(cn.host, cl.args)
+}
+
+// execPositioned runs one statement on the primary session in autocommit
+// mode and reads the WAL insert position after its commit, in one round
+// trip (pgpipe.Exec). pos is 0 when the statement failed (nothing
+// committed) or the position could not be read.
+func (cn *conn) execPositioned(ctx context.Context, sc *stdlib.Conn, query string, args []driver.NamedValue) (tag pgconn.CommandTag, pos lagmeter.LSN, err error) {
+	return pgpipe.Exec(ctx, sc.Conn(), cn.descsOf(), cn.c.stmtsOf(cn.host, sc.Conn()), query, args)
+}
+
+// queryPositioned is execPositioned for a statement that returns rows
+// (INSERT … RETURNING): its rows stream to the caller, and once they are
+// closed the position after the commit is read from the same pipeline and
+// handed to done with the statement's outcome (see Connector.wroteAfter).
+// The term may end while the rows or the commit's answer are on their
+// way: the write may have committed, and the error says so (lostError).
+func (cn *conn) queryPositioned(ctx context.Context, sc *stdlib.Conn, query string, args []driver.NamedValue, done func(lagmeter.LSN, error)) (driver.Rows, error) {
+	lostErr := func(err error) error {
+		if err != nil && !pgpipe.IsPgError(err) && cn.lost(sc) {
+			return lostError(OpWrite, err)
+		}
+		return err
+	}
+	return pgpipe.Query(ctx, sc.Conn(), cn.descsOf(), cn.c.stmtsOf(cn.host, sc.Conn()), query, args, lostErr, done)
+}
+
+// commitPositioned commits the primary session's transaction and reads the
+// WAL position after the commit in the same round trip (pgpipe.Commit:
+// pgx's Tx.Commit, pipelined with the position read).
+func (cn *conn) commitPositioned(ctx context.Context) (lagmeter.LSN, error) {
+	return pgpipe.Commit(ctx, cn.primary.Conn(), cn.descsOf(), cn.c.stmtsOf(cn.host, cn.primary.Conn()))
+}
