@@ -102,13 +102,13 @@ func NewConnector(cfg *Config) (*Connector, error) {
 	}
 	th := make([]topology.Host, len(own.Hosts))
 	for i, h := range own.Hosts {
-		th[i] = topology.Host{Name: h.Name, Addr: h.Addr, Config: &h.ConnConfig.Config}
 		hs, err := newHost(i, h, &own.Config, c.circuitChanged, c.wire)
 		if err != nil {
 			c.closePools()
 			return nil, err
 		}
 		c.hosts.add(hs)
+		th[i] = c.topologyHost(hs, &h.ConnConfig.Config)
 	}
 	// The Config.Select hook goes in front of the pgrouted_select policy.
 	c.picker = newPicker(own.SelectPolicy, own.LatencyWindow, own.Select, own.Logger)
@@ -121,18 +121,14 @@ func NewConnector(cfg *Config) (*Connector, error) {
 		c.patroni = p
 	}
 	var discover func(int, topology.Member) (topology.Host, bool)
-	var onRemove func(int)
 	if own.Discover {
-		discover, onRemove = c.discoverHost, c.removeHost
+		discover = c.discoverHost
 	}
 	top, err := topology.New(th, topology.Options{
 		Provider: prov,
 		Discover: discover,
-		OnRemove: onRemove,
 		Interval: own.ProbeInterval,
 		Lease:    own.Lease,
-		OnProbe:  func(i int, err error) { c.hosts.at(i).breaker.ReportProbe(err) },
-		Backoff:  func(i, _ int) time.Duration { return c.hosts.at(i).breaker.ProbeBackoff() },
 	})
 	if err != nil {
 		c.closePools()

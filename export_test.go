@@ -13,7 +13,7 @@ func ProbeNow(c *Connector, i int) { c.top.ProbeNow(i) }
 // ReplicaCacheCapacities returns the capacities of pgx's statement and
 // description caches of a connection of host i's pool.
 func ReplicaCacheCapacities(ctx context.Context, c *Connector, i int) (stmt, desc int, err error) {
-	err = c.hosts.at(i).pool.AcquireFunc(ctx, func(pc *pgxpool.Conn) error {
+	err = c.hosts.all()[i].pool.AcquireFunc(ctx, func(pc *pgxpool.Conn) error {
 		cc := pc.Conn().Config()
 		stmt, desc = cc.StatementCacheCapacity, cc.DescriptionCacheCapacity
 		return nil

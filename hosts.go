@@ -5,6 +5,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -22,10 +23,6 @@ type hostTable struct {
 	p  atomic.Pointer[[]*host]
 	mu sync.Mutex // serialises add
 }
-
-// at returns host i. Every index of a snapshot of the Connector's topology
-// is valid.
-func (t *hostTable) at(i int) *host { return (*t.p.Load())[i] }
 
 // all returns the hosts now; the slice is never changed in place.
 func (t *hostTable) all() []*host {
@@ -82,7 +79,7 @@ func (c *Connector) discoverHost(i int, m topology.Member) (topology.Host, bool)
 	hs.discovered = true
 	c.hosts.add(hs)
 	c.logInfo("pgrouted: host discovered", "host", name, "address", addr)
-	return topology.Host{Name: name, Addr: addr, Config: &cc.Config}, true
+	return c.topologyHost(hs, &cc.Config), true
 }
 
 // templateOf returns the configuration a discovered host copies: the
@@ -114,11 +111,22 @@ func retarget(cfg *tls.Config, from, host string) *tls.Config {
 	return n
 }
 
-// removeHost is told by the topology that discovered host i left the
+// topologyHost is h as the topology probes it, with the hooks that tell h
+// of its probes (its circuit breaker) and, for a discovered host, of its
+// removal.
+func (c *Connector) topologyHost(h *host, cfg *pgconn.Config) topology.Host {
+	return topology.Host{
+		Name: h.Name, Addr: h.Addr, Config: cfg,
+		OnProbe:  h.breaker.ReportProbe,
+		Backoff:  func(int) time.Duration { return h.breaker.ProbeBackoff() },
+		OnRemove: func() { c.removeHost(h) },
+	}
+}
+
+// removeHost is told by the topology that discovered host h left the
 // provider's view: it takes no new reads (the snapshot says removed), and
 // its pool is closed once the reads on it returned their connections.
-func (c *Connector) removeHost(i int) {
-	h := c.hosts.at(i)
+func (c *Connector) removeHost(h *host) {
 	if h.removed.Swap(true) {
 		return
 	}

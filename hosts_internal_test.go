@@ -37,7 +37,7 @@ func TestDiscoveredHostSettings(t *testing.T) {
 	if tmpl := cfg.Hosts[1].ConnConfig.TLSConfig; tmpl.ServerName != "db1.example" {
 		t.Fatalf("the template's TLS changed: server name %q", tmpl.ServerName)
 	}
-	h := c.hosts.at(3)
+	h := c.hosts.all()[3]
 	if th.Name != "pg-new" || h.Name != "pg-new" || !h.discovered || h.Addr != "db9.example:6000" || h.Weight != dsn.DefaultWeight {
 		t.Fatalf("host %+v (topology name %q)", h.Host, th.Name)
 	}

@@ -88,7 +88,7 @@ func TestChoosePolicies(t *testing.T) {
 		t.Fatalf("round-robin without RTTs: %v", got)
 	}
 	c, s = testConnector(dsn.SelectLeastInflight, dsn.LatencyWindowOff, []int{1, 1}, []time.Duration{ms, ms})
-	c.hosts.at(0).flight.n.Store(10)
+	c.hosts.all()[0].flight.n.Store(10)
 	if got := counts(c, s, 100, 0, 1); got[1] != 100 {
 		t.Fatalf("least-inflight with host 0 busy: %v", got)
 	}

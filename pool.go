@@ -72,7 +72,7 @@ func NewPoolWithConfig(ctx context.Context, cfg *Config) (*Pool, error) {
 	db := sql.OpenDB(c)
 	// Keep as many primary sessions idle as a host's pool holds
 	// connections (pgxpool's MaxConns, or pgrouted_replica_max_conns).
-	db.SetMaxIdleConns(int(c.hosts.at(0).maxConns))
+	db.SetMaxIdleConns(int(c.hosts.all()[0].maxConns))
 	return &Pool{c: c, db: db}, nil
 }
 

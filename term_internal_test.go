@@ -23,7 +23,7 @@ func TestTermFollowsTheTopology(t *testing.T) {
 	snap := func(primary int, epoch uint64, confirmed time.Time) *view {
 		return newView(&topology.Snapshot{Hosts: make([]topology.HostState, 2), Primary: primary, Epoch: epoch, Confirmed: confirmed, Lease: 10 * time.Second}, c.hosts.all())
 	}
-	leads := func() [2]bool { return [2]bool{c.hosts.at(0).leads.Load(), c.hosts.at(1).leads.Load()} }
+	leads := func() [2]bool { return [2]bool{c.hosts.all()[0].leads.Load(), c.hosts.all()[1].leads.Load()} }
 
 	if tm := c.moveTerm(snap(-1, 0, time.Time{}), now); tm != nil {
 		t.Fatalf("a term without a primary: %+v", tm)

@@ -170,7 +170,7 @@ func (b *Breaker) State() State { return State(b.state.Load()) }
 func (b *Breaker) ProbeBackoff() time.Duration { return time.Duration(b.backoff.Load()) }
 
 // ReportProbe reports the result of a probe of the endpoint: err == nil is
-// a success (topology.Options.OnProbe can pass its err on as is).
+// a success (topology.Host.OnProbe can pass its err on as is).
 //
 // A success closes an open circuit, and on a closed one resets the count
 // of consecutive failures. A failure counts towards opening a closed

@@ -299,11 +299,11 @@ func TestPatroniCloseLeavesNoGoroutine(t *testing.T) {
 	var mu sync.Mutex
 	var removed []int
 	discover := func(i int, m topology.Member) (topology.Host, bool) {
-		hs := hosts(t, "", 2)
-		return hs[0], true
+		h := hosts(t, "", 2)[0]
+		h.OnRemove = func() { mu.Lock(); removed = append(removed, i); mu.Unlock() }
+		return h, true
 	}
-	top, err := topology.New(hosts(t, "", 0, 1), topology.Options{Interval: 20 * time.Millisecond, Provider: p, Discover: discover,
-		OnRemove: func(i int) { mu.Lock(); removed = append(removed, i); mu.Unlock() }})
+	top, err := topology.New(hosts(t, "", 0, 1), topology.Options{Interval: 20 * time.Millisecond, Provider: p, Discover: discover})
 	if err != nil {
 		t.Fatal(err)
 	}

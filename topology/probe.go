@@ -127,8 +127,8 @@ func (p *prober) run() {
 		wait := p.t.opts.Interval - time.Since(start)
 		if res.err != nil {
 			p.failures++
-			if p.t.opts.Backoff != nil {
-				wait = p.t.opts.Backoff(p.i, p.failures) - time.Since(start)
+			if p.host.Backoff != nil {
+				wait = p.host.Backoff(p.failures) - time.Since(start)
 			}
 		} else {
 			p.failures = 0

@@ -21,6 +21,23 @@ type Host struct {
 	// and TLS as the data path. It is copied; the probe connection gets
 	// application_name "pgrouted-probe" and no ValidateConnect.
 	Config *pgconn.Config
+
+	// The hooks below tell the owner of the host (a circuit breaker, a
+	// pool) what the topology does with it, without an index to join by.
+
+	// OnProbe, when set, is called by the tracker after each probe of the
+	// host, with the probe's error (nil on success). It must not block.
+	OnProbe func(err error)
+	// Backoff, when set, returns how long to wait before the next probe of
+	// the host after a failed one, given its consecutive failures, instead
+	// of Options.Interval (circuit breakers back off probes of an open
+	// circuit).
+	Backoff func(failures int) time.Duration
+	// OnRemove, when set, is called on the tracker's goroutine when the
+	// host, discovered through Options.Discover, leaves the provider's
+	// view: its prober is stopped, and from the next snapshot on it is
+	// Removed (its place stays, never reused). It must not block.
+	OnRemove func()
 }
 
 // Options tune the probers.
@@ -33,16 +50,9 @@ type Options struct {
 	// Lease is how long a primary stays authoritative after the last probe
 	// that confirmed it. Default 10s.
 	Lease time.Duration
-	// Backoff, when set, returns how long to wait before the next probe of
-	// host i after a failed one, given its consecutive failures, instead of
-	// Interval (circuit breakers back off probes of an open circuit).
-	Backoff func(i int, failures int) time.Duration
 	// HistoryCapacity is how many primary samples the WAL position history
 	// keeps (see [lagmeter.History]). Default [lagmeter.DefaultCapacity].
 	HistoryCapacity int
-	// OnProbe, when set, is called by the tracker after each probe of host
-	// i, with the probe's error (nil on success). It must not block.
-	OnProbe func(i int, err error)
 
 	// Provider, when set, is the authority on which host leads and which
 	// serve (Patroni, an orchestrator, the application): a host is then the
@@ -58,12 +68,6 @@ type Options struct {
 	// false to leave the member out. It runs on the tracker's goroutine:
 	// it must be quick and must not wait for the Topology.
 	Discover func(i int, m Member) (Host, bool)
-
-	// OnRemove, when set, is called on the tracker's goroutine when
-	// discovered host i left the provider's view: its prober is stopped,
-	// and from the next snapshot on it is Removed (its index stays, never
-	// reused). It must not block.
-	OnRemove func(i int)
 }
 
 // ProbeApplicationName is the application_name of probe connections.
@@ -175,7 +179,8 @@ func probeHost(h Host, timeout time.Duration) Host {
 	if cfg.ConnectTimeout <= 0 || cfg.ConnectTimeout > timeout {
 		cfg.ConnectTimeout = timeout
 	}
-	return Host{Name: h.Name, Addr: h.Addr, Config: cfg}
+	h.Config = cfg
+	return h
 }
 
 // Snapshot returns the current picture of the cluster. It is one atomic

@@ -94,7 +94,7 @@ func (tr *tracker) endpoints() []Endpoint {
 
 // discover adds a host for each member of v that matches none (see
 // Options.Discover), and removes the discovered hosts that v no longer
-// lists (see Options.OnRemove). a is v's authority over the hosts before;
+// lists (see Host.OnRemove). a is v's authority over the hosts before;
 // it returns the authority over the hosts after.
 func (tr *tracker) discover(v View, a Authority) Authority {
 	opts := &tr.t.opts
@@ -129,8 +129,8 @@ func (tr *tracker) discover(v View, a Authority) Authority {
 		close(th.prober.stop)
 		// It matches no member any more.
 		*th = tracked{state: HostState{Name: th.state.Name, Addr: th.state.Addr, Discovered: true, Removed: true, NoReads: true}, prober: th.prober}
-		if opts.OnRemove != nil {
-			opts.OnRemove(i)
+		if th.prober != nil && th.prober.host.OnRemove != nil {
+			th.prober.host.OnRemove()
 		}
 		tr.emit(Event{Kind: EventHostRemoved, Host: th.state.Name})
 		removed = true
@@ -224,8 +224,8 @@ func (tr *tracker) apply(r result) {
 			tr.emit(Event{Kind: EventHostUp, Host: h.Name})
 		}
 	}
-	if tr.t.opts.OnProbe != nil {
-		tr.t.opts.OnProbe(r.i, r.err)
+	if p := tr.hosts[r.i].prober; p != nil && p.host.OnProbe != nil {
+		p.host.OnProbe(r.err)
 	}
 	tr.evaluate(r.err == nil && !r.inRecovery, &r)
 }
