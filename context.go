@@ -58,8 +58,6 @@ func WithRoute(ctx context.Context, r Route) context.Context {
 	return withOption(ctx, func(o *options) { o.route = r })
 }
 
-func routeFrom(ctx context.Context) Route { return optionsFrom(ctx).route }
-
 // WithMaxLag returns a context whose reads accept a replica only when its
 // staleness is at most d (on top of pgrouted_max_lag, the smaller wins). The
 // bound needs no clock synchronisation: see package lagmeter. d <= 0 accepts

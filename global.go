@@ -88,9 +88,9 @@ func (c *Connector) globalPosition(ctx context.Context, v *view, rc *readCtx, g 
 			// primary will, and needs none.
 			return
 		}
-		start := time.Now()
+		start := monoNow()
 		g.wm, g.err = c.index.get(ctx)
-		g.wait, g.used = time.Since(start), true
+		g.wait, g.used = monoNow().Sub(start), true
 		c.index.waited.Add(uint64(g.wait))
 	}
 	if !g.used {
@@ -189,6 +189,9 @@ func (c *Connector) fetchPosition(ctx context.Context) (lagmeter.Watermark, erro
 // a position is served by it, instead of by a fetch. It is used only while
 // host is the primary of the current term, as a fetch's answer is.
 func (c *Connector) positionRead(host *host, w lagmeter.Watermark, sent time.Time) {
+	if !c.index.waiting() {
+		return
+	}
 	c.offerPosition(c.view(), host, w, sent)
 }
 
@@ -207,11 +210,11 @@ func (c *Connector) offerProbe(v *view) {
 // primary in the current term, within its lease, and w is on its history.
 // It takes no lock of the terms (it runs from Connector.view).
 func (c *Connector) offerPosition(v *view, host *host, w lagmeter.Watermark, sent time.Time) {
-	if c.index == nil || w.IsZero() || sent.IsZero() || !v.isPrimary(host) {
+	if !c.index.waiting() || w.IsZero() || sent.IsZero() || !v.isPrimary(host) {
 		return
 	}
 	t := c.terms.cur.Load()
-	if t == nil || t.ended() || t.host != host || t.epoch != v.snap.Epoch || !v.snap.LeaseValid(time.Now()) {
+	if t == nil || t.ended() || t.host != host || t.epoch != v.snap.Epoch || !v.snap.LeaseValid(monoNow()) {
 		return
 	}
 	if p := v.primary.probe; w.SystemID != p.SystemID || w.Timeline != p.Timeline {

@@ -57,6 +57,7 @@ type readIndex struct {
 	served  atomic.Uint64 // reads given a position
 	failed  atomic.Uint64 // fetches that failed
 	shared  atomic.Uint64 // rounds completed by an offered position instead of their fetch
+	busy    atomic.Bool   // a round is running or waiting (running or next set; written under mu)
 	waited  atomic.Uint64 // nanoseconds reads waited for their positions (Connector.globalPosition)
 }
 
@@ -112,6 +113,7 @@ func (ri *readIndex) get(ctx context.Context) (lagmeter.Watermark, error) {
 	}
 	r.waiters++
 	r.lastJoin = ri.now()
+	ri.busy.Store(true)
 	ri.mu.Unlock()
 	select {
 	case <-r.done:
@@ -140,6 +142,7 @@ func (ri *readIndex) run(r *fetchRound) {
 		r.complete(wm, err) // unless an offer completed it meanwhile
 		r, ri.next = ri.next, nil
 		ri.running = r
+		ri.busy.Store(r != nil)
 		ri.mu.Unlock()
 	}
 }
@@ -163,11 +166,18 @@ func (ri *readIndex) offer(wm lagmeter.Watermark, sent time.Time) bool {
 	}
 	if r := ri.next; r != nil && sent.After(r.lastJoin) && r.complete(wm, nil) {
 		ri.next = nil
+		ri.busy.Store(ri.running != nil)
 		served = true
 		ri.shared.Add(1)
 	}
 	return served
 }
+
+// waiting reports whether a global read waits for a position: when none
+// does, an offer would serve nobody, and the positions of writes are not
+// offered at all (a process without global reads pays nothing per write).
+// A read that joins just after a false answer waits for its own fetch.
+func (ri *readIndex) waiting() bool { return ri != nil && ri.busy.Load() }
 
 // close cancels the fetch in flight and waits for it to end; a later get
 // fails. A nil index (a Connector that failed before it had one) has
