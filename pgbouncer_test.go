@@ -50,7 +50,11 @@ func bouncers(t testing.TB) *testcluster.Poolers {
 // its pooler.
 func openPooled(t testing.TB, extra ...string) (*sql.DB, *pgrouted.Connector, *routes, *syncBuffer) {
 	t.Helper()
-	dsn := bouncers(t).DSN() + "&pgrouted_probe_interval=100ms&pgrouted_lease=5s&pgrouted_write_timeout=20s&pgrouted_names=" + names()
+	// No staleness budget: these tests are about the poolers. Twice in
+	// clean-clone runs (not reproduced in loops) the default budget kept
+	// every replica "behind" for 15 s right after the poolers started; the
+	// cause is not known yet and is recorded as an open bug.
+	dsn := bouncers(t).DSN() + "&pgrouted_probe_interval=100ms&pgrouted_max_lag=none&pgrouted_lease=5s&pgrouted_write_timeout=20s&pgrouted_names=" + names()
 	for _, e := range extra {
 		dsn += "&" + e
 	}
@@ -251,7 +255,11 @@ func TestPooledWorkload(t *testing.T) {
 func TestPooledStatementsAreUnnamed(t *testing.T) {
 	ctx := testCtx(t)
 	w := &wire{} // every connection, the probes' too
-	dsn := bouncers(t).DSN() + "&pgrouted_probe_interval=100ms&pgrouted_lease=5s&pgrouted_write_timeout=20s&pgrouted_names=" + names()
+	// No staleness budget: these tests are about the poolers. Twice in
+	// clean-clone runs (not reproduced in loops) the default budget kept
+	// every replica "behind" for 15 s right after the poolers started; the
+	// cause is not known yet and is recorded as an open bug.
+	dsn := bouncers(t).DSN() + "&pgrouted_probe_interval=100ms&pgrouted_max_lag=none&pgrouted_lease=5s&pgrouted_write_timeout=20s&pgrouted_names=" + names()
 	db, conn, rec := openDSN(t, dsn, func(cfg *pgrouted.Config) {
 		for i := range cfg.Hosts {
 			cc := cfg.Hosts[i].ConnConfig
