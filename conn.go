@@ -70,6 +70,7 @@ type call struct {
 	primary bool          // ran is the primary
 	retried bool          // it ran again elsewhere after a replica failed or refused it
 	waited  time.Duration // how long it waited on replicas for their replay (replicawait.go)
+	wrote   time.Time     // the caller's last write, when a replica's check of it is worth recording (catchup.go)
 	sent    time.Time     // (monoNow) before it was sent to the primary, and the position read after it
 
 	// px is set for a call of the pgx-native API (pool.go): pgx runs it,

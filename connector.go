@@ -33,6 +33,9 @@ type Connector struct {
 
 	// writes is the position of the last writes through this connector.
 	writes mark
+	// catchUpSkips counts the reads sent to the primary because their
+	// replicas' checks at their write's age mostly fail (catchup.go).
+	catchUpSkips atomic.Uint32
 	// index shares the reads of the primary's position among global reads
 	// (readindex.go, global.go).
 	index *readIndex

@@ -53,6 +53,10 @@ type host struct {
 	// (term.go): only then may a primary session dial it.
 	leads atomic.Bool
 
+	// catchUp is the record of its position checks by the age of the
+	// write they looked for (catchup.go).
+	catchUp catchUp
+
 	// missed is the last position a replica wait on it did not see in
 	// time (replicawait.go).
 	missed atomic.Pointer[waitMiss]

@@ -308,7 +308,7 @@ type Stats struct {
 // reasonIndex find one's counter.
 var (
 	opNames     = [...]string{OpRead, OpWrite, OpTx, OpLock}
-	reasonNames = [...]Reason{ReasonNoReplicas, ReasonUnhealthy, ReasonBehind, ReasonSaturated, ReasonPositionUnknown, ReasonReplicaFailed, ReasonRetry25006, ReasonWriteOnReplica, ReasonNoPrimary, ReasonPrimaryLost}
+	reasonNames = [...]Reason{ReasonNoReplicas, ReasonUnhealthy, ReasonBehind, ReasonSaturated, ReasonPositionUnknown, ReasonReplicaFailed, ReasonCatchingUp, ReasonRetry25006, ReasonWriteOnReplica, ReasonNoPrimary, ReasonPrimaryLost}
 )
 
 const numReasons = len(reasonNames)

@@ -42,6 +42,7 @@ type target struct {
 	check bool               // verify the replica's position before reading
 	wm    lagmeter.Watermark // what the check must find
 	wait  time.Duration      // how long the check may wait for it (replicawait.go)
+	wrote time.Time          // when the caller wrote at wm, for the replica's record of its checks (catchup.go); zero when not known
 }
 
 // request is what a decision is asked about.
@@ -202,7 +203,7 @@ func (c *Connector) planReplica(ctx context.Context, o *options, p *plan, advanc
 	if pk.host != nil {
 		p.replica.host, p.replica.check, p.replica.wm = pk.host, pk.check, pk.wm
 		if pk.check {
-			p.replica.wait = c.waitFor(ctx, pk)
+			p.replica.wait, p.replica.wrote = c.waitFor(ctx, pk), pk.wrote
 		}
 		switch {
 		case p.forced == Replica:
@@ -272,7 +273,7 @@ func (c *Connector) replan(ctx context.Context, p *plan, skip *host) (target, bo
 	if next.host == nil {
 		return target{}, false
 	}
-	return target{host: next.host, check: next.check, wm: next.wm, wait: c.waitFor(ctx, next)}, true
+	return target{host: next.host, check: next.check, wm: next.wm, wait: c.waitFor(ctx, next), wrote: next.wrote}, true
 }
 
 // decision describes a plan for Explain and RouteEvent.
@@ -302,6 +303,7 @@ type pick struct {
 	reason Reason
 	check  bool
 	wm     lagmeter.Watermark
+	wrote  time.Time // see target.wrote
 }
 
 // pickReplica chooses a replica for a read in v, skipping host skip (nil:
@@ -331,6 +333,17 @@ func (c *Connector) pickReplica(v *view, rc *readCtx, advance bool, skip *host) 
 	}
 	sp := v.switchPoint(wm.Timeline)
 	pinned := rc.cons == dsn.ConsistencySession && c.cfg.PinAfterWrite > 0 && rc.now.Sub(rc.st.lastWrite) < c.cfg.PinAfterWrite
+	// recent: the caller's position is its own last write, whose age
+	// tells how likely a replica that must check is to hold it
+	// (catchup.go), unless the read may wait for it.
+	var age time.Duration
+	// A read that may not fall back to the primary checks in any case.
+	recent := rc.cons == dsn.ConsistencySession && !rc.st.lastWrite.IsZero() && !wm.IsZero() &&
+		!rc.forced && c.cfg.Fallback != dsn.FallbackError
+	if recent {
+		age = rc.now.Sub(rc.st.lastWrite)
+		recent = c.replicaWait(rc.ctx) <= 0
+	}
 	// Byte lag does not grow while the primary is not probed.
 	byteLease := rc.budget.MaxBytes == 0 || v.snap.LeaseValid(rc.now)
 	for i := range v.hosts {
@@ -379,10 +392,15 @@ func (c *Connector) pickReplica(v *view, rc *readCtx, advance bool, skip *host) 
 		}
 	}
 	cand, checking := buf[:nCand], false
+	catchingUp := false
 	if nCand == 0 && maybeAt < len(buf) {
 		// The maybe ones, in the hosts' order.
 		cand, checking = buf[maybeAt:], true
 		slices.Reverse(cand)
+		if recent {
+			cand = c.worthChecking(cand, age, advance)
+			catchingUp = len(cand) == 0
+		}
 	}
 	if len(cand) == 0 {
 		switch {
@@ -394,10 +412,16 @@ func (c *Connector) pickReplica(v *view, rc *readCtx, advance bool, skip *host) 
 			return pick{reason: ReasonSaturated}
 		case unknown:
 			return pick{reason: ReasonPositionUnknown}
+		case catchingUp:
+			return pick{reason: ReasonCatchingUp}
 		}
 		return pick{reason: ReasonBehind}
 	}
-	return pick{host: c.choose(rc.ctx, cand, advance), check: checking, wm: wm}
+	pk := pick{host: c.choose(rc.ctx, cand, advance), check: checking, wm: wm}
+	if checking && recent {
+		pk.wrote = rc.st.lastWrite
+	}
+	return pk
 }
 
 // Explain returns where query would run now, and why, without running it:

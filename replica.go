@@ -104,6 +104,7 @@ func (cn *conn) runOnReplica(ctx context.Context, h *host, at target, cl *call) 
 	case cl.describe:
 		return cn.describeOnReplica(ctx, h, at, cl)
 	}
+	cl.wrote = at.wrote
 	pipelined := at.check && cn.pipelinable(h, cl)
 	b, err := cn.borrow(ctx, h, at.check && !pipelined, at.wm, at.wait, cl)
 	if err != nil {
@@ -241,6 +242,7 @@ func (cn *conn) checkReplica(ctx context.Context, b *borrowed, wm lagmeter.Water
 	replay, err := pgpipe.Check(ctx, b.Conn.Conn().PgConn(), cn.c.stmtsOf(b.h, b.Conn.Conn()), wm.LSN, wait)
 	err = b.h.checked(hv.probe.Conn, replay, err)
 	cl.waited += cn.c.waited(b.h, hv.probe.Conn, wm, wait, start, err)
+	b.h.recordCheck(cl.wrote, wait, start, err)
 	return err
 }
 
@@ -289,6 +291,7 @@ func (cn *conn) readChecked(ctx context.Context, b *borrowed, wm lagmeter.Waterm
 		func(replay lagmeter.LSN, sent time.Time, err error) error {
 			err = b.h.checked(hv.probe.Conn, replay, err)
 			cl.waited += cn.c.waited(b.h, hv.probe.Conn, wm, wait, sent, err)
+			b.h.recordCheck(cl.wrote, wait, sent, err)
 			return err
 		}, b.giveBack)
 	return err

@@ -57,6 +57,7 @@ const (
 	ReasonBehind          Reason = "behind"           // every healthy standby lacks the caller's writes or is over the staleness budget
 	ReasonSaturated       Reason = "saturated"        // every eligible standby's pool is exhausted
 	ReasonPositionUnknown Reason = "position-unknown" // the caller's last write position is unknown: only the primary surely has it
+	ReasonCatchingUp      Reason = "catching-up"      // the caller's last write is so recent that the replicas which may hold it seldom do yet (their position checks at that age mostly fail): the primary, without a check
 
 	ReasonReplica        Reason = "replica"          // an eligible replica serves the read
 	ReasonCheck          Reason = "replica-check"    // a replica that may hold the caller's writes serves the read after checking its replay position

@@ -58,7 +58,7 @@ var ops = []string{pgrouted.OpRead, pgrouted.OpWrite, pgrouted.OpTx, pgrouted.Op
 // before they happen.
 var fallbackReasons = []pgrouted.Reason{
 	pgrouted.ReasonNoReplicas, pgrouted.ReasonUnhealthy, pgrouted.ReasonBehind,
-	pgrouted.ReasonSaturated, pgrouted.ReasonPositionUnknown, pgrouted.ReasonReplicaFailed,
+	pgrouted.ReasonSaturated, pgrouted.ReasonPositionUnknown, pgrouted.ReasonReplicaFailed, pgrouted.ReasonCatchingUp,
 }
 
 // errorReasons are the reasons a statement cannot run, exported at 0 before

@@ -1,0 +1,126 @@
+package pgrouted
+
+import (
+	"errors"
+	"math/bits"
+	"sync/atomic"
+	"time"
+)
+
+// This file is how soon after a write a replica holds it: for each
+// replica, the share of its position checks that did not find the caller's
+// last write replayed, by the age of that write when the check was sent.
+//
+// A read whose replicas must first check their replay position (none is
+// proven to hold the caller's writes) goes straight to the primary when,
+// at its write's age, too many of those checks fail for one to pay: a
+// failed check costs the replica a round trip, and the read then costs the
+// primary what it would have cost anyway, one round trip later. A read
+// right after its write is the usual case (bench/RESULTS.md: the read-back
+// right after a write). One read in catchUpExplore of those still checks,
+// so that a replica that replays faster again is noticed; a replica whose
+// checks succeed is checked as before. Only reads that do not wait for the
+// position (pgrouted_replica_wait) are concerned: a wait makes the check
+// succeed at the cost of time, which its user chose.
+
+const (
+	// catchUpBuckets are the write ages a replica's record tells apart:
+	// [0, catchUpFirst), then doubling ranges, the last one open.
+	catchUpBuckets = 14
+	catchUpFirst   = 32 * time.Microsecond
+	// catchUpOne is a share of 1 in the record's fixed point.
+	catchUpOne = 1 << 16
+	// catchUpWeight: each check moves its age's share by 1/2^catchUpWeight
+	// of the way to its outcome.
+	catchUpWeight = 3
+	// catchUpMaxMissed is the largest share of failed checks at which a
+	// read still checks: above it, a read right after a write costs the
+	// cluster more than 1.5 times the same read on the primary (a check
+	// and a read on a replica that has just replayed cost about 1.4 reads
+	// on the primary, a failed check and the read on the primary about
+	// 2.2; bench/RESULTS.md's server cost).
+	catchUpMaxMissed = catchUpOne / 10
+	// catchUpExplore: one read in catchUpExplore still checks a replica
+	// whose checks mostly fail, so that its record follows it.
+	catchUpExplore = 8
+)
+
+// catchUp is a replica's record of its position checks by write age.
+type catchUp struct {
+	buckets [catchUpBuckets]catchUpBucket
+}
+
+type catchUpBucket struct {
+	missed atomic.Uint32 // share of failed checks, fixed point catchUpOne
+}
+
+// catchUpBucketOf is the bucket of a write age.
+func catchUpBucketOf(age time.Duration) int {
+	if age < catchUpFirst {
+		return 0
+	}
+	return min(bits.Len64(uint64(age/catchUpFirst)), catchUpBuckets-1)
+}
+
+// worth reports whether a read whose last write is age old should check
+// the replica's position: the replica's checks at that age mostly found
+// the write (or there is no record yet).
+func (c *catchUp) worth(age time.Duration) bool {
+	return c.buckets[catchUpBucketOf(age)].missed.Load() <= catchUpMaxMissed
+}
+
+// worthChecking keeps, in place, the replicas of cand (all of which must
+// check the position of a read whose last write is age old) whose checks
+// at that age mostly succeed. When none does, one such read in
+// catchUpExplore (counted only with advance: Explain changes nothing)
+// keeps them all, so that their records follow them.
+func (c *Connector) worthChecking(cand []*hostView, age time.Duration, advance bool) []*hostView {
+	kept := cand[:0]
+	for _, h := range cand {
+		if h.catchUp.worth(age) {
+			kept = append(kept, h)
+		}
+	}
+	if len(kept) == 0 && advance && c.catchUpSkips.Add(1)%catchUpExplore == 0 {
+		return cand
+	}
+	return kept
+}
+
+// record adds the outcome of a check sent when the caller's last write
+// was age old: found when the replica had replayed it.
+func (c *catchUp) record(age time.Duration, found bool) {
+	b := &c.buckets[catchUpBucketOf(age)]
+	target := uint32(0)
+	if !found {
+		target = catchUpOne
+	}
+	for {
+		cur := b.missed.Load()
+		next := cur
+		if target > cur {
+			next += (target - cur + (1<<catchUpWeight - 1)) >> catchUpWeight
+		} else {
+			next -= (cur - target + (1<<catchUpWeight - 1)) >> catchUpWeight
+		}
+		if next == cur || b.missed.CompareAndSwap(cur, next) {
+			return
+		}
+	}
+}
+
+// recordCheck adds the outcome of a position check sent at sent on h for
+// a read whose caller wrote at wrote (zero: not recorded; see
+// target.wrote), when the check did not wait: err is the check's (nil:
+// found; errNotCaughtUp: not found; anything else tells nothing).
+func (h *host) recordCheck(wrote time.Time, wait time.Duration, sent time.Time, err error) {
+	if wrote.IsZero() || wait > 0 {
+		return
+	}
+	switch {
+	case err == nil:
+		h.catchUp.record(sent.Sub(wrote), true)
+	case errors.Is(err, errNotCaughtUp):
+		h.catchUp.record(sent.Sub(wrote), false)
+	}
+}

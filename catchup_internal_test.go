@@ -1,0 +1,100 @@
+package pgrouted
+
+import (
+	"testing"
+	"time"
+)
+
+func TestCatchUpBuckets(t *testing.T) {
+	for _, c := range []struct {
+		age  time.Duration
+		want int
+	}{
+		{0, 0}, {31 * time.Microsecond, 0}, {32 * time.Microsecond, 1}, {63 * time.Microsecond, 1},
+		{64 * time.Microsecond, 2}, {100 * time.Microsecond, 2}, {128 * time.Microsecond, 3},
+		{time.Millisecond, 5}, {200 * time.Millisecond, catchUpBuckets - 1}, {time.Hour, catchUpBuckets - 1},
+		{-time.Second, 0},
+	} {
+		if got := catchUpBucketOf(c.age); got != c.want {
+			t.Errorf("bucket of %v: %d, want %d", c.age, got, c.want)
+		}
+	}
+}
+
+// TestCatchUpRecord: a replica with no record is checked; once its checks
+// at an age mostly fail, reads of that age are not; other ages keep their
+// own record; checks that find the write again bring it back.
+func TestCatchUpRecord(t *testing.T) {
+	var c catchUp
+	young, old := 100*time.Microsecond, 50*time.Millisecond
+	if !c.worth(young) || !c.worth(old) {
+		t.Fatal("a replica without a record is not checked")
+	}
+	c.record(young, false)
+	if c.worth(young) {
+		t.Fatalf("after a failed check at %v, still checked (missed share %d of %d)", young, c.buckets[catchUpBucketOf(young)].missed.Load(), catchUpOne)
+	}
+	if !c.worth(old) {
+		t.Fatal("a failed check of a young write stopped the checks of old ones")
+	}
+	// A replica at the border: 62% of its checks succeed, as on the
+	// benchmark's loopback cluster right after a write: not worth it.
+	for i := range 400 {
+		c.record(young, i%8 < 5)
+	}
+	if c.worth(young) {
+		t.Fatalf("checks that fail 3 times in 8 are still sent (missed share %d of %d)", c.buckets[catchUpBucketOf(young)].missed.Load(), catchUpOne)
+	}
+	n := 0
+	for !c.worth(young) {
+		c.record(young, true)
+		n++
+		if n > 100 {
+			t.Fatal("checks that all succeed never bring the replica back")
+		}
+	}
+	t.Logf("back after %d successful checks", n)
+	for range 1000 {
+		c.record(young, true)
+	}
+	if m := c.buckets[catchUpBucketOf(young)].missed.Load(); m != 0 {
+		t.Fatalf("missed share %d after 1000 successes, want 0", m)
+	}
+	for range 1000 {
+		c.record(young, false)
+	}
+	if m := c.buckets[catchUpBucketOf(young)].missed.Load(); m != catchUpOne {
+		t.Fatalf("missed share %d after 1000 failures, want %d", m, catchUpOne)
+	}
+}
+
+// TestWorthChecking: of the replicas a read must check, those whose checks
+// at its write's age mostly fail are dropped; when that leaves none, one
+// read in catchUpExplore keeps them all (Explain never does, nor counts).
+func TestWorthChecking(t *testing.T) {
+	var c Connector
+	a, b := &host{}, &host{}
+	age := 100 * time.Microsecond
+	a.catchUp.record(age, false)
+	cand := func() []*hostView { return []*hostView{{host: a}, {host: b}} }
+	if got := c.worthChecking(cand(), age, true); len(got) != 1 || got[0].host != b {
+		t.Fatalf("kept %d replicas, want the one whose checks succeed", len(got))
+	}
+	b.catchUp.record(age, false)
+	for range 100 {
+		if got := c.worthChecking(cand(), age, false); len(got) != 0 {
+			t.Fatal("Explain explored")
+		}
+	}
+	explored := 0
+	for range 8 * catchUpExplore {
+		if got := c.worthChecking(cand(), age, true); len(got) == 2 {
+			explored++
+		} else if len(got) != 0 {
+			t.Fatalf("kept %d replicas, want all or none", len(got))
+		}
+	}
+	if explored != 8 {
+		t.Fatalf("%d of %d reads explored, want 1 in %d", explored, 8*catchUpExplore, catchUpExplore)
+	}
+}

@@ -1,0 +1,52 @@
+package pgrouted_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/pgrouted/pgrouted"
+)
+
+// TestReadBackSkipsReplicasCatchingUp: with replication 20 ms behind on
+// every replica, a read-back right after its write finds no replica that
+// has it. Once a few checks said so, the read-backs go to the primary at
+// once (catching-up) instead of checking a replica that refuses them
+// (behind), but for one in 8 that still checks; each sees its row. A read
+// long after the write is served by a replica again.
+func TestReadBackSkipsReplicasCatchingUp(t *testing.T) {
+	ctx := testCtx(t)
+	restore(t)
+	mustExec(t, ctx, cluster.Primary(), "DROP TABLE IF EXISTS catchup; CREATE TABLE catchup (id int)")
+	replicated(t, ctx)
+	db, conn, rec := open(t)
+	replicasReady(t, conn)
+	for _, r := range cluster.Replicas() {
+		if err := r.ReplicationFault().Latency(20 * time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const n = 80
+	reasons := map[pgrouted.Reason]int{}
+	for i := range n {
+		ev := writeReadBack(t, ctx, db, rec, "catchup", i)
+		reasons[ev.Reason]++
+	}
+	t.Logf("%d read-backs: %v", n, reasons)
+	if reasons[pgrouted.ReasonCatchingUp] < n/2 {
+		t.Fatalf("%d of %d read-backs went to the primary without a check (%v); want most: every check of a write that young fails", reasons[pgrouted.ReasonCatchingUp], n, reasons)
+	}
+	if reasons[pgrouted.ReasonBehind] == 0 {
+		t.Fatalf("no read-back checked a replica (%v): one in 8 should, to notice when the replicas catch up faster", reasons)
+	}
+	if st := conn.Stats(); st.Fallbacks[pgrouted.ReasonCatchingUp] != uint64(reasons[pgrouted.ReasonCatchingUp]) {
+		t.Fatalf("Stats.Fallbacks[catching-up] = %d, the read-backs' events say %d", st.Fallbacks[pgrouted.ReasonCatchingUp], reasons[pgrouted.ReasonCatchingUp])
+	}
+	time.Sleep(300 * time.Millisecond)
+	var c int
+	if err := db.QueryRowContext(ctx, "SELECT count(*) FROM catchup").Scan(&c); err != nil {
+		t.Fatal(err)
+	}
+	if ev := lastRead(t, rec); ev.Primary || c != n {
+		t.Fatalf("a read 300 ms after the last write: %d rows, primary %v (reason %s); want %d rows from a replica", c, ev.Primary, ev.Reason, n)
+	}
+}
