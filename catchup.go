@@ -18,8 +18,11 @@ import (
 // primary what it would have cost anyway, one round trip later. A read
 // right after its write is the usual case (bench/RESULTS.md: the read-back
 // right after a write). One read in catchUpExplore of those still checks,
-// so that a replica that replays faster again is noticed; a replica whose
-// checks succeed is checked as before. Only reads that do not wait for the
+// and any read does once its replica's record at that age is older than
+// catchUpRecheck, so that a replica that replays faster again is noticed
+// within about catchUpRecheck times the checks it takes to clear its
+// record, whatever the traffic; a replica whose checks succeed is checked
+// as before. Only reads that do not wait for the
 // position (pgrouted_replica_wait) are concerned: a wait makes the check
 // succeed at the cost of time, which its user chose.
 
@@ -43,6 +46,9 @@ const (
 	// catchUpExplore: one read in catchUpExplore still checks a replica
 	// whose checks mostly fail, so that its record follows it.
 	catchUpExplore = 8
+	// catchUpRecheck: a record no check has refreshed for that long no
+	// longer stops a check.
+	catchUpRecheck = 250 * time.Millisecond
 )
 
 // catchUp is a replica's record of its position checks by write age.
@@ -52,6 +58,7 @@ type catchUp struct {
 
 type catchUpBucket struct {
 	missed atomic.Uint32 // share of failed checks, fixed point catchUpOne
+	at     atomic.Int64  // when the last check was recorded (ns since clockBase)
 }
 
 // catchUpBucketOf is the bucket of a write age.
@@ -62,22 +69,23 @@ func catchUpBucketOf(age time.Duration) int {
 	return min(bits.Len64(uint64(age/catchUpFirst)), catchUpBuckets-1)
 }
 
-// worth reports whether a read whose last write is age old should check
-// the replica's position: the replica's checks at that age mostly found
-// the write (or there is no record yet).
-func (c *catchUp) worth(age time.Duration) bool {
-	return c.buckets[catchUpBucketOf(age)].missed.Load() <= catchUpMaxMissed
+// worth reports whether a read at now whose last write is age old should
+// check the replica's position: the replica's checks at that age mostly
+// found the write, or there is no recent record.
+func (c *catchUp) worth(age time.Duration, now time.Time) bool {
+	b := &c.buckets[catchUpBucketOf(age)]
+	return b.missed.Load() <= catchUpMaxMissed || time.Duration(int64(now.Sub(clockBase))-b.at.Load()) > catchUpRecheck
 }
 
 // worthChecking keeps, in place, the replicas of cand (all of which must
-// check the position of a read whose last write is age old) whose checks
-// at that age mostly succeed. When none does, one such read in
+// check the position of a read at now whose last write is age old) whose
+// checks at that age mostly succeed, or were not recorded lately. When none does, one such read in
 // catchUpExplore (counted only with advance: Explain changes nothing)
 // keeps them all, so that their records follow them.
-func (c *Connector) worthChecking(cand []*hostView, age time.Duration, advance bool) []*hostView {
+func (c *Connector) worthChecking(cand []*hostView, age time.Duration, now time.Time, advance bool) []*hostView {
 	kept := cand[:0]
 	for _, h := range cand {
-		if h.catchUp.worth(age) {
+		if h.catchUp.worth(age, now) {
 			kept = append(kept, h)
 		}
 	}
@@ -87,10 +95,11 @@ func (c *Connector) worthChecking(cand []*hostView, age time.Duration, advance b
 	return kept
 }
 
-// record adds the outcome of a check sent when the caller's last write
-// was age old: found when the replica had replayed it.
-func (c *catchUp) record(age time.Duration, found bool) {
+// record adds the outcome of a check sent at sent when the caller's last
+// write was age old: found when the replica had replayed it.
+func (c *catchUp) record(age time.Duration, sent time.Time, found bool) {
 	b := &c.buckets[catchUpBucketOf(age)]
+	b.at.Store(int64(sent.Sub(clockBase)))
 	target := uint32(0)
 	if !found {
 		target = catchUpOne
@@ -119,8 +128,8 @@ func (h *host) recordCheck(wrote time.Time, wait time.Duration, sent time.Time, 
 	}
 	switch {
 	case err == nil:
-		h.catchUp.record(sent.Sub(wrote), true)
+		h.catchUp.record(sent.Sub(wrote), sent, true)
 	case errors.Is(err, errNotCaughtUp):
-		h.catchUp.record(sent.Sub(wrote), false)
+		h.catchUp.record(sent.Sub(wrote), sent, false)
 	}
 }

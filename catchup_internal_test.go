@@ -23,45 +23,51 @@ func TestCatchUpBuckets(t *testing.T) {
 
 // TestCatchUpRecord: a replica with no record is checked; once its checks
 // at an age mostly fail, reads of that age are not; other ages keep their
-// own record; checks that find the write again bring it back.
+// own record; checks that find the write again bring it back, and so does
+// time: a record no check refreshed for catchUpRecheck stops nothing.
 func TestCatchUpRecord(t *testing.T) {
 	var c catchUp
+	now := monoNow()
 	young, old := 100*time.Microsecond, 50*time.Millisecond
-	if !c.worth(young) || !c.worth(old) {
+	if !c.worth(young, now) || !c.worth(old, now) {
 		t.Fatal("a replica without a record is not checked")
 	}
-	c.record(young, false)
-	if c.worth(young) {
+	c.record(young, now, false)
+	if c.worth(young, now) {
 		t.Fatalf("after a failed check at %v, still checked (missed share %d of %d)", young, c.buckets[catchUpBucketOf(young)].missed.Load(), catchUpOne)
 	}
-	if !c.worth(old) {
+	if !c.worth(old, now) {
 		t.Fatal("a failed check of a young write stopped the checks of old ones")
 	}
 	// A replica at the border: 62% of its checks succeed, as on the
 	// benchmark's loopback cluster right after a write: not worth it.
 	for i := range 400 {
-		c.record(young, i%8 < 5)
+		c.record(young, now, i%8 < 5)
 	}
-	if c.worth(young) {
+	if c.worth(young, now) {
 		t.Fatalf("checks that fail 3 times in 8 are still sent (missed share %d of %d)", c.buckets[catchUpBucketOf(young)].missed.Load(), catchUpOne)
 	}
 	n := 0
-	for !c.worth(young) {
-		c.record(young, true)
+	for !c.worth(young, now) {
+		c.record(young, now, true)
 		n++
 		if n > 100 {
 			t.Fatal("checks that all succeed never bring the replica back")
 		}
 	}
 	t.Logf("back after %d successful checks", n)
+	c.record(young, now, false)
+	if c.worth(young, now) || !c.worth(young, now.Add(catchUpRecheck+time.Millisecond)) {
+		t.Fatalf("a record is not obeyed while recent, or still obeyed %v after its last check", catchUpRecheck)
+	}
 	for range 1000 {
-		c.record(young, true)
+		c.record(young, now, true)
 	}
 	if m := c.buckets[catchUpBucketOf(young)].missed.Load(); m != 0 {
 		t.Fatalf("missed share %d after 1000 successes, want 0", m)
 	}
 	for range 1000 {
-		c.record(young, false)
+		c.record(young, now, false)
 	}
 	if m := c.buckets[catchUpBucketOf(young)].missed.Load(); m != catchUpOne {
 		t.Fatalf("missed share %d after 1000 failures, want %d", m, catchUpOne)
@@ -75,20 +81,21 @@ func TestWorthChecking(t *testing.T) {
 	var c Connector
 	a, b := &host{}, &host{}
 	age := 100 * time.Microsecond
-	a.catchUp.record(age, false)
+	now := monoNow()
+	a.catchUp.record(age, now, false)
 	cand := func() []*hostView { return []*hostView{{host: a}, {host: b}} }
-	if got := c.worthChecking(cand(), age, true); len(got) != 1 || got[0].host != b {
+	if got := c.worthChecking(cand(), age, now, true); len(got) != 1 || got[0].host != b {
 		t.Fatalf("kept %d replicas, want the one whose checks succeed", len(got))
 	}
-	b.catchUp.record(age, false)
+	b.catchUp.record(age, now, false)
 	for range 100 {
-		if got := c.worthChecking(cand(), age, false); len(got) != 0 {
+		if got := c.worthChecking(cand(), age, now, false); len(got) != 0 {
 			t.Fatal("Explain explored")
 		}
 	}
 	explored := 0
 	for range 8 * catchUpExplore {
-		if got := c.worthChecking(cand(), age, true); len(got) == 2 {
+		if got := c.worthChecking(cand(), age, now, true); len(got) == 2 {
 			explored++
 		} else if len(got) != 0 {
 			t.Fatalf("kept %d replicas, want all or none", len(got))

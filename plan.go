@@ -398,7 +398,7 @@ func (c *Connector) pickReplica(v *view, rc *readCtx, advance bool, skip *host) 
 		cand, checking = buf[maybeAt:], true
 		slices.Reverse(cand)
 		if recent {
-			cand = c.worthChecking(cand, age, advance)
+			cand = c.worthChecking(cand, age, rc.now, advance)
 			catchingUp = len(cand) == 0
 		}
 	}
