@@ -98,6 +98,9 @@
 //     consistency, the primary's position read after the read began,
 //     shared among concurrent reads) and which eligible replica serves it (pick.go: one
 //     picker per pgrouted_select policy, and Config.Select).
+//     catchup.go: per replica, how often its checks found a write of a
+//     given age; a read right after its write skips replicas that seldom
+//     have it yet.
 //   - replica.go: the replica path. Borrow a connection, check the replay
 //     position on it when the plan says so, run, and on a connection
 //     failure try another replica; it returns an outcome (ran, or fall
@@ -230,7 +233,9 @@
 // known to be at or past the watermark: from its last probe, or else from a
 // check of its replay position sent in one pipeline with the read, on the
 // connection that serves it (a replica found behind skips the read, which
-// then runs on the primary).
+// then runs on the primary). A read so soon after its write that its
+// replicas' checks at that age mostly fail goes to the primary without a
+// check (catchup.go; reason catching-up).
 //
 // A watermark is (system identifier, timeline, LSN). After a failover, one
 // of an older timeline is compared with the switch point in the new
