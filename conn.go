@@ -71,6 +71,10 @@ type call struct {
 	retried bool          // it ran again elsewhere after a replica failed or refused it
 	waited  time.Duration // how long it waited on replicas for their replay (replicawait.go)
 	sent    time.Time     // (monoNow) before it was sent to the primary, and the position read after it
+	// unanswered: it failed before the server answered it (no row, no
+	// command tag), as far as the path that ran it can tell (see
+	// endedUnanswered).
+	unanswered bool
 
 	// px is set for a call of the pgx-native API (pool.go): pgx runs it,
 	// and its results are pgx's (pgxcall.go).

@@ -69,9 +69,11 @@ func (px *pgxCall) on(ctx context.Context, cl *call, pc *pgx.Conn, args []driver
 	switch px.kind {
 	case pxExec:
 		px.tag, err = pc.Exec(ctx, cl.query, a...)
+		cl.unanswered = err != nil && px.tag.String() == ""
 	case pxQuery:
 		var rows pgx.Rows
 		if rows, err = pc.Query(ctx, cl.query, a...); err != nil {
+			cl.unanswered = true
 			break
 		}
 		// Read the first row now, as stdlib does: a statement that fails
@@ -80,6 +82,7 @@ func (px *pgxCall) on(ctx context.Context, cl *call, pc *pgx.Conn, args []driver
 		more := rows.Next()
 		if rerr := rows.Err(); rerr != nil {
 			rows.Close()
+			cl.unanswered = rows.CommandTag().String() == ""
 			return rerr
 		}
 		px.rows = &poolRows{Rows: rows, first: true, more: more}
