@@ -552,8 +552,12 @@ func portNames(t *testing.T) map[int]string {
 // in time, and succeeds on the primary when it comes back in time. The
 // waiting write is issued once the connector sees no primary, and the
 // primary starts again only once that write is seen inside the driver,
-// still running.
+// still running. Through the driver and through the Pool.
 func TestWritesWaitForAPrimary(t *testing.T) {
+	forEachClient(t, testWritesWaitForAPrimary)
+}
+
+func testWritesWaitForAPrimary(t *testing.T, open opener) {
 	ctx := testCtx(t)
 	restore(t)
 	mustExec(t, ctx, cluster.Primary(), "CREATE TABLE IF NOT EXISTS waitw (id int)")
@@ -563,7 +567,7 @@ func TestWritesWaitForAPrimary(t *testing.T) {
 	if err := p.Stop(ctx); err != nil {
 		t.Fatal(err)
 	}
-	_, err := quick.ExecContext(ctx, "INSERT INTO waitw VALUES (1)")
+	err := quick.ExecContext(ctx, "INSERT INTO waitw VALUES (1)")
 	var re *pgrouted.RouteError
 	if !errors.Is(err, pgrouted.ErrNoPrimary) || !errors.As(err, &re) || re.Reason != pgrouted.ReasonNoPrimary {
 		t.Fatalf("write with the primary down and a 500ms write timeout: %v, want ErrNoPrimary", err)
@@ -576,7 +580,7 @@ func TestWritesWaitForAPrimary(t *testing.T) {
 			t.Fatalf("30s after the primary stopped, the connector still names a primary: %+v", conn.Topology())
 		}
 	}
-	if n := db.Stats().InUse; n != 0 {
+	if n := db.InUse(); n != 0 {
 		t.Fatalf("%d connections in use before the write", n)
 	}
 	type result struct {
@@ -589,9 +593,9 @@ func TestWritesWaitForAPrimary(t *testing.T) {
 		r.err = db.QueryRowContext(ctx, "INSERT INTO waitw VALUES (2) RETURNING inet_server_port()").Scan(&r.port)
 		done <- r
 	}()
-	// The write is in the driver (it holds the *sql.DB's only connection)
+	// The write is in the driver (it holds the client's only connection)
 	// and has not returned: it waits, with no primary.
-	for deadline := time.Now().Add(10 * time.Second); db.Stats().InUse == 0; time.Sleep(time.Millisecond) {
+	for deadline := time.Now().Add(10 * time.Second); db.InUse() == 0; time.Sleep(time.Millisecond) {
 		select {
 		case r := <-done:
 			t.Fatalf("with no primary, the write returned at once (port %d, %v): it did not wait", r.port, r.err)

@@ -25,6 +25,9 @@ type client interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) scanner
 	ExecContext(ctx context.Context, query string, args ...any) error
 	SetMaxIdleConns(n int)
+	// InUse is the number of the client's connections in use (a
+	// statement running, rows open).
+	InUse() int
 }
 
 // scanner is a row: *sql.Row's and pgx.Row's Scan.
@@ -35,6 +38,8 @@ type sqlClient struct{ *sql.DB }
 func (c sqlClient) QueryRowContext(ctx context.Context, query string, args ...any) scanner {
 	return c.DB.QueryRowContext(ctx, query, args...)
 }
+
+func (c sqlClient) InUse() int { return c.DB.Stats().InUse }
 
 func (c sqlClient) ExecContext(ctx context.Context, query string, args ...any) error {
 	_, err := c.DB.ExecContext(ctx, query, args...)
@@ -51,6 +56,8 @@ func (c poolClient) ExecContext(ctx context.Context, query string, args ...any) 
 	_, err := c.Pool.Exec(ctx, query, args...)
 	return err
 }
+
+func (c poolClient) InUse() int { return pgrouted.PoolInUse(c.Pool) }
 
 // SetMaxIdleConns does nothing: the Pool keeps a host pool's size idle.
 func (c poolClient) SetMaxIdleConns(int) {}
