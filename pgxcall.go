@@ -55,6 +55,21 @@ type pgxCall struct {
 
 	txOpts pgx.TxOptions
 	inner  *pgxTxInner // the transaction begun
+
+	// refused is a replica's refusal (SQLSTATE 25006) of the batch's
+	// first statement, read from its results once the batch ran there
+	// (poolBatch): the replica path takes it as the answer of the replica
+	// it planned, without sending the batch again (refusal).
+	refused error
+}
+
+// refusal returns the replica's refusal of the call's batch, if any (see
+// refused).
+func (px *pgxCall) refusal() error {
+	if px == nil {
+		return nil
+	}
+	return px.refused
 }
 
 // on runs cl through pgx on pc. args are cl.args as the driver's path
