@@ -72,6 +72,10 @@ type call struct {
 	waited  time.Duration // how long it waited on replicas for their replay (replicawait.go)
 	wrote   time.Time     // the caller's last write, when a replica's check of it is worth recording (catchup.go)
 	sent    time.Time     // (monoNow) before it was sent to the primary, and the position read after it
+	// unanswered: it failed before the server answered it (no row, no
+	// command tag), as far as the path that ran it can tell (see
+	// endedUnanswered).
+	unanswered bool
 
 	// px is set for a call of the pgx-native API (pool.go): pgx runs it,
 	// and its results are pgx's (pgxcall.go).

@@ -464,6 +464,70 @@ func testFailoverUnderLoad(t *testing.T, open opener) {
 	}
 }
 
+// TestWriteOnATerminatedSession: the server ends an idle primary session
+// (pg_terminate_backend, as a fast shutdown does to every session: FATAL
+// 57P01) just before a write is sent on it. The write got no answer, so it
+// committed nothing: it runs again on a new session, once, and succeeds
+// (the rows say once). An Exec and an INSERT … RETURNING, through the
+// driver and through the Pool.
+func TestWriteOnATerminatedSession(t *testing.T) {
+	forEachClient(t, testWriteOnATerminatedSession)
+}
+
+func testWriteOnATerminatedSession(t *testing.T, open opener) {
+	ctx := testCtx(t)
+	mustExec(t, ctx, cluster.Primary(), "DROP TABLE IF EXISTS termw; CREATE TABLE termw (id int)")
+	app := "termw_" + strings.ReplaceAll(t.Name(), "/", "_")
+	db, _, rec := open(t, "application_name="+app)
+	p := cluster.Primary()
+	// terminate ends the client's sessions on the primary and waits until
+	// they are gone; the client's next statement finds its session ended.
+	terminate := func() {
+		t.Helper()
+		mustExec(t, ctx, p, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = '"+app+"'")
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+			var left int
+			if err := p.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1", []any{app}, &left); err != nil {
+				t.Fatal(err)
+			}
+			if left == 0 {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%d sessions left 10s after pg_terminate_backend", left)
+			}
+		}
+	}
+	var port int
+	for id, returning := range []bool{false, true, false, true} {
+		// A write opens the primary session the next one reuses, at
+		// once: within a second, no ping checks it first (stdlib).
+		if err := db.ExecContext(ctx, "INSERT INTO termw VALUES ($1)", -1); err != nil {
+			t.Fatal(err)
+		}
+		terminate()
+		var err error
+		if returning {
+			err = db.QueryRowContext(ctx, "INSERT INTO termw VALUES ($1) RETURNING inet_server_port()", id).Scan(&port)
+		} else {
+			err = db.ExecContext(ctx, "INSERT INTO termw VALUES ($1)", id)
+		}
+		if err != nil {
+			t.Fatalf("write %d (returning %v) on a session the server had ended: %v", id, returning, err)
+		}
+		if e := rec.snapshot(); !e[len(e)-1].Primary || e[len(e)-1].Err != nil {
+			t.Fatalf("write %d: %+v", id, e[len(e)-1])
+		}
+		var n int
+		if err := p.QueryRow(ctx, "SELECT count(*) FROM termw WHERE id = $1", []any{id}, &n); err != nil {
+			t.Fatal(err)
+		}
+		if n != 1 {
+			t.Fatalf("write %d (returning %v): %d rows, want 1", id, returning, n)
+		}
+	}
+}
+
 // portNames maps each node's direct port (inet_server_port()) to its name,
 // for goroutines, which must not call nodeByPort (it may t.Fatal).
 func portNames(t *testing.T) map[int]string {
@@ -488,8 +552,12 @@ func portNames(t *testing.T) map[int]string {
 // in time, and succeeds on the primary when it comes back in time. The
 // waiting write is issued once the connector sees no primary, and the
 // primary starts again only once that write is seen inside the driver,
-// still running.
+// still running. Through the driver and through the Pool.
 func TestWritesWaitForAPrimary(t *testing.T) {
+	forEachClient(t, testWritesWaitForAPrimary)
+}
+
+func testWritesWaitForAPrimary(t *testing.T, open opener) {
 	ctx := testCtx(t)
 	restore(t)
 	mustExec(t, ctx, cluster.Primary(), "CREATE TABLE IF NOT EXISTS waitw (id int)")
@@ -499,7 +567,7 @@ func TestWritesWaitForAPrimary(t *testing.T) {
 	if err := p.Stop(ctx); err != nil {
 		t.Fatal(err)
 	}
-	_, err := quick.ExecContext(ctx, "INSERT INTO waitw VALUES (1)")
+	err := quick.ExecContext(ctx, "INSERT INTO waitw VALUES (1)")
 	var re *pgrouted.RouteError
 	if !errors.Is(err, pgrouted.ErrNoPrimary) || !errors.As(err, &re) || re.Reason != pgrouted.ReasonNoPrimary {
 		t.Fatalf("write with the primary down and a 500ms write timeout: %v, want ErrNoPrimary", err)
@@ -512,7 +580,7 @@ func TestWritesWaitForAPrimary(t *testing.T) {
 			t.Fatalf("30s after the primary stopped, the connector still names a primary: %+v", conn.Topology())
 		}
 	}
-	if n := db.Stats().InUse; n != 0 {
+	if n := db.InUse(); n != 0 {
 		t.Fatalf("%d connections in use before the write", n)
 	}
 	type result struct {
@@ -525,9 +593,9 @@ func TestWritesWaitForAPrimary(t *testing.T) {
 		r.err = db.QueryRowContext(ctx, "INSERT INTO waitw VALUES (2) RETURNING inet_server_port()").Scan(&r.port)
 		done <- r
 	}()
-	// The write is in the driver (it holds the *sql.DB's only connection)
+	// The write is in the driver (it holds the client's only connection)
 	// and has not returned: it waits, with no primary.
-	for deadline := time.Now().Add(10 * time.Second); db.Stats().InUse == 0; time.Sleep(time.Millisecond) {
+	for deadline := time.Now().Add(10 * time.Second); db.InUse() == 0; time.Sleep(time.Millisecond) {
 		select {
 		case r := <-done:
 			t.Fatalf("with no primary, the write returned at once (port %d, %v): it did not wait", r.port, r.err)

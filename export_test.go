@@ -32,3 +32,7 @@ func PrimaryCacheCapacities(dc any) (stmt, desc int, ok bool) {
 	cc := cn.primary.Conn().Config()
 	return cc.StatementCacheCapacity, cc.DescriptionCacheCapacity, true
 }
+
+// PoolInUse returns the number of p's connections in use: a call running,
+// rows or batch results open, a transaction, an acquired connection.
+func PoolInUse(p *Pool) int { return p.db.Stats().InUse }

@@ -404,13 +404,18 @@ func frozenPrimary(t *testing.T, interval time.Duration, fault func(context.Cont
 // the reads running on it until its probes fail and its circuit opens;
 // then they are released and run elsewhere (nothing had been returned),
 // and no read fails. connect_timeout is far longer than the waits, so
-// that a read released by its dial timing out would not pass.
+// that a read released by its dial timing out would not pass. Through the
+// driver and through the Pool.
 func TestFrozenReplicaReleasesReads(t *testing.T) {
+	forEachClient(t, testFrozenReplicaReleasesReads)
+}
+
+func testFrozenReplicaReleasesReads(t *testing.T, open opener) {
 	ctx := testCtx(t)
 	restore(t)
 	db, conn, rec := open(t, fmt.Sprintf("connect_timeout=%d", int(frozenConnectTimeout/time.Second)), "pgrouted_latency_window=off")
 	replicasReady(t, conn)
-	waitReads(t, db, rec, 10*time.Second, "reads on node2", func(on map[string]int) bool { return on["node2"] > 0 })
+	waitClientReads(t, db, rec, 10*time.Second, "reads on node2", func(on map[string]int) bool { return on["node2"] > 0 })
 	n := cluster.Node(2)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup

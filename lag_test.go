@@ -376,14 +376,21 @@ func TestIdlePrimaryKeepsReplicasEligible(t *testing.T) {
 	}
 }
 
+// TestFailedProbeMakesReplicaIneligible: a replica whose network is cut
+// (blackholed) stops serving reads once its probes fail, and stays out.
+// Through the driver and through the Pool.
 func TestFailedProbeMakesReplicaIneligible(t *testing.T) {
+	forEachClient(t, testFailedProbeMakesReplicaIneligible)
+}
+
+func testFailedProbeMakesReplicaIneligible(t *testing.T, open opener) {
 	restore(t)
 	db, conn, rec := open(t, "pgrouted_max_lag=5s")
-	waitReads(t, db, rec, 10*time.Second, "reads on node2", func(on map[string]int) bool { return on["node2"] > 0 })
+	waitClientReads(t, db, rec, 10*time.Second, "reads on node2", func(on map[string]int) bool { return on["node2"] > 0 })
 	if err := cluster.Node(2).Fault().Blackhole(); err != nil {
 		t.Fatal(err)
 	}
-	waitReads(t, db, rec, 10*time.Second, "node2 excluded", func(on map[string]int) bool { return on["node2"] == 0 && on["node1"] > 0 })
+	waitClientReads(t, db, rec, 10*time.Second, "node2 excluded", func(on map[string]int) bool { return on["node2"] == 0 && on["node1"] > 0 })
 	// And it stays out while its probes fail: once they did, its circuit
 	// is open.
 	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(10 * time.Millisecond) {
@@ -394,7 +401,7 @@ func TestFailedProbeMakesReplicaIneligible(t *testing.T) {
 			t.Fatalf("15s after the blackhole, node2 is not seen failing: %+v", conn.Topology().Hosts[2])
 		}
 	}
-	if on := readsOn(t, db, rec, 40); on["node2"] != 0 {
+	if on := clientReadsOn(t, db, rec, 40); on["node2"] != 0 {
 		t.Fatalf("cut-off replica served %d reads", on["node2"])
 	}
 }

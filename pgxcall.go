@@ -55,6 +55,21 @@ type pgxCall struct {
 
 	txOpts pgx.TxOptions
 	inner  *pgxTxInner // the transaction begun
+
+	// refused is a replica's refusal (SQLSTATE 25006) of the batch's
+	// first statement, read from its results once the batch ran there
+	// (poolBatch): the replica path takes it as the answer of the replica
+	// it planned, without sending the batch again (refusal).
+	refused error
+}
+
+// refusal returns the replica's refusal of the call's batch, if any (see
+// refused).
+func (px *pgxCall) refusal() error {
+	if px == nil {
+		return nil
+	}
+	return px.refused
 }
 
 // on runs cl through pgx on pc. args are cl.args as the driver's path
@@ -69,9 +84,11 @@ func (px *pgxCall) on(ctx context.Context, cl *call, pc *pgx.Conn, args []driver
 	switch px.kind {
 	case pxExec:
 		px.tag, err = pc.Exec(ctx, cl.query, a...)
+		cl.unanswered = err != nil && px.tag.String() == ""
 	case pxQuery:
 		var rows pgx.Rows
 		if rows, err = pc.Query(ctx, cl.query, a...); err != nil {
+			cl.unanswered = true
 			break
 		}
 		// Read the first row now, as stdlib does: a statement that fails
@@ -80,6 +97,7 @@ func (px *pgxCall) on(ctx context.Context, cl *call, pc *pgx.Conn, args []driver
 		more := rows.Next()
 		if rerr := rows.Err(); rerr != nil {
 			rows.Close()
+			cl.unanswered = rows.CommandTag().String() == ""
 			return rerr
 		}
 		px.rows = &poolRows{Rows: rows, first: true, more: more}

@@ -218,10 +218,14 @@ func (p *Pool) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 // the primary when one of its statements must run there (and the
 // read-your-writes watermark rises once its results are closed), on a
 // replica when they are all reads the driver would send to one. Like
-// pgx's, its errors come from its results; a batch is not run again
-// elsewhere.
+// pgx's, its errors come from its results. When a replica refuses one of
+// its statements with SQLSTATE 25006 (it wrote, through something its
+// text and the catalog did not show), that statement and the ones after
+// it run again on the primary, as the driver reruns a statement, and
+// their results come from there (see [ReasonRetry25006]); the results
+// read before it came from the replica.
 func (p *Pool) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
-	return sendBatchOn(ctx, p.c, p.run, b)
+	return sendBatchOn(ctx, p.c, p.run, b, true)
 }
 
 // CopyFrom copies rowSrc into tableName on the primary, as
@@ -352,14 +356,38 @@ func queryRowOn(ctx context.Context, run runFunc, sql string, args []any) pgx.Ro
 	return &poolRow{rows: rows, err: err}
 }
 
-func sendBatchOn(ctx context.Context, c *Connector, run runFunc, b *pgx.Batch) pgx.BatchResults {
+// sendBatchOn sends b by run. In autocommit, a batch that ran on a
+// replica may run again from a statement the replica refused (see
+// poolBatch.refusedAt): the statements from that one on are sent by run
+// as a new batch, whose call carries the refusal to the replica path
+// (pgxCall.refused), which handles it as the driver's refused statements.
+func sendBatchOn(ctx context.Context, c *Connector, run runFunc, b *pgx.Batch, autocommit bool) pgx.BatchResults {
 	if pgx.FailedBatchResults(b, errBatchTx).Tx() != nil {
 		// Batch.BeginTx: the transaction would outlive the call.
 		return pgx.FailedBatchResults(b, errBatchTx)
 	}
+	return sendBatch(ctx, c, run, b, autocommit, nil)
+}
+
+// sendBatch runs the call of batch b; refused is the replica's refusal
+// that makes it run again.
+func sendBatch(ctx context.Context, c *Connector, run runFunc, b *pgx.Batch, autocommit bool, refused error) pgx.BatchResults {
 	cl := batchCall(c, ctx, b)
+	cl.px.refused = refused
 	if err := run(ctx, cl); err != nil {
 		return pgx.FailedBatchResults(b, err)
+	}
+	if autocommit && refused == nil && !cl.primary {
+		cl.px.br.batch = b
+		cl.px.br.rerun = func(rest []*pgx.QueuedQuery, err error) pgx.BatchResults {
+			// New queued queries: pgx keeps in each the description it
+			// was sent with, on the replica's connection.
+			nb := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, len(rest))}
+			for i, q := range rest {
+				nb.QueuedQueries[i] = &pgx.QueuedQuery{SQL: q.SQL, Arguments: q.Arguments, Fn: q.Fn}
+			}
+			return sendBatch(ctx, c, run, nb, autocommit, err)
+		}
 	}
 	return cl.px.br
 }

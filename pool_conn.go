@@ -89,7 +89,7 @@ func (c *PoolConn) QueryRow(ctx context.Context, sql string, args ...any) pgx.Ro
 
 // SendBatch sends b on the connection's session, as pgx.Conn.SendBatch does.
 func (c *PoolConn) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
-	return sendBatchOn(ctx, c.p.c, c.run, b)
+	return sendBatchOn(ctx, c.p.c, c.run, b, true)
 }
 
 // CopyFrom copies rowSrc into tableName on the connection's session, as

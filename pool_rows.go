@@ -95,11 +95,80 @@ func (r *poolRow) Scan(dest ...any) error {
 }
 
 // poolBatch are pgx's results of a batch; Close runs after.
+//
+// With rerun (an autocommit batch that ran on a replica, see sendBatch),
+// the results are read through poolBatch's own methods, the callbacks of
+// the batch's queued queries included (Close runs them as pgx's does, with
+// poolBatch as their BatchResults): when a result is the replica's refusal
+// (SQLSTATE 25006), the replica's results end there, and the statements
+// from the refused one on run again as a new batch (rerun), whose results
+// the rest of the reads take.
 type poolBatch struct {
 	pgx.BatchResults
 	closed bool
 	err    error
 	after  []func()
+
+	batch *pgx.Batch
+	next  int // the index in batch of the next result read
+	rerun func(rest []*pgx.QueuedQuery, refusal error) pgx.BatchResults
+}
+
+// Exec implements pgx.BatchResults.
+func (b *poolBatch) Exec() (pgconn.CommandTag, error) {
+	tag, err := b.BatchResults.Exec()
+	if b.refusedAt(err) {
+		tag, err = b.BatchResults.Exec()
+	}
+	b.next++
+	return tag, err
+}
+
+// Query implements pgx.BatchResults. On a replica, the first row is read
+// at once (as Pool.Query does): a refusal comes before it.
+func (b *poolBatch) Query() (pgx.Rows, error) {
+	rows, err := b.BatchResults.Query()
+	if err == nil && b.rerun != nil {
+		more := rows.Next()
+		if rerr := rows.Err(); rerr != nil {
+			rows.Close()
+			err = rerr
+		} else {
+			rows = &poolRows{Rows: rows, first: true, more: more}
+		}
+	}
+	if b.refusedAt(err) {
+		rows, err = b.BatchResults.Query()
+	}
+	b.next++
+	if err != nil {
+		return errRows{err}, err
+	}
+	return rows, nil
+}
+
+// QueryRow implements pgx.BatchResults.
+func (b *poolBatch) QueryRow() pgx.Row {
+	rows, err := b.Query()
+	return &poolRow{rows: rows, err: err}
+}
+
+// refusedAt reports whether err, the result of the batch's statement
+// b.next, is a replica's refusal that made the statements from that one
+// on run again: b's results are then theirs.
+func (b *poolBatch) refusedAt(err error) bool {
+	if b.rerun == nil || !readOnly25006(err) || b.next >= len(b.batch.QueuedQueries) {
+		return false
+	}
+	rerun := b.rerun
+	b.rerun = nil
+	b.BatchResults.Close() // the replica's batch ended with the refusal
+	for _, f := range b.after {
+		f()
+	}
+	b.after = nil
+	b.BatchResults = rerun(b.batch.QueuedQueries[b.next:], err)
+	return true
 }
 
 // Close implements pgx.BatchResults.
@@ -108,7 +177,30 @@ func (b *poolBatch) Close() error {
 		return b.err
 	}
 	b.closed = true
-	b.err = b.BatchResults.Close()
+	if b.batch != nil {
+		// Read the remaining results through b, running their callbacks
+		// as pgx's Close does, until one fails; then discard the rest
+		// (pgx's Close would run their callbacks).
+		q := b.batch.QueuedQueries
+		for b.err == nil && b.next < len(q) {
+			i := b.next
+			if fn := q[i].Fn; fn != nil {
+				b.err = fn(b)
+			} else {
+				_, b.err = b.Exec()
+			}
+			if b.next == i && b.err == nil {
+				_, b.err = b.Exec() // a callback that read nothing
+			}
+		}
+		for ; b.next < len(q); b.next++ {
+			b.BatchResults.Exec()
+		}
+	}
+	err := b.BatchResults.Close()
+	if b.err == nil {
+		b.err = err
+	}
 	for _, f := range b.after {
 		f()
 	}

@@ -25,6 +25,9 @@ type client interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) scanner
 	ExecContext(ctx context.Context, query string, args ...any) error
 	SetMaxIdleConns(n int)
+	// InUse is the number of the client's connections in use (a
+	// statement running, rows open).
+	InUse() int
 }
 
 // scanner is a row: *sql.Row's and pgx.Row's Scan.
@@ -35,6 +38,8 @@ type sqlClient struct{ *sql.DB }
 func (c sqlClient) QueryRowContext(ctx context.Context, query string, args ...any) scanner {
 	return c.DB.QueryRowContext(ctx, query, args...)
 }
+
+func (c sqlClient) InUse() int { return c.DB.Stats().InUse }
 
 func (c sqlClient) ExecContext(ctx context.Context, query string, args ...any) error {
 	_, err := c.DB.ExecContext(ctx, query, args...)
@@ -51,6 +56,8 @@ func (c poolClient) ExecContext(ctx context.Context, query string, args ...any) 
 	_, err := c.Pool.Exec(ctx, query, args...)
 	return err
 }
+
+func (c poolClient) InUse() int { return pgrouted.PoolInUse(c.Pool) }
 
 // SetMaxIdleConns does nothing: the Pool keeps a host pool's size idle.
 func (c poolClient) SetMaxIdleConns(int) {}
@@ -521,6 +528,63 @@ func TestPoolRefusedReadRunsOnPrimary(t *testing.T) {
 	var n int
 	if err := p.QueryRow(ctx, "SELECT count(*) FROM app.items WHERE v = $1", v).Scan(&n); err != nil || n != 1 {
 		t.Fatalf("read back at once: %d rows, %v; want 1", n, err)
+	}
+}
+
+// TestPoolRefusedBatchRunsOnPrimary: a batch of reads goes to a replica,
+// which refuses one of them (a writing function listed as a read): that
+// statement and the ones after it run again on the primary, as the driver
+// reruns a refused statement, and the batch's results are whole: the
+// statement before it from the replica, it and the one after it (which
+// sees its write) from the primary. Read through the queued queries'
+// callbacks (Close) and through the results' methods.
+func TestPoolRefusedBatchRunsOnPrimary(t *testing.T) {
+	ctx := testCtx(t)
+	setupFunctions(t, ctx)
+	p, rec := openPool(t, nil, "pgrouted_read_functions=app.add_item")
+	for _, callbacks := range []bool{true, false} {
+		v := fmt.Sprintf("pool-batch-refused-%d", time.Now().UnixNano())
+		marker := fmt.Sprintf("/* refused batch %v */", callbacks)
+		b := &pgx.Batch{}
+		var before, after bool
+		var id int64
+		var n int
+		q0 := b.Queue("SELECT pg_is_in_recovery() " + marker)
+		q1 := b.Queue("SELECT app.add_item($1) "+marker, v)
+		q2 := b.Queue("SELECT count(*), pg_is_in_recovery() FROM app.items WHERE v = $1", v)
+		var err error
+		if callbacks {
+			q0.QueryRow(func(r pgx.Row) error { return r.Scan(&before) })
+			q1.QueryRow(func(r pgx.Row) error { return r.Scan(&id) })
+			q2.QueryRow(func(r pgx.Row) error { return r.Scan(&n, &after) })
+			err = p.SendBatch(ctx, b).Close()
+		} else {
+			br := p.SendBatch(ctx, b)
+			if err = br.QueryRow().Scan(&before); err == nil {
+				if err = br.QueryRow().Scan(&id); err == nil {
+					err = br.QueryRow().Scan(&n, &after)
+				}
+			}
+			if cerr := br.Close(); err == nil {
+				err = cerr
+			}
+		}
+		if err != nil {
+			t.Fatalf("callbacks %v: %v", callbacks, err)
+		}
+		if !before || after || n != 1 || id == 0 {
+			t.Fatalf("callbacks %v: first statement in recovery %v; the refused one's id %d; the last one saw %d rows, in recovery %v; want the replica, then the primary, one row", callbacks, before, id, n, after)
+		}
+		e := eventWith(t, rec, "app.add_item($1) "+marker)
+		if !e.Primary || !e.Retried || e.Reason != pgrouted.ReasonRetry25006 {
+			t.Fatalf("callbacks %v: %+v (retried %v), want the replica's refusal, then the primary", callbacks, e.Decision, e.Retried)
+		}
+		if err := p.QueryRow(ctx, "SELECT count(*) FROM app.items WHERE v = $1", v).Scan(&n); err != nil || n != 1 {
+			t.Fatalf("callbacks %v: read back at once: %d rows, %v; want 1", callbacks, n, err)
+		}
+	}
+	if n := pgrouted.PoolInUse(p); n != 0 {
+		t.Fatalf("%d connections in use after the batches", n)
 	}
 }
 

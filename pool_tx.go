@@ -96,7 +96,7 @@ func (pt *poolTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 
 // SendBatch implements pgx.Tx.
 func (pt *poolTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
-	return sendBatchOn(ctx, pt.t.cn.c, pt.run, b)
+	return sendBatchOn(ctx, pt.t.cn.c, pt.run, b, false)
 }
 
 // CopyFrom implements pgx.Tx.

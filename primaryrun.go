@@ -47,8 +47,12 @@ func (cn *conn) runOnPrimary(ctx context.Context, p *plan, r sqlclass.Result, cl
 			cn.pin()
 		}
 		positioned := cn.positioned(ctx, r, cl)
-		cl.sent = monoNow()
+		cl.sent, cl.unanswered = monoNow(), false
 		pos, err := cn.execPrimary(ctx, sc, positioned, cl)
+		if endedUnanswered(r, cl, err) && !inTx && !cn.pinned {
+			// Nothing committed: as if it had not been sent.
+			err = driver.ErrBadConn
+		}
 		if r.Has(sqlclass.Session) {
 			// It may have deallocated prepared statements (DEALLOCATE,
 			// DISCARD) or changed what names mean (SET search_path):
@@ -94,16 +98,38 @@ func (cn *conn) execPrimary(ctx context.Context, sc *stdlib.Conn, positioned boo
 		cl.rows, err = cn.queryPositioned(ctx, sc, cl.query, cl.args, func(pos lagmeter.LSN, werr error) {
 			cn.c.wroteAfter(ctx, host, pos, cl.sent, werr)
 		})
+		cl.unanswered = err != nil // before its first row
 	default:
 		if tag, pos, err = cn.execPositioned(ctx, sc, cl.query, cl.args); err == nil {
 			cl.res = driver.RowsAffected(tag.RowsAffected())
 			cl.px.setTag(tag)
 		}
+		cl.unanswered = err != nil && tag.String() == ""
 	}
 	if err != nil && pgconn.SafeToRetry(err) {
 		err = driver.ErrBadConn
 	}
 	return pos, err
+}
+
+// endedUnanswered reports whether err is the server ending the primary
+// session (a FATAL error: a shutdown, pg_terminate_backend,
+// idle_session_timeout) before it answered cl, one INSERT, UPDATE, DELETE,
+// MERGE or data-modifying WITH (r). The server sends whatever a statement
+// produced before such an error, so none of it came: the statement did not
+// complete, and, in autocommit, its implicit transaction ended without
+// committing anything. For the caller (outside a transaction, on a
+// session without state of its own) it is as if it had not been sent:
+// primaryFailed runs it once more after the topology looked at the host,
+// as it does for a statement that pgx could not send (pgconn.SafeToRetry).
+// Whatever answered first (a row, a command tag) leaves the outcome
+// unknown: the error stays.
+func endedUnanswered(r sqlclass.Result, cl *call, err error) bool {
+	var pe *pgconn.PgError
+	if !cl.unanswered || !r.DML || !cl.single || !errors.As(err, &pe) {
+		return false
+	}
+	return pe.SeverityUnlocalized == "FATAL" || pe.SeverityUnlocalized == "PANIC"
 }
 
 // primaryFailed handles the error of attempt on the primary session sc.

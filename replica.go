@@ -44,7 +44,10 @@ func (cn *conn) runOnReplicas(ctx context.Context, p *plan, cl *call) (replicaOu
 	for attempt := 0; ; attempt++ {
 		h := at.host.host
 		cl.ran, cl.primary = h, false
-		err := cn.runOnReplica(ctx, h, at, cl)
+		err := cl.px.refusal()
+		if err == nil {
+			err = cn.runOnReplica(ctx, h, at, cl)
+		}
 		if err == nil {
 			h.breaker.ReportSuccess()
 			return replicaOutcome{}, nil

@@ -137,12 +137,17 @@ func pct(ds []time.Duration, p int) time.Duration {
 // elsewhere (RouteEvent.Retried): counted from the route events, each
 // reader's statement carrying its number, not guessed from durations a busy
 // machine stretches anyway. The slowest read is logged, not judged.
+// Through the driver and through the Pool.
 func TestBlackholedReplicaHoldsReadsOnce(t *testing.T) {
+	forEachClient(t, testBlackholedReplicaHoldsReadsOnce)
+}
+
+func testBlackholedReplicaHoldsReadsOnce(t *testing.T, open opener) {
 	ctx := testCtx(t)
 	restore(t)
 	const connectTimeout = 3 * time.Second
 	db, conn, rec := open(t, fmt.Sprintf("connect_timeout=%d", int(connectTimeout/time.Second)))
-	waitReads(t, db, rec, 10*time.Second, "reads on node2", func(on map[string]int) bool { return on["node2"] > 0 })
+	waitClientReads(t, db, rec, 10*time.Second, "reads on node2", func(on map[string]int) bool { return on["node2"] > 0 })
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	var halted sync.Once
