@@ -169,9 +169,9 @@ func TestReadYourWritesUnderDelay(t *testing.T) {
 	}
 	plain := func(int) context.Context { return ctx }
 
-	// 8 writers for 8s on one *sql.DB: the connector's watermark.
+	// 8 writers for 4s on one *sql.DB: the connector's watermark.
 	db, _, rec := open(t)
-	shareConn := replicaShare(t, db, rec, "lagw", 8*time.Second, plain)
+	shareConn := replicaShare(t, db, rec, "lagw", 4*time.Second, plain)
 
 	// The same with per-user Sessions across two *sql.DB, two
 	// "processes": each write's session travels to the reader as its text
@@ -182,7 +182,7 @@ func TestReadYourWritesUnderDelay(t *testing.T) {
 	for i := range sessions {
 		sessions[i] = pgrouted.NewSession()
 	}
-	shareSess := replicaShare2(t, writer, reader, recR, "lagw", 8*time.Second,
+	shareSess := replicaShare2(t, writer, reader, recR, "lagw", 4*time.Second,
 		func(w int) context.Context { return pgrouted.WithSession(ctx, sessions[w]) },
 		func(w int, _ context.Context) context.Context {
 			token, err := sessions[w].MarshalText()
@@ -197,7 +197,7 @@ func TestReadYourWritesUnderDelay(t *testing.T) {
 		})
 
 	dbPin, _, recPin := open(t, "pgrouted_pin_after_write=1s")
-	sharePin := replicaShare(t, dbPin, recPin, "lagw", 3*time.Second, plain)
+	sharePin := replicaShare(t, dbPin, recPin, "lagw", 2*time.Second, plain)
 	t.Logf("share of later reads served by replicas: connector watermark %.0f%%, per-user sessions carried by token %.0f%%, pin-after-write 1s %.0f%%",
 		100*shareConn, 100*shareSess, 100*sharePin)
 	if shareConn < minReplicaShare || shareSess < minReplicaShare {
@@ -355,14 +355,14 @@ func TestMaxLagByteBudget(t *testing.T) {
 	waitReads(t, db, rec, 20*time.Second, "node2 back", func(on map[string]int) bool { return on["node2"] > 0 })
 }
 
-// TestIdlePrimaryKeepsReplicasEligible: with no write at all for 10s, the
+// TestIdlePrimaryKeepsReplicasEligible: with no write at all for 5s (2.5 times the budget), the
 // staleness bound of caught-up replicas stays about one probe interval.
 func TestIdlePrimaryKeepsReplicasEligible(t *testing.T) {
 	ctx := testCtx(t)
 	restore(t)
 	replicated(t, ctx)
 	db, conn, rec := open(t, "pgrouted_max_lag=2s", "pgrouted_latency_window=off")
-	end := time.Now().Add(10 * time.Second)
+	end := time.Now().Add(5 * time.Second) // 2.5 budgets
 	for time.Now().Before(end) {
 		d, err := conn.Explain(ctx, "SELECT 1")
 		if err != nil || d.Primary {
@@ -372,7 +372,7 @@ func TestIdlePrimaryKeepsReplicasEligible(t *testing.T) {
 	}
 	on := readsOn(t, db, rec, 20)
 	if on["node1"] == 0 || on["node2"] == 0 {
-		t.Fatalf("after 10s idle, reads went to %v", on)
+		t.Fatalf("after 5s idle, reads went to %v", on)
 	}
 }
 

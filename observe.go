@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"sync/atomic"
 	"time"
+
+	"github.com/pgrouted/pgrouted/lagmeter"
 )
 
 // Snapshot is what a Connector sees of the cluster at one instant, from
@@ -85,8 +87,9 @@ type HostInfo struct {
 	// ByteLag is how many WAL bytes a standby is behind the primary's
 	// last probe; absent when unknown.
 	ByteLag *uint64 `json:"byteLag,omitempty"`
-	// LagBoundMs is an upper bound on a standby's staleness, from the
-	// primary's WAL position history; absent when unknown.
+	// LagBoundMs is an upper bound on a standby's staleness, the staleness
+	// gate's: from the primary's history of WAL positions and transaction
+	// snapshots; absent when unknown.
 	LagBoundMs *float64 `json:"lagBoundMs,omitempty"`
 	// SyncState is the standby's sync_state on the primary, when known.
 	SyncState string `json:"syncState,omitempty"`
@@ -198,8 +201,11 @@ func (c *Connector) Topology() Snapshot {
 				if n, ok := hv.byteLag(); ok {
 					hi.ByteLag = &n
 				}
-				if d, ok := c.history.StalenessBound(replay, now); ok {
-					v := ms(d)
+				// The gate's bound (History.Lag), positions and
+				// transaction IDs both.
+				pos := lagmeter.Position{SystemID: h.SystemID, Timeline: h.Timeline, Replay: replay, Xmin: h.SnapshotXmin}
+				if l := c.history.Lag(pos, now); l.TimeKnown && l.Time != lagmeter.Unbounded {
+					v := ms(l.Time)
 					hi.LagBoundMs = &v
 				}
 			}

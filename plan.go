@@ -369,7 +369,7 @@ func (c *Connector) pickReplica(v *view, rc *readCtx, advance bool, skip *host) 
 		if st.Healthy {
 			// A failed probe leaves the position unknown: the server may
 			// have restarted and gone back to its minimum recovery point.
-			pos.Replay = h.replay()
+			pos.Replay, pos.Xmin = h.replay(), st.SnapshotXmin
 		}
 		if ok, why := c.history.Check(pos, rc.budget, rc.now); !ok {
 			unknown = unknown || why == lagmeter.ReasonPositionUnknown

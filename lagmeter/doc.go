@@ -42,6 +42,19 @@
 // not, which is safe but leaves such a replica ineligible until the next
 // write.
 //
+// A second proof needs no position. The insert position also counts WAL
+// that PostgreSQL has not flushed and will not until the next commit or
+// its background writer's next standby snapshot (up to 15 s later): the
+// records of an open transaction, or of a transaction without an ID that
+// rolled back after writing hint bits or pruning a page. No standby can
+// replay it, so on an otherwise idle primary no replica reaches the newest
+// samples, and a history started then has no older one. [Sample].Xmax,
+// the primary's snapshot xmax read after the send time, is above the ID
+// of every transaction acknowledged before it; a replica whose snapshot
+// xmin ([Position].Xmin) is at or above it has replayed all of their
+// commits, so [History.Lag] bounds its staleness by now minus that send
+// time too, whatever its position.
+//
 // The conservative cases, all of which yield "no bound": replay position 0,
 // an empty history, and a replica behind every sample kept. A bounded
 // history forgets old samples, which can only make a replica unknown, never

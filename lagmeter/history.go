@@ -39,6 +39,13 @@ type Sample struct {
 
 	// LSN is the primary's pg_current_wal_insert_lsn() read by that probe.
 	LSN LSN
+
+	// Xmax is the xmax of the primary's transaction snapshot read by that
+	// probe (pg_snapshot_xmax(pg_current_snapshot()), a 64-bit
+	// transaction ID), 0 when unknown: every transaction that had
+	// completed before Sent has an ID below it. See [History.Lag] for
+	// what it proves.
+	Xmax uint64
 }
 
 // Origin is what a [History]'s samples belong to: one primary's WAL
@@ -63,6 +70,7 @@ type sample struct {
 	sent time.Time
 	lsn  LSN // as sampled
 	end  LSN // Origin.Layout.RecordEnd(lsn), what replay positions are compared with
+	xmax uint64
 }
 
 // state is one immutable version of a History, published whole.
@@ -168,6 +176,9 @@ func (h *History) Origin() Origin { return h.load().origin }
 //     growing and the gate closes by itself;
 //   - [ErrInvalidSample] for a zero LSN or send time.
 //
+// A known Xmax lower than the newest sample's is another primary's too
+// ([ErrLSNWentBack]): a primary's snapshot xmax never goes back.
+//
 // Equal positions are expected: an idle primary's insert position does not
 // move.
 func (h *History) Append(s Sample) error {
@@ -177,7 +188,7 @@ func (h *History) Append(s Sample) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	cur := h.load()
-	n := sample{sent: s.Sent, lsn: s.LSN, end: cur.origin.Layout.RecordEnd(s.LSN)}
+	n := sample{sent: s.Sent, lsn: s.LSN, end: cur.origin.Layout.RecordEnd(s.LSN), xmax: s.Xmax}
 	if k := len(cur.samples); k > 0 {
 		last := cur.samples[k-1]
 		if n.sent.Before(last.sent) {
@@ -185,6 +196,9 @@ func (h *History) Append(s Sample) error {
 		}
 		if n.lsn < last.lsn || n.end < last.end {
 			return fmt.Errorf("%w: %v after %v", ErrLSNWentBack, n.lsn, last.lsn)
+		}
+		if n.xmax != 0 && n.xmax < last.xmax {
+			return fmt.Errorf("%w: snapshot xmax %d after %d", ErrLSNWentBack, n.xmax, last.xmax)
 		}
 	}
 	capacity := h.Capacity()
@@ -214,14 +228,14 @@ func (h *History) Newest() (Sample, bool) {
 	if len(s) == 0 {
 		return Sample{}, false
 	}
-	return Sample{Sent: s[len(s)-1].sent, LSN: s[len(s)-1].lsn}, true
+	return Sample{Sent: s[len(s)-1].sent, LSN: s[len(s)-1].lsn, Xmax: s[len(s)-1].xmax}, true
 }
 
 // Samples appends the samples kept, oldest first, to dst and returns the
 // result. It is meant for snapshots and debugging, not the hot path.
 func (h *History) Samples(dst []Sample) []Sample {
 	for _, s := range h.load().samples {
-		dst = append(dst, Sample{Sent: s.sent, LSN: s.lsn})
+		dst = append(dst, Sample{Sent: s.sent, LSN: s.lsn, Xmax: s.xmax})
 	}
 	return dst
 }
@@ -265,8 +279,11 @@ func newestAtOrBefore(samples []sample, replay LSN) int {
 // behind every sample kept (older samples may have been dropped: unknown,
 // never optimistic). A sample sent after now gives a bound of 0.
 //
-// StalenessBound does not check that the replica follows this history's
-// primary (same system, same timeline); [History.Lag] does. It is safe for
+// StalenessBound uses positions only: while the primary holds WAL it has
+// not flushed, no replica reaches its newest samples; [History.Lag] also
+// proves a bound from transaction IDs then. StalenessBound does not check
+// that the replica follows this history's primary (same system, same
+// timeline); [History.Lag] does. It is safe for
 // concurrent use and does not allocate.
 func (h *History) StalenessBound(replay LSN, now time.Time) (time.Duration, bool) {
 	if replay == 0 {

@@ -41,8 +41,8 @@ func newHistory(t testing.TB, capacity int, o Origin, samples ...Sample) *Histor
 
 func TestStalenessBound(t *testing.T) {
 	s := time.Second
-	rising := []Sample{{at(0), 100}, {at(1 * s), 200}, {at(2 * s), 300}}
-	idle := []Sample{{at(0), 500}, {at(1 * s), 500}, {at(2 * s), 500}, {at(3 * s), 500}}
+	rising := []Sample{{Sent: at(0), LSN: 100}, {Sent: at(1 * s), LSN: 200}, {Sent: at(2 * s), LSN: 300}}
+	idle := []Sample{{Sent: at(0), LSN: 500}, {Sent: at(1 * s), LSN: 500}, {Sent: at(2 * s), LSN: 500}, {Sent: at(3 * s), LSN: 500}}
 	tests := []struct {
 		name    string
 		samples []Sample
@@ -79,7 +79,7 @@ func TestStalenessBound(t *testing.T) {
 func TestLagFloor(t *testing.T) {
 	s := time.Second
 	ms := time.Millisecond
-	rising := []Sample{{at(0), 100}, {at(1 * s), 200}, {at(2 * s), 300}}
+	rising := []Sample{{Sent: at(0), LSN: 100}, {Sent: at(1 * s), LSN: 200}, {Sent: at(2 * s), LSN: 300}}
 	tests := []struct {
 		name   string
 		replay LSN
@@ -119,7 +119,7 @@ func TestStalenessBoundZeroHistory(t *testing.T) {
 	if _, ok := h.Newest(); ok {
 		t.Fatal("zero History has a newest sample")
 	}
-	if err := h.Append(Sample{at(0), 10}); err != nil {
+	if err := h.Append(Sample{Sent: at(0), LSN: 10}); err != nil {
 		t.Fatal(err)
 	}
 	if d, ok := h.StalenessBound(10, at(time.Second)); !ok || d != time.Second {
@@ -153,7 +153,7 @@ func TestStalenessBoundIdleAtPageBoundary(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			insert := mustLSN(t, tt.insert)
 			h := newHistory(t, 0, Origin{Layout: tt.layout},
-				Sample{at(0), insert}, Sample{at(s), insert}, Sample{at(2 * s), insert})
+				Sample{Sent: at(0), LSN: insert}, Sample{Sent: at(s), LSN: insert}, Sample{Sent: at(2 * s), LSN: insert})
 			d, ok := h.StalenessBound(mustLSN(t, tt.replay), at(2500*time.Millisecond))
 			if ok != tt.ok || (ok && d != 500*time.Millisecond) {
 				t.Fatalf("bound = %v, %v; want ok %v (500ms)", d, ok, tt.ok)
@@ -167,16 +167,16 @@ func TestStalenessBoundIdleAtPageBoundary(t *testing.T) {
 
 func TestAppendRules(t *testing.T) {
 	s := time.Second
-	h := newHistory(t, 0, Origin{}, Sample{at(s), 100}, Sample{at(2 * s), 200})
+	h := newHistory(t, 0, Origin{}, Sample{Sent: at(s), LSN: 100}, Sample{Sent: at(2 * s), LSN: 200})
 	for _, tt := range []struct {
 		name string
 		s    Sample
 		err  error
 	}{
-		{"zero LSN", Sample{at(3 * s), 0}, ErrInvalidSample},
-		{"zero time", Sample{time.Time{}, 300}, ErrInvalidSample},
-		{"sent before the newest", Sample{at(1500 * time.Millisecond), 300}, ErrOutOfOrder},
-		{"LSN went back", Sample{at(3 * s), 199}, ErrLSNWentBack},
+		{"zero LSN", Sample{Sent: at(3 * s), LSN: 0}, ErrInvalidSample},
+		{"zero time", Sample{Sent: time.Time{}, LSN: 300}, ErrInvalidSample},
+		{"sent before the newest", Sample{Sent: at(1500 * time.Millisecond), LSN: 300}, ErrOutOfOrder},
+		{"LSN went back", Sample{Sent: at(3 * s), LSN: 199}, ErrLSNWentBack},
 	} {
 		if err := h.Append(tt.s); !errors.Is(err, tt.err) {
 			t.Errorf("%s: Append = %v, want %v", tt.name, err, tt.err)
@@ -186,7 +186,7 @@ func TestAppendRules(t *testing.T) {
 		t.Fatalf("rejected samples were recorded: %v", h.Samples(nil))
 	}
 	// Equal send time and equal LSN are fine.
-	if err := h.Append(Sample{at(2 * s), 200}); err != nil {
+	if err := h.Append(Sample{Sent: at(2 * s), LSN: 200}); err != nil {
 		t.Fatal(err)
 	}
 	// A rejected sample leaves the bound growing: the gate closes by itself.
@@ -200,8 +200,8 @@ func TestAppendRules(t *testing.T) {
 func TestReset(t *testing.T) {
 	s := time.Second
 	h := newHistory(t, 0, Origin{SystemID: 7, Timeline: 1},
-		Sample{at(0), 1000}, Sample{at(s), 2000})
-	if err := h.Append(Sample{at(2 * s), 1500}); !errors.Is(err, ErrLSNWentBack) {
+		Sample{Sent: at(0), LSN: 1000}, Sample{Sent: at(s), LSN: 2000})
+	if err := h.Append(Sample{Sent: at(2 * s), LSN: 1500}); !errors.Is(err, ErrLSNWentBack) {
 		t.Fatalf("Append on another history without Reset: %v", err)
 	}
 	if err := h.Reset(Origin{SystemID: 7, Timeline: 2, Layout: defaultLayout}); err != nil {
@@ -213,7 +213,7 @@ func TestReset(t *testing.T) {
 	if _, ok := h.StalenessBound(2000, at(2*s)); ok || h.Len() != 0 {
 		t.Fatal("samples of the old primary survived Reset")
 	}
-	if err := h.Append(Sample{at(2 * s), 1500}); err != nil {
+	if err := h.Append(Sample{Sent: at(2 * s), LSN: 1500}); err != nil {
 		t.Fatal(err)
 	}
 	if d, ok := h.StalenessBound(1500, at(3*s)); !ok || d != s {
@@ -237,7 +237,7 @@ func TestCapacityOverflow(t *testing.T) {
 	const capacity = 4
 	h := NewHistory(capacity)
 	for i := 1; i <= 11; i++ {
-		if err := h.Append(Sample{at(time.Duration(i) * time.Second), LSN(100 * i)}); err != nil {
+		if err := h.Append(Sample{Sent: at(time.Duration(i) * time.Second), LSN: LSN(100 * i)}); err != nil {
 			t.Fatal(err)
 		}
 		if h.Len() != min(i, capacity) {
@@ -275,7 +275,7 @@ func TestStalenessBoundMatchesReference(t *testing.T) {
 		var all []Sample
 		lsn, sent := LSN(1+r.IntN(50)), at(0)
 		for range r.IntN(40) {
-			s := Sample{sent, lsn}
+			s := Sample{Sent: sent, LSN: lsn}
 			if err := h.Append(s); err != nil {
 				t.Fatal(err)
 			}
@@ -352,7 +352,7 @@ func TestHistoryConcurrent(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if err := h.Append(Sample{at(time.Duration(i) * time.Millisecond), LSN(10 * i)}); err != nil {
+		if err := h.Append(Sample{Sent: at(time.Duration(i) * time.Millisecond), LSN: LSN(10 * i)}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -385,7 +385,7 @@ func TestHotPathAllocs(t *testing.T) {
 func benchHistory(tb testing.TB) *History {
 	h := newHistory(tb, DefaultCapacity, Origin{SystemID: 42, Timeline: 3, Layout: defaultLayout})
 	for i := 1; i <= 2*DefaultCapacity; i++ {
-		if err := h.Append(Sample{at(time.Duration(i) * time.Second), LSN(100 * i)}); err != nil {
+		if err := h.Append(Sample{Sent: at(time.Duration(i) * time.Second), LSN: LSN(100 * i)}); err != nil {
 			tb.Fatal(err)
 		}
 	}
@@ -425,7 +425,7 @@ func BenchmarkCheckParallelWithAppender(b *testing.B) {
 				return
 			default:
 			}
-			h.Append(Sample{at(time.Duration(i) * time.Second), LSN(100 * i)})
+			h.Append(Sample{Sent: at(time.Duration(i) * time.Second), LSN: LSN(100 * i)})
 		}
 	})
 	b.ReportAllocs()
@@ -444,6 +444,6 @@ func BenchmarkAppend(b *testing.B) {
 	h := NewHistory(DefaultCapacity)
 	b.ReportAllocs()
 	for i := 1; b.Loop(); i++ {
-		h.Append(Sample{at(time.Duration(i) * time.Millisecond), LSN(i)})
+		h.Append(Sample{Sent: at(time.Duration(i) * time.Millisecond), LSN: LSN(i)})
 	}
 }

@@ -23,6 +23,13 @@ type Position struct {
 	// connection was re-established since it was read (after a restart a
 	// standby's visible state can go back to its minimum recovery point).
 	Replay LSN
+
+	// Xmin is the xmin of the replica's transaction snapshot
+	// (pg_snapshot_xmin(pg_current_snapshot()) on the standby, a 64-bit
+	// transaction ID), 0 when unknown: every transaction with an ID below
+	// it has completed there, its commit replayed. The caller vouches for
+	// it as for Replay. See [History.Lag] for what it proves.
+	Xmin uint64
 }
 
 // ByteLag returns how many bytes of WAL the replica at replay lacks to
@@ -59,9 +66,29 @@ type Lag struct {
 }
 
 // Lag measures the replica at p against the history at now: byte lag
-// behind the newest sample, and the staleness bound of
+// behind the newest sample, and a staleness bound: the smaller of
 // [History.StalenessBound] (or [Unbounded] for a replica behind every sample
-// kept).
+// kept) and, when p.Xmin and the newest sample's Xmax are known, the
+// transaction-ID bound below.
+//
+// The transaction-ID bound covers what the WAL position cannot: the
+// primary's insert position also counts WAL that no standby can have yet,
+// because PostgreSQL has not flushed it and will not until the next commit
+// or its background writer's next standby snapshot (up to 15 s later):
+// the records of a transaction still open, and those of a transaction
+// without a transaction ID that rolled back after writing some (hint bits
+// logged under wal_log_hints or data checksums, a page pruned by a read
+// that then failed, an autovacuum cancelled by a lock request). While such
+// WAL is pending, no replica reaches the newest samples, and a connector
+// that started then has no older sample: every replica would be
+// [Unbounded]. Yet the replica may hold every commit. The newest sample's
+// Xmax was read after its send time, so every transaction acknowledged as
+// committed before Sent has an ID below Xmax; a replica whose snapshot
+// xmin is at or above that Xmax has completed, and so replayed the commit
+// of, every transaction below it. Its staleness now is at most
+// now - Sent, with no clock compared across machines. Only the newest
+// sample is tried (constant time): while transactions commit on the
+// primary its Xmax moves on, and the position bound covers that case.
 //
 // Both are unknown when p.Replay is 0, when the history is empty, or when
 // p does not follow the history's primary: a system identifier or timeline
@@ -84,6 +111,9 @@ func (h *History) Lag(p Position, now time.Time) Lag {
 	l := Lag{Bytes: newest.end.Sub(p.Replay), BytesKnown: true, TimeKnown: true, Time: Unbounded}
 	if i := newestAtOrBefore(st.samples, p.Replay); i >= 0 {
 		l.Time = since(now, st.samples[i].sent)
+	}
+	if p.Xmin != 0 && newest.xmax != 0 && p.Xmin >= newest.xmax {
+		l.Time = min(l.Time, since(now, newest.sent))
 	}
 	return l
 }

@@ -1,6 +1,7 @@
 package lagmeter
 
 import (
+	"errors"
 	"testing"
 	"time"
 )
@@ -84,8 +85,8 @@ func TestHistoryLagAndCheck(t *testing.T) {
 	origin := Origin{SystemID: 42, Timeline: 3, Layout: defaultLayout}
 	insert := mustLSN(t, "0/3002018") // idle on a page boundary
 	h := newHistory(t, 0, origin,
-		Sample{at(0), mustLSN(t, "0/3000100")},
-		Sample{at(s), insert}, Sample{at(2 * s), insert})
+		Sample{Sent: at(0), LSN: mustLSN(t, "0/3000100")},
+		Sample{Sent: at(s), LSN: insert}, Sample{Sent: at(2 * s), LSN: insert})
 	now := at(2500 * time.Millisecond)
 	p := func(sys uint64, tli uint32, replay string) Position {
 		return Position{SystemID: sys, Timeline: tli, Replay: mustLSN(t, replay)}
@@ -118,7 +119,7 @@ func TestHistoryLagAndCheck(t *testing.T) {
 		{"old timeline", h, p(42, 2, "0/3002000"), Lag{}, Budget{MaxTime: time.Hour}, false, ReasonPositionUnknown},
 		{"timeline unknown", h, p(42, 0, "0/3002000"), Lag{}, Budget{MaxTime: time.Hour}, false, ReasonPositionUnknown},
 		{"empty history", NewHistory(0), p(42, 3, "0/3002000"), Lag{}, Budget{MaxTime: time.Hour}, false, ReasonPositionUnknown},
-		{"origin unknown: identity not checked", newHistory(t, 0, Origin{}, Sample{at(2 * s), 100}), p(0, 0, "0/100"),
+		{"origin unknown: identity not checked", newHistory(t, 0, Origin{}, Sample{Sent: at(2 * s), LSN: 100}), p(0, 0, "0/100"),
 			Lag{Bytes: 0, BytesKnown: true, Time: 500 * time.Millisecond, TimeKnown: true},
 			Budget{MaxTime: s}, true, ReasonNone},
 	}
@@ -139,7 +140,7 @@ func TestCheckClosesWhenProbesStop(t *testing.T) {
 	b := Budget{MaxTime: 2 * time.Second}
 	p := Position{Replay: 1000}
 	for i := range 5 {
-		if err := h.Append(Sample{at(time.Duration(i) * time.Second), 1000}); err != nil {
+		if err := h.Append(Sample{Sent: at(time.Duration(i) * time.Second), LSN: 1000}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -151,7 +152,7 @@ func TestCheckClosesWhenProbesStop(t *testing.T) {
 			t.Errorf("at %v: Check = %v, %q; want %v", tt.now, ok, why, tt.ok)
 		}
 	}
-	if err := h.Append(Sample{at(time.Hour), 1000}); err != nil {
+	if err := h.Append(Sample{Sent: at(time.Hour), LSN: 1000}); err != nil {
 		t.Fatal(err)
 	}
 	if ok, _ := h.Check(p, b, at(time.Hour+time.Second)); !ok {
@@ -179,5 +180,67 @@ func BenchmarkBudgetAllows(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		budget.Allows(l)
+	}
+}
+
+// While the primary holds WAL it has not flushed (an open transaction's
+// records, or those of a transaction without an ID that rolled back after
+// writing hint bits), its insert position is past what any standby can
+// replay, and a history started then has no sample a caught-up replica
+// reaches: by position alone it is behind every sample. The snapshot xmax
+// of the newest sample, which the replica's snapshot xmin has reached,
+// proves that it holds every commit acknowledged before that sample.
+func TestLagUnflushedWALTransactionIDs(t *testing.T) {
+	s := time.Second
+	origin := Origin{SystemID: 42, Timeline: 1, Layout: defaultLayout}
+	flushed := mustLSN(t, "0/509DFF8")  // where every standby is
+	inserted := mustLSN(t, "0/509E610") // past it: WAL not flushed yet
+	h := newHistory(t, 0, origin,
+		Sample{Sent: at(0), LSN: inserted, Xmax: 750},
+		Sample{Sent: at(s), LSN: inserted, Xmax: 750})
+	now := at(1200 * time.Millisecond)
+	b := Budget{MaxTime: 30 * s}
+	p := func(xmin uint64) Position {
+		return Position{SystemID: 42, Timeline: 1, Replay: flushed, Xmin: xmin}
+	}
+	for _, tt := range []struct {
+		name string
+		p    Position
+		time time.Duration
+		ok   bool
+	}{
+		{"every transaction completed there", p(750), 200 * time.Millisecond, true},
+		{"past the primary's xmax (a later probe)", p(751), 200 * time.Millisecond, true},
+		{"a transaction below xmax not completed there", p(749), Unbounded, false},
+		{"xmin unknown", p(0), Unbounded, false},
+	} {
+		l := h.Lag(tt.p, now)
+		if !l.TimeKnown || l.Time != tt.time || !l.BytesKnown || l.Bytes != uint64(inserted-flushed) {
+			t.Errorf("%s: Lag = %+v, want time %v and %d bytes", tt.name, l, tt.time, inserted-flushed)
+		}
+		if ok, _ := h.Check(tt.p, b, now); ok != tt.ok {
+			t.Errorf("%s: Check = %v, want %v", tt.name, ok, tt.ok)
+		}
+	}
+	// The bound grows from the newest sample's send time: it closes the
+	// gate by itself when the probes stop.
+	if ok, why := h.Check(p(750), b, at(31*s+1)); ok || why != ReasonBehind {
+		t.Errorf("30 s after the newest sample: Check = %v, %q; want behind", ok, why)
+	}
+	// The position bound still wins when it is smaller.
+	if l := h.Lag(Position{SystemID: 42, Timeline: 1, Replay: inserted, Xmin: 750}, now); l.Time != 200*time.Millisecond {
+		t.Errorf("replica at the newest position: Lag = %+v", l)
+	}
+	// The newest sample's xmax unknown: positions only.
+	h2 := newHistory(t, 0, origin, Sample{Sent: at(0), LSN: inserted, Xmax: 750}, Sample{Sent: at(s), LSN: inserted})
+	if l := h2.Lag(p(750), now); l.Time != Unbounded {
+		t.Errorf("newest xmax unknown: Lag = %+v, want unbounded", l)
+	}
+	// A primary's xmax never goes back: a lower one is another primary's.
+	if err := h.Append(Sample{Sent: at(2 * s), LSN: inserted, Xmax: 749}); !errors.Is(err, ErrLSNWentBack) {
+		t.Errorf("Append with a lower xmax = %v, want ErrLSNWentBack", err)
+	}
+	if n, _ := h.Newest(); n.Xmax != 750 {
+		t.Errorf("Newest = %+v, want its xmax kept", n)
 	}
 }

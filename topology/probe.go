@@ -25,6 +25,12 @@ import (
 // connection pooler the first is not the process the connection announced,
 // may change from one probe to the next, and the probe connection outlives
 // a restart of the server, which the second tells.
+//
+// Last, it reads the transaction snapshot: a primary's xmax (every
+// transaction completed before the probe was sent has an ID below it), a
+// standby's xmin (every transaction below it has completed there). See
+// lagmeter.History.Lag for the staleness bound they prove while the
+// primary holds WAL it has not flushed.
 const (
 	probeRoleSQL = `SELECT r,
 	CASE WHEN NOT r THEN pg_current_wal_insert_lsn() END,
@@ -33,7 +39,8 @@ const (
 	CASE WHEN NOT r THEN (SELECT string_agg(application_name || '=' || sync_state, ',' ORDER BY application_name)
 		FROM pg_stat_replication WHERE application_name <> '' AND sync_state IS NOT NULL) END,
 	pg_backend_pid(),
-	pg_postmaster_start_time()::text
+	pg_postmaster_start_time()::text,
+	CASE WHEN r THEN pg_snapshot_xmin(pg_current_snapshot()) ELSE pg_snapshot_xmax(pg_current_snapshot()) END
 FROM pg_is_in_recovery() AS r`
 	probeTimelineSQL = `SELECT CASE WHEN pg_is_in_recovery()
 	THEN coalesce((SELECT received_tli FROM pg_stat_wal_receiver WHERE received_tli > 0),
@@ -54,6 +61,7 @@ type result struct {
 	insert     lagmeter.LSN
 	replay     lagmeter.LSN
 	receive    lagmeter.LSN
+	xid        uint64 // a primary's snapshot xmax, a standby's xmin; 0: unknown
 	timeline   uint32 // 0: unknown
 	systemID   uint64 // 0: unknown
 	layout     lagmeter.WALLayout
@@ -295,7 +303,7 @@ func (p *prober) readHistory(ctx context.Context, tli uint32) []lagmeter.Timelin
 }
 
 func parseRole(row [][]byte, res *result) error {
-	if len(row) != 7 || row[0] == nil {
+	if len(row) != 8 || row[0] == nil {
 		return errors.New("probe query: unexpected row")
 	}
 	if v := row[5]; v != nil {
@@ -307,6 +315,13 @@ func parseRole(row [][]byte, res *result) error {
 	}
 	if v := row[6]; v != nil {
 		res.started = string(v)
+	}
+	if v := row[7]; v != nil {
+		xid, err := strconv.ParseUint(string(v), 10, 64)
+		if err != nil {
+			return fmt.Errorf("probe query: snapshot: %w", err)
+		}
+		res.xid = xid
 	}
 	res.inRecovery = string(row[0]) == "t"
 	for k, dst := range []*lagmeter.LSN{&res.insert, &res.replay, &res.receive} {

@@ -72,6 +72,13 @@ type HostState struct {
 	ReplayLSN  lagmeter.LSN `json:"replayLsn"`
 	ReceiveLSN lagmeter.LSN `json:"receiveLsn"`
 
+	// SnapshotXmax is a primary's transaction snapshot xmax
+	// (pg_snapshot_xmax(pg_current_snapshot())) when probed, SnapshotXmin
+	// a standby's xmin; 0 when unknown. See lagmeter.Sample.Xmax and
+	// lagmeter.Position.Xmin.
+	SnapshotXmax uint64 `json:"snapshotXmax,omitempty,string"`
+	SnapshotXmin uint64 `json:"snapshotXmin,omitempty,string"`
+
 	// Timeline is the timeline a primary writes, or a standby receives.
 	Timeline uint32 `json:"timeline"`
 

@@ -211,13 +211,13 @@ func (tr *tracker) apply(r result) {
 		}
 		if r.inRecovery {
 			h.Role = RoleStandby
-			h.InsertLSN = 0
-			h.ReplayLSN, h.ReceiveLSN = r.replay, r.receive
+			h.InsertLSN, h.SnapshotXmax = 0, 0
+			h.ReplayLSN, h.ReceiveLSN, h.SnapshotXmin = r.replay, r.receive, r.xid
 			th.claim, th.sync = nil, nil
 		} else {
 			h.Role = RolePrimary
-			h.InsertLSN = r.insert
-			h.ReplayLSN, h.ReceiveLSN = 0, 0
+			h.InsertLSN, h.SnapshotXmax = r.insert, r.xid
+			h.ReplayLSN, h.ReceiveLSN, h.SnapshotXmin = 0, 0, 0
 			th.claim, th.sync = &claim{index: r.i, timeline: r.timeline, sentAt: r.sentAt}, r.sync
 		}
 		if !wasHealthy {
@@ -376,10 +376,11 @@ func (tr *tracker) record(r *result) {
 		}
 		tr.histHost = r.i
 	}
-	if err := hist.Append(lagmeter.Sample{Sent: r.sentAt, LSN: r.insert}); err != nil {
+	s := lagmeter.Sample{Sent: r.sentAt, LSN: r.insert, Xmax: r.xid}
+	if err := hist.Append(s); err != nil {
 		// Out of order or backwards: start again from this sample.
 		if hist.Reset(o) == nil {
-			_ = hist.Append(lagmeter.Sample{Sent: r.sentAt, LSN: r.insert})
+			_ = hist.Append(s)
 		}
 	}
 }
