@@ -340,7 +340,7 @@ func (f *hostFlight) abort() int {
 	f.mu.Lock()
 	cs := make([]net.Conn, 0, len(f.conns)+len(f.dialing))
 	for b := range f.conns {
-		cs = append(cs, b.Conn.Conn().PgConn().Conn())
+		cs = append(cs, b.conn().PgConn().Conn())
 	}
 	for d := range f.dialing {
 		cs = append(cs, d.Conn)

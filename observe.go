@@ -364,12 +364,15 @@ func (c *Connector) count(p *plan, cl *call, err error) {
 	case ReasonVolatileFunction, ReasonUnknownFunction, ReasonWriteFunction, ReasonRefused:
 		k.catalogRouted.Add(1)
 	}
-	var re *RouteError
-	if err != nil && asRouteError(err, &re) {
-		if i := reasonIndex(re.Reason); i >= 0 {
-			k.errors[i].Add(1)
+	if err != nil {
+		// Declared here: errors.As moves it to the heap.
+		var re *RouteError
+		if asRouteError(err, &re) {
+			if i := reasonIndex(re.Reason); i >= 0 {
+				k.errors[i].Add(1)
+			}
+			return
 		}
-		return
 	}
 	if cl.ran == nil {
 		return

@@ -2,6 +2,7 @@ package pgrouted
 
 import (
 	"context"
+	"database/sql"
 	"database/sql/driver"
 	"strings"
 	"time"
@@ -43,10 +44,15 @@ type pgxCall struct {
 	// connection to the primary.
 	noPin bool
 
-	tag   pgconn.CommandTag // Exec's
-	rows  *poolRows         // Query's, when it succeeded
-	batch *pgx.Batch        // SendBatch's batch
-	br    *poolBatch        // and its results
+	tag     pgconn.CommandTag // Exec's
+	rows    *poolRows         // Query's, when it succeeded
+	rowsBuf *poolRows         // where Query's rows go (see pgxQuery); nil: a new one
+
+	// replicaBuf is where a replica connection is borrowed for the call
+	// (see pgxQuery); nil: a new one.
+	replicaBuf *borrowed
+	batch      *pgx.Batch // SendBatch's batch
+	br         *poolBatch // and its results
 
 	copyTable pgx.Identifier
 	copyCols  []string
@@ -100,7 +106,12 @@ func (px *pgxCall) on(ctx context.Context, cl *call, pc *pgx.Conn, args []driver
 			cl.unanswered = rows.CommandTag().String() == ""
 			return rerr
 		}
-		px.rows = &poolRows{Rows: rows, first: true, more: more}
+		r := px.rowsBuf
+		if r == nil {
+			r = new(poolRows)
+		}
+		*r = poolRows{Rows: rows, first: true, more: more}
+		px.rows = r
 	case pxBatch:
 		px.br = &poolBatch{BatchResults: pc.SendBatch(ctx, px.batch)}
 	case pxCopy:
@@ -149,14 +160,18 @@ func (px *pgxCall) setTag(tag pgconn.CommandTag) {
 // open reports whether the call left results open (rows, batch results).
 func (px *pgxCall) open() bool { return px != nil && (px.rows != nil || px.br != nil) }
 
+// onClose is what happens once the call's open results are closed.
+func (px *pgxCall) onClose() *onClose {
+	if px.rows != nil {
+		return &px.rows.onClose
+	}
+	return &px.br.onClose
+}
+
 // afterClose runs f once the call's open results are closed.
 func (px *pgxCall) afterClose(f func()) {
-	switch {
-	case px.rows != nil:
-		px.rows.after = append(px.rows.after, f)
-	case px.br != nil:
-		px.br.after = append(px.br.after, f)
-	}
+	o := px.onClose()
+	o.after = append(o.after, f)
 }
 
 // holds makes the call's open results keep the borrowed replica
@@ -165,8 +180,15 @@ func (px *pgxCall) holds(b *borrowed) bool {
 	if !px.open() {
 		return false
 	}
-	px.afterClose(b.giveBack)
+	px.onClose().replica = b
 	return true
+}
+
+// putOnClose puts the Pool's connection (sc, cn) the call ran on back once
+// its open results are closed (see Pool.put).
+func (px *pgxCall) putOnClose(p *Pool, sc *sql.Conn, cn *conn) {
+	o := px.onClose()
+	o.pool, o.sc, o.cn = p, sc, cn
 }
 
 // wroteLater raises the read-your-writes watermark once the call's open
@@ -230,7 +252,25 @@ func execCall(query string, args []any) *call {
 }
 
 func queryCall(query string, args []any) *call {
-	return &call{query: query, isQuery: true, px: &pgxCall{kind: pxQuery, args: args}}
+	return &newPgxQuery(query, args).cl
+}
+
+// pgxQuery is what a Query or QueryRow allocates, in one piece: its call,
+// the call's pgx side, its rows, QueryRow's row and the replica connection
+// it borrows.
+type pgxQuery struct {
+	cl      call
+	px      pgxCall
+	rows    poolRows
+	row     poolRow
+	replica borrowed
+}
+
+func newPgxQuery(query string, args []any) *pgxQuery {
+	q := new(pgxQuery)
+	q.px = pgxCall{kind: pxQuery, args: args, rowsBuf: &q.rows, replicaBuf: &q.replica}
+	q.cl = call{query: query, isQuery: true, px: &q.px}
+	return q
 }
 
 // batchCall's text, which the decision classifies, is the batch's most

@@ -149,7 +149,7 @@ func (p *Pool) run(ctx context.Context, cl *call) error {
 		}
 		err = cn.run(ctx, cl)
 		if err == nil && cl.px.open() {
-			cl.px.afterClose(func() { p.put(sc, cn, nil) })
+			cl.px.putOnClose(p, sc, cn)
 			return nil
 		}
 		p.put(sc, cn, err)
@@ -352,8 +352,13 @@ func queryOn(ctx context.Context, run runFunc, sql string, args []any) (pgx.Rows
 }
 
 func queryRowOn(ctx context.Context, run runFunc, sql string, args []any) pgx.Row {
-	rows, err := queryOn(ctx, run, sql, args)
-	return &poolRow{rows: rows, err: err}
+	q := newPgxQuery(sql, args)
+	if err := run(ctx, &q.cl); err != nil {
+		q.row = poolRow{rows: errRows{err}, err: err}
+	} else {
+		q.row = poolRow{rows: q.px.rows}
+	}
+	return &q.row
 }
 
 // sendBatchOn sends b by run. In autocommit, a batch that ran on a

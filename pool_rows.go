@@ -1,6 +1,7 @@
 package pgrouted
 
 import (
+	"database/sql"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
@@ -11,7 +12,7 @@ import (
 // This file holds the results of the pgx-native API: pgx's own rows and
 // batch results, with what must happen when they are closed (a replica
 // connection given back, the watermark raised after a write, the Pool's
-// connection released).
+// connection released: onClose).
 
 // poolRows are pgx's rows of a query, whose first row was read already
 // (pgxCall.on): the first Next returns it. Like pgx's (and pgxpool's),
@@ -20,8 +21,38 @@ type poolRows struct {
 	pgx.Rows
 	first, more bool // the first row is read; whether there was one
 	closed      bool
-	after       []func()          // run once, when closed
-	errFn       func(error) error // what Err returns for the query's error
+	onClose
+	errFn func(error) error // what Err returns for the query's error
+}
+
+// onClose is what happens once a call's open results (rows, batch results)
+// are closed, in this order: the borrowed replica connection they hold is
+// given back, the functions in after run (the watermark raised after a
+// write), and the Pool's connection the call ran on is put back. Fields
+// rather than closures: a read allocates none of them.
+type onClose struct {
+	replica *borrowed
+	after   []func()
+	pool    *Pool
+	sc      *sql.Conn
+	cn      *conn
+}
+
+// run runs the hooks once.
+func (o *onClose) run() {
+	if b := o.replica; b != nil {
+		o.replica = nil
+		b.giveBack()
+	}
+	for _, f := range o.after {
+		f()
+	}
+	o.after = nil
+	if p := o.pool; p != nil {
+		o.pool = nil
+		p.put(o.sc, o.cn, nil)
+		o.sc, o.cn = nil, nil
+	}
 }
 
 // Next implements pgx.Rows.
@@ -48,10 +79,7 @@ func (r *poolRows) Close() {
 	}
 	r.closed = true
 	r.Rows.Close()
-	for _, f := range r.after {
-		f()
-	}
-	r.after = nil
+	r.onClose.run()
 }
 
 // Err implements pgx.Rows.
@@ -107,7 +135,7 @@ type poolBatch struct {
 	pgx.BatchResults
 	closed bool
 	err    error
-	after  []func()
+	onClose
 
 	batch *pgx.Batch
 	next  int // the index in batch of the next result read
@@ -163,10 +191,7 @@ func (b *poolBatch) refusedAt(err error) bool {
 	rerun := b.rerun
 	b.rerun = nil
 	b.BatchResults.Close() // the replica's batch ended with the refusal
-	for _, f := range b.after {
-		f()
-	}
-	b.after = nil
+	b.onClose.run()
 	b.BatchResults = rerun(b.batch.QueuedQueries[b.next:], err)
 	return true
 }
@@ -201,10 +226,7 @@ func (b *poolBatch) Close() error {
 	if b.err == nil {
 		b.err = err
 	}
-	for _, f := range b.after {
-		f()
-	}
-	b.after = nil
+	b.onClose.run()
 	return b.err
 }
 

@@ -136,8 +136,11 @@ func (e *poolerError) Unwrap() error { return e.err }
 // "stmtcache_…" does not exist". A statement named by the application
 // (PREPARE, EXECUTE) gets no hint.
 func withPoolerHint(err error) error {
-	var pe *pgconn.PgError
-	if err == nil || !errors.As(err, &pe) || (pe.Code != "42P05" && pe.Code != "26000") {
+	if err == nil {
+		return nil
+	}
+	var pe *pgconn.PgError // on the heap (errors.As): only for an error
+	if !errors.As(err, &pe) || (pe.Code != "42P05" && pe.Code != "26000") {
 		return err
 	}
 	if !strings.HasPrefix(pe.Message, `prepared statement "stmtcache_`) {

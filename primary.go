@@ -47,7 +47,7 @@ func (cn *conn) primaryConn(ctx context.Context, op string) (*stdlib.Conn, error
 			}
 		}
 		if cn.primary != nil {
-			if err := cn.c.syncStatements(ctx, cn.primary, cn.host, cn.pinned); err != nil {
+			if err := cn.c.syncStatements(ctx, cn.primary.Conn(), cn.host, cn.pinned); err != nil {
 				// The session failed: a new one, as above.
 				continue
 			}
@@ -71,7 +71,7 @@ func (cn *conn) primaryConn(ctx context.Context, op string) (*stdlib.Conn, error
 			case sc.Conn().PgConn().ParameterStatus("in_hot_standby") == "on" && !cn.c.behindPooler(h):
 				err = errors.New("pgrouted: " + h.Name + " is a hot standby (in_hot_standby=on)")
 			case t.join(sc):
-				cn.c.syncStatements(ctx, sc, h, cn.pinned) // new: nothing to drop
+				cn.c.syncStatements(ctx, sc.Conn(), h, cn.pinned) // new: nothing to drop
 				cn.primary, cn.host, cn.epoch, cn.term = sc, h, t.epoch, t
 				return sc, nil
 			default:

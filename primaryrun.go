@@ -94,9 +94,9 @@ func (cn *conn) execPrimary(ctx context.Context, sc *stdlib.Conn, positioned boo
 	case cl.isQuery:
 		// INSERT … RETURNING: the statement commits once its rows are all
 		// sent; the position after it is read when they are closed.
-		host := cn.host
+		host, sent := cn.host, cl.sent // not cl: it would go to the heap
 		cl.rows, err = cn.queryPositioned(ctx, sc, cl.query, cl.args, func(pos lagmeter.LSN, werr error) {
-			cn.c.wroteAfter(ctx, host, pos, cl.sent, werr)
+			cn.c.wroteAfter(ctx, host, pos, sent, werr)
 		})
 		cl.unanswered = err != nil // before its first row
 	default:

@@ -2,12 +2,15 @@ package pgrouted
 
 import (
 	"context"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pgrouted/pgrouted/circuit"
 	"github.com/pgrouted/pgrouted/internal/pgpipe"
@@ -109,15 +112,37 @@ func (cn *conn) runOnReplica(ctx context.Context, h *host, at target, cl *call) 
 	}
 	cl.wrote = at.wrote
 	pipelined := at.check && cn.pipelinable(h, cl)
-	b, err := cn.borrow(ctx, h, at.check && !pipelined, at.wm, at.wait, cl)
+	// A database/sql query's rows hold the borrowed connection, a pgx
+	// Query's call does: one allocation for both.
+	var rows *replicaRows
+	var b *borrowed
+	switch {
+	case cl.isQuery && cl.px == nil && !pipelined:
+		rows = new(replicaRows)
+		b = &rows.b
+	case cl.px != nil && cl.px.replicaBuf != nil:
+		b = cl.px.replicaBuf
+		*b = borrowed{} // one given back by an attempt on another host
+	default:
+		b = new(borrowed)
+	}
+	err := cn.borrow(ctx, h, b, at.check && !pipelined, at.wm, at.wait, cl)
 	if err != nil {
 		return err
 	}
 	for {
-		if pipelined {
+		switch {
+		case pipelined:
 			err = cn.readChecked(ctx, b, at.wm, at.wait, cl)
-		} else if err = cl.on(ctx, b.Conn, cn.c.statementArgs(h, cl.args)); err == nil && cl.rows != nil {
-			cl.rows = &replicaRows{Rows: cl.rows.(*stdlib.Rows), conn: b}
+		case cl.px != nil:
+			err = cl.px.on(ctx, cl, b.conn(), cn.c.statementArgs(h, cl.args))
+		case rows != nil:
+			rows.Rows = pgpipe.Rows{} // a stale statement's second run
+			if err = rows.Query(ctx, b.conn(), cl.query, cn.c.statementArgs(h, cl.args), nil); err == nil {
+				cl.rows = rows
+			}
+		default:
+			cl.res, err = stdlibExec(ctx, b.conn(), cl.query, cn.c.statementArgs(h, cl.args))
 		}
 		if err == nil {
 			if cl.rows == nil && !cl.px.holds(b) {
@@ -128,15 +153,33 @@ func (cn *conn) runOnReplica(ctx context.Context, h *host, at target, cl *call) 
 		// A stale statement runs again on the same connection, the
 		// one whose caches pgx and readChecked just cleaned (stale.go);
 		// another connection of the pool may hold it too.
-		if ctx.Err() == nil && !b.Conn.Conn().IsClosed() && cn.runAgain(err, cl) {
+		if ctx.Err() == nil && !b.conn().IsClosed() && cn.runAgain(err, cl) {
 			continue
 		}
-		if ctx.Err() == nil && !pgpipe.IsPgError(err) && !errors.Is(err, errNotCaughtUp) && !b.Conn.Conn().IsClosed() {
+		if ctx.Err() == nil && !pgpipe.IsPgError(err) && !errors.Is(err, errNotCaughtUp) && !b.conn().IsClosed() {
 			err = &clientError{err}
 		}
 		b.giveBack()
 		return err
 	}
+}
+
+// stdlibExec runs query, which returns no rows to the caller, on pc as
+// stdlib's Conn.ExecContext does: driver.ErrBadConn when pc is closed or
+// nothing was sent.
+func stdlibExec(ctx context.Context, pc *pgx.Conn, query string, args []driver.NamedValue) (driver.Result, error) {
+	if pc.IsClosed() {
+		return nil, driver.ErrBadConn
+	}
+	a := make([]any, len(args))
+	for i, v := range args {
+		a[i] = v.Value
+	}
+	tag, err := pc.Exec(ctx, query, a...)
+	if err != nil && pgconn.SafeToRetry(err) {
+		return nil, driver.ErrBadConn
+	}
+	return driver.RowsAffected(tag.RowsAffected()), err
 }
 
 // clientError is a read that failed in the client, on a replica
@@ -171,40 +214,65 @@ func replicaRetryable(err error) bool {
 
 // borrowed is a replica connection taken from a host's pool; it counts as
 // one of the host's in-flight reads until it is given back.
+//
+// An autocommit statement takes it from the pgxpool.Pool directly (pc),
+// and runs on its pgx.Conn as stdlib would (pgpipe.Rows.Query,
+// stdlibExec). A read-only transaction takes it through stdlib's pool
+// connector (sc): stdlib runs the transaction's database/sql statements.
 type borrowed struct {
-	*stdlib.Conn
+	pc    *pgxpool.Conn
+	sc    *stdlib.Conn
 	h     *host
 	given bool
 }
 
-// borrow takes a connection from h's pool. With check, it first checks the
-// replica's replay position on that connection (see checkReplica), waiting
-// up to wait for it (the wait is cl's), and gives it back with
-// errNotCaughtUp when the replica lacks wm.
-func (cn *conn) borrow(ctx context.Context, h *host, check bool, wm lagmeter.Watermark, wait time.Duration, cl *call) (*borrowed, error) {
-	dc, err := h.replicas.Connect(ctx)
-	if err != nil {
-		return nil, err
+// conn returns the borrowed pgx connection.
+func (b *borrowed) conn() *pgx.Conn {
+	if b.sc != nil {
+		return b.sc.Conn()
 	}
-	b := &borrowed{Conn: dc.(*stdlib.Conn), h: h}
+	return b.pc.Conn()
+}
+
+// borrow takes a connection from h's pool into b, a zero borrowed: through
+// stdlib for a transaction's BEGIN (see borrowed). With check, it first
+// checks the replica's replay position on that connection (see
+// checkReplica), waiting up to wait for it (the wait is cl's), and gives it
+// back with errNotCaughtUp when the replica lacks wm. On error b was given
+// back, or never held a connection.
+func (cn *conn) borrow(ctx context.Context, h *host, b *borrowed, check bool, wm lagmeter.Watermark, wait time.Duration, cl *call) error {
+	if cl.begin != nil {
+		dc, err := h.replicas.Connect(ctx)
+		if err != nil {
+			return err
+		}
+		b.sc = dc.(*stdlib.Conn)
+	} else {
+		pc, err := h.pool.Acquire(ctx)
+		if err != nil {
+			return err
+		}
+		b.pc = pc
+	}
+	b.h = h
 	h.flight.add(b)
-	if err := cn.c.syncStatements(ctx, b.Conn, h, false); err != nil {
+	if err := cn.c.syncStatements(ctx, b.conn(), h, false); err != nil {
 		b.giveBack()
-		return nil, err
+		return err
 	}
 	if !h.breaker.Allow() {
 		// The circuit opened after the pool answered: its release of the
 		// host's reads may have missed this one.
 		b.giveBack()
-		return nil, fmt.Errorf("pgrouted: %s: circuit open", h.Name)
+		return fmt.Errorf("pgrouted: %s: circuit open", h.Name)
 	}
 	if check {
 		if err := cn.checkReplica(ctx, b, wm, wait, cl); err != nil {
 			b.giveBack()
-			return nil, err
+			return err
 		}
 	}
-	return b, nil
+	return nil
 }
 
 // giveBack returns the connection to its pool (the pool drops it if it
@@ -215,7 +283,11 @@ func (b *borrowed) giveBack() {
 	}
 	b.given = true
 	b.h.flight.remove(b)
-	b.Conn.Close()
+	if b.sc != nil {
+		b.sc.Close()
+	} else {
+		b.pc.Release()
+	}
 }
 
 // errNotCaughtUp: the replica's position check found it behind the
@@ -242,7 +314,7 @@ func (cn *conn) checkReplica(ctx context.Context, b *borrowed, wm lagmeter.Water
 		return errNotCaughtUp
 	}
 	start := time.Now()
-	replay, err := pgpipe.Check(ctx, b.Conn.Conn().PgConn(), cn.c.stmtsOf(b.h, b.Conn.Conn()), wm.LSN, wait)
+	replay, err := pgpipe.Check(ctx, b.conn().PgConn(), cn.c.stmtsOf(b.h, b.conn()), wm.LSN, wait)
 	err = b.h.checked(hv.probe.Conn, replay, err)
 	cl.waited += cn.c.waited(b.h, hv.probe.Conn, wm, wait, start, err)
 	b.h.recordCheck(cl.wrote, wait, start, err)
@@ -278,7 +350,7 @@ func (cn *conn) readChecked(ctx context.Context, b *borrowed, wm lagmeter.Waterm
 	if !hv.mayReach(wm) {
 		return errNotCaughtUp
 	}
-	pc := b.Conn.Conn()
+	pc := b.conn()
 	descs := &b.h.descs
 	if descs.Get(cl.query) == nil {
 		// The statement must be described first, and a replica that lacks

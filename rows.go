@@ -14,21 +14,19 @@ import (
 // finish a statement's bookkeeping when the caller closes them. Rows read
 // from a pipeline are pgpipe.Rows (internal/pgpipe).
 
-// replicaRows are rows from a borrowed replica connection, which goes back
-// to its pool when they are closed. Embedding *stdlib.Rows keeps its column
-// type methods.
+// replicaRows are the rows of an autocommit database/sql query on a
+// borrowed replica connection (pgpipe.Rows.Query, with stdlib's
+// conversions and column types), which goes back to its pool when they are
+// closed. The rows and the borrowed connection are one allocation.
 type replicaRows struct {
-	*stdlib.Rows
-	conn *borrowed
+	pgpipe.Rows
+	b borrowed
 }
 
 // Close implements driver.Rows.
 func (r *replicaRows) Close() error {
 	err := r.Rows.Close()
-	if r.conn != nil {
-		r.conn.giveBack()
-		r.conn = nil
-	}
+	r.b.giveBack()
 	return err
 }
 

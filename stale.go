@@ -5,8 +5,8 @@ import (
 	"errors"
 	"strings"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pgrouted/pgrouted/internal/pgpipe"
 )
 
@@ -169,7 +169,7 @@ func (c *Connector) schemaChanged() {
 	c.schema.Add(1)
 }
 
-// syncStatements drops the statements pgx cached on sc, a connection to
+// syncStatements drops the statements pgx cached on pc, a connection to
 // host h (its named statements and descriptions) when the connector saw
 // a schema change since they were prepared (schemaChanged): one round trip
 // (DEALLOCATE ALL) per connection after a change. pgx has no way to drop a
@@ -179,10 +179,9 @@ func (c *Connector) schemaChanged() {
 // session (pinned: the user's own PREPAREd statements would go too), nor
 // through a connection pooler (the command would run on a server session
 // other clients share): there a stale statement is recovered when the
-// server refuses it. An error is the connection's: sc is closed.
-func (c *Connector) syncStatements(ctx context.Context, sc *stdlib.Conn, h *host, pinned bool) error {
+// server refuses it. An error is the connection's: pc is closed.
+func (c *Connector) syncStatements(ctx context.Context, pc *pgx.Conn, h *host, pinned bool) error {
 	gen := c.schema.Load()
-	pc := sc.Conn()
 	data := pc.PgConn().CustomData()
 	if data == nil {
 		return nil

@@ -4,8 +4,8 @@ import (
 	"context"
 	"database/sql/driver"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pgrouted/pgrouted/internal/pgpipe"
 	"github.com/pgrouted/pgrouted/internal/sqlclass"
 )
@@ -42,12 +42,12 @@ func (s *stmt) NumInput() int { return s.numInput }
 func (cn *conn) describe(ctx context.Context, query string) (*pgconn.StatementDescription, error) {
 	switch {
 	case cn.tx != nil && cn.tx.replica != nil:
-		return prepareOn(ctx, cn.tx.replica.Conn, query, nil)
+		return prepareOn(ctx, cn.tx.replica.conn(), query, nil)
 	case cn.tx != nil || cn.inSQLTx():
 		// It may see the transaction's own changes: not kept.
-		return prepareOn(ctx, cn.primary, query, nil)
+		return prepareOn(ctx, cn.primary.Conn(), query, nil)
 	case cn.primary != nil && !cn.epochChanged() && !cn.primary.Conn().IsClosed():
-		return prepareOn(ctx, cn.primary, query, cn.descsOf())
+		return prepareOn(ctx, cn.primary.Conn(), query, cn.descsOf())
 	}
 	var p plan
 	cn.c.plan(ctx, &request{r: sqlclass.Result{Class: sqlclass.Read, Statements: 1}, pinned: cn.pinned}, false, &p)
@@ -70,28 +70,29 @@ func (cn *conn) describe(ctx context.Context, query string) (*pgconn.StatementDe
 	if cn.inSQLTx() {
 		descs = nil
 	}
-	return prepareOn(ctx, sc, query, descs)
+	return prepareOn(ctx, sc.Conn(), query, descs)
 }
 
 // describeOnReplica is the replica path of describe: cl.query described on
 // a connection borrowed from h's pool, after the check at asks for.
 func (cn *conn) describeOnReplica(ctx context.Context, h *host, at target, cl *call) error {
-	b, err := cn.borrow(ctx, h, at.check, at.wm, at.wait, cl)
-	if err != nil {
+	var b borrowed
+	if err := cn.borrow(ctx, h, &b, at.check, at.wm, at.wait, cl); err != nil {
 		return err
 	}
 	defer b.giveBack()
-	cl.sd, err = prepareOn(ctx, b.Conn, cl.query, &h.descs)
+	var err error
+	cl.sd, err = prepareOn(ctx, b.conn(), cl.query, &h.descs)
 	return err
 }
 
-// prepareOn describes query on sc and, with descs, keeps the description
+// prepareOn describes query on pc and, with descs, keeps the description
 // there.
-func prepareOn(ctx context.Context, sc *stdlib.Conn, query string, descs *pgpipe.Descs) (*pgconn.StatementDescription, error) {
-	if sc.Conn().IsClosed() {
+func prepareOn(ctx context.Context, pc *pgx.Conn, query string, descs *pgpipe.Descs) (*pgconn.StatementDescription, error) {
+	if pc.IsClosed() {
 		return nil, driver.ErrBadConn
 	}
-	sd, err := sc.Conn().PgConn().Prepare(ctx, "", query, nil)
+	sd, err := pc.PgConn().Prepare(ctx, "", query, nil)
 	if err != nil {
 		if pgconn.SafeToRetry(err) {
 			return nil, driver.ErrBadConn

@@ -102,11 +102,11 @@ func (cn *conn) beginOnPrimary(ctx context.Context, cl *call, readOnly bool) (*t
 // beginOnReplica opens the read-only transaction of cl on a connection
 // borrowed from h's pool, after the position check at asks for.
 func (cn *conn) beginOnReplica(ctx context.Context, h *host, at target, cl *call) error {
-	b, err := cn.borrow(ctx, h, at.check, at.wm, at.wait, cl)
-	if err != nil {
+	b := new(borrowed)
+	if err := cn.borrow(ctx, h, b, at.check, at.wm, at.wait, cl); err != nil {
 		return err
 	}
-	inner, err := cl.beginOn(ctx, b.Conn)
+	inner, err := cl.beginOn(ctx, b.sc)
 	if err != nil {
 		b.giveBack()
 		return err
@@ -136,7 +136,7 @@ func (t *tx) run(ctx context.Context, r sqlclass.Result, cl *call, began time.Ti
 			cn.pin() // a SET in a transaction outlives its commit
 		}
 	default:
-		sc = t.replica.Conn
+		sc = t.replica.sc
 		if r.Has(sqlclass.Session) {
 			t.tainted = true
 		}
@@ -223,7 +223,7 @@ func (t *tx) release() {
 	if t.replica != nil {
 		if t.tainted {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			t.replica.Conn.Conn().Close(ctx)
+			t.replica.conn().Close(ctx)
 			cancel()
 		}
 		t.replica.giveBack()

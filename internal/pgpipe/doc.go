@@ -8,8 +8,10 @@
 // It holds:
 //
 //   - rows.go: [Rows], a database/sql driver.Rows over a
-//     pgconn.ResultReader, with the conversions of pgx's stdlib.Rows, and
-//     [ResultFormats], the result formats stdlib asks for;
+//     pgconn.ResultReader, or over pgx's rows of a query run as stdlib's
+//     QueryContext runs it ([Rows.Query], for a connection taken from a
+//     pgxpool.Pool without stdlib's wrapper), with the conversions of pgx's
+//     stdlib.Rows, and [ResultFormats], the result formats stdlib asks for;
 //   - encode.go: [Encode], the arguments encoded as pgx encodes them
 //     against a cached description ([Descs]), and [OK], which statements
 //     may be sent so;
@@ -41,10 +43,14 @@
 // This package mirrors pgx v5.12.0 (go.mod). On a pgx upgrade, re-check:
 //
 //   - stdlib/sql.go: databaseSQLResultFormats (the OIDs read in binary),
-//     Rows.initValueFuncs (the Go type per OID), Rows.Next and the
-//     Rows.ColumnType* methods. rows.go copies them; the differential test
-//     TestResultRowsDifferential (and TestResultRowsFormats) compares the
-//     two on a real server and fails when they drift.
+//     Conn.QueryContext and Conn.ExecContext (their arguments, the
+//     driver.ErrBadConn cases; the root package's stdlibExec copies the
+//     latter), Rows.initValueFuncs (the Go type per OID), Rows.Next and
+//     the Rows.ColumnType* methods. rows.go copies them; the differential
+//     test TestResultRowsDifferential (and TestResultRowsFormats) compares
+//     them on a real server and fails when they drift. A new optional
+//     interface of stdlib.Rows (sql_go1.27.go: driver.RowsColumnScanner,
+//     from Go 1.27) is not mirrored yet.
 //   - conn.go: Conn.Query / Conn.exec's option arguments (QueryExecMode,
 //     QueryRewriter, QueryResultFormats, QueryResultFormatsByOID; [OK]
 //     must know every one, or a statement carrying a new option would be

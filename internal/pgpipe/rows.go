@@ -2,13 +2,16 @@ package pgpipe
 
 // This file provides a database/sql driver.Rows over a *pgconn.ResultReader,
 // so that a query can be sent through a pgconn.Pipeline together with
-// another one (pgx's stdlib.Rows cannot be built from outside pgx). It
-// mirrors the conversions of stdlib.Rows in pgx v5.12.0 (stdlib/sql.go:
-// databaseSQLResultFormats, Rows.initValueFuncs, Rows.Next and the
-// ColumnType* methods) so that a query gives the same driver values and
-// column types whichever route it takes.
+// another one, or over pgx's rows of a query run on a pgx.Conn taken
+// straight from a pgxpool.Pool (pgx's stdlib.Rows cannot be built from
+// outside pgx, nor without stdlib's per-connection wrapper). It mirrors the
+// conversions of stdlib.Rows in pgx v5.12.0 (stdlib/sql.go:
+// databaseSQLResultFormats, Conn.QueryContext, Rows.initValueFuncs,
+// Rows.Next and the ColumnType* methods) so that a query gives the same
+// driver values and column types whichever route it takes.
 
 import (
+	"context"
 	"database/sql/driver"
 	"fmt"
 	"io"
@@ -18,6 +21,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 )
@@ -44,27 +48,42 @@ func ResultFormats(fields []pgconn.FieldDescription) []int16 {
 	return formats
 }
 
-// valueFunc converts one non-NULL column value, as read from the wire, to
-// its driver.Value. It never keeps src: the reader reuses that buffer for the
-// next row.
-type valueFunc func(src []byte) (driver.Value, error)
-
-// Rows is a driver.Rows over the rows of one query read from a
-// *pgconn.ResultReader, with stdlib.Rows' conversions.
+// Rows is a driver.Rows over the rows of one query, with stdlib.Rows'
+// conversions: read from a *pgconn.ResultReader ([NewRows]), or from pgx's
+// rows of a query pgx ran ([Rows.Query]).
+//
+// A Rows holds its columns, their converters and Query's arguments itself
+// up to inlineColumns columns and inlineArgs arguments (each value is
+// converted as soon as it is scanned, through one scratch value per Go
+// type), so that the rows of a small query cost one allocation. A Rows in
+// use must not be copied.
 type Rows struct {
 	m        *pgtype.Map
-	rr       *pgconn.ResultReader
-	fields   []pgconn.FieldDescription // a copy: rr's is the connection's, reused by its next result
+	rr       *pgconn.ResultReader // the source (NewRows), or
+	pr       pgx.Rows             // pgx's rows (Query)
+	cols     []column             // a copy of the field descriptions: rr's is the connection's, reused by its next result
 	columns  []string
-	convert  []valueFunc
-	done     func(error) error
+	done     func(error) error // nil: Close returns the query's error
 	nextErr  func(error) error // what Next returns for the query's error; nil: the error as is
-	loaded   bool              // rr holds a row Next has not returned yet
-	rrClosed bool              // rr is closed (by Next at the end, or by Close)
-	rrErr    error             // the error of closing rr
+	loaded   bool              // the source holds a row Next has not returned yet
+	rrClosed bool              // the source is closed (by Next at the end, or by Close)
+	rrErr    error             // the error of closing the source
 	closed   bool              // Close ran done
 	closeErr error             // what done returned
+
+	scratch scratch
+	colBuf  [inlineColumns]column
+	nameBuf [inlineColumns]string
+	argBuf  [inlineArgs]any // Query's arguments, which pgx's rows keep until closed
 }
+
+// inlineColumns is how many columns a Rows holds without another
+// allocation, and inlineArgs how many arguments (stdlib's result formats
+// included) Query passes to pgx without one.
+const (
+	inlineColumns = 4
+	inlineArgs    = 4
+)
 
 var (
 	_ driver.Rows                           = (*Rows)(nil)
@@ -87,22 +106,92 @@ var (
 // first Next: the rows are then closed (done has run) and the error is
 // returned.
 func NewRows(m *pgtype.Map, rr *pgconn.ResultReader, done func(error) error) (driver.Rows, error) {
-	fields := append([]pgconn.FieldDescription(nil), rr.FieldDescriptions()...)
-	r := &Rows{
-		m:       m,
-		rr:      rr,
-		fields:  fields,
-		columns: make([]string, len(fields)),
-		convert: make([]valueFunc, len(fields)),
-		done:    done,
+	r := &Rows{m: m, rr: rr, done: done}
+	r.setColumns(rr.FieldDescriptions())
+	if err := r.first(); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// stdlibResultFormats are the result formats stdlib's QueryContext asks pgx
+// for (databaseSQLResultFormats): binary for the intrinsic types of
+// ResultFormats, text for the rest.
+var stdlibResultFormats = pgx.QueryResultFormatsByOID{
+	pgtype.BoolOID:        pgtype.BinaryFormatCode,
+	pgtype.ByteaOID:       pgtype.BinaryFormatCode,
+	pgtype.CIDOID:         pgtype.BinaryFormatCode,
+	pgtype.DateOID:        pgtype.BinaryFormatCode,
+	pgtype.Float4OID:      pgtype.BinaryFormatCode,
+	pgtype.Float8OID:      pgtype.BinaryFormatCode,
+	pgtype.Int2OID:        pgtype.BinaryFormatCode,
+	pgtype.Int4OID:        pgtype.BinaryFormatCode,
+	pgtype.Int8OID:        pgtype.BinaryFormatCode,
+	pgtype.OIDOID:         pgtype.BinaryFormatCode,
+	pgtype.TimestampOID:   pgtype.BinaryFormatCode,
+	pgtype.TimestamptzOID: pgtype.BinaryFormatCode,
+	pgtype.XIDOID:         pgtype.BinaryFormatCode,
+}
+
+// Query runs query with args on pc as stdlib's Conn.QueryContext does:
+// pgx's Query with stdlib's result formats, driver.ErrBadConn when pc is
+// closed or nothing was sent, and the first row read at once, so that a
+// query failing before it fails here. On success r holds the rows: r is a
+// zero Rows that its owner keeps (and closes) as its own. done is as in
+// NewRows, and may be nil. On error r is closed, and done has run when
+// the query was sent.
+//
+// It is stdlib's path without stdlib's per-connection wrapper, for a
+// connection taken from a pgxpool.Pool directly.
+func (r *Rows) Query(ctx context.Context, pc *pgx.Conn, query string, args []driver.NamedValue, done func(error) error) error {
+	if pc.IsClosed() {
+		return driver.ErrBadConn
+	}
+	var a []any
+	if n := 1 + len(args); n <= len(r.argBuf) {
+		a = r.argBuf[:n]
+	} else {
+		a = make([]any, n)
+	}
+	a[0] = stdlibResultFormats
+	for i, v := range args {
+		a[1+i] = v.Value // stdlib's convertNamedArguments
+	}
+	pr, err := pc.Query(ctx, query, a...)
+	if err != nil {
+		if pgconn.SafeToRetry(err) {
+			return driver.ErrBadConn
+		}
+		return err
+	}
+	r.m, r.pr, r.done = pc.TypeMap(), pr, done
+	r.setColumns(pr.FieldDescriptions())
+	return r.first()
+}
+
+// setColumns copies fields and plans the conversion of each column, as
+// stdlib's Rows.initValueFuncs does: the same Go type per OID, a string
+// for every type it does not list.
+func (r *Rows) setColumns(fields []pgconn.FieldDescription) {
+	if n := len(fields); n <= inlineColumns {
+		r.cols, r.columns = r.colBuf[:n], r.nameBuf[:n]
+	} else {
+		r.cols, r.columns = make([]column, n), make([]string, n)
 	}
 	for i, fd := range fields {
+		c := &r.cols[i]
+		c.fd, c.kind = fd, kindOf(fd.DataTypeOID)
+		c.plan = r.m.PlanScan(fd.DataTypeOID, fd.Format, r.scratch.target(c.kind))
 		r.columns[i] = fd.Name
-		r.convert[i] = newValueFunc(m, fd)
 	}
-	if rr.NextRow() {
+}
+
+// first reads the first row, as stdlib's QueryContext does; when the query
+// failed before it, it closes r and returns the error.
+func (r *Rows) first() error {
+	if r.nextRow() {
 		r.loaded = true
-		return r, nil
+		return nil
 	}
 	r.closeReader()
 	if r.rrErr != nil {
@@ -110,59 +199,166 @@ func NewRows(m *pgtype.Map, rr *pgconn.ResultReader, done func(error) error) (dr
 		if cerr := r.Close(); cerr != nil {
 			err = cerr
 		}
+		return err
+	}
+	return nil
+}
+
+// nextRow reads the next row of the source.
+func (r *Rows) nextRow() bool {
+	if r.rr != nil {
+		return r.rr.NextRow()
+	}
+	return r.pr.Next()
+}
+
+// values are the values of the row read last, as they came on the wire.
+func (r *Rows) values() [][]byte {
+	if r.rr != nil {
+		return r.rr.Values()
+	}
+	return r.pr.RawValues()
+}
+
+// column is one column of the rows: its description, and how its values
+// convert (its kind, and the scan plan into the scratch value of the kind).
+type column struct {
+	fd   pgconn.FieldDescription
+	kind valueKind
+	plan pgtype.ScanPlan
+}
+
+// valueKind is the Go type a column's values are scanned into before they
+// become driver values, as stdlib's Rows.initValueFuncs chooses it by OID.
+type valueKind uint8
+
+const (
+	kindString      valueKind = iota // every type stdlib does not list
+	kindBool                         // bool
+	kindBytes                        // bytea, json, jsonb, xml: []byte (their scan plans into *[]byte copy src)
+	kindUint32                       // cid, oid, xid: int64
+	kindDate                         // time.Time, or "infinity", "-infinity"
+	kindFloat4                       // float64
+	kindFloat8                       // float64
+	kindInt2                         // int64
+	kindInt4                         // int64
+	kindInt8                         // int64
+	kindTimestamp                    // time.Time (UTC), or "infinity", "-infinity"
+	kindTimestamptz                  // time.Time (Local), or "infinity", "-infinity"
+)
+
+// kindOf is the kind of a column of type oid.
+func kindOf(oid uint32) valueKind {
+	switch oid {
+	case pgtype.BoolOID:
+		return kindBool
+	case pgtype.ByteaOID, pgtype.JSONOID, pgtype.JSONBOID, pgtype.XMLOID:
+		return kindBytes
+	case pgtype.CIDOID, pgtype.OIDOID, pgtype.XIDOID:
+		return kindUint32
+	case pgtype.DateOID:
+		return kindDate
+	case pgtype.Float4OID:
+		return kindFloat4
+	case pgtype.Float8OID:
+		return kindFloat8
+	case pgtype.Int2OID:
+		return kindInt2
+	case pgtype.Int4OID:
+		return kindInt4
+	case pgtype.Int8OID:
+		return kindInt8
+	case pgtype.TimestampOID:
+		return kindTimestamp
+	case pgtype.TimestamptzOID:
+		return kindTimestamptz
+	}
+	return kindString
+}
+
+// scratch holds what a column's value is scanned into, one per kind.
+// stdlib keeps one per column; one per kind gives the same values, since
+// every scan plan sets the whole value, a value is converted before the
+// next one is scanned, and no driver value refers to its scratch (the
+// []byte ones are copies of src).
+type scratch struct {
+	b    bool
+	by   []byte
+	u32  pgtype.Uint32
+	date pgtype.Date
+	f4   float32
+	f8   float64
+	i2   int16
+	i4   int32
+	i8   int64
+	ts   pgtype.Timestamp
+	tstz pgtype.Timestamptz
+	s    string
+}
+
+// target is the scan target of kind k.
+func (s *scratch) target(k valueKind) any {
+	switch k {
+	case kindBool:
+		return &s.b
+	case kindBytes:
+		return &s.by
+	case kindUint32:
+		return &s.u32
+	case kindDate:
+		return &s.date
+	case kindFloat4:
+		return &s.f4
+	case kindFloat8:
+		return &s.f8
+	case kindInt2:
+		return &s.i2
+	case kindInt4:
+		return &s.i4
+	case kindInt8:
+		return &s.i8
+	case kindTimestamp:
+		return &s.ts
+	case kindTimestamptz:
+		return &s.tstz
+	}
+	return &s.s
+}
+
+// convert converts one non-NULL value of column c, as read from the wire,
+// to its driver.Value, as stdlib's value functions do. It never keeps src:
+// the reader reuses that buffer for the next row.
+func (r *Rows) convert(c *column, src []byte) (driver.Value, error) {
+	s := &r.scratch
+	if err := c.plan.Scan(src, s.target(c.kind)); err != nil {
 		return nil, err
 	}
-	return r, nil
-}
-
-// newValueFunc returns the converter of a column, as stdlib's
-// Rows.initValueFuncs: the same Go type per OID, a string for every type it
-// does not list.
-func newValueFunc(m *pgtype.Map, fd pgconn.FieldDescription) valueFunc {
-	switch fd.DataTypeOID {
-	case pgtype.BoolOID:
-		return scanValue(m, fd, asIs[bool])
-	case pgtype.ByteaOID, pgtype.JSONOID, pgtype.JSONBOID, pgtype.XMLOID:
-		// Their scan plans into *[]byte copy src.
-		return scanValue(m, fd, asIs[[]byte])
-	case pgtype.CIDOID, pgtype.OIDOID, pgtype.XIDOID:
-		return scanValue(m, fd, pgtype.Uint32.Value) // int64
-	case pgtype.DateOID:
-		return scanValue(m, fd, pgtype.Date.Value) // time.Time, or "infinity", "-infinity"
-	case pgtype.Float4OID:
-		return scanValue(m, fd, func(d float32) (driver.Value, error) { return float64(d), nil })
-	case pgtype.Float8OID:
-		return scanValue(m, fd, asIs[float64])
-	case pgtype.Int2OID:
-		return scanValue(m, fd, func(d int16) (driver.Value, error) { return int64(d), nil })
-	case pgtype.Int4OID:
-		return scanValue(m, fd, func(d int32) (driver.Value, error) { return int64(d), nil })
-	case pgtype.Int8OID:
-		return scanValue(m, fd, asIs[int64])
-	case pgtype.TimestampOID:
-		return scanValue(m, fd, pgtype.Timestamp.Value) // time.Time (UTC), or "infinity", "-infinity"
-	case pgtype.TimestamptzOID:
-		return scanValue(m, fd, pgtype.Timestamptz.Value) // time.Time (Local), or "infinity", "-infinity"
-	default:
-		return scanValue(m, fd, asIs[string])
+	switch c.kind {
+	case kindBool:
+		return s.b, nil
+	case kindBytes:
+		return s.by, nil
+	case kindUint32:
+		return s.u32.Value()
+	case kindDate:
+		return s.date.Value()
+	case kindFloat4:
+		return float64(s.f4), nil
+	case kindFloat8:
+		return s.f8, nil
+	case kindInt2:
+		return int64(s.i2), nil
+	case kindInt4:
+		return int64(s.i4), nil
+	case kindInt8:
+		return s.i8, nil
+	case kindTimestamp:
+		return s.ts.Value()
+	case kindTimestamptz:
+		return s.tstz.Value()
 	}
+	return s.s, nil
 }
-
-// scanValue returns a valueFunc that scans into a T with the type map's plan
-// for the column, then converts the T with value.
-func scanValue[T any](m *pgtype.Map, fd pgconn.FieldDescription, value func(T) (driver.Value, error)) valueFunc {
-	var d T
-	plan := m.PlanScan(fd.DataTypeOID, fd.Format, &d)
-	return func(src []byte) (driver.Value, error) {
-		if err := plan.Scan(src, &d); err != nil {
-			return nil, err
-		}
-		return value(d)
-	}
-}
-
-// asIs returns d as the driver.Value.
-func asIs[T any](d T) (driver.Value, error) { return d, nil }
 
 // Columns returns the names of the columns.
 func (r *Rows) Columns() []string { return r.columns }
@@ -171,7 +367,7 @@ func (r *Rows) Columns() []string { return r.columns }
 // in the type map, or its OID in decimal when the map does not know it (an
 // enum, for instance).
 func (r *Rows) ColumnTypeDatabaseTypeName(index int) string {
-	oid := r.fields[index].DataTypeOID
+	oid := r.cols[index].fd.DataTypeOID
 	if dt, ok := r.m.TypeForOID(oid); ok {
 		return strings.ToUpper(dt.Name)
 	}
@@ -187,7 +383,7 @@ const varHeaderSize = 4
 // and varbit give negative lengths, as with stdlib); ok is false for the
 // other types.
 func (r *Rows) ColumnTypeLength(index int) (length int64, ok bool) {
-	fd := r.fields[index]
+	fd := r.cols[index].fd
 	switch fd.DataTypeOID {
 	case pgtype.TextOID, pgtype.ByteaOID:
 		return math.MaxInt64, true
@@ -204,7 +400,7 @@ func (r *Rows) ColumnTypeLength(index int) (length int64, ok bool) {
 // column, decoded from its type modifier as stdlib does (an unconstrained
 // numeric gives 65535, 65531); ok is false for the other types.
 func (r *Rows) ColumnTypePrecisionScale(index int) (precision, scale int64, ok bool) {
-	fd := r.fields[index]
+	fd := r.cols[index].fd
 	if fd.DataTypeOID != pgtype.NumericOID {
 		return 0, 0, false
 	}
@@ -216,7 +412,7 @@ func (r *Rows) ColumnTypePrecisionScale(index int) (precision, scale int64, ok b
 // natural one for the intrinsic types, float64 for numeric (whose values are
 // strings nonetheless) and string for the rest.
 func (r *Rows) ColumnTypeScanType(index int) reflect.Type {
-	switch r.fields[index].DataTypeOID {
+	switch r.cols[index].fd.DataTypeOID {
 	case pgtype.Float8OID:
 		return reflect.TypeFor[float64]()
 	case pgtype.Float4OID:
@@ -241,12 +437,12 @@ func (r *Rows) ColumnTypeScanType(index int) reflect.Type {
 }
 
 // Next reads the next row into dest. After the last row it closes the
-// reader and returns the error of the query (as nextErr makes it), or
+// source and returns the error of the query (as nextErr makes it), or
 // io.EOF.
 func (r *Rows) Next(dest []driver.Value) error {
 	if r.loaded {
-		r.loaded = false // the first row, read by NewRows
-	} else if r.rrClosed || !r.rr.NextRow() {
+		r.loaded = false // the first row, read by NewRows or Query
+	} else if r.rrClosed || !r.nextRow() {
 		r.closeReader()
 		if r.rrErr != nil {
 			if r.nextErr != nil {
@@ -256,12 +452,12 @@ func (r *Rows) Next(dest []driver.Value) error {
 		}
 		return io.EOF
 	}
-	for i, src := range r.rr.Values() {
+	for i, src := range r.values() {
 		if src == nil {
 			dest[i] = nil
 			continue
 		}
-		v, err := r.convert[i](src)
+		v, err := r.convert(&r.cols[i], src)
 		if err != nil {
 			return fmt.Errorf("convert field %d failed: %w", i, err)
 		}
@@ -270,23 +466,32 @@ func (r *Rows) Next(dest []driver.Value) error {
 	return nil
 }
 
-// closeReader closes rr once, reading what is left of its rows, and keeps
-// its error. rr is not used afterwards: it belongs to the connection, which
-// reuses it for its next result.
+// closeReader closes the source once, reading what is left of its rows,
+// and keeps its error. A ResultReader is not used afterwards: it belongs
+// to the connection, which reuses it for its next result.
 func (r *Rows) closeReader() {
 	if !r.rrClosed {
 		r.rrClosed = true
-		_, r.rrErr = r.rr.Close()
+		if r.rr != nil {
+			_, r.rrErr = r.rr.Close()
+		} else {
+			r.pr.Close()
+			r.rrErr = r.pr.Err()
+		}
 	}
 }
 
-// Close closes the reader, if Next has not, and returns what done returns
-// for its error. Later calls return the same without calling done again.
+// Close closes the source, if Next has not, and returns what done returns
+// for its error (without done, the error itself). Later calls return the
+// same without calling done again.
 func (r *Rows) Close() error {
 	if !r.closed {
 		r.closed = true
 		r.closeReader()
-		r.closeErr = r.done(r.rrErr)
+		r.closeErr = r.rrErr
+		if r.done != nil {
+			r.closeErr = r.done(r.rrErr)
+		}
 	}
 	return r.closeErr
 }

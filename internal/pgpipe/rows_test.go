@@ -168,6 +168,29 @@ func pipelineRows(t *testing.T, ctx context.Context, sc *stdlib.Conn, rec *doneR
 	})
 }
 
+// queryRows runs q with args through Rows.Query, pgx's Query on the
+// connection under sc, with a done that records its calls.
+func queryRows(t *testing.T, ctx context.Context, sc *stdlib.Conn, rec *doneRecord, q string, args ...any) (driver.Rows, error) {
+	t.Helper()
+	named := make([]driver.NamedValue, len(args))
+	for i, a := range args {
+		named[i] = driver.NamedValue{Ordinal: i + 1, Value: a}
+	}
+	r := new(pgpipe.Rows)
+	err := r.Query(ctx, sc.Conn(), q, named, func(err error) error {
+		rec.calls++
+		rec.err = err
+		if rec.returns != nil {
+			return rec.returns
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
 // sameValue is reflect.DeepEqual, but NaN equals NaN.
 func sameValue(a, b driver.Value) bool {
 	if fa, ok := a.(float64); ok {
@@ -227,8 +250,9 @@ func compareSnapshots(t *testing.T, got, want rowsSnapshot) {
 	sameErr("Close", got.close, want.close)
 }
 
-// differential runs q through stdlib and through NewRows on one
-// connection and compares what they give. It returns stdlib's snapshot.
+// differential runs q through stdlib, through NewRows and through
+// Rows.Query on one connection and compares what they give. It returns
+// stdlib's snapshot.
 func differential(t *testing.T, ctx context.Context, sc *stdlib.Conn, q string, args ...any) rowsSnapshot {
 	t.Helper()
 	want := stdlibRows(t, ctx, sc, q, args...)
@@ -240,6 +264,18 @@ func differential(t *testing.T, ctx context.Context, sc *stdlib.Conn, q string, 
 	}
 	if wantErr := want.end; wantErr == io.EOF && rec.err != nil {
 		t.Errorf("done(%v), want done(nil)", rec.err)
+	}
+	rec = doneRecord{}
+	rows, err := queryRows(t, ctx, sc, &rec, q, args...)
+	if err != nil {
+		t.Fatalf("Rows.Query: %v", err)
+	}
+	compareSnapshots(t, snapshot(t, rows), want)
+	if rec.calls != 1 {
+		t.Errorf("Rows.Query's done: %d calls", rec.calls)
+	}
+	if wantErr := want.end; wantErr == io.EOF && rec.err != nil {
+		t.Errorf("Rows.Query's done(%v), want done(nil)", rec.err)
 	}
 	return want
 }
@@ -537,6 +573,29 @@ func TestResultRowsClose(t *testing.T) {
 		if rec.calls != 1 || rec.err != pgErr || rec.plErr != nil {
 			t.Fatalf("done: %d calls with %v (pipeline %v), want 1 with the error", rec.calls, rec.err, rec.plErr)
 		}
+		rec = doneRecord{}
+		rows, err = queryRows(t, ctx, sc, &rec, q)
+		if rows != nil || !errors.As(err, &pgErr) || pgErr.Code != "22012" || !sameCode(err, want) {
+			t.Fatalf("Rows.Query: %v, %v; want division by zero, as stdlib's %v", rows, err, want)
+		}
+		if rec.calls != 1 || rec.err != pgErr {
+			t.Fatalf("Rows.Query's done: %d calls with %v, want 1 with the error", rec.calls, rec.err)
+		}
+		if err := sc.Conn().Ping(ctx); err != nil {
+			t.Fatalf("the connection after the error: %v", err)
+		}
+	})
+
+	// As stdlib's QueryContext: a closed connection, or a query that
+	// could not be sent, is driver.ErrBadConn.
+	t.Run("closed connection", func(t *testing.T) {
+		own := resultRowsConn(t, ctx)
+		own.Conn().Close(ctx)
+		var rec doneRecord
+		rows, err := queryRows(t, ctx, own, &rec, `SELECT 1`)
+		if rows != nil || err != driver.ErrBadConn || rec.calls != 0 {
+			t.Fatalf("Rows.Query on a closed connection: %v, %v, %d calls of done; want driver.ErrBadConn", rows, err, rec.calls)
+		}
 	})
 
 	for _, c := range []struct{ name, q string }{
@@ -596,5 +655,48 @@ func TestResultRowsFormats(t *testing.T) {
 	}
 	if got := pgpipe.ResultFormats(nil); len(got) != 0 {
 		t.Errorf("no fields: %v", got)
+	}
+}
+
+// TestResultRowsQueryAllocs checks that Rows.Query's rows of a small query
+// (columns and arguments up to the inline sizes) take no allocation of
+// their own beyond pgx's: a query through Rows.Query allocates no more
+// than the same query through pgx's Query and Next.
+func TestResultRowsQueryAllocs(t *testing.T) {
+	ctx := testCtx(t)
+	sc := resultRowsConn(t, ctx)
+	const q = `SELECT $1::int4 AS a, 'x'::text AS b, true AS c, $2::int8 AS d`
+	named := []driver.NamedValue{{Ordinal: 1, Value: 7}, {Ordinal: 2, Value: 8}}
+	dest := make([]driver.Value, 4)
+	r := new(pgpipe.Rows)
+	ours := testing.AllocsPerRun(200, func() {
+		*r = pgpipe.Rows{}
+		if err := r.Query(ctx, sc.Conn(), q, named, nil); err != nil {
+			t.Fatal(err)
+		}
+		for r.Next(dest) == nil {
+		}
+		if err := r.Close(); err != nil {
+			t.Fatal(err)
+		}
+	})
+	args := []any{pgx.QueryResultFormatsByOID{}, 7, 8}
+	pgxs := testing.AllocsPerRun(200, func() {
+		rows, err := sc.Conn().Query(ctx, q, args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for rows.Next() {
+			_ = rows.RawValues()
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+	})
+	// Converting "x" to a driver value (a string in an interface) is
+	// Rows' only allocation of its own: the Rows is reused here.
+	if ours > pgxs+1 {
+		t.Errorf("Rows.Query: %.0f allocations per query, pgx's Query %.0f: want at most one more", ours, pgxs)
 	}
 }
