@@ -136,8 +136,11 @@ func (e *poolerError) Unwrap() error { return e.err }
 // "stmtcache_…" does not exist". A statement named by the application
 // (PREPARE, EXECUTE) gets no hint.
 func withPoolerHint(err error) error {
+	if err == nil {
+		return nil // before pe, which errors.As moves to the heap
+	}
 	var pe *pgconn.PgError
-	if err == nil || !errors.As(err, &pe) || (pe.Code != "42P05" && pe.Code != "26000") {
+	if !errors.As(err, &pe) || (pe.Code != "42P05" && pe.Code != "26000") {
 		return err
 	}
 	if !strings.HasPrefix(pe.Message, `prepared statement "stmtcache_`) {

@@ -139,17 +139,24 @@ func IsEncodeError(err error) bool {
 // whose rows are not wanted is sent as is, unnamed (pgx sends it with the
 // simple protocol).
 func Encode(ctx context.Context, pc *pgx.Conn, descs *Descs, st *Stmts, query string, args []driver.NamedValue, rows bool) (Encoded, error) {
+	return encode(ctx, pc, descs, st, query, args, rows, nil)
+}
+
+// encode is Encode with the buffers of s, when not nil (see scratch): the
+// Encoded's parameters are then s's, valid until its next use.
+func encode(ctx context.Context, pc *pgx.Conn, descs *Descs, st *Stmts, query string, args []driver.NamedValue, rows bool, s *scratch) (Encoded, error) {
 	e := Encoded{query: query}
 	if len(args) == 0 && !rows {
 		return e, nil
 	}
-	vals := make([]any, len(args))
-	for i, a := range args {
-		vals[i] = a.Value
+	if s == nil {
+		s = new(scratch)
 	}
+	vals := s.values(args)
+	defer clear(vals) // keep none of the caller's values alive
 	sd := descs.Get(query)
 	cached := sd != nil
-	var eqb pgx.ExtendedQueryBuilder
+	eqb := &s.eqb
 	for {
 		if sd == nil {
 			var err error

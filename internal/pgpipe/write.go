@@ -28,20 +28,26 @@ const InsertPositionSQL = "SELECT pg_current_wal_insert_lsn()::text"
 // could not be read. A statement the server refused has its description
 // dropped: it may no longer match (a column changed type).
 func Exec(ctx context.Context, pc *pgx.Conn, descs *Descs, st *Stmts, query string, args []driver.NamedValue) (tag pgconn.CommandTag, pos lagmeter.LSN, err error) {
-	e, err := Encode(ctx, pc, descs, st, query, args, false)
+	s := scratchOf(pc.PgConn())
+	e, err := encode(ctx, pc, descs, st, query, args, false, s)
 	if err != nil {
 		return tag, 0, err
 	}
-	tag, pos, err = execEncoded(ctx, pc, st, &e)
+	tag, pos, err = execEncoded(ctx, pc, st, &e, s)
 	if IsPgError(err) {
 		descs.Drop(query)
 	}
 	return tag, pos, err
 }
 
-// execEncoded is Exec for a statement encoded.
-func execEncoded(ctx context.Context, pc *pgx.Conn, st *Stmts, e *Encoded) (tag pgconn.CommandTag, pos lagmeter.LSN, err error) {
+// execEncoded is Exec for a statement encoded, s the connection's
+// scratch: without a pipeline when nothing has to be prepared first
+// (direct.go).
+func execEncoded(ctx context.Context, pc *pgx.Conn, st *Stmts, e *Encoded, s *scratch) (tag pgconn.CommandTag, pos lagmeter.LSN, err error) {
 	pe := fixed(st, InsertPositionSQL)
+	if direct(ctx, pc.PgConn(), e, &pe) {
+		return execDirect(ctx, pc.PgConn(), s, e, &pe)
+	}
 	pl, err := startPositioned(ctx, pc, e, &pe)
 	if err != nil {
 		return tag, 0, err
@@ -49,6 +55,27 @@ func execEncoded(ctx context.Context, pc *pgx.Conn, st *Stmts, e *Encoded) (tag 
 	tag, err = resultOf(pl, e, nil)
 	pos, err = finishPositioned(pl, &pe, err)
 	return tag, pos, err
+}
+
+// execDirect is execEncoded without a pipeline (direct.go), with the
+// same outcome: err nil means the server answered the statement's Sync
+// (it committed), and a position that cannot be read after that leaves
+// pos 0 (see finishPositioned).
+func execDirect(ctx context.Context, pc *pgconn.PgConn, s *scratch, e, pe *Encoded) (tag pgconn.CommandTag, pos lagmeter.LSN, err error) {
+	rr, err := startDirect(ctx, pc, s, e, pe)
+	if err != nil {
+		return tag, 0, err
+	}
+	tag, err = rr.Close()
+	e.failed(err)
+	if err != nil && !IsPgError(err) {
+		return tag, 0, err // the connection broke: pgconn closed it
+	}
+	pos = readPosition(ctx, pc)
+	if err != nil {
+		return tag, 0, err
+	}
+	return tag, pos, nil
 }
 
 // fixed is a statement without parameters and whose rows, if any, are
@@ -107,11 +134,18 @@ func finishPositioned(pl *pgconn.Pipeline, pe *Encoded, err error) (lagmeter.LSN
 // the statement's outcome. wrap, when not nil, makes the error the rows
 // and done see from an error of the connection (see Rows.nextErr).
 func Query(ctx context.Context, pc *pgx.Conn, descs *Descs, st *Stmts, query string, args []driver.NamedValue, wrap func(error) error, done func(lagmeter.LSN, error)) (driver.Rows, error) {
-	e, err := Encode(ctx, pc, descs, st, query, args, true)
+	s := scratchOf(pc.PgConn())
+	e, err := encode(ctx, pc, descs, st, query, args, true, s)
 	if err != nil {
 		return nil, err
 	}
+	if wrap == nil {
+		wrap = func(err error) error { return err }
+	}
 	pe := fixed(st, InsertPositionSQL)
+	if direct(ctx, pc.PgConn(), &e, &pe) {
+		return queryDirect(ctx, pc, descs, s, &e, &pe, wrap, done)
+	}
 	pl, err := startPositioned(ctx, pc, &e, &pe)
 	if err != nil {
 		return nil, err
@@ -126,9 +160,6 @@ func Query(ctx context.Context, pc *pgx.Conn, descs *Descs, st *Stmts, query str
 		}
 		finishPositioned(pl, &pe, err)
 		return nil, err
-	}
-	if wrap == nil {
-		wrap = func(err error) error { return err }
 	}
 	rows, err := NewRows(pc.TypeMap(), rr, func(rerr error) error {
 		invalidateOn(st, query, rerr)
@@ -152,13 +183,51 @@ func Query(ctx context.Context, pc *pgx.Conn, descs *Descs, st *Stmts, query str
 	return rows, err
 }
 
+// queryDirect is Query without a pipeline (direct.go), with the same
+// outcome. The statement's ReadyForQuery is read when its reader is
+// closed (by Next at the end of the rows, or by Close), the position's
+// answer after it, by Close.
+func queryDirect(ctx context.Context, pc *pgx.Conn, descs *Descs, s *scratch, e, pe *Encoded, wrap func(error) error, done func(lagmeter.LSN, error)) (driver.Rows, error) {
+	pgc := pc.PgConn()
+	rr, err := startDirect(ctx, pgc, s, e, pe)
+	if err != nil {
+		return nil, err
+	}
+	st, query := e.st, e.query
+	rows, err := NewRows(pc.TypeMap(), rr, func(rerr error) error {
+		invalidateOn(st, query, rerr)
+		if rerr != nil && !IsPgError(rerr) && pgconn.SafeToRetry(rerr) {
+			// Nothing was sent (the write failed before a byte went
+			// out), as a pipeline's Flush reports it.
+			return rerr
+		}
+		var pos lagmeter.LSN
+		if rerr == nil || IsPgError(rerr) {
+			pos = readPosition(ctx, pgc)
+		}
+		if rerr != nil {
+			pos = 0
+		}
+		if IsPgError(rerr) {
+			descs.Drop(query)
+		}
+		rerr = wrap(rerr)
+		done(pos, rerr)
+		return rerr
+	})
+	if err == nil {
+		rows.(*Rows).nextErr = wrap
+	}
+	return rows, err
+}
+
 // Commit commits pc's transaction and reads the WAL position after the
 // commit in the same round trip (with st, both named statements). It mirrors pgx's Tx.Commit: a transaction
 // the server had to roll back gives pgx.ErrTxCommitRollback, and a
 // connection left inside a transaction after an error is closed.
 func Commit(ctx context.Context, pc *pgx.Conn, descs *Descs, st *Stmts) (lagmeter.LSN, error) {
 	e := fixed(st, "COMMIT")
-	tag, pos, err := execEncoded(ctx, pc, st, &e)
+	tag, pos, err := execEncoded(ctx, pc, st, &e, scratchOf(pc.PgConn()))
 	if err != nil {
 		if pc.PgConn().TxStatus() != 'I' {
 			_ = pc.Close(ctx)
