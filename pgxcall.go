@@ -55,6 +55,8 @@ type pgxCall struct {
 
 	txOpts pgx.TxOptions
 	inner  *pgxTxInner // the transaction begun
+
+	argBuf [4]driver.NamedValue // the call's args as the driver takes them, when they fit
 }
 
 // on runs cl through pgx on pc. args are cl.args as the driver's path
@@ -117,9 +119,21 @@ func (px *pgxCall) unpinned() bool { return px != nil && px.noPin }
 func (px *pgxCall) once() bool { return px != nil && px.kind == pxCopy }
 
 // positionable reports whether the call may be a positioned write
-// (conn.positioned): an Exec, whose command tag the pipeline gives; pgx's
-// rows and batches are pgx's own.
-func (px *pgxCall) positionable() bool { return px == nil || px.kind == pxExec }
+// (conn.positioned): an Exec, whose command tag the pipeline gives, or a
+// Query, whose rows pgx reads from the pipelined statement's reader
+// (conn.queryPositionedPgx); pgx's batches are pgx's own.
+func (px *pgxCall) positionable() bool {
+	return px == nil || px.kind == pxExec || px.kind == pxQuery
+}
+
+// nameArgs gives a Query its arguments as the driver's paths take them
+// (see namedArgs), for a statement that may be a positioned write: only
+// then, so that a read does not build them.
+func (px *pgxCall) nameArgs(cl *call) {
+	if px != nil && px.kind == pxQuery && cl.args == nil {
+		cl.args = namedArgs(px.args, px.argBuf[:])
+	}
+}
 
 // setTag keeps the command tag of a positioned write.
 func (px *pgxCall) setTag(tag pgconn.CommandTag) {
@@ -135,6 +149,9 @@ func (px *pgxCall) open() bool { return px != nil && (px.rows != nil || px.br !=
 func (px *pgxCall) afterClose(f func()) {
 	switch {
 	case px.rows != nil:
+		if px.rows.after == nil {
+			px.rows.after = px.rows.afterBuf[:0]
+		}
 		px.rows.after = append(px.rows.after, f)
 	case px.br != nil:
 		px.br.after = append(px.br.after, f)
@@ -193,14 +210,18 @@ func (t *pgxTxInner) Commit() error { return t.tx.Commit(t.ctx) }
 func (t *pgxTxInner) Rollback() error { return t.tx.Rollback(t.ctx) }
 
 // namedArgs returns args as the driver's paths take them (the positioned
-// write encodes them, pipelineOK looks at the first).
-func namedArgs(args []any) []driver.NamedValue {
+// write encodes them, pipelineOK looks at the first), in buf when they
+// fit.
+func namedArgs(args []any, buf []driver.NamedValue) []driver.NamedValue {
 	if len(args) == 0 {
 		return nil
 	}
-	nv := make([]driver.NamedValue, len(args))
+	nv := buf[:0]
+	if cap(nv) < len(args) {
+		nv = make([]driver.NamedValue, 0, len(args))
+	}
 	for i, a := range args {
-		nv[i] = driver.NamedValue{Ordinal: i + 1, Value: a}
+		nv = append(nv, driver.NamedValue{Ordinal: i + 1, Value: a})
 	}
 	return nv
 }
@@ -208,11 +229,23 @@ func namedArgs(args []any) []driver.NamedValue {
 // execCall, queryCall, batchCall and copyCall build the calls of the
 // pgx-native API.
 func execCall(query string, args []any) *call {
-	return &call{query: query, args: namedArgs(args), px: &pgxCall{kind: pxExec, args: args}}
+	cl := newPgxCall(call{query: query}, pgxCall{kind: pxExec, args: args})
+	cl.args = namedArgs(args, cl.px.argBuf[:])
+	return cl
 }
 
 func queryCall(query string, args []any) *call {
-	return &call{query: query, isQuery: true, px: &pgxCall{kind: pxQuery, args: args}}
+	return newPgxCall(call{query: query, isQuery: true}, pgxCall{kind: pxQuery, args: args})
+}
+
+// newPgxCall returns cl with its pgx side px, allocated together.
+func newPgxCall(cl call, px pgxCall) *call {
+	both := &struct {
+		cl call
+		px pgxCall
+	}{cl, px}
+	both.cl.px = &both.px
+	return &both.cl
 }
 
 // batchCall's text, which the decision classifies, is the batch's most

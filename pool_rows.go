@@ -18,10 +18,17 @@ import (
 // they close themselves when Next returns false, and then run after.
 type poolRows struct {
 	pgx.Rows
-	first, more bool // the first row is read; whether there was one
+	conn        *pgx.Conn // the connection, for rows without one (pgx.RowsFromResultReader); nil: Rows.Conn()
+	first, more bool      // the first row is read; whether there was one
 	closed      bool
 	after       []func()          // run once, when closed
+	afterBuf    [2]func()         // after's first ones, without an allocation
 	errFn       func(error) error // what Err returns for the query's error
+
+	// positioned is set (its reader not nil) for the rows of a
+	// positioned write: Close reads the position after it first, and
+	// Err says the lost error (queryPositionedPgx).
+	positioned positionedRows
 }
 
 // Next implements pgx.Rows.
@@ -48,15 +55,30 @@ func (r *poolRows) Close() {
 	}
 	r.closed = true
 	r.Rows.Close()
+	if r.positioned.p.RR != nil {
+		r.positioned.finish()
+	}
 	for _, f := range r.after {
 		f()
 	}
 	r.after = nil
 }
 
+// Conn implements pgx.Rows: the connection the rows are read from, as
+// pgx's own rows give it.
+func (r *poolRows) Conn() *pgx.Conn {
+	if r.conn != nil {
+		return r.conn
+	}
+	return r.Rows.Conn()
+}
+
 // Err implements pgx.Rows.
 func (r *poolRows) Err() error {
 	err := r.Rows.Err()
+	if r.positioned.p.RR != nil {
+		return r.positioned.lostErr(err)
+	}
 	if r.errFn != nil {
 		return r.errFn(err)
 	}
