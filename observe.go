@@ -364,15 +364,8 @@ func (c *Connector) count(p *plan, cl *call, err error) {
 	case ReasonVolatileFunction, ReasonUnknownFunction, ReasonWriteFunction, ReasonRefused:
 		k.catalogRouted.Add(1)
 	}
-	if err != nil {
-		// Declared here: errors.As moves it to the heap.
-		var re *RouteError
-		if asRouteError(err, &re) {
-			if i := reasonIndex(re.Reason); i >= 0 {
-				k.errors[i].Add(1)
-			}
-			return
-		}
+	if err != nil && c.countRouteError(err) {
+		return
 	}
 	if cl.ran == nil {
 		return
@@ -387,6 +380,20 @@ func (c *Connector) count(p *plan, cl *call, err error) {
 			k.fallbacks[i].Add(1)
 		}
 	}
+}
+
+// countRouteError counts err when it is a RouteError, and reports whether
+// it is one. Apart from count, so that a statement without an error does
+// not allocate the target errors.As needs.
+func (c *Connector) countRouteError(err error) bool {
+	var re *RouteError
+	if !asRouteError(err, &re) {
+		return false
+	}
+	if i := reasonIndex(re.Reason); i >= 0 {
+		c.counters.errors[i].Add(1)
+	}
+	return true
 }
 
 // Stats returns the Connector's counters.

@@ -67,6 +67,8 @@ type pgxCall struct {
 	// (poolBatch): the replica path takes it as the answer of the replica
 	// it planned, without sending the batch again (refusal).
 	refused error
+
+	argBuf [4]driver.NamedValue // the call's args as the driver takes them, when they fit
 }
 
 // refusal returns the replica's refusal of the call's batch, if any (see
@@ -146,9 +148,21 @@ func (px *pgxCall) unpinned() bool { return px != nil && px.noPin }
 func (px *pgxCall) once() bool { return px != nil && px.kind == pxCopy }
 
 // positionable reports whether the call may be a positioned write
-// (conn.positioned): an Exec, whose command tag the pipeline gives; pgx's
-// rows and batches are pgx's own.
-func (px *pgxCall) positionable() bool { return px == nil || px.kind == pxExec }
+// (conn.positioned): an Exec, whose command tag the pipeline gives, or a
+// Query, whose rows pgx reads from the pipelined statement's reader
+// (conn.queryPositionedPgx); pgx's batches are pgx's own.
+func (px *pgxCall) positionable() bool {
+	return px == nil || px.kind == pxExec || px.kind == pxQuery
+}
+
+// nameArgs gives a Query its arguments as the driver's paths take them
+// (see namedArgs), for a statement that may be a positioned write: only
+// then, so that a read does not build them.
+func (px *pgxCall) nameArgs(cl *call) {
+	if px != nil && px.kind == pxQuery && cl.args == nil {
+		cl.args = namedArgs(px.args, px.argBuf[:])
+	}
+}
 
 // setTag keeps the command tag of a positioned write.
 func (px *pgxCall) setTag(tag pgconn.CommandTag) {
@@ -171,6 +185,9 @@ func (px *pgxCall) onClose() *onClose {
 // afterClose runs f once the call's open results are closed.
 func (px *pgxCall) afterClose(f func()) {
 	o := px.onClose()
+	if o.after == nil {
+		o.after = o.afterBuf[:0]
+	}
 	o.after = append(o.after, f)
 }
 
@@ -233,14 +250,18 @@ func (t *pgxTxInner) Commit() error { return t.tx.Commit(t.ctx) }
 func (t *pgxTxInner) Rollback() error { return t.tx.Rollback(t.ctx) }
 
 // namedArgs returns args as the driver's paths take them (the positioned
-// write encodes them, pipelineOK looks at the first).
-func namedArgs(args []any) []driver.NamedValue {
+// write encodes them, pipelineOK looks at the first), in buf when they
+// fit.
+func namedArgs(args []any, buf []driver.NamedValue) []driver.NamedValue {
 	if len(args) == 0 {
 		return nil
 	}
-	nv := make([]driver.NamedValue, len(args))
+	nv := buf[:0]
+	if cap(nv) < len(args) {
+		nv = make([]driver.NamedValue, 0, len(args))
+	}
 	for i, a := range args {
-		nv[i] = driver.NamedValue{Ordinal: i + 1, Value: a}
+		nv = append(nv, driver.NamedValue{Ordinal: i + 1, Value: a})
 	}
 	return nv
 }
@@ -248,7 +269,9 @@ func namedArgs(args []any) []driver.NamedValue {
 // execCall, queryCall, batchCall and copyCall build the calls of the
 // pgx-native API.
 func execCall(query string, args []any) *call {
-	return &call{query: query, args: namedArgs(args), px: &pgxCall{kind: pxExec, args: args}}
+	cl := newPgxCall(call{query: query}, pgxCall{kind: pxExec, args: args})
+	cl.args = namedArgs(args, cl.px.argBuf[:])
+	return cl
 }
 
 func queryCall(query string, args []any) *call {
@@ -271,6 +294,16 @@ func newPgxQuery(query string, args []any) *pgxQuery {
 	q.px = pgxCall{kind: pxQuery, args: args, rowsBuf: &q.rows, replicaBuf: &q.replica}
 	q.cl = call{query: query, isQuery: true, px: &q.px}
 	return q
+}
+
+// newPgxCall returns cl with its pgx side px, allocated together.
+func newPgxCall(cl call, px pgxCall) *call {
+	both := &struct {
+		cl call
+		px pgxCall
+	}{cl, px}
+	both.cl.px = &both.px
+	return &both.cl
 }
 
 // batchCall's text, which the decision classifies, is the batch's most

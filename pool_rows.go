@@ -19,10 +19,16 @@ import (
 // they close themselves when Next returns false, and then run after.
 type poolRows struct {
 	pgx.Rows
-	first, more bool // the first row is read; whether there was one
+	conn        *pgx.Conn // the connection, for rows without one (pgx.RowsFromResultReader); nil: Rows.Conn()
+	first, more bool      // the first row is read; whether there was one
 	closed      bool
 	onClose
 	errFn func(error) error // what Err returns for the query's error
+
+	// positioned is set (its reader not nil) for the rows of a
+	// positioned write: Close reads the position after it first, and
+	// Err says the lost error (queryPositionedPgx).
+	positioned positionedRows
 }
 
 // onClose is what happens once a call's open results (rows, batch results)
@@ -31,11 +37,12 @@ type poolRows struct {
 // write), and the Pool's connection the call ran on is put back. Fields
 // rather than closures: a read allocates none of them.
 type onClose struct {
-	replica *borrowed
-	after   []func()
-	pool    *Pool
-	sc      *sql.Conn
-	cn      *conn
+	replica  *borrowed
+	after    []func()
+	afterBuf [2]func() // after's first ones, without an allocation
+	pool     *Pool
+	sc       *sql.Conn
+	cn       *conn
 }
 
 // run runs the hooks once.
@@ -79,12 +86,27 @@ func (r *poolRows) Close() {
 	}
 	r.closed = true
 	r.Rows.Close()
+	if r.positioned.p.RR != nil {
+		r.positioned.finish()
+	}
 	r.onClose.run()
+}
+
+// Conn implements pgx.Rows: the connection the rows are read from, as
+// pgx's own rows give it.
+func (r *poolRows) Conn() *pgx.Conn {
+	if r.conn != nil {
+		return r.conn
+	}
+	return r.Rows.Conn()
 }
 
 // Err implements pgx.Rows.
 func (r *poolRows) Err() error {
 	err := r.Rows.Err()
+	if r.positioned.p.RR != nil {
+		return r.positioned.lostErr(err)
+	}
 	if r.errFn != nil {
 		return r.errFn(err)
 	}

@@ -137,9 +137,9 @@ func (e *poolerError) Unwrap() error { return e.err }
 // (PREPARE, EXECUTE) gets no hint.
 func withPoolerHint(err error) error {
 	if err == nil {
-		return nil
+		return nil // before pe, which errors.As moves to the heap
 	}
-	var pe *pgconn.PgError // on the heap (errors.As): only for an error
+	var pe *pgconn.PgError
 	if !errors.As(err, &pe) || (pe.Code != "42P05" && pe.Code != "26000") {
 		return err
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pgrouted/pgrouted/internal/pgpipe"
@@ -91,6 +92,9 @@ func (cn *conn) execPrimary(ctx context.Context, sc *stdlib.Conn, positioned boo
 	switch {
 	case sc.Conn().IsClosed():
 		err = driver.ErrBadConn
+	case cl.isQuery && cl.px != nil:
+		// The same for the pgx-native API, with pgx's rows.
+		err = cn.queryPositionedPgx(ctx, sc, cl)
 	case cl.isQuery:
 		// INSERT … RETURNING: the statement commits once its rows are all
 		// sent; the position after it is read when they are closed.
@@ -224,6 +228,7 @@ func (cn *conn) positioned(ctx context.Context, r sqlclass.Result, cl *call) boo
 	if !r.DML || !cn.c.tracksWrites(ctx) || cn.inSQLTx() || !cl.px.positionable() {
 		return false
 	}
+	cl.px.nameArgs(cl)
 	return cn.c.pipelineOK(cn.host, cl.args)
 }
 
@@ -249,6 +254,69 @@ func (cn *conn) queryPositioned(ctx context.Context, sc *stdlib.Conn, query stri
 		return err
 	}
 	return pgpipe.Query(ctx, sc.Conn(), cn.descsOf(), cn.c.stmtsOf(cn.host, sc.Conn()), query, args, lostErr, done)
+}
+
+// queryPositionedPgx is queryPositioned for a Query of the pgx-native
+// API (pool.go): its rows are pgx's own (pgx.RowsFromResultReader, in the
+// result formats pgx asks for), whose first row is read at once as
+// pgxCall.on reads it, and the position after the commit is read when
+// they are closed (positionedRows.finish), before anything else their
+// closing runs (the Pool's release of the connection).
+func (cn *conn) queryPositionedPgx(ctx context.Context, sc *stdlib.Conn, cl *call) error {
+	pc := sc.Conn()
+	r := &poolRows{conn: pc, first: true}
+	w := &r.positioned
+	if err := w.p.Start(ctx, pc, cn.descsOf(), cn.c.stmtsOf(cn.host, pc), cl.query, cl.args, true); err != nil {
+		cl.unanswered = true
+		return err
+	}
+	w.cn, w.sc, w.ctx, w.host, w.sent = cn, sc, ctx, cn.host, cl.sent
+	r.Rows = pgx.RowsFromResultReader(pc.TypeMap(), w.p.RR)
+	r.more = r.Rows.Next()
+	if r.Rows.Err() != nil {
+		r.Rows.Close()
+		// Failed before its first row: answered only if a command tag came.
+		cl.unanswered = !r.more && r.Rows.CommandTag().String() == ""
+		return w.finish()
+	}
+	cl.px.rows = r
+	return nil
+}
+
+// positionedRows is what pgx's rows of a positioned write
+// (queryPositionedPgx) do once closed: read the position after the
+// commit and raise the watermark to it.
+type positionedRows struct {
+	p    pgpipe.Pending
+	cn   *conn
+	sc   *stdlib.Conn
+	ctx  context.Context
+	host *host
+	sent time.Time
+}
+
+// finish reads the position after the statement, whose rows are closed,
+// raises the watermark, and returns the statement's outcome.
+func (w *positionedRows) finish() error {
+	// The reader's own error, not a Scan's: the statement's outcome.
+	_, rerr := w.p.RR.Close()
+	pos, sent, err := w.p.Finish(rerr)
+	if !sent {
+		return err
+	}
+	err = w.lostErr(err)
+	w.cn.c.wroteAfter(w.ctx, w.host, pos, w.sent, err)
+	return err
+}
+
+// lostErr is the error of the rows for an error err of the connection:
+// the write's outcome is unknown when its primary's term ended (see
+// queryPositioned).
+func (w *positionedRows) lostErr(err error) error {
+	if err != nil && !pgpipe.IsPgError(err) && w.cn.lost(w.sc) {
+		return lostError(OpWrite, err)
+	}
+	return err
 }
 
 // commitPositioned commits the primary session's transaction and reads the

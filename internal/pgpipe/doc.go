@@ -30,8 +30,16 @@
 //     QueryExecModeCacheDescribe;
 //   - pipeline.go: reading a pipeline's results and Syncs;
 //   - write.go: [Exec] and [Query], a write and the read of the WAL
-//     insert position after its commit in one round trip, and [Commit],
-//     pgx's Tx.Commit with the same position read;
+//     insert position after its commit in one round trip ([StartQuery]
+//     and [Pending] for rows read by pgx's own rows), and [Commit], pgx's
+//     Tx.Commit with the same position read;
+//   - direct.go: the same round trip without a pgconn.Pipeline when
+//     nothing has to be prepared first (the steady state): the
+//     statement's messages queued in pgconn's frontend, flushed by
+//     pgconn's ExecPrepared (ExecParams) of the position query, whose
+//     reader reads the statement's answer, then the position's answer
+//     read with PgConn.ReceiveMessage; and the buffers reused per
+//     connection (the arguments' encoding, the messages);
 //   - replay.go: [Check] and [QueryChecked], the check of (or wait for) a
 //     replica's replay position, alone or pipelined before a read that
 //     the server then skips when the replica is behind;
@@ -62,7 +70,15 @@
 //     result types *ResultReader, *PipelineSync, *StatementDescription for
 //     SendPrepare, *CloseComplete for SendDeallocate; a request after an
 //     error is skipped up to the next Sync), Flush and Close, PgConn.Prepare
-//     and CustomData (where [Stmts] live).
+//     and CustomData (where [Stmts] live). For direct.go: ExecPrepared and
+//     ExecParams (lock, context watch, then their Bind … Sync appended to
+//     what the frontend holds and flushed in one write; a context already
+//     done returns before anything is flushed), ResultReader (it stops at
+//     the first CommandComplete and reads up to the first ReadyForQuery
+//     when closed, where it unlocks the connection; Describe's
+//     RowDescription gives its fields), ReceiveMessage (every message
+//     through pgconn's receiveMessage), and pgx.RowsFromResultReader.
+//     TestDirect* run a scripted server.
 //   - conn.go, rows.go, internal/stmtcache: what cache_statement does with
 //     its statements: their names (stmtcache.StatementName; ours have a
 //     prefix of their own), the LRU's capacity (ConnConfig.

@@ -139,17 +139,36 @@ func IsEncodeError(err error) bool {
 // whose rows are not wanted is sent as is, unnamed (pgx sends it with the
 // simple protocol).
 func Encode(ctx context.Context, pc *pgx.Conn, descs *Descs, st *Stmts, query string, args []driver.NamedValue, rows bool) (Encoded, error) {
+	formats := noRows
+	if rows {
+		formats = stdlibRows
+	}
+	return encode(ctx, pc, descs, st, query, args, formats, nil)
+}
+
+// The result formats encode asks for.
+const (
+	noRows     = iota // none: the rows are not wanted
+	stdlibRows        // stdlib's (ResultFormats)
+	pgxRows           // pgx's own, for pgx's rows (ExtendedQueryBuilder.ResultFormats)
+)
+
+// encode is Encode with the result formats of results and the buffers of
+// s, when not nil (see scratch): the Encoded's parameters (and pgx's
+// result formats) are then s's, valid until its next use.
+func encode(ctx context.Context, pc *pgx.Conn, descs *Descs, st *Stmts, query string, args []driver.NamedValue, results int, s *scratch) (Encoded, error) {
 	e := Encoded{query: query}
-	if len(args) == 0 && !rows {
+	if len(args) == 0 && results == noRows {
 		return e, nil
 	}
-	vals := make([]any, len(args))
-	for i, a := range args {
-		vals[i] = a.Value
+	if s == nil {
+		s = new(scratch)
 	}
+	vals := s.values(args)
+	defer clear(vals) // keep none of the caller's values alive
 	sd := descs.Get(query)
 	cached := sd != nil
-	var eqb pgx.ExtendedQueryBuilder
+	eqb := &s.eqb
 	for {
 		if sd == nil {
 			var err error
@@ -169,8 +188,11 @@ func Encode(ctx context.Context, pc *pgx.Conn, descs *Descs, st *Stmts, query st
 		cached, sd = false, nil
 	}
 	e.oids, e.params, e.formats = sd.ParamOIDs, eqb.ParamValues, eqb.ParamFormats
-	if rows {
+	switch results {
+	case stdlibRows:
 		e.results = ResultFormats(sd.Fields)
+	case pgxRows:
+		e.results = eqb.ResultFormats
 	}
 	if st != nil {
 		st.name(&e)

@@ -54,7 +54,7 @@ func ResultFormats(fields []pgconn.FieldDescription) []int16 {
 //
 // A Rows holds its columns, their converters and Query's arguments itself
 // up to inlineColumns columns and inlineArgs arguments (each value is
-// converted as soon as it is scanned, through one scratch value per Go
+// converted as soon as it is scanned, through one scan target per Go
 // type), so that the rows of a small query cost one allocation. A Rows in
 // use must not be copied.
 type Rows struct {
@@ -71,7 +71,7 @@ type Rows struct {
 	closed   bool              // Close ran done
 	closeErr error             // what done returned
 
-	scratch scratch
+	targets scanTargets
 	colBuf  [inlineColumns]column
 	nameBuf [inlineColumns]string
 	argBuf  [inlineArgs]any // Query's arguments, which pgx's rows keep until closed
@@ -181,7 +181,7 @@ func (r *Rows) setColumns(fields []pgconn.FieldDescription) {
 	for i, fd := range fields {
 		c := &r.cols[i]
 		c.fd, c.kind = fd, kindOf(fd.DataTypeOID)
-		c.plan = r.m.PlanScan(fd.DataTypeOID, fd.Format, r.scratch.target(c.kind))
+		c.plan = r.m.PlanScan(fd.DataTypeOID, fd.Format, r.targets.target(c.kind))
 		r.columns[i] = fd.Name
 	}
 }
@@ -221,7 +221,7 @@ func (r *Rows) values() [][]byte {
 }
 
 // column is one column of the rows: its description, and how its values
-// convert (its kind, and the scan plan into the scratch value of the kind).
+// convert (its kind, and the scan plan into the scan target of the kind).
 type column struct {
 	fd   pgconn.FieldDescription
 	kind valueKind
@@ -276,12 +276,12 @@ func kindOf(oid uint32) valueKind {
 	return kindString
 }
 
-// scratch holds what a column's value is scanned into, one per kind.
+// scanTargets holds what a column's value is scanned into, one per kind.
 // stdlib keeps one per column; one per kind gives the same values, since
 // every scan plan sets the whole value, a value is converted before the
-// next one is scanned, and no driver value refers to its scratch (the
+// next one is scanned, and no driver value refers to its target (the
 // []byte ones are copies of src).
-type scratch struct {
+type scanTargets struct {
 	b    bool
 	by   []byte
 	u32  pgtype.Uint32
@@ -297,7 +297,7 @@ type scratch struct {
 }
 
 // target is the scan target of kind k.
-func (s *scratch) target(k valueKind) any {
+func (s *scanTargets) target(k valueKind) any {
 	switch k {
 	case kindBool:
 		return &s.b
@@ -329,7 +329,7 @@ func (s *scratch) target(k valueKind) any {
 // to its driver.Value, as stdlib's value functions do. It never keeps src:
 // the reader reuses that buffer for the next row.
 func (r *Rows) convert(c *column, src []byte) (driver.Value, error) {
-	s := &r.scratch
+	s := &r.targets
 	if err := c.plan.Scan(src, s.target(c.kind)); err != nil {
 		return nil, err
 	}

@@ -28,20 +28,26 @@ const InsertPositionSQL = "SELECT pg_current_wal_insert_lsn()::text"
 // could not be read. A statement the server refused has its description
 // dropped: it may no longer match (a column changed type).
 func Exec(ctx context.Context, pc *pgx.Conn, descs *Descs, st *Stmts, query string, args []driver.NamedValue) (tag pgconn.CommandTag, pos lagmeter.LSN, err error) {
-	e, err := Encode(ctx, pc, descs, st, query, args, false)
+	s := scratchOf(pc.PgConn())
+	e, err := encode(ctx, pc, descs, st, query, args, noRows, s)
 	if err != nil {
 		return tag, 0, err
 	}
-	tag, pos, err = execEncoded(ctx, pc, st, &e)
+	tag, pos, err = execEncoded(ctx, pc, st, &e, s)
 	if IsPgError(err) {
 		descs.Drop(query)
 	}
 	return tag, pos, err
 }
 
-// execEncoded is Exec for a statement encoded.
-func execEncoded(ctx context.Context, pc *pgx.Conn, st *Stmts, e *Encoded) (tag pgconn.CommandTag, pos lagmeter.LSN, err error) {
+// execEncoded is Exec for a statement encoded, s the connection's
+// scratch: without a pipeline when nothing has to be prepared first
+// (direct.go).
+func execEncoded(ctx context.Context, pc *pgx.Conn, st *Stmts, e *Encoded, s *scratch) (tag pgconn.CommandTag, pos lagmeter.LSN, err error) {
 	pe := fixed(st, InsertPositionSQL)
+	if direct(ctx, pc.PgConn(), e, &pe) {
+		return execDirect(ctx, pc.PgConn(), s, e, &pe)
+	}
 	pl, err := startPositioned(ctx, pc, e, &pe)
 	if err != nil {
 		return tag, 0, err
@@ -49,6 +55,27 @@ func execEncoded(ctx context.Context, pc *pgx.Conn, st *Stmts, e *Encoded) (tag 
 	tag, err = resultOf(pl, e, nil)
 	pos, err = finishPositioned(pl, &pe, err)
 	return tag, pos, err
+}
+
+// execDirect is execEncoded without a pipeline (direct.go), with the
+// same outcome: err nil means the server answered the statement's Sync
+// (it committed), and a position that cannot be read after that leaves
+// pos 0 (see finishPositioned).
+func execDirect(ctx context.Context, pc *pgconn.PgConn, s *scratch, e, pe *Encoded) (tag pgconn.CommandTag, pos lagmeter.LSN, err error) {
+	rr, err := startDirect(ctx, pc, s, e, pe)
+	if err != nil {
+		return tag, 0, err
+	}
+	tag, err = rr.Close()
+	e.failed(err)
+	if err != nil && !IsPgError(err) {
+		return tag, 0, err // the connection broke: pgconn closed it
+	}
+	pos = readPosition(ctx, pc)
+	if err != nil {
+		return tag, 0, err
+	}
+	return tag, pos, nil
 }
 
 // fixed is a statement without parameters and whose rows, if any, are
@@ -103,44 +130,21 @@ func finishPositioned(pl *pgconn.Pipeline, pe *Encoded, err error) (lagmeter.LSN
 
 // Query is Exec for a statement that returns rows (INSERT … RETURNING):
 // its rows stream to the caller, and once they are closed the position
-// after the commit is read from the same pipeline and handed to done with
-// the statement's outcome. wrap, when not nil, makes the error the rows
-// and done see from an error of the connection (see Rows.nextErr).
+// after the commit is read from the same round trip and handed to done
+// with the statement's outcome. wrap, when not nil, makes the error the
+// rows and done see from an error of the connection (see Rows.nextErr).
 func Query(ctx context.Context, pc *pgx.Conn, descs *Descs, st *Stmts, query string, args []driver.NamedValue, wrap func(error) error, done func(lagmeter.LSN, error)) (driver.Rows, error) {
-	e, err := Encode(ctx, pc, descs, st, query, args, true)
+	p, err := StartQuery(ctx, pc, descs, st, query, args, false)
 	if err != nil {
-		return nil, err
-	}
-	pe := fixed(st, InsertPositionSQL)
-	pl, err := startPositioned(ctx, pc, &e, &pe)
-	if err != nil {
-		return nil, err
-	}
-	rr, err := e.Next(pl)
-	if err != nil {
-		if IsPgError(err) {
-			descs.Drop(query)
-		}
-		if serr := FinishSync(pl, err); serr != nil {
-			err = serr
-		}
-		finishPositioned(pl, &pe, err)
 		return nil, err
 	}
 	if wrap == nil {
 		wrap = func(err error) error { return err }
 	}
-	rows, err := NewRows(pc.TypeMap(), rr, func(rerr error) error {
-		invalidateOn(st, query, rerr)
-		if serr := FinishSync(pl, rerr); serr != nil && rerr == nil {
-			rerr = serr
-		}
-		pos, perr := finishPositioned(pl, &pe, rerr)
-		if rerr == nil && perr != nil {
-			rerr = perr
-		}
-		if IsPgError(rerr) {
-			descs.Drop(query)
+	rows, err := NewRows(pc.TypeMap(), p.RR, func(rerr error) error {
+		pos, sent, rerr := p.Finish(rerr)
+		if !sent {
+			return rerr
 		}
 		rerr = wrap(rerr)
 		done(pos, rerr)
@@ -152,13 +156,110 @@ func Query(ctx context.Context, pc *pgx.Conn, descs *Descs, st *Stmts, query str
 	return rows, err
 }
 
+// Pending is a statement that returns rows (INSERT … RETURNING), sent
+// with the read of the WAL insert position after its commit in one round
+// trip (StartQuery): its rows are read from RR, and once RR is closed,
+// Finish reads the rest.
+type Pending struct {
+	// RR reads the statement's rows.
+	RR *pgconn.ResultReader
+
+	ctx   context.Context
+	pc    *pgconn.PgConn
+	pl    *pgconn.Pipeline // nil: sent without a pipeline (direct.go)
+	pe    Encoded          // the position query
+	descs *Descs
+	st    *Stmts
+	query string
+}
+
+// StartQuery sends query with args on pc in autocommit mode, and the read
+// of the position after its commit, as Query does; its rows are in
+// stdlib's result formats, or pgx's with pgxFormats (for pgx's rows,
+// pgx.RowsFromResultReader). An error is the statement's, before any row:
+// nothing more is to be read.
+func StartQuery(ctx context.Context, pc *pgx.Conn, descs *Descs, st *Stmts, query string, args []driver.NamedValue, pgxFormats bool) (*Pending, error) {
+	p := new(Pending)
+	if err := p.Start(ctx, pc, descs, st, query, args, pgxFormats); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// Start is StartQuery into p, a zero Pending (one the caller holds inside
+// its own, say).
+func (p *Pending) Start(ctx context.Context, pc *pgx.Conn, descs *Descs, st *Stmts, query string, args []driver.NamedValue, pgxFormats bool) error {
+	s := scratchOf(pc.PgConn())
+	results := stdlibRows
+	if pgxFormats {
+		results = pgxRows
+	}
+	e, err := encode(ctx, pc, descs, st, query, args, results, s)
+	if err != nil {
+		return err
+	}
+	*p = Pending{ctx: ctx, pc: pc.PgConn(), pe: fixed(st, InsertPositionSQL), descs: descs, st: st, query: query}
+	if direct(ctx, p.pc, &e, &p.pe) {
+		p.RR, err = startDirect(ctx, p.pc, s, &e, &p.pe)
+		return err
+	}
+	pl, err := startPositioned(ctx, pc, &e, &p.pe)
+	if err != nil {
+		return err
+	}
+	rr, err := e.Next(pl)
+	if err != nil {
+		if IsPgError(err) {
+			descs.Drop(query)
+		}
+		if serr := FinishSync(pl, err); serr != nil {
+			err = serr
+		}
+		finishPositioned(pl, &p.pe, err)
+		return err
+	}
+	p.pl, p.RR = pl, rr
+	return nil
+}
+
+// Finish reads what follows the statement once RR was closed with rerr
+// (its rows' outcome): the statement's Sync (without a pipeline, closing
+// RR read it), then the position query's answer. It returns the position
+// after the commit (0 when the statement failed or the position could not
+// be read) and the statement's outcome, as Exec's; sent is false when
+// nothing was sent (a write that failed before its first byte went out, as
+// a pipeline's Flush reports it): there is no outcome to report.
+func (p *Pending) Finish(rerr error) (pos lagmeter.LSN, sent bool, err error) {
+	invalidateOn(p.st, p.query, rerr)
+	if p.pl != nil {
+		if serr := FinishSync(p.pl, rerr); serr != nil && rerr == nil {
+			rerr = serr
+		}
+		pos, rerr = finishPositioned(p.pl, &p.pe, rerr)
+	} else {
+		if rerr != nil && !IsPgError(rerr) && pgconn.SafeToRetry(rerr) {
+			return 0, false, rerr
+		}
+		if rerr == nil || IsPgError(rerr) {
+			pos = readPosition(p.ctx, p.pc)
+		}
+		if rerr != nil {
+			pos = 0
+		}
+	}
+	if IsPgError(rerr) {
+		p.descs.Drop(p.query)
+	}
+	return pos, true, rerr
+}
+
 // Commit commits pc's transaction and reads the WAL position after the
 // commit in the same round trip (with st, both named statements). It mirrors pgx's Tx.Commit: a transaction
 // the server had to roll back gives pgx.ErrTxCommitRollback, and a
 // connection left inside a transaction after an error is closed.
 func Commit(ctx context.Context, pc *pgx.Conn, descs *Descs, st *Stmts) (lagmeter.LSN, error) {
 	e := fixed(st, "COMMIT")
-	tag, pos, err := execEncoded(ctx, pc, st, &e)
+	tag, pos, err := execEncoded(ctx, pc, st, &e, scratchOf(pc.PgConn()))
 	if err != nil {
 		if pc.PgConn().TxStatus() != 'I' {
 			_ = pc.Close(ctx)
