@@ -186,9 +186,12 @@ func (px *pgxCall) wroteLater(ctx context.Context, cn *conn) bool {
 			cn.c.wrote(ctx, host, 0, time.Time{})
 		}
 	})
-	if px.rows != nil {
+	if px.rows != nil && sc != nil {
+		// Err is read once the rows are closed, and the connection given
+		// back to its pool, which may have closed its session since.
+		lost := cn.lostLater(sc)
 		px.rows.errFn = func(err error) error {
-			if err == nil || pgpipe.IsPgError(err) || sc == nil || !cn.lost(sc) {
+			if err == nil || pgpipe.IsPgError(err) || !lost() {
 				return err
 			}
 			return lostError(OpWrite, err)
