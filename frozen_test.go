@@ -617,13 +617,7 @@ func TestTermEndsDuringReturningRows(t *testing.T) {
 
 func testTermEndsDuringReturningRows(t *testing.T, open dsnOpener) {
 	ctx := testCtx(t)
-	mustExec(t, ctx, cluster.Primary(), `
-CREATE TABLE IF NOT EXISTS term_ret (id bigserial PRIMARY KEY, v text NOT NULL, run text NOT NULL);
-CREATE OR REPLACE FUNCTION term_ret_slow_commit() RETURNS trigger LANGUAGE plpgsql AS
-	$$ BEGIN PERFORM pg_sleep(2); RETURN NULL; END $$;
-DROP TRIGGER IF EXISTS term_ret_slow ON term_ret;
-CREATE CONSTRAINT TRIGGER term_ret_slow AFTER INSERT ON term_ret DEFERRABLE INITIALLY DEFERRED
-	FOR EACH ROW WHEN (NEW.id % 1000 = 0) EXECUTE FUNCTION term_ret_slow_commit()`)
+	slowCommitTable(t, ctx)
 	for _, consistency := range []string{"session", "eventual"} {
 		t.Run(consistency, func(t *testing.T) {
 			db, conn, _, m := openManualClient(t, open, "pgrouted_consistency="+consistency, "pgrouted_write_timeout=1s")
@@ -656,21 +650,41 @@ CREATE CONSTRAINT TRIGGER term_ret_slow AFTER INSERT ON term_ret DEFERRABLE INIT
 				t.Fatalf("after %d rows, the rows of a write whose primary's term ended before its commit answered: %v; want ErrOutcomeUnknown", n, err)
 			}
 			// It had run: the outcome was unknown to the caller only.
-			var got int
-			deadline := time.Now().Add(20 * time.Second)
-			for {
-				if err := cluster.Primary().QueryRow(ctx, "SELECT count(*) FROM term_ret WHERE run = $1", []any{run}, &got); err != nil {
-					t.Fatal(err)
-				}
-				if got == 1000 || time.Now().After(deadline) {
-					break
-				}
-				time.Sleep(50 * time.Millisecond)
-			}
-			if got != 1000 {
-				t.Fatalf("%d rows of the write committed, want 1000 (it ran once)", got)
-			}
+			waitCommitted(t, ctx, run, 1000)
 		})
+	}
+}
+
+// slowCommitTable creates term_ret, whose inserts, one in 1000 rows, sleep
+// 2s at commit (a deferred trigger).
+func slowCommitTable(t *testing.T, ctx context.Context) {
+	t.Helper()
+	mustExec(t, ctx, cluster.Primary(), `
+CREATE TABLE IF NOT EXISTS term_ret (id bigserial PRIMARY KEY, v text NOT NULL, run text NOT NULL);
+CREATE OR REPLACE FUNCTION term_ret_slow_commit() RETURNS trigger LANGUAGE plpgsql AS
+	$$ BEGIN PERFORM pg_sleep(2); RETURN NULL; END $$;
+DROP TRIGGER IF EXISTS term_ret_slow ON term_ret;
+CREATE CONSTRAINT TRIGGER term_ret_slow AFTER INSERT ON term_ret DEFERRABLE INITIALLY DEFERRED
+	FOR EACH ROW WHEN (NEW.id % 1000 = 0) EXECUTE FUNCTION term_ret_slow_commit()`)
+}
+
+// waitCommitted waits until n rows of run are on the primary, and fails
+// when another number is there after 20s.
+func waitCommitted(t *testing.T, ctx context.Context, run string, n int) {
+	t.Helper()
+	var got int
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if err := cluster.Primary().QueryRow(ctx, "SELECT count(*) FROM term_ret WHERE run = $1", []any{run}, &got); err != nil {
+			t.Fatal(err)
+		}
+		if got == n || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if got != n {
+		t.Fatalf("%d rows of the write committed, want %d (it ran once)", got, n)
 	}
 }
 

@@ -779,3 +779,65 @@ func TestPoolQueryTracer(t *testing.T) {
 		t.Fatalf("the tracer saw %d statements of a write and a read, want both", got)
 	}
 }
+
+// TestPoolTermEndsDuringBatch: a batch's write whose commit waits (a
+// deferred trigger sleeps at commit) when the primary's term ends (the
+// provider clears the primary): as for a statement's rows
+// (TestTermEndsDuringReturningRows), the batch's results end with
+// ErrOutcomeUnknown (the write may have committed, and here it did), not
+// a bare network error: the rows of an INSERT … RETURNING that reached the
+// caller before, and an INSERT's Exec, whose command tag waits with the
+// commit's answer.
+func TestPoolTermEndsDuringBatch(t *testing.T) {
+	ctx := testCtx(t)
+	slowCommitTable(t, ctx)
+	for _, returning := range []bool{true, false} {
+		t.Run(map[bool]string{true: "query", false: "exec"}[returning], func(t *testing.T) {
+			c, conn, _, m := openManualClient(t, openPoolClientDSN, "pgrouted_write_timeout=1s")
+			p := c.(poolClient).Pool
+			run := fmt.Sprintf("batch-%v-%d", returning, time.Now().UnixNano())
+			q := `INSERT INTO term_ret (v, run) SELECT repeat('x', 200), $1 FROM generate_series(1, 1000)`
+			if returning {
+				// The rows (200 KB) fill the server's output buffer:
+				// they reach the caller before the commit.
+				q += " RETURNING v"
+			}
+			b := &pgx.Batch{}
+			b.Queue(q, run)
+			br := p.SendBatch(ctx, b)
+			defer br.Close()
+			var rows pgx.Rows
+			if returning {
+				var err error
+				if rows, err = br.Query(); err != nil {
+					t.Fatal(err)
+				}
+				defer rows.Close()
+				if !rows.Next() {
+					t.Fatalf("no first row: %v", rows.Err())
+				}
+			}
+			waitSleeping(t, ctx, "term_ret")
+			m.ClearPrimary()
+			waitTopology(t, conn, 10*time.Second, "no primary once cleared", func(s pgrouted.Snapshot) bool { return s.Primary == "" })
+			var err error
+			if returning {
+				for rows.Next() {
+				}
+				err = rows.Err()
+			} else {
+				_, err = br.Exec()
+			}
+			if err == nil {
+				err = br.Close()
+			}
+			if !errors.Is(err, pgrouted.ErrOutcomeUnknown) {
+				t.Fatalf("the results of a batch's write whose primary's term ended before its commit answered: %v; want ErrOutcomeUnknown", err)
+			}
+			if err := br.Close(); !errors.Is(err, pgrouted.ErrOutcomeUnknown) {
+				t.Errorf("the batch's Close: %v; want ErrOutcomeUnknown", err)
+			}
+			waitCommitted(t, ctx, run, 1000)
+		})
+	}
+}
