@@ -36,3 +36,6 @@ func PrimaryCacheCapacities(dc any) (stmt, desc int, ok bool) {
 // PoolInUse returns the number of p's connections in use: a call running,
 // rows or batch results open, a transaction, an acquired connection.
 func PoolInUse(p *Pool) int { return p.db.Stats().InUse }
+
+// PoolIdle returns the number of p's idle connections.
+func PoolIdle(p *Pool) int { return p.db.Stats().Idle }

@@ -2,7 +2,6 @@ package pgrouted_test
 
 import (
 	"context"
-	"database/sql"
 	"log/slog"
 	"net/url"
 	"strings"
@@ -12,9 +11,10 @@ import (
 	"github.com/pgrouted/pgrouted"
 )
 
-// failoverDB opens a connector on the cluster as user (the cluster's own,
-// a superuser, when empty), with a recorder and a log buffer.
-func failoverDB(t *testing.T, user string) (*sql.DB, *pgrouted.Connector, *routes, *syncBuffer) {
+// failoverDB opens a client (by open) on the cluster as user (the
+// cluster's own, a superuser, when empty), with a recorder and a log
+// buffer.
+func failoverDB(t *testing.T, open dsnOpener, user string) (client, *pgrouted.Connector, *routes, *syncBuffer) {
 	t.Helper()
 	// No staleness budget: the new primary's history starts empty, and
 	// the default budget would keep the first reads after the failover
@@ -30,7 +30,7 @@ func failoverDB(t *testing.T, user string) (*sql.DB, *pgrouted.Connector, *route
 		dsn = u.String()
 	}
 	logs := &syncBuffer{}
-	db, conn, rec := openDSN(t, dsn, func(cfg *pgrouted.Config) {
+	db, conn, rec := open(t, dsn, func(cfg *pgrouted.Config) {
 		cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
 	})
 	return db, conn, rec, logs
@@ -80,14 +80,14 @@ func failOver(t *testing.T, ctx context.Context, conn *pgrouted.Connector, rebui
 // writeNoStandbyGets runs a write through db that the old primary
 // acknowledges and no standby receives: the replication links are cut
 // before it runs, and failOver heals them once the primary is dead.
-func writeNoStandbyGets(t *testing.T, ctx context.Context, db *sql.DB, write string) {
+func writeNoStandbyGets(t *testing.T, ctx context.Context, db client, write string) {
 	t.Helper()
 	for _, r := range cluster.Replicas() {
 		if err := r.ReplicationFault().Blackhole(); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := db.ExecContext(ctx, write); err != nil {
+	if err := db.ExecContext(ctx, write); err != nil {
 		t.Fatal(err)
 	}
 	// The links stay cut until failOver has killed the primary: healed
@@ -109,7 +109,7 @@ func lastRead(t *testing.T, rec *routes) pgrouted.RouteEvent {
 
 // untilReplica reads until a read of the session runs on a replica, checking
 // what it sees each time: the gate never stays closed for ever.
-func untilReplica(t *testing.T, ctx context.Context, db *sql.DB, rec *routes, query string, want int) {
+func untilReplica(t *testing.T, ctx context.Context, db client, rec *routes, query string, want int) {
 	t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
 	for {
@@ -130,16 +130,21 @@ func untilReplica(t *testing.T, ctx context.Context, db *sql.DB, rec *routes, qu
 // TestWriteThatSurvivedAFailover: a session's write reached the standby
 // that was then promoted. The new timeline's history says the write is in
 // it: read-your-writes carries over to the new timeline, nothing is
-// reported lost, and reads go on to a replica that has it.
+// reported lost, and reads go on to a replica that has it. Through the
+// driver and through the Pool.
 func TestWriteThatSurvivedAFailover(t *testing.T) {
+	forEachClientDSN(t, testWriteThatSurvivedAFailover)
+}
+
+func testWriteThatSurvivedAFailover(t *testing.T, open dsnOpener) {
 	ctx := testCtx(t)
 	restore(t)
 	mustExec(t, ctx, cluster.Primary(), "DROP TABLE IF EXISTS survived; CREATE TABLE survived (id int)")
 	replicated(t, ctx)
-	db, conn, rec, logs := failoverDB(t, "")
+	db, conn, rec, logs := failoverDB(t, open, "")
 	s := pgrouted.NewSession()
 	sctx := pgrouted.WithSession(ctx, s)
-	if _, err := db.ExecContext(sctx, "INSERT INTO survived VALUES (1)"); err != nil {
+	if err := db.ExecContext(sctx, "INSERT INTO survived VALUES (1)"); err != nil {
 		t.Fatal(err)
 	}
 	replicated(t, ctx)
@@ -162,13 +167,17 @@ func TestWriteThatSurvivedAFailover(t *testing.T) {
 // leaves the old timeline before that write. pgrouted tells the
 // application (RouteEvent.WriteLost on the read that found it,
 // Stats.LostWrites, a warning), claims nothing for the lost write, and does
-// not keep reads off the replicas.
+// not keep reads off the replicas. Through the driver and through the Pool.
 func TestLostWriteIsReported(t *testing.T) {
+	forEachClientDSN(t, testLostWriteIsReported)
+}
+
+func testLostWriteIsReported(t *testing.T, open dsnOpener) {
 	ctx := testCtx(t)
 	restore(t)
 	mustExec(t, ctx, cluster.Primary(), "DROP TABLE IF EXISTS lost; CREATE TABLE lost (id int)")
 	replicated(t, ctx)
-	db, conn, rec, logs := failoverDB(t, "")
+	db, conn, rec, logs := failoverDB(t, open, "")
 	sctx := pgrouted.WithSession(ctx, pgrouted.NewSession())
 	writeNoStandbyGets(t, sctx, db, "INSERT INTO lost VALUES (1)")
 	failOver(t, ctx, conn, true)
@@ -192,8 +201,13 @@ func TestLostWriteIsReported(t *testing.T) {
 // timeline history file cannot tell whether a write past the promoted
 // standby's last known position survived. pgrouted says it may have been
 // lost, reads it from the new primary, and goes back to the replicas once
-// the new timeline's position is known.
+// the new timeline's position is known. Through the driver and through the
+// Pool.
 func TestWatermarkAcrossFailoverWithoutHistory(t *testing.T) {
+	forEachClientDSN(t, testWatermarkAcrossFailoverWithoutHistory)
+}
+
+func testWatermarkAcrossFailoverWithoutHistory(t *testing.T, open dsnOpener) {
 	ctx := testCtx(t)
 	restore(t)
 	mustExec(t, ctx, cluster.Primary(), `DO $$ BEGIN
@@ -203,7 +217,7 @@ func TestWatermarkAcrossFailoverWithoutHistory(t *testing.T) {
 	mustExec(t, ctx, cluster.Primary(), "DROP TABLE IF EXISTS across; CREATE TABLE across (id int)")
 	mustExec(t, ctx, cluster.Primary(), "GRANT ALL ON across TO plain")
 	replicated(t, ctx)
-	db, conn, rec, logs := failoverDB(t, "plain")
+	db, conn, rec, logs := failoverDB(t, open, "plain")
 	sctx := pgrouted.WithSession(ctx, pgrouted.NewSession())
 	writeNoStandbyGets(t, sctx, db, "INSERT INTO across VALUES (1)")
 	failOver(t, ctx, conn, true)

@@ -2,7 +2,6 @@ package pgrouted_test
 
 import (
 	"context"
-	"database/sql"
 	"database/sql/driver"
 	"errors"
 	"fmt"
@@ -45,7 +44,8 @@ const frozenConnectTimeout = 30 * time.Second
 //
 // PGROUTED_FROZEN_INTERVALS (a comma list of durations) runs both faults
 // at each of those probe intervals instead of the frozen primary at 250ms
-// and the blackholed one at 1s, to measure.
+// and the blackholed one at 1s, to measure. Through the driver and through
+// the Pool (whose fifth connection is one from Pool.Acquire).
 func TestFrozenPrimary(t *testing.T) {
 	type fault struct {
 		name  string
@@ -74,7 +74,9 @@ func TestFrozenPrimary(t *testing.T) {
 		}
 	}
 	for _, r := range runs {
-		t.Run(fmt.Sprintf("%s-%v", r.f.name, r.interval), func(t *testing.T) { frozenPrimary(t, r.interval, r.f.apply, r.f.heal) })
+		t.Run(fmt.Sprintf("%s-%v", r.f.name, r.interval), func(t *testing.T) {
+			forEachClient(t, func(t *testing.T, open opener) { frozenPrimary(t, open, r.interval, r.f.apply, r.f.heal) })
+		})
 	}
 }
 
@@ -84,15 +86,14 @@ func TestFrozenPrimary(t *testing.T) {
 // satisfy it.
 const frozenBound = 20 * time.Second
 
-func frozenPrimary(t *testing.T, interval time.Duration, fault func(context.Context, *testcluster.Node) error, heal func(*testcluster.Node) error) {
+func frozenPrimary(t *testing.T, open opener, interval time.Duration, fault func(context.Context, *testcluster.Node) error, heal func(*testcluster.Node) error) {
 	ctx := testCtx(t)
 	restore(t)
 	mustExec(t, ctx, cluster.Primary(), "DROP TABLE IF EXISTS fz; CREATE TABLE fz (w int, seq int, at timestamptz DEFAULT clock_timestamp())")
 	replicated(t, ctx)
 	old, promoted := cluster.Node(0), cluster.Node(1)
-	dsn := cluster.DSN() + fmt.Sprintf("&pgrouted_probe_interval=%s&pgrouted_lease=60s&pgrouted_write_timeout=60s&connect_timeout=%d&pgrouted_names=%s",
-		interval, int(frozenConnectTimeout/time.Second), names())
-	db, conn, rec := openDSN(t, dsn, nil)
+	db, conn, rec := open(t, "pgrouted_probe_interval="+interval.String(), "pgrouted_lease=60s", "pgrouted_write_timeout=60s",
+		fmt.Sprintf("connect_timeout=%d", int(frozenConnectTimeout/time.Second)))
 
 	// outcome is one statement's end.
 	type outcome struct {
@@ -114,11 +115,23 @@ func frozenPrimary(t *testing.T, interval time.Duration, fault func(context.Cont
 	halt := func() { halted.Do(func() { close(stop); wg.Wait() }) }
 	wctx, cancelWork := context.WithCancel(ctx)
 	defer func() { cancelWork(); halt() }()
+	// write runs one statement through ex, or, with ex nil, through a
+	// new connection of the client (client.Conn), whose primary session
+	// it opens.
 	write := func(ex interface {
-		ExecContext(context.Context, string, ...any) (sql.Result, error)
+		ExecContext(context.Context, string, ...any) error
 	}, w, seq int) outcome {
 		o := outcome{w: w, seq: seq, after: failover.Load()}
-		_, o.err = ex.ExecContext(wctx, "INSERT INTO fz (w, seq) VALUES ($1, $2)", w, seq)
+		if ex == nil {
+			var c clientConn
+			if c, o.err = db.Conn(wctx); o.err == nil {
+				defer c.Close()
+				ex = c
+			}
+		}
+		if o.err == nil {
+			o.err = ex.ExecContext(wctx, "INSERT INTO fz (w, seq) VALUES ($1, $2)", w, seq)
+		}
 		o.ended, o.heldUntil = time.Now(), back.Load()
 		mu.Lock()
 		outcomes = append(outcomes, o)
@@ -210,21 +223,16 @@ func frozenPrimary(t *testing.T, interval time.Duration, fault func(context.Cont
 	}()
 	// Every writer's connection is busy on the old primary: a new
 	// connection opens its primary session there now, and waits.
-	for deadline := time.Now().Add(frozenBound); db.Stats().InUse < writers+readers || db.Stats().Idle > 0; time.Sleep(5 * time.Millisecond) {
+	for deadline := time.Now().Add(frozenBound); db.InUse() < writers+readers || db.Idle() > 0; time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("the writers are not all held by the old primary: %+v", db.Stats())
+			t.Fatalf("the writers are not all held by the old primary: %d connections in use, %d idle", db.InUse(), db.Idle())
 		}
 	}
-	dialer, err := db.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dialer.Close()
 	dialed := make(chan outcome, 1)
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		dialed <- write(dialer, writers, 0)
+		dialed <- write(nil, writers, 0)
 		done[writers].Add(1)
 	}()
 	time.Sleep(500 * time.Millisecond) // as the issue's user did: the promotion comes a moment later
@@ -514,25 +522,32 @@ func testFrozenReplicaReleasesReads(t *testing.T, open opener) {
 // runs out. The statement in flight on it ends then, with
 // ErrOutcomeUnknown; a write issued after that waits for a primary and
 // fails with ErrNoPrimary (nothing was sent); once the primary is thawed,
-// writes run on it again, in a new term of the same epoch.
+// writes run on it again, in a new term of the same epoch. Through the
+// driver and through the Pool.
 func TestFrozenPrimaryLeaseEnds(t *testing.T) {
+	forEachClient(t, testFrozenPrimaryLeaseEnds)
+}
+
+func testFrozenPrimaryLeaseEnds(t *testing.T, open opener) {
 	ctx := testCtx(t)
 	restore(t)
 	mustExec(t, ctx, cluster.Primary(), "DROP TABLE IF EXISTS fl; CREATE TABLE fl (id int)")
 	replicated(t, ctx)
 	const lease = 2 * time.Second
-	dsn := cluster.DSN() + fmt.Sprintf("&pgrouted_probe_interval=100ms&pgrouted_lease=%v&pgrouted_write_timeout=1s&connect_timeout=%d&pgrouted_names=%s",
-		lease, int(frozenConnectTimeout/time.Second), names())
-	pool, conn, _ := openDSN(t, dsn, nil)
+	pool, conn, _ := open(t, "pgrouted_lease="+lease.String(), "pgrouted_write_timeout=1s",
+		fmt.Sprintf("connect_timeout=%d", int(frozenConnectTimeout/time.Second)))
 	// One connection throughout, whose primary session is the one frozen
-	// (database/sql would ping a pooled one before reusing it).
+	// (database/sql and pgxpool would ping a pooled one before reusing
+	// it). The Pool's, from Pool.Acquire, is pinned to that session: once
+	// it is gone, the connection is released and another one acquired
+	// (poolConn).
 	db, err := pool.Conn(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer db.Close()
 	old := cluster.Node(0)
-	if _, err := db.ExecContext(ctx, "INSERT INTO fl VALUES (0)"); err != nil {
+	if err := db.ExecContext(ctx, "INSERT INTO fl VALUES (0)"); err != nil {
 		t.Fatal(err)
 	}
 	epoch := conn.Topology().Epoch
@@ -548,8 +563,7 @@ func TestFrozenPrimaryLeaseEnds(t *testing.T) {
 	frozeAt := time.Now()
 	held := make(chan error, 1)
 	go func() {
-		_, err := db.ExecContext(ctx, "INSERT INTO fl VALUES (1)")
-		held <- err
+		held <- db.ExecContext(ctx, "INSERT INTO fl VALUES (1)")
 	}()
 	select {
 	case err := <-held:
@@ -560,7 +574,7 @@ func TestFrozenPrimaryLeaseEnds(t *testing.T) {
 	case <-time.After(frozenBound):
 		t.Fatalf("the write held by the frozen primary did not end within %v (lease %v, connect_timeout %v)", frozenBound, lease, frozenConnectTimeout)
 	}
-	if _, err := db.ExecContext(ctx, "INSERT INTO fl VALUES (2)"); !errors.Is(err, pgrouted.ErrNoPrimary) {
+	if err := db.ExecContext(ctx, "INSERT INTO fl VALUES (2)"); !errors.Is(err, pgrouted.ErrNoPrimary) {
 		t.Fatalf("a write with no primary: %v, want ErrNoPrimary", err)
 	}
 	thawed = true
@@ -596,19 +610,17 @@ func TestFrozenPrimaryLeaseEnds(t *testing.T) {
 // ErrOutcomeUnknown (the write may have committed, and here it did), not
 // a bare network error. Under session consistency the rows come from
 // pgrouted's pipeline (the write and its position read); under eventual,
-// from pgx's own rows.
+// from pgx's own rows. Through the driver and through the Pool.
 func TestTermEndsDuringReturningRows(t *testing.T) {
+	forEachClientDSN(t, testTermEndsDuringReturningRows)
+}
+
+func testTermEndsDuringReturningRows(t *testing.T, open dsnOpener) {
 	ctx := testCtx(t)
-	mustExec(t, ctx, cluster.Primary(), `
-CREATE TABLE IF NOT EXISTS term_ret (id bigserial PRIMARY KEY, v text NOT NULL, run text NOT NULL);
-CREATE OR REPLACE FUNCTION term_ret_slow_commit() RETURNS trigger LANGUAGE plpgsql AS
-	$$ BEGIN PERFORM pg_sleep(2); RETURN NULL; END $$;
-DROP TRIGGER IF EXISTS term_ret_slow ON term_ret;
-CREATE CONSTRAINT TRIGGER term_ret_slow AFTER INSERT ON term_ret DEFERRABLE INITIALLY DEFERRED
-	FOR EACH ROW WHEN (NEW.id % 1000 = 0) EXECUTE FUNCTION term_ret_slow_commit()`)
+	slowCommitTable(t, ctx)
 	for _, consistency := range []string{"session", "eventual"} {
 		t.Run(consistency, func(t *testing.T) {
-			db, conn, _, m := openManual(t, "pgrouted_consistency="+consistency, "pgrouted_write_timeout=1s")
+			db, conn, _, m := openManualClient(t, open, "pgrouted_consistency="+consistency, "pgrouted_write_timeout=1s")
 			run := fmt.Sprintf("%s-%d", consistency, time.Now().UnixNano())
 			// 1000 rows: the RETURNING rows (200 KB) fill the server's
 			// output buffer, so they reach the caller before the commit,
@@ -638,21 +650,41 @@ CREATE CONSTRAINT TRIGGER term_ret_slow AFTER INSERT ON term_ret DEFERRABLE INIT
 				t.Fatalf("after %d rows, the rows of a write whose primary's term ended before its commit answered: %v; want ErrOutcomeUnknown", n, err)
 			}
 			// It had run: the outcome was unknown to the caller only.
-			var got int
-			deadline := time.Now().Add(20 * time.Second)
-			for {
-				if err := cluster.Primary().QueryRow(ctx, "SELECT count(*) FROM term_ret WHERE run = $1", []any{run}, &got); err != nil {
-					t.Fatal(err)
-				}
-				if got == 1000 || time.Now().After(deadline) {
-					break
-				}
-				time.Sleep(50 * time.Millisecond)
-			}
-			if got != 1000 {
-				t.Fatalf("%d rows of the write committed, want 1000 (it ran once)", got)
-			}
+			waitCommitted(t, ctx, run, 1000)
 		})
+	}
+}
+
+// slowCommitTable creates term_ret, whose inserts, one in 1000 rows, sleep
+// 2s at commit (a deferred trigger).
+func slowCommitTable(t *testing.T, ctx context.Context) {
+	t.Helper()
+	mustExec(t, ctx, cluster.Primary(), `
+CREATE TABLE IF NOT EXISTS term_ret (id bigserial PRIMARY KEY, v text NOT NULL, run text NOT NULL);
+CREATE OR REPLACE FUNCTION term_ret_slow_commit() RETURNS trigger LANGUAGE plpgsql AS
+	$$ BEGIN PERFORM pg_sleep(2); RETURN NULL; END $$;
+DROP TRIGGER IF EXISTS term_ret_slow ON term_ret;
+CREATE CONSTRAINT TRIGGER term_ret_slow AFTER INSERT ON term_ret DEFERRABLE INITIALLY DEFERRED
+	FOR EACH ROW WHEN (NEW.id % 1000 = 0) EXECUTE FUNCTION term_ret_slow_commit()`)
+}
+
+// waitCommitted waits until n rows of run are on the primary, and fails
+// when another number is there after 20s.
+func waitCommitted(t *testing.T, ctx context.Context, run string, n int) {
+	t.Helper()
+	var got int
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if err := cluster.Primary().QueryRow(ctx, "SELECT count(*) FROM term_ret WHERE run = $1", []any{run}, &got); err != nil {
+			t.Fatal(err)
+		}
+		if got == n || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if got != n {
+		t.Fatalf("%d rows of the write committed, want %d (it ran once)", got, n)
 	}
 }
 

@@ -115,7 +115,7 @@ func healthy(t *testing.T, ctx context.Context, pc *testcluster.PatroniCluster) 
 
 // writeTagged inserts a row tagged tag through db and returns the port of
 // the server it landed on, read back from the row itself.
-func writeTagged(ctx context.Context, db *sql.DB, tag string) (int, error) {
+func writeTagged(ctx context.Context, db client, tag string) (int, error) {
 	var port int
 	err := db.QueryRowContext(ctx, "INSERT INTO patroni_w (tag) VALUES ($1) RETURNING port", tag).Scan(&port)
 	return port, err
@@ -135,12 +135,12 @@ func readPorts(t *testing.T, ctx context.Context, pc *testcluster.PatroniCluster
 	return got
 }
 
-// workload writes and reads through one connector until stopped, and
-// keeps what happened: the write outage is the longest time between two
+// workload writes and reads through one client until stopped, and keeps
+// what happened: the write outage is the longest time between two
 // successful writes.
 type workload struct {
 	name   string
-	db     *sql.DB
+	db     client
 	tag    string
 	stop   chan struct{}
 	once   sync.Once
@@ -162,7 +162,7 @@ type doneWrite struct {
 	issued, answered time.Time
 }
 
-func startWorkload(name string, db *sql.DB, tag string) *workload {
+func startWorkload(name string, db client, tag string) *workload {
 	w := &workload{name: name, db: db, tag: tag, stop: make(chan struct{})}
 	w.wg.Add(2)
 	go func() {
@@ -313,7 +313,9 @@ func checkFailover(t *testing.T, ctx context.Context, pc *testcluster.PatroniClu
 
 // TestPatroni runs pgrouted with pgrouted_topology=patroni against a real
 // Patroni cluster. The subtests share one cluster and run in order; the
-// last one kills the leader.
+// last one kills the leader. The ones that take the primary away (the
+// endpoints unreachable, the switchover, the killed leader) run through the
+// driver and through the Pool.
 func TestPatroni(t *testing.T) {
 	pc := patroniCluster(t)
 	t.Cleanup(func() {
@@ -331,7 +333,8 @@ func TestPatroni(t *testing.T) {
 			{replicas[1], leader, replicas[0]},
 		}
 		for i, order := range orders {
-			db, conn, _ := openDSN(t, patroniDSN(pc, order), nil)
+			sdb, conn, _ := openDSN(t, patroniDSN(pc, order), nil)
+			db := sqlClient{sdb}
 			top := conn.Topology()
 			if top.Provider == nil || top.Provider.Name != "patroni" || top.Provider.Leader == "" || top.Primary != top.Provider.Leader {
 				t.Fatalf("order %d: topology %+v, provider %+v: want the patroni provider naming the primary", i, top, top.Provider)
@@ -417,97 +420,34 @@ func TestPatroni(t *testing.T) {
 		}
 	})
 
+	// Through the driver and through the Pool.
 	t.Run("every endpoint unreachable: writes stop at the lease and resume when one answers", func(t *testing.T) {
-		leader, replicas := healthy(t, ctx, pc)
-		t.Cleanup(func() {
-			for _, m := range pc.Members() {
-				if err := m.StartREST(); err != nil {
-					t.Error(err)
-				}
-			}
-		})
-		db, conn, _ := openDSN(t, patroniDSN(pc, pc.Members(), "pgrouted_lease=2s", "pgrouted_write_timeout=1s"), nil)
-		if _, err := writeTagged(ctx, db, "lease-before"); err != nil {
-			t.Fatal(err)
-		}
-		for _, m := range pc.Members() {
-			if err := m.StopREST(); err != nil {
-				t.Fatal(err)
-			}
-		}
-		stopped := time.Now()
-		var last error
-		var ok, unknown int
-		for {
-			_, err := writeTagged(ctx, db, "lease-during")
-			if errors.Is(err, pgrouted.ErrOutcomeUnknown) && unknown == 0 {
-				// In flight when the lease ended, its commit's answer
-				// lost with the session pgrouted closed: it may have run.
-				// The next write waits for a primary.
-				unknown++
-				continue
-			}
-			if err != nil {
-				last = err
-				break
-			}
-			ok++
-			if time.Since(stopped) > 60*time.Second {
-				t.Fatalf("writes still succeed 60s after every Patroni endpoint became unreachable (pgrouted_lease=2s)")
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-		if !errors.Is(last, pgrouted.ErrNoPrimary) {
-			t.Fatalf("the write that failed once the endpoints were gone: %v; want ErrNoPrimary", last)
-		}
-		// PostgreSQL is fine: only Patroni's word is missing, and pgrouted
-		// does not fall back to its probes alone.
-		if rec, err := leader.IsInRecovery(ctx); err != nil || rec {
-			t.Fatalf("the leader %s: in recovery %v, %v; want it running as primary", leader.Name(), rec, err)
-		}
-		if p := conn.Topology().Provider; p == nil || p.LastError == "" {
-			t.Fatalf("provider %+v: want its last error", p)
-		}
-		t.Logf("writes stopped %s after the endpoints became unreachable (pgrouted_lease=2s), after %d successful writes (%d in flight at the lease's end)",
-			time.Since(stopped).Round(time.Millisecond), ok, unknown)
-
-		// One endpoint, a replica's, answers again.
-		if err := replicas[1].StartREST(); err != nil {
-			t.Fatal(err)
-		}
-		deadline := time.Now().Add(60 * time.Second)
-		for {
-			port, err := writeTagged(ctx, db, "lease-after")
-			if err == nil {
-				if port != leader.Port() {
-					t.Fatalf("the write after the endpoint came back ran on %s, want the leader %s", memberByPort(pc, port), leader.Name())
-				}
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("writes do not resume within 60s of %s's endpoint answering again: %v", replicas[1].Name(), err)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		forEachClientDSN(t, func(t *testing.T, open dsnOpener) { patroniLeaseEnds(t, ctx, pc, open) })
 	})
 
-	// openBoth opens one connector with the Patroni provider and one with
-	// the probes alone, on the same members.
-	openBoth := func(t *testing.T) (*sql.DB, *sql.DB) {
+	// openAll opens, through the driver and through the Pool, a client
+	// with the Patroni provider and one with the probes alone, on the same
+	// members, and starts a workload on each.
+	openAll := func(t *testing.T, event string) []*workload {
 		extra := []string{"pgrouted_lease=5s", "pgrouted_write_timeout=20s"}
-		pdb, _, _ := openDSN(t, patroniDSN(pc, pc.Members(), extra...), nil)
-		qdb, _, _ := openDSN(t, withParams(pc.DSN(), extra...), nil)
-		return pdb, qdb
+		run := time.Now().UnixNano()
+		var ws []*workload
+		for _, c := range []struct {
+			name string
+			open dsnOpener
+		}{{"sql", openSQLClientDSN}, {"pool", openPoolClientDSN}} {
+			pdb, _, _ := c.open(t, patroniDSN(pc, pc.Members(), extra...), nil)
+			qdb, _, _ := c.open(t, withParams(pc.DSN(), extra...), nil)
+			ws = append(ws,
+				startWorkload("patroni/"+c.name, pdb, fmt.Sprintf("%s-patroni-%s-%d", event, c.name, run)),
+				startWorkload("probe/"+c.name, qdb, fmt.Sprintf("%s-probe-%s-%d", event, c.name, run)))
+		}
+		return ws
 	}
 
 	t.Run("switchover", func(t *testing.T) {
 		old, _ := healthy(t, ctx, pc)
-		pdb, qdb := openBoth(t)
-		run := time.Now().UnixNano()
-		ws := []*workload{
-			startWorkload("patroni", pdb, fmt.Sprintf("switchover-patroni-%d", run)),
-			startWorkload("probe", qdb, fmt.Sprintf("switchover-probe-%d", run)),
-		}
+		ws := openAll(t, "switchover")
 		waitWrites(t, "before the switchover", ws...)
 		leader, err := pc.Switchover(ctx, "")
 		if err != nil {
@@ -522,12 +462,7 @@ func TestPatroni(t *testing.T) {
 
 	t.Run("killed leader", func(t *testing.T) {
 		old, _ := healthy(t, ctx, pc)
-		pdb, qdb := openBoth(t)
-		run := time.Now().UnixNano()
-		ws := []*workload{
-			startWorkload("patroni", pdb, fmt.Sprintf("kill-patroni-%d", run)),
-			startWorkload("probe", qdb, fmt.Sprintf("kill-probe-%d", run)),
-		}
+		ws := openAll(t, "kill")
 		waitWrites(t, "before the leader is killed", ws...)
 		if _, err := pc.KillLeader(ctx); err != nil {
 			t.Fatal(err)
@@ -544,4 +479,81 @@ func TestPatroni(t *testing.T) {
 		// The last subtest: the killed member stays down until Close, or
 		// until the next subtest's healthy brings it back.
 	})
+}
+
+// patroniLeaseEnds: with every Patroni endpoint unreachable, writes
+// through a client that open opens stop at the lease (ErrNoPrimary), and
+// resume on the leader when one endpoint answers again.
+func patroniLeaseEnds(t *testing.T, ctx context.Context, pc *testcluster.PatroniCluster, open dsnOpener) {
+	leader, replicas := healthy(t, ctx, pc)
+	t.Cleanup(func() {
+		for _, m := range pc.Members() {
+			if err := m.StartREST(); err != nil {
+				t.Error(err)
+			}
+		}
+	})
+	db, conn, _ := open(t, patroniDSN(pc, pc.Members(), "pgrouted_lease=2s", "pgrouted_write_timeout=1s"), nil)
+	if _, err := writeTagged(ctx, db, "lease-before"); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range pc.Members() {
+		if err := m.StopREST(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stopped := time.Now()
+	var last error
+	var ok, unknown int
+	for {
+		_, err := writeTagged(ctx, db, "lease-during")
+		if errors.Is(err, pgrouted.ErrOutcomeUnknown) && unknown == 0 {
+			// In flight when the lease ended, its commit's answer
+			// lost with the session pgrouted closed: it may have run.
+			// The next write waits for a primary.
+			unknown++
+			continue
+		}
+		if err != nil {
+			last = err
+			break
+		}
+		ok++
+		if time.Since(stopped) > 60*time.Second {
+			t.Fatalf("writes still succeed 60s after every Patroni endpoint became unreachable (pgrouted_lease=2s)")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !errors.Is(last, pgrouted.ErrNoPrimary) {
+		t.Fatalf("the write that failed once the endpoints were gone: %v; want ErrNoPrimary", last)
+	}
+	// PostgreSQL is fine: only Patroni's word is missing, and pgrouted
+	// does not fall back to its probes alone.
+	if rec, err := leader.IsInRecovery(ctx); err != nil || rec {
+		t.Fatalf("the leader %s: in recovery %v, %v; want it running as primary", leader.Name(), rec, err)
+	}
+	if p := conn.Topology().Provider; p == nil || p.LastError == "" {
+		t.Fatalf("provider %+v: want its last error", p)
+	}
+	t.Logf("writes stopped %s after the endpoints became unreachable (pgrouted_lease=2s), after %d successful writes (%d in flight at the lease's end)",
+		time.Since(stopped).Round(time.Millisecond), ok, unknown)
+
+	// One endpoint, a replica's, answers again.
+	if err := replicas[1].StartREST(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		port, err := writeTagged(ctx, db, "lease-after")
+		if err == nil {
+			if port != leader.Port() {
+				t.Fatalf("the write after the endpoint came back ran on %s, want the leader %s", memberByPort(pc, port), leader.Name())
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("writes do not resume within 60s of %s's endpoint answering again: %v", replicas[1].Name(), err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }

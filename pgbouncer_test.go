@@ -387,7 +387,7 @@ func TestPooledReplicaCheck(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	untilReplica(t, ctx, db, rec, "SELECT count(*) FROM pgb_check", 1)
+	untilReplica(t, ctx, sqlClient{db}, rec, "SELECT count(*) FROM pgb_check", 1)
 }
 
 // TestPooledFailover: the primary dies behind its pooler and a replica is

@@ -211,8 +211,9 @@ func (px *pgxCall) putOnClose(p *Pool, sc *sql.Conn, cn *conn) {
 // wroteLater raises the read-your-writes watermark once the call's open
 // results, from a statement that is not a read on cn's primary session,
 // are closed (as wroteRows does), and reports whether there are any. A
-// write whose primary's term ended while its rows were on their way ends
-// with ErrOutcomeUnknown from the rows too.
+// write whose primary's term ended while its rows, its batch's results or
+// its commit's answer were on their way ends with ErrOutcomeUnknown from
+// them too.
 func (px *pgxCall) wroteLater(ctx context.Context, cn *conn) bool {
 	if !px.open() {
 		return false
@@ -225,12 +226,20 @@ func (px *pgxCall) wroteLater(ctx context.Context, cn *conn) bool {
 			cn.c.wrote(ctx, host, 0, time.Time{})
 		}
 	})
-	if px.rows != nil {
-		px.rows.errFn = func(err error) error {
-			if err == nil || pgpipe.IsPgError(err) || sc == nil || !cn.lost(sc) {
+	if sc != nil {
+		// Err is read once the rows are closed, and the connection given
+		// back to its pool, which may have closed its session since.
+		lost := cn.lostLater(sc)
+		errFn := func(err error) error {
+			if err == nil || pgpipe.IsPgError(err) || !lost() {
 				return err
 			}
 			return lostError(OpWrite, err)
+		}
+		if px.rows != nil {
+			px.rows.errFn = errFn
+		} else {
+			px.br.errFn = errFn
 		}
 	}
 	return true

@@ -162,6 +162,16 @@ type poolBatch struct {
 	batch *pgx.Batch
 	next  int // the index in batch of the next result read
 	rerun func(rest []*pgx.QueuedQuery, refusal error) pgx.BatchResults
+
+	errFn func(error) error // when set, what the results' errors become
+}
+
+// errOf is err as the results report it (errFn).
+func (b *poolBatch) errOf(err error) error {
+	if b.errFn == nil {
+		return err
+	}
+	return b.errFn(err)
 }
 
 // Exec implements pgx.BatchResults.
@@ -171,7 +181,7 @@ func (b *poolBatch) Exec() (pgconn.CommandTag, error) {
 		tag, err = b.BatchResults.Exec()
 	}
 	b.next++
-	return tag, err
+	return tag, b.errOf(err)
 }
 
 // Query implements pgx.BatchResults. On a replica, the first row is read
@@ -192,7 +202,11 @@ func (b *poolBatch) Query() (pgx.Rows, error) {
 	}
 	b.next++
 	if err != nil {
+		err = b.errOf(err)
 		return errRows{err}, err
+	}
+	if b.errFn != nil {
+		rows = &poolRows{Rows: rows, first: false, errFn: b.errFn}
 	}
 	return rows, nil
 }
@@ -246,7 +260,7 @@ func (b *poolBatch) Close() error {
 	}
 	err := b.BatchResults.Close()
 	if b.err == nil {
-		b.err = err
+		b.err = b.errOf(err)
 	}
 	b.onClose.run()
 	return b.err

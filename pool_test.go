@@ -3,6 +3,7 @@ package pgrouted_test
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"strings"
@@ -24,14 +25,39 @@ import (
 type client interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) scanner
 	ExecContext(ctx context.Context, query string, args ...any) error
+	QueryContext(ctx context.Context, query string, args ...any) (clientRows, error)
 	SetMaxIdleConns(n int)
 	// InUse is the number of the client's connections in use (a
 	// statement running, rows open).
 	InUse() int
+	// Idle is the number of the client's idle connections.
+	Idle() int
+	// Conn returns one connection of the client, the caller's alone
+	// until Close: a *sql.Conn, or a connection from Pool.Acquire.
+	Conn(ctx context.Context) (clientConn, error)
+}
+
+// clientConn is one connection of a client (client.Conn).
+type clientConn interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) scanner
+	ExecContext(ctx context.Context, query string, args ...any) error
+	Close() error
+}
+
+// clientRows are *sql.Rows or pgx.Rows.
+type clientRows interface {
+	Next() bool
+	Err() error
+	Close() error
 }
 
 // scanner is a row: *sql.Row's and pgx.Row's Scan.
 type scanner interface{ Scan(dest ...any) error }
+
+// scanFunc is a scanner.
+type scanFunc func(dest ...any) error
+
+func (f scanFunc) Scan(dest ...any) error { return f(dest...) }
 
 type sqlClient struct{ *sql.DB }
 
@@ -39,10 +65,35 @@ func (c sqlClient) QueryRowContext(ctx context.Context, query string, args ...an
 	return c.DB.QueryRowContext(ctx, query, args...)
 }
 
+func (c sqlClient) QueryContext(ctx context.Context, query string, args ...any) (clientRows, error) {
+	return c.DB.QueryContext(ctx, query, args...)
+}
+
 func (c sqlClient) InUse() int { return c.DB.Stats().InUse }
+
+func (c sqlClient) Idle() int { return c.DB.Stats().Idle }
 
 func (c sqlClient) ExecContext(ctx context.Context, query string, args ...any) error {
 	_, err := c.DB.ExecContext(ctx, query, args...)
+	return err
+}
+
+func (c sqlClient) Conn(ctx context.Context) (clientConn, error) {
+	sc, err := c.DB.Conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return sqlConn{sc}, nil
+}
+
+type sqlConn struct{ *sql.Conn }
+
+func (c sqlConn) QueryRowContext(ctx context.Context, query string, args ...any) scanner {
+	return c.Conn.QueryRowContext(ctx, query, args...)
+}
+
+func (c sqlConn) ExecContext(ctx context.Context, query string, args ...any) error {
+	_, err := c.Conn.ExecContext(ctx, query, args...)
 	return err
 }
 
@@ -52,6 +103,22 @@ func (c poolClient) QueryRowContext(ctx context.Context, query string, args ...a
 	return c.Pool.QueryRow(ctx, query, args...)
 }
 
+func (c poolClient) QueryContext(ctx context.Context, query string, args ...any) (clientRows, error) {
+	rows, err := c.Pool.Query(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	return pgxRows{rows}, nil
+}
+
+// pgxRows are pgx.Rows with database/sql's Close.
+type pgxRows struct{ pgx.Rows }
+
+func (r pgxRows) Close() error {
+	r.Rows.Close()
+	return r.Rows.Err()
+}
+
 func (c poolClient) ExecContext(ctx context.Context, query string, args ...any) error {
 	_, err := c.Pool.Exec(ctx, query, args...)
 	return err
@@ -59,19 +126,94 @@ func (c poolClient) ExecContext(ctx context.Context, query string, args ...any) 
 
 func (c poolClient) InUse() int { return pgrouted.PoolInUse(c.Pool) }
 
+func (c poolClient) Idle() int { return pgrouted.PoolIdle(c.Pool) }
+
 // SetMaxIdleConns does nothing: the Pool keeps a host pool's size idle.
 func (c poolClient) SetMaxIdleConns(int) {}
 
+func (c poolClient) Conn(ctx context.Context) (clientConn, error) {
+	pc, err := c.Pool.Acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &poolConn{p: c.Pool, pc: pc}, nil
+}
+
+// poolConn is a connection from Pool.Acquire, pinned to its primary
+// session. When that session is gone (its term ended, or it broke), its
+// statements fail with driver.ErrBadConn (nothing was sent) until it is
+// released: then it is released, another one acquired, and the statement
+// runs on that one, as the error says to do. A *sql.Conn, whose driver
+// connection has no session state, opens its new session by itself.
+type poolConn struct {
+	p  *pgrouted.Pool
+	pc *pgrouted.PoolConn // nil once released
+}
+
+// do runs f on the connection: on another one when it fails with
+// driver.ErrBadConn, once.
+func (c *poolConn) do(ctx context.Context, f func(*pgrouted.PoolConn) error) error {
+	for attempt := 0; ; attempt++ {
+		if c.pc == nil {
+			pc, err := c.p.Acquire(ctx)
+			if err != nil {
+				return err
+			}
+			c.pc = pc
+		}
+		err := f(c.pc)
+		if !errors.Is(err, driver.ErrBadConn) || attempt > 0 {
+			return err
+		}
+		c.pc.Release()
+		c.pc = nil
+	}
+}
+
+func (c *poolConn) QueryRowContext(ctx context.Context, query string, args ...any) scanner {
+	return scanFunc(func(dest ...any) error {
+		return c.do(ctx, func(pc *pgrouted.PoolConn) error { return pc.QueryRow(ctx, query, args...).Scan(dest...) })
+	})
+}
+
+func (c *poolConn) ExecContext(ctx context.Context, query string, args ...any) error {
+	return c.do(ctx, func(pc *pgrouted.PoolConn) error {
+		_, err := pc.Exec(ctx, query, args...)
+		return err
+	})
+}
+
+func (c *poolConn) Close() error {
+	if c.pc != nil {
+		c.pc.Release()
+		c.pc = nil
+	}
+	return nil
+}
+
 // opener opens a client on the test cluster as open does.
 type opener func(t testing.TB, extra ...string) (client, *pgrouted.Connector, *routes)
+
+// dsnOpener opens a client on dsn as openDSN does.
+type dsnOpener func(t testing.TB, dsn string, tweak func(*pgrouted.Config)) (client, *pgrouted.Connector, *routes)
 
 func openSQLClient(t testing.TB, extra ...string) (client, *pgrouted.Connector, *routes) {
 	db, conn, rec := open(t, extra...)
 	return sqlClient{db}, conn, rec
 }
 
+func openSQLClientDSN(t testing.TB, dsn string, tweak func(*pgrouted.Config)) (client, *pgrouted.Connector, *routes) {
+	db, conn, rec := openDSN(t, dsn, tweak)
+	return sqlClient{db}, conn, rec
+}
+
 func openPoolClient(t testing.TB, extra ...string) (client, *pgrouted.Connector, *routes) {
 	p, rec := openPool(t, nil, extra...)
+	return poolClient{p}, p.Connector(), rec
+}
+
+func openPoolClientDSN(t testing.TB, dsn string, tweak func(*pgrouted.Config)) (client, *pgrouted.Connector, *routes) {
+	p, rec := openPoolDSN(t, dsn, tweak)
 	return poolClient{p}, p.Connector(), rec
 }
 
@@ -82,15 +224,30 @@ func forEachClient(t *testing.T, f func(t *testing.T, open opener)) {
 	t.Run("pool", func(t *testing.T) { f(t, openPoolClient) })
 }
 
+// forEachClientDSN is forEachClient for tests that open their clients on
+// a DSN of their own.
+func forEachClientDSN(t *testing.T, f func(t *testing.T, open dsnOpener)) {
+	t.Run("sql", func(t *testing.T) { f(t, openSQLClientDSN) })
+	t.Run("pool", func(t *testing.T) { f(t, openPoolClientDSN) })
+}
+
 // openPool opens a Pool on the cluster with open's settings and an OnRoute
-// recorder, after tweak (when not nil) changed the Config. It waits as
-// openDSN does; the Pool is closed when the test ends.
+// recorder, after tweak (when not nil) changed the Config (see
+// openPoolDSN).
 func openPool(t testing.TB, tweak func(*pgrouted.Config), extra ...string) (*pgrouted.Pool, *routes) {
 	t.Helper()
 	dsn := cluster.DSN() + "&pgrouted_probe_interval=100ms&pgrouted_lease=5s&pgrouted_write_timeout=20s&pgrouted_names=" + names()
 	for _, e := range extra {
 		dsn += "&" + e
 	}
+	return openPoolDSN(t, dsn, tweak)
+}
+
+// openPoolDSN opens a Pool on dsn with an OnRoute recorder, after tweak
+// (when not nil) changed the Config. It waits as openDSN does; the Pool
+// is closed when the test ends.
+func openPoolDSN(t testing.TB, dsn string, tweak func(*pgrouted.Config)) (*pgrouted.Pool, *routes) {
+	t.Helper()
 	cfg, err := pgrouted.ParseConfig(dsn)
 	if err != nil {
 		t.Fatal(err)
@@ -620,5 +777,67 @@ func TestPoolQueryTracer(t *testing.T) {
 	}
 	if got := tr.n.Load() - before; got < 2 {
 		t.Fatalf("the tracer saw %d statements of a write and a read, want both", got)
+	}
+}
+
+// TestPoolTermEndsDuringBatch: a batch's write whose commit waits (a
+// deferred trigger sleeps at commit) when the primary's term ends (the
+// provider clears the primary): as for a statement's rows
+// (TestTermEndsDuringReturningRows), the batch's results end with
+// ErrOutcomeUnknown (the write may have committed, and here it did), not
+// a bare network error: the rows of an INSERT … RETURNING that reached the
+// caller before, and an INSERT's Exec, whose command tag waits with the
+// commit's answer.
+func TestPoolTermEndsDuringBatch(t *testing.T) {
+	ctx := testCtx(t)
+	slowCommitTable(t, ctx)
+	for _, returning := range []bool{true, false} {
+		t.Run(map[bool]string{true: "query", false: "exec"}[returning], func(t *testing.T) {
+			c, conn, _, m := openManualClient(t, openPoolClientDSN, "pgrouted_write_timeout=1s")
+			p := c.(poolClient).Pool
+			run := fmt.Sprintf("batch-%v-%d", returning, time.Now().UnixNano())
+			q := `INSERT INTO term_ret (v, run) SELECT repeat('x', 200), $1 FROM generate_series(1, 1000)`
+			if returning {
+				// The rows (200 KB) fill the server's output buffer:
+				// they reach the caller before the commit.
+				q += " RETURNING v"
+			}
+			b := &pgx.Batch{}
+			b.Queue(q, run)
+			br := p.SendBatch(ctx, b)
+			defer br.Close()
+			var rows pgx.Rows
+			if returning {
+				var err error
+				if rows, err = br.Query(); err != nil {
+					t.Fatal(err)
+				}
+				defer rows.Close()
+				if !rows.Next() {
+					t.Fatalf("no first row: %v", rows.Err())
+				}
+			}
+			waitSleeping(t, ctx, "term_ret")
+			m.ClearPrimary()
+			waitTopology(t, conn, 10*time.Second, "no primary once cleared", func(s pgrouted.Snapshot) bool { return s.Primary == "" })
+			var err error
+			if returning {
+				for rows.Next() {
+				}
+				err = rows.Err()
+			} else {
+				_, err = br.Exec()
+			}
+			if err == nil {
+				err = br.Close()
+			}
+			if !errors.Is(err, pgrouted.ErrOutcomeUnknown) {
+				t.Fatalf("the results of a batch's write whose primary's term ended before its commit answered: %v; want ErrOutcomeUnknown", err)
+			}
+			if err := br.Close(); !errors.Is(err, pgrouted.ErrOutcomeUnknown) {
+				t.Errorf("the batch's Close: %v; want ErrOutcomeUnknown", err)
+			}
+			waitCommitted(t, ctx, run, 1000)
+		})
 	}
 }

@@ -126,7 +126,22 @@ func (cn *conn) closePrimary() {
 // lost reports whether the primary session sc broke because its term ended
 // (term.go): the host stopped being the primary while a statement ran.
 func (cn *conn) lost(sc *stdlib.Conn) bool {
-	return cn.term != nil && cn.term.ended() && sc.Conn().IsClosed()
+	return sessionLost(cn.term, sc)
+}
+
+// lostLater returns lost for the primary session sc, for results read
+// after cn may have moved on (pgx's rows of a Pool, read after the
+// connection went back to its pool and closed its session or opened
+// another): it asks about sc's own term, the current one now.
+func (cn *conn) lostLater(sc *stdlib.Conn) func() bool {
+	t := cn.term
+	return func() bool { return sessionLost(t, sc) }
+}
+
+// sessionLost reports whether sc, a primary session opened under term t,
+// broke because t ended.
+func sessionLost(t *term, sc *stdlib.Conn) bool {
+	return t != nil && t.ended() && sc.Conn().IsClosed()
 }
 
 // lostError is the error of a statement that was sent to a primary whose

@@ -108,7 +108,7 @@ func TestOrdinaryRole(t *testing.T) {
 		t.Fatalf("the write ran on %v, want node0", on)
 	}
 	replicated(t, ctx)
-	untilReplica(t, ctx, db, rec, "SELECT count(*) FROM priv_rows /* priv-read */", 1)
+	untilReplica(t, ctx, sqlClient{db}, rec, "SELECT count(*) FROM priv_rows /* priv-read */", 1)
 	if on := ranOn(t, "priv-read"); !slices.Contains(on, "node1") && !slices.Contains(on, "node2") {
 		t.Fatalf("no read ran on a standby: %v", on)
 	}
@@ -193,7 +193,7 @@ func TestOrdinaryRoleFailover(t *testing.T) {
 				cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
 			})
 			sctx := pgrouted.WithSession(ctx, pgrouted.NewSession())
-			writeNoStandbyGets(t, sctx, db, "INSERT INTO priv_fail VALUES (1)")
+			writeNoStandbyGets(t, sctx, sqlClient{db}, "INSERT INTO priv_fail VALUES (1)")
 			failOver(t, ctx, conn, true)
 			var n int
 			if err := db.QueryRowContext(sctx, "SELECT count(*) FROM priv_fail").Scan(&n); err != nil || n != 0 {
@@ -212,7 +212,7 @@ func TestOrdinaryRoleFailover(t *testing.T) {
 					t.Fatalf("the possible loss was not reported as such: stats %+v, logs %q", conn.Stats(), logs.String())
 				}
 			}
-			untilReplica(t, sctx, db, rec, "SELECT count(*) FROM priv_fail", 0)
+			untilReplica(t, sctx, sqlClient{db}, rec, "SELECT count(*) FROM priv_fail", 0)
 			want := []string{topology.GrantReadAllStats}
 			if !history {
 				want = []string{topology.GrantReadFile, topology.GrantReadAllStats}
@@ -261,7 +261,7 @@ func TestOrdinaryRoleStandbyTimeline(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustExec(t, ctx, cluster.Node(2), "CHECKPOINT")
-	untilReplica(t, sctx, db, rec, "SELECT count(*) FROM priv_tl", 1)
+	untilReplica(t, sctx, sqlClient{db}, rec, "SELECT count(*) FROM priv_tl", 1)
 	if h := conn.Topology().Hosts[2]; h.Timeline != top.Hosts[1].Timeline {
 		t.Fatalf("node2 seen on timeline %d after its restartpoint, want %d", h.Timeline, top.Hosts[1].Timeline)
 	}

@@ -44,13 +44,20 @@ func realView(t testing.TB) []topology.Member {
 // that starts with the real view. extra are DSN parameters.
 func openManual(t *testing.T, extra ...string) (*sql.DB, *pgrouted.Connector, *routes, *topology.Manual) {
 	t.Helper()
+	c, conn, rec, m := openManualClient(t, openSQLClientDSN, extra...)
+	return c.(sqlClient).DB, conn, rec, m
+}
+
+// openManualClient is openManual for a client that open opens.
+func openManualClient(t *testing.T, open dsnOpener, extra ...string) (client, *pgrouted.Connector, *routes, *topology.Manual) {
+	t.Helper()
 	m := topology.NewManual()
 	m.SetMembers(realView(t))
 	dsn := cluster.DSN() + "&pgrouted_probe_interval=100ms&pgrouted_names=" + names()
 	for _, e := range extra {
 		dsn += "&" + e
 	}
-	db, conn, rec := openDSN(t, dsn, func(c *pgrouted.Config) { c.Provider = m })
+	db, conn, rec := open(t, dsn, func(c *pgrouted.Config) { c.Provider = m })
 	return db, conn, rec, m
 }
 

@@ -53,15 +53,20 @@ func TestHotStandbyReported(t *testing.T) {
 // refused at connect (in_hot_standby) and the write never reaches it; on
 // 13 the write reaches it and is refused with SQLSTATE 25006. Either way
 // pgrouted probes the host at once, waits for the topology to move, and
-// runs the write once, on the new primary.
+// runs the write once, on the new primary. Through the driver and through
+// the Pool.
 func TestWriteToADemotedPrimary(t *testing.T) {
+	forEachClientDSN(t, testWriteToADemotedPrimary)
+}
+
+func testWriteToADemotedPrimary(t *testing.T, open dsnOpener) {
 	ctx := testCtx(t)
 	restore(t)
 	mustExec(t, ctx, cluster.Primary(), "CREATE TABLE IF NOT EXISTS demoted_t (v text)")
 	replicated(t, ctx)
 	// Probes a minute apart: only the driver's own probe of the host
 	// (and ours of node1, below) tells the topology what changed.
-	db, conn, rec := openDSN(t, cluster.DSN()+"&pgrouted_probe_interval=1m&pgrouted_max_lag=none&pgrouted_lease=5m&pgrouted_write_timeout=60s&pgrouted_names="+names(), nil)
+	db, conn, rec := open(t, cluster.DSN()+"&pgrouted_probe_interval=1m&pgrouted_max_lag=none&pgrouted_lease=5m&pgrouted_write_timeout=60s&pgrouted_names="+names(), nil)
 	old, promoted := cluster.Node(0), cluster.Node(1)
 	if top := conn.Topology(); top.Primary != old.Name() {
 		t.Fatalf("the topology's primary is %q, want %s", top.Primary, old.Name())
@@ -82,8 +87,7 @@ func TestWriteToADemotedPrimary(t *testing.T) {
 	marker := fmt.Sprintf("demoted-%d", time.Now().UnixNano())
 	done := make(chan error, 1)
 	go func() {
-		_, err := db.ExecContext(ctx, "INSERT INTO demoted_t VALUES ('"+marker+"')")
-		done <- err
+		done <- db.ExecContext(ctx, "INSERT INTO demoted_t VALUES ('"+marker+"')")
 	}()
 	// The driver's probe of the old primary shows it a standby; then
 	// ours of node1 shows the new primary, which the write waits for.
