@@ -54,19 +54,25 @@ CREATE OR REPLACE FUNCTION routectx_add(v text) RETURNS bigint LANGUAGE sql
 			evs[step] = e // the last of the step
 		}
 	})
-	// The function catalog must know routectx_add (a listed read function
-	// goes to a replica, which refuses it).
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		d, err := conn.Explain(base, "SELECT routectx_add('x')")
-		if err == nil && !d.Primary {
-			break
+	// toReplica waits until the refused step's statement would go to a
+	// replica: the function catalog must know routectx_add (a listed read
+	// function goes to a replica, which refuses it), and a replica must
+	// hold the connector's writes, as its last probe shows.
+	toReplica := func() {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			d, err := conn.Explain(base, "SELECT routectx_add('x')")
+			if err == nil && !d.Primary && d.Reason == pgrouted.ReasonReplica {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("routectx_add listed as a read still goes to %+v, %v after 30s", d, err)
+			}
+			time.Sleep(10 * time.Millisecond)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("routectx_add listed as a read still goes to %+v, %v after 30s", d, err)
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
+	toReplica()
 
 	at := func(step string) context.Context { return context.WithValue(base, stepKey{}, step) }
 	var n int64
@@ -79,6 +85,10 @@ CREATE OR REPLACE FUNCTION routectx_add(v text) RETURNS bigint LANGUAGE sql
 	if err := db.QueryRowContext(pgrouted.WithMaxLag(at("fallback"), 0), "SELECT 2").Scan(&n); err != nil {
 		t.Fatal(err)
 	}
+	// The write step's row reaches the replicas asynchronously; until one
+	// has replayed it, a read of this connector rightly goes to the
+	// primary (behind), and the next step would not test a refusal.
+	toReplica()
 	cn, err := db.Conn(base)
 	if err != nil {
 		t.Fatal(err)

@@ -15,6 +15,7 @@
 # RESULTS.md).
 set -euo pipefail
 cd "$(dirname "$0")"
+. ../scripts/lib.sh
 
 count=${BENCH_COUNT:-6}
 benchtime=${BENCH_TIME:-1s}
@@ -23,10 +24,7 @@ duration=${BENCH_DURATION:-5s}
 # through the module proxy).
 benchstat_version=v0.0.0-20260908200009-22c9c6c9d4da
 
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/pgrouted-bench.XXXXXX")
-# PostgreSQL runs as an unprivileged user when this runs as root: it must
-# reach its directories inside.
-chmod 1777 "$tmp"
+tmp=$(pgrouted_tmpdir pgrouted-bench)
 trap 'rm -rf "$tmp"' EXIT
 
 load_before=$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo unknown)

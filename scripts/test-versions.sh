@@ -19,6 +19,7 @@
 # password authentication. Extra go test flags: $GOTESTFLAGS.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib.sh
 
 majors=("$@")
 if [ ${#majors[@]} -eq 0 ]; then
@@ -52,9 +53,7 @@ run="^($(
 	echo "${tests[*]}"
 ))\$"
 
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/pgrouted-versions.XXXXXX")
-# PostgreSQL runs as an unprivileged user when the tests run as root.
-chmod 1777 "$tmp"
+tmp=$(pgrouted_tmpdir pgrouted-versions)
 status=0
 summary=()
 for major in "${majors[@]}"; do
@@ -71,17 +70,7 @@ for major in "${majors[@]}"; do
 	echo "--- ${summary[-1]}"
 done
 
-left=""
-for d in "$tmp"/pgrouted-testcluster-*; do
-	[ -e "$d" ] && left="$left $d"
-done
-procs=$(pgrep -af -- "$tmp/" 2>/dev/null | grep -v pgrep || true)
-if [ -n "$left" ] || [ -n "$procs" ]; then
-	echo "FAIL: the tests left PostgreSQL behind:" >&2
-	[ -n "$left" ] && echo "  directories:$left" >&2
-	[ -n "$procs" ] && echo "$procs" | sed 's/^/  process: /' >&2
-	status=1
-fi
+pgrouted_leftovers "$tmp" || status=1
 rm -rf "$tmp"
 
 echo "=== compatibility subset (${#tests[@]} tests)"

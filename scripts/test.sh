@@ -6,11 +6,9 @@
 # is left behind.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib.sh
 
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/pgrouted-test.XXXXXX")
-# PostgreSQL runs as an unprivileged user when the tests run as root: it must
-# reach its directories inside.
-chmod 1777 "$tmp"
+tmp=$(pgrouted_tmpdir pgrouted-test)
 status=0
 TMPDIR=$tmp go test -race -count=1 -timeout 15m -v ./... "$@" || status=$?
 # The ORM examples are their own module (GORM, sqlx and ent stay out of the
@@ -89,18 +87,10 @@ TMPDIR=$tmp go test -count=1 -timeout 10m ./testcluster/... ./topology/ ./cmd/..
 wait "$fuzzpid" || status=$?
 cat "$fuzzlog"
 
-left=""
-for d in "$tmp"/pgrouted-testcluster-*; do
-	[ -e "$d" ] && left="$left $d"
-done
-procs=$(pgrep -af -- "$tmp/" 2>/dev/null | grep -v pgrep || true)
-if [ -n "$left" ] || [ -n "$procs" ]; then
-	echo "FAIL: the tests left PostgreSQL behind:" >&2
-	[ -n "$left" ] && echo "  directories:$left" >&2
-	[ -n "$procs" ] && echo "$procs" | sed 's/^/  process: /' >&2
-	status=1
-else
+if pgrouted_leftovers "$tmp"; then
 	echo "ok: no PostgreSQL process and no cluster directory left behind"
+else
+	status=1
 fi
 rm -rf "$tmp"
 exit $status

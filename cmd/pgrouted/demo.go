@@ -46,15 +46,17 @@ ports), open it through pgrouted, run a mixed workload (writes read back at
 once, per-user sessions, plain reads, read-only and read-write transactions)
 and walk through a story: normal routing; replay paused on a replica until it
 is too stale to serve reads; a replica killed; a failover. A live table shows
-each host every second; a summary ends it. Ctrl-C stops it and removes the
-cluster.
+each host every second; a summary ends it. Ctrl-C (or SIGTERM) stops it,
+removes the cluster and prints the summary so far.
 
 Nothing is installed: without PostgreSQL it fails and prints the command that
 installs it (make demo installs it, as make test does).
 
 Exit status: 0 when the summary shows 0 stale reads and 0 errors and writes
-resumed on the new primary; 1 otherwise, or when the cluster cannot start;
-2 on bad arguments; 130 when interrupted.`, stderr)
+resumed on the new primary, or when stopped by Ctrl-C or SIGTERM once the
+cluster was up (a normal end) with 0 stale reads and 0 errors so far; 1
+otherwise, or when the cluster cannot start; 2 on bad arguments; 130 when
+interrupted before the cluster was up.`, stderr)
 	opts := demoOptions{MaxLag: 2 * time.Second, Think: 20 * time.Millisecond}
 	fs.DurationVar(&opts.Duration, "duration", 20*time.Second, fmt.Sprintf("length of the story, from the first statement (at least %v)", minDemoDuration))
 	fs.IntVar(&opts.Replicas, "replicas", 2, fmt.Sprintf("number of streaming replicas (1 to %d)", maxDemoReplicas))
@@ -75,15 +77,21 @@ resumed on the new primary; 1 otherwise, or when the cluster cannot start;
 	}
 	live := !opts.NoColor && !opts.JSON && isTerminal(stdout)
 	sum, err := runDemo(ctx, opts, live, stdout, stderr)
-	if err != nil {
+	switch {
+	case errors.Is(err, errBootInterrupted):
+		fmt.Fprintf(stderr, "pgrouted demo: %v\n", err)
+		return exitInterrupted
+	case sum == nil && ctx.Err() != nil:
+		// Ctrl-C once the cluster was up, before the story began: the
+		// demo's normal end, as for the cluster command.
+		fmt.Fprintf(stderr, "pgrouted demo: stopped before the story began; the cluster was removed\n")
+		return exitOK
+	case err != nil:
 		fmt.Fprintf(stderr, "pgrouted demo: %v\n", err)
 		if errors.Is(err, testcluster.ErrNoPostgres) {
 			fmt.Fprintf(stderr, "(from a checkout of pgrouted, `make demo` installs PostgreSQL when it runs as root, as `make test` does)\n")
 		}
 		if sum == nil {
-			if ctx.Err() != nil {
-				return exitInterrupted
-			}
 			return exitFailure
 		}
 	}
@@ -93,14 +101,23 @@ resumed on the new primary; 1 otherwise, or when the cluster cannot start;
 	} else {
 		fmt.Fprint(stdout, "\n"+renderSummary(sum, live))
 	}
-	switch {
-	case ctx.Err() != nil:
-		return exitInterrupted
-	case !sum.OK:
-		return exitFailure
-	}
-	return exitOK
+	return demoExit(sum)
 }
+
+// demoExit is the exit status of a demo that ran and ended with sum. A
+// story stopped by Ctrl-C or SIGTERM is a normal end, as for the cluster
+// command (0), unless what ran up to it found stale reads or errors (1):
+// the interruption does not hide them.
+func demoExit(sum *Summary) int {
+	if sum.OK || sum.stopped() {
+		return exitOK
+	}
+	return exitFailure
+}
+
+// errBootInterrupted is runDemo's error when Ctrl-C or SIGTERM came before
+// the cluster was up.
+var errBootInterrupted = errors.New("interrupted before the cluster was up")
 
 // demo is one run of the demo.
 type demo struct {
@@ -119,8 +136,10 @@ type demo struct {
 // runDemo boots the cluster, runs the workload and the story, shows the
 // live view on stdout (unless opts.JSON) and returns the summary. The
 // cluster is closed before it returns, whatever happens. The summary is nil
-// when the demo could not start (no PostgreSQL, ...); an error with a
-// summary means the story stopped early (Ctrl-C, a failed step).
+// when the demo could not start (no PostgreSQL, ...) or was interrupted
+// before the story began (errBootInterrupted before the cluster was up);
+// an error with a summary means a step of the story failed. A summary of
+// a story stopped by Ctrl-C says so, with no error.
 func runDemo(ctx context.Context, opts demoOptions, live bool, stdout, stderr io.Writer) (*Summary, error) {
 	d := &demo{opts: opts, live: live, stdout: stdout}
 	var boot io.Writer = stdout
@@ -140,6 +159,9 @@ func runDemo(ctx context.Context, opts demoOptions, live bool, stdout, stderr io
 		},
 	})
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil, errBootInterrupted
+		}
 		return nil, fmt.Errorf("cannot start the local cluster: %w", err)
 	}
 	d.cluster = c
@@ -260,7 +282,7 @@ loop:
 	if storyErr != nil {
 		s.Completed = false
 		if ctx.Err() != nil {
-			s.Failure = "interrupted"
+			s.Failure = failureInterrupted
 		} else {
 			s.Failure = storyErr.Error()
 		}

@@ -101,32 +101,31 @@ func TestDemoWithoutPostgres(t *testing.T) {
 	}
 }
 
-// TestDemoInterrupted: Ctrl-C during the story stops it, removes the
-// cluster and exits 130 with the summary so far: not completed, not OK,
-// failure "interrupted", and the statements the workload ran.
+// TestDemoInterrupted runs `pgrouted demo --duration 60s --json` as a
+// process of its own (the test binary running main), as TestClusterCommand
+// does, and sends it SIGINT (Ctrl-C) during the story: it stops, removes
+// the cluster and prints the summary so far (not completed, not OK,
+// failure "interrupted", the statements the workload ran, no stale read
+// and no error), and exits 0: Ctrl-C once the cluster is up is a normal
+// end, as for the cluster command.
 func TestDemoInterrupted(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	// The cluster goes in a directory of this test's own, which PostgreSQL
-	// (run as the postgres user when the test runs as root) can enter.
-	dir, err := os.MkdirTemp("", "pgrouted-demo-test-")
-	if err != nil {
+	dir := demoTempDir(t)
+	cmd := exec.Command(os.Args[0], "demo", "--duration", "60s", "--json")
+	cmd.Env = append(os.Environ(), envRunMain+"=1", "TMPDIR="+dir)
+	var outb, errb syncBuffer
+	cmd.Stdout, cmd.Stderr = &outb, &errb
+	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer os.RemoveAll(dir)
-	if err := os.Chmod(dir, 0o1777); err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv("TMPDIR", dir)
-	var code int
-	var out string
-	var errb syncBuffer
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		var o strings.Builder
-		code = run(ctx, []string{"demo", "--duration", "60s", "--json"}, &o, &errb)
-		out = o.String()
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	defer func() {
+		if cmd.ProcessState == nil {
+			// A failed test: SIGKILL, after which the cluster's watchdog
+			// stops PostgreSQL and removes its directory.
+			cmd.Process.Kill()
+			<-exited
+		}
 	}()
 	// The story's second phase began: the cluster is up and the workload
 	// has run through the first. (With --json the events go to stderr.)
@@ -135,13 +134,60 @@ func TestDemoInterrupted(t *testing.T) {
 	defer boot.Stop()
 	for !strings.Contains(errb.String(), running) {
 		select {
-		case <-done:
-			t.Fatalf("the demo ended before %q: exit %d\nstdout: %s\nstderr:\n%s", running, code, out, errb.String())
+		case err := <-exited:
+			exited <- err
+			t.Fatalf("the demo ended before %q: %v\nstdout: %s\nstderr:\n%s", running, err, outb.String(), errb.String())
 		case <-boot.C:
-			cancel()
-			<-done
 			t.Fatalf("no %q on stderr within 2 minutes:\n%s", running, errb.String())
 		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	var err error
+	select {
+	case err = <-exited:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("still running 60s after SIGINT; stderr:\n%s", errb.String())
+	}
+	out := outb.String()
+	var s Summary
+	if err := json.Unmarshal([]byte(out), &s); err != nil {
+		t.Fatalf("stdout is not one JSON summary: %v\n%s\nstderr:\n%s", err, out, errb.String())
+	}
+	if code := cmd.ProcessState.ExitCode(); code != exitOK {
+		t.Errorf("exit %d (%v) after SIGINT, want %d; stderr:\n%s", code, err, exitOK, errb.String())
+	}
+	if s.Completed || s.OK || s.Failure != "interrupted" || s.StaleReads != 0 || s.Errors != 0 {
+		t.Errorf("summary after SIGINT: %s", out)
+	}
+	if s.Statements == 0 || s.Reads == 0 || len(s.Phases) < 2 {
+		t.Errorf("the summary so far lacks the workload: %d statements, %d reads, %d phases", s.Statements, s.Reads, len(s.Phases))
+	}
+	noClusterLeft(t, dir)
+}
+
+// TestDemoInterruptedBeforeUp: Ctrl-C while the cluster starts stops the
+// demo with status 130, no summary, and nothing left behind.
+func TestDemoInterruptedBeforeUp(t *testing.T) {
+	dir := demoTempDir(t)
+	t.Setenv("TMPDIR", dir)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var outb, errb syncBuffer
+	var code int
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		code = run(ctx, []string{"demo", "--no-color"}, &outb, &errb)
+	}()
+	const starting = "Starting a local PostgreSQL primary"
+	for !strings.Contains(outb.String(), starting) {
+		select {
+		case <-done:
+			t.Fatalf("the demo ended before %q: exit %d\nstdout: %s\nstderr:\n%s", starting, code, outb.String(), errb.String())
+		case <-time.After(time.Millisecond):
 		}
 	}
 	cancel()
@@ -150,16 +196,54 @@ func TestDemoInterrupted(t *testing.T) {
 	case <-time.After(60 * time.Second):
 		t.Fatal("the demo did not stop within 60s of Ctrl-C")
 	}
-	var s Summary
-	if err := json.Unmarshal([]byte(out), &s); err != nil {
-		t.Fatalf("stdout is not one JSON summary: %v\n%s", err, out)
+	out, errs := outb.String(), errb.String()
+	if code != exitInterrupted || !strings.Contains(errs, "interrupted before the cluster was up") || strings.Contains(out, "pgrouted demo:") {
+		t.Fatalf("exit %d (want %d)\nstdout: %s\nstderr:\n%s", code, exitInterrupted, out, errs)
 	}
-	if code != exitInterrupted || s.Completed || s.OK || s.Failure != "interrupted" {
-		t.Fatalf("exit %d (want %d), summary %s", code, exitInterrupted, out)
+	noClusterLeft(t, dir)
+}
+
+// TestDemoExit: once the demo ran, its exit status follows its summary;
+// Ctrl-C is a normal end unless what ran found stale reads or errors.
+func TestDemoExit(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		sum  Summary
+		want int
+	}{
+		{"completed", Summary{Completed: true, OK: true}, exitOK},
+		{"completed with stale reads", Summary{Completed: true, StaleReads: 1}, exitFailure},
+		{"a step failed", Summary{Failure: "the failover"}, exitFailure},
+		{"interrupted", Summary{Failure: failureInterrupted}, exitOK},
+		{"interrupted after a stale read", Summary{Failure: failureInterrupted, StaleReads: 1}, exitFailure},
+		{"interrupted after an error", Summary{Failure: failureInterrupted, Errors: 2}, exitFailure},
+	} {
+		if got := demoExit(&c.sum); got != c.want {
+			t.Errorf("%s: exit %d, want %d", c.name, got, c.want)
+		}
 	}
-	if s.Statements == 0 || s.Reads == 0 || len(s.Phases) < 2 {
-		t.Errorf("the summary so far lacks the workload: %d statements, %d reads, %d phases", s.Statements, s.Reads, len(s.Phases))
+}
+
+// demoTempDir is a directory of the test's own for a demo's cluster, which
+// PostgreSQL (run as the postgres user when the test runs as root) can
+// enter.
+func demoTempDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "pgrouted-demo-test-")
+	if err != nil {
+		t.Fatal(err)
 	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o1777); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// noClusterLeft fails t when a cluster directory or a PostgreSQL process
+// is left in dir.
+func noClusterLeft(t *testing.T, dir string) {
+	t.Helper()
 	if left, _ := filepath.Glob(filepath.Join(dir, "pgrouted-testcluster-*")); len(left) != 0 {
 		t.Errorf("cluster directory left behind: %v", left)
 	}

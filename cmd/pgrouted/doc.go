@@ -51,9 +51,11 @@
 // is always an error: pgrouted retries reads elsewhere.
 //
 // Ctrl-C stops the workload, removes the cluster and prints the summary so
-// far. Nothing is installed: without PostgreSQL the demo fails and names the
-// command that installs it (make demo, from a checkout, installs it first
-// when run as root, as make test does).
+// far: once the cluster is up, that is a normal end (exit status 0, unless
+// the demo found stale reads or errors so far). Nothing is installed:
+// without PostgreSQL the demo fails and names the command that installs it
+// (make demo, from a checkout, installs it first when run as root, as make
+// test does).
 //
 // # cluster
 //
@@ -95,12 +97,14 @@
 // # Exit status
 //
 //	0    success (topology: a host answered; demo: 0 stale reads, 0 errors,
-//	     writes resumed on the new primary; cluster: stopped by Ctrl-C or
-//	     SIGTERM once up, its normal end, and the cluster removed)
+//	     writes resumed on the new primary, or stopped by Ctrl-C or SIGTERM
+//	     once its cluster was up, its normal end, with 0 stale reads and 0
+//	     errors so far; cluster: stopped by Ctrl-C or SIGTERM once up, its
+//	     normal end, and the cluster removed)
 //	1    failure: no host answered, explain's query cannot run now, the demo
 //	     found a stale read or an error or could not start, the cluster
 //	     could not start or be removed (PostgreSQL missing, ...)
 //	2    usage error: unknown command, bad flag, missing argument, invalid DSN
-//	130  the demo was interrupted (Ctrl-C, SIGTERM); cluster was interrupted
-//	     before its cluster was up
+//	130  demo or cluster was interrupted (Ctrl-C, SIGTERM) before its
+//	     cluster was up
 package main

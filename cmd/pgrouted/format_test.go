@@ -207,6 +207,18 @@ func TestSummaryText(t *testing.T) {
 	if !strings.Contains(got, "FAILED: 3 stale reads; 1 errors") || !strings.Contains(got, "read: boom") {
 		t.Errorf("failed summary:\n%s", got)
 	}
+	// Ctrl-C: a normal end, unless it found stale reads or errors so far.
+	s = sampleSummary()
+	s.Completed, s.Failure = false, failureInterrupted
+	s.judge()
+	if got := renderSummary(s, false); !strings.Contains(got, "STOPPED before the end of the story (Ctrl-C): 0 stale reads, 0 errors so far.") || strings.Contains(got, "FAILED") {
+		t.Errorf("summary stopped by Ctrl-C:\n%s", got)
+	}
+	s.Errors = 1
+	s.judge()
+	if got := renderSummary(s, false); !strings.Contains(got, "FAILED: the demo did not finish: interrupted; 1 errors") {
+		t.Errorf("summary stopped by Ctrl-C after an error:\n%s", got)
+	}
 }
 
 func TestSecretsAndRedactor(t *testing.T) {

@@ -14,10 +14,10 @@ import (
 
 // Exit codes; see the package documentation.
 const (
-	exitOK          = 0   // success; for cluster, stopped by Ctrl-C or SIGTERM once up (its normal end)
+	exitOK          = 0   // success; for cluster and demo, also stopped by Ctrl-C or SIGTERM once their cluster was up (their normal end)
 	exitFailure     = 1   // the command ran and failed: unreachable cluster, stale reads or errors in the demo, PostgreSQL missing
 	exitUsage       = 2   // bad arguments, unknown subcommand, invalid DSN
-	exitInterrupted = 130 // the demo, or cluster before its cluster was up, was stopped by Ctrl-C (SIGINT) or SIGTERM
+	exitInterrupted = 130 // demo or cluster stopped by Ctrl-C (SIGINT) or SIGTERM before their cluster was up
 )
 
 func main() {
@@ -88,10 +88,10 @@ key=value, several hosts) plus pgrouted_ keys, e.g.
   "postgres://app:secret@db1,db2,db3/app?pgrouted_max_lag=2s"
 No password is ever printed.
 
-Exit codes: 0 success (cluster: stopped by Ctrl-C once up); 1 failure
-(cluster unreachable, demo found stale reads or errors, PostgreSQL
-missing); 2 usage error or invalid DSN; 130 demo interrupted by Ctrl-C
-(cluster: before it was up).
+Exit codes: 0 success (demo, cluster: also stopped by Ctrl-C once their
+cluster was up); 1 failure (cluster unreachable, demo found stale reads or
+errors, PostgreSQL missing); 2 usage error or invalid DSN; 130 demo or
+cluster interrupted by Ctrl-C before their cluster was up.
 `)
 }
 

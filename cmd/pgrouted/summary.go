@@ -91,6 +91,17 @@ func (s *Summary) judge() {
 		s.Failover != nil && s.Failover.WritesOnNewPrimary > 0
 }
 
+// failureInterrupted is Summary.Failure when Ctrl-C or SIGTERM stopped the
+// story.
+const failureInterrupted = "interrupted"
+
+// stopped reports whether Ctrl-C or SIGTERM stopped the story before its
+// end with no stale read and no error so far: the demo's normal end when
+// it is not let run to the end (exit status 0).
+func (s *Summary) stopped() bool {
+	return !s.Completed && s.Failure == failureInterrupted && s.StaleReads == 0 && s.Errors == 0
+}
+
 // problems lists why s is not OK.
 func (s *Summary) problems() []string {
 	var p []string
@@ -188,6 +199,12 @@ func renderSummary(s *Summary, color bool) string {
 	b.WriteString("\n")
 	if s.OK {
 		verdict := "OK: 0 stale reads, 0 errors; writes resumed on the new primary."
+		if color {
+			verdict = paint(green, verdict)
+		}
+		b.WriteString(verdict + "\n")
+	} else if s.stopped() {
+		verdict := "STOPPED before the end of the story (Ctrl-C): 0 stale reads, 0 errors so far."
 		if color {
 			verdict = paint(green, verdict)
 		}

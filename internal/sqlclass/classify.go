@@ -446,8 +446,11 @@ func (c *classifier) call() {
 	case tRParen, tQIdent:
 		return // FROM (SELECT …) s(a), FROM "t" x(a): an alias list
 	case tOther:
-		if b := s[st.beforeStart]; b == ':' || b == ']' {
-			return // x::numeric(10,2); f(…)[1] x(…) is not SQL
+		// x::numeric(10,2) is a type modifier, and f(…)[1] x(…) is not
+		// SQL; but a single colon is no cast: JSON_OBJECT('k': f(…))
+		// (PostgreSQL 16), a[1:f(…)] call f.
+		if b := s[st.beforeStart]; b == ':' && st.beforeStart > 0 && s[st.beforeStart-1] == ':' || b == ']' {
+			return
 		}
 	case tWord:
 		w := s[st.beforeStart:st.beforeEnd]

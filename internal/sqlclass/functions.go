@@ -299,14 +299,17 @@ func (v FuncVerdict) class() Class {
 // syntaxWords are unreserved key words that come before an opening
 // parenthesis in the syntax of queries and DML without being a function
 // call (GROUP BY CUBE (…), ON CONFLICT (…), FILTER (…), AS MATERIALIZED
-// (…), INTERVAL … SECOND (3) …). Other unreserved key words can name a
-// function, so a call of one that the catalog does not know is unknown.
+// (…), INTERVAL … SECOND (3) …, JSON_TABLE's COLUMNS (…)). Other
+// unreserved key words can name a function, so a call of one that the
+// catalog does not know is unknown: JSON_TABLE's NESTED [PATH] and PATH
+// (PostgreSQL 17) are followed by a string constant, never by a
+// parenthesis, so nested(…) and path(…) are calls.
 var syntaxWords = map[string]bool{
 	"set": true, "insert": true, "conflict": true, "cube": true, "rollup": true,
 	"sets": true, "filter": true, "over": true, "within": true, "materialized": true,
 	"repeatable": true, "columns": true, "zone": true, "escape": true, "first": true,
 	"next": true, "second": true, "minute": true, "hour": true, "day": true,
-	"month": true, "year": true, "nested": true, "path": true, "passing": true,
+	"month": true, "year": true, "passing": true,
 	"include": true, "partition": true, "range": true, "rows": true, "groups": true,
 }
 

@@ -120,6 +120,25 @@ var functionTests = []struct {
 	{"SELECT * FROM t WHERE (a, b) IN (SELECT 1, 2) OR NOT (a = 1)", Read, FuncNone, ""},
 	{"VALUES (1), (2)", Read, FuncNone, ""},
 
+	// The syntax of PostgreSQL 16 to 18 around calls: a single colon is
+	// no cast (JSON_OBJECT's key: value, an array slice); JSON_TABLE's
+	// COLUMNS is syntax, its PASSING and DEFAULT take calls; NESTED and
+	// PATH are never followed by a parenthesis, so nested(…) and path(…)
+	// are calls; MERGE_ACTION() is syntax; RETURNING WITH (OLD AS o) too.
+	{"SELECT JSON_OBJECT('a': ins(1))", Session, FuncVolatile, "ins"},
+	{"SELECT JSON_OBJECT('a' VALUE set_tenant('x') ABSENT ON NULL WITH UNIQUE KEYS)", Session, FuncVolatile, "set_tenant"},
+	{"SELECT JSON_OBJECTAGG(k : jitter()) FROM kv", Session, FuncVolatile, "jitter"},
+	{"SELECT arr[1:jitter()] FROM t", Session, FuncVolatile, "jitter"},
+	{"SELECT jt.* FROM docs, JSON_TABLE(docs.js, '$.items[*]' COLUMNS (n FOR ORDINALITY, name text PATH '$.name' DEFAULT 'x' ON EMPTY, NESTED PATH '$.tags[*]' COLUMNS (tag text PATH '$'))) AS jt", Read, FuncNone, ""},
+	{"SELECT * FROM docs, JSON_TABLE(js, '$[*]' PASSING set_tenant('x') AS v COLUMNS (a int PATH '$.a')) jt", Session, FuncVolatile, "set_tenant"},
+	{"SELECT JSON_VALUE(js, '$.a' RETURNING int DEFAULT missing() ON EMPTY ERROR ON ERROR) FROM docs", Session, FuncUnknown, "missing"},
+	{"SELECT JSON_QUERY(js, '$.a' RETURNING jsonb WITH CONDITIONAL WRAPPER KEEP QUOTES ON SCALAR STRING EMPTY ARRAY ON EMPTY ERROR ON ERROR), JSON_EXISTS(js, '$.c'), JSON_SCALAR(1), JSON_SERIALIZE(js), JSON('{}') FROM docs", Read, FuncNone, ""},
+	{"SELECT path(p), nested(1) FROM t", Session, FuncUnknown, "path"},
+	{"MERGE INTO t USING s ON t.id = s.id WHEN NOT MATCHED BY SOURCE THEN DELETE RETURNING merge_action(), t.*", Write, FuncNone, ""},
+	{"MERGE INTO t USING s ON t.id = s.id WHEN MATCHED THEN UPDATE SET a = ins(s.a)", Session, FuncVolatile, "ins"},
+	{"UPDATE t SET a = 1 RETURNING WITH (OLD AS o, NEW AS n) o.a, n.a", Write, FuncNone, ""},
+	{"UPDATE t SET a = 1 RETURNING WITH (OLD AS o, NEW AS n) o.a, set_tenant(n.b)", Session, FuncVolatile, "set_tenant"},
+
 	// Where calls are not judged: DDL and plain EXPLAIN.
 	{"CREATE TABLE t (id int REFERENCES u(id), v numeric(10, 2))", Write, FuncNone, ""},
 	{"EXPLAIN SELECT set_tenant('x')", Read, FuncNone, ""},

@@ -1,6 +1,8 @@
-// Code generated from PostgreSQL 15's pg_get_keywords(), with the key words
-// PostgreSQL 16 and 17 added for SQL/JSON; DO NOT EDIT by hand except to
-// add the key words of a newer PostgreSQL.
+// Code generated from pg_get_keywords() of PostgreSQL 15.18, 16.14, 17.10
+// and 18.4: every key word of any of them, with its category in the newest
+// that has it (json was unreserved in 16). A comment names the version
+// that added a key word after 15, or the last one that had it. DO NOT EDIT
+// by hand except to add the key words of a newer PostgreSQL.
 
 package sqlclass
 
@@ -12,9 +14,11 @@ const (
 	kwcatReserved     = 'R' // reserved
 )
 
-// sqlKeywords maps every key word of PostgreSQL's grammar to its category.
+// sqlKeywords maps every key word of PostgreSQL's grammar, from 15 to 18,
+// to its category.
 var sqlKeywords = map[string]byte{
 	"abort":             'U',
+	"absent":            'U', // PostgreSQL 16
 	"absolute":          'U',
 	"access":            'U',
 	"action":            'U',
@@ -81,6 +85,7 @@ var sqlKeywords = map[string]byte{
 	"committed":         'U',
 	"compression":       'U',
 	"concurrently":      'T',
+	"conditional":       'U', // PostgreSQL 17
 	"configuration":     'U',
 	"conflict":          'U',
 	"connection":        'U',
@@ -135,11 +140,14 @@ var sqlKeywords = map[string]byte{
 	"drop":              'U',
 	"each":              'U',
 	"else":              'R',
+	"empty":             'U', // PostgreSQL 17
 	"enable":            'U',
 	"encoding":          'U',
 	"encrypted":         'U',
 	"end":               'R',
+	"enforced":          'U', // PostgreSQL 18
 	"enum":              'U',
+	"error":             'U', // PostgreSQL 17
 	"escape":            'U',
 	"event":             'U',
 	"except":            'R',
@@ -164,6 +172,7 @@ var sqlKeywords = map[string]byte{
 	"for":               'R',
 	"force":             'U',
 	"foreign":           'R',
+	"format":            'U', // PostgreSQL 16
 	"forward":           'U',
 	"freeze":            'T',
 	"from":              'R',
@@ -194,6 +203,7 @@ var sqlKeywords = map[string]byte{
 	"include":           'U',
 	"including":         'U',
 	"increment":         'U',
+	"indent":            'U', // PostgreSQL 16
 	"index":             'U',
 	"indexes":           'U',
 	"inherit":           'U',
@@ -216,18 +226,20 @@ var sqlKeywords = map[string]byte{
 	"isnull":            'T',
 	"isolation":         'U',
 	"join":              'T',
-	"json":              'C',
-	"json_array":        'C',
-	"json_arrayagg":     'C',
-	"json_exists":       'C',
-	"json_object":       'C',
-	"json_objectagg":    'C',
-	"json_query":        'C',
-	"json_scalar":       'C',
-	"json_serialize":    'C',
-	"json_table":        'C',
-	"json_value":        'C',
+	"json":              'C', // PostgreSQL 16
+	"json_array":        'C', // PostgreSQL 16
+	"json_arrayagg":     'C', // PostgreSQL 16
+	"json_exists":       'C', // PostgreSQL 17
+	"json_object":       'C', // PostgreSQL 16
+	"json_objectagg":    'C', // PostgreSQL 16
+	"json_query":        'C', // PostgreSQL 17
+	"json_scalar":       'C', // PostgreSQL 17
+	"json_serialize":    'C', // PostgreSQL 17
+	"json_table":        'C', // PostgreSQL 17
+	"json_value":        'C', // PostgreSQL 17
+	"keep":              'U', // PostgreSQL 17
 	"key":               'U',
+	"keys":              'U', // PostgreSQL 16
 	"label":             'U',
 	"language":          'U',
 	"large":             'U',
@@ -255,7 +267,7 @@ var sqlKeywords = map[string]byte{
 	"materialized":      'U',
 	"maxvalue":          'U',
 	"merge":             'U',
-	"merge_action":      'C',
+	"merge_action":      'C', // PostgreSQL 17
 	"method":            'U',
 	"minute":            'U',
 	"minvalue":          'U',
@@ -267,6 +279,7 @@ var sqlKeywords = map[string]byte{
 	"national":          'C',
 	"natural":           'T',
 	"nchar":             'C',
+	"nested":            'U', // PostgreSQL 17
 	"new":               'U',
 	"next":              'U',
 	"nfc":               'U',
@@ -287,11 +300,13 @@ var sqlKeywords = map[string]byte{
 	"nulls":             'U',
 	"numeric":           'C',
 	"object":            'U',
+	"objects":           'U', // PostgreSQL 18
 	"of":                'U',
 	"off":               'U',
 	"offset":            'R',
 	"oids":              'U',
 	"old":               'U',
+	"omit":              'U', // PostgreSQL 17
 	"on":                'R',
 	"only":              'R',
 	"operator":          'U',
@@ -316,7 +331,10 @@ var sqlKeywords = map[string]byte{
 	"partition":         'U',
 	"passing":           'U',
 	"password":          'U',
+	"path":              'U', // PostgreSQL 17
+	"period":            'U', // PostgreSQL 18
 	"placing":           'R',
+	"plan":              'U', // PostgreSQL 17
 	"plans":             'U',
 	"policy":            'U',
 	"position":          'C',
@@ -334,11 +352,12 @@ var sqlKeywords = map[string]byte{
 	"program":           'U',
 	"publication":       'U',
 	"quote":             'U',
+	"quotes":            'U', // PostgreSQL 17
 	"range":             'U',
 	"read":              'U',
 	"real":              'C',
 	"reassign":          'U',
-	"recheck":           'U',
+	"recheck":           'U', // until PostgreSQL 17
 	"recursive":         'U',
 	"ref":               'U',
 	"references":        'R',
@@ -368,6 +387,7 @@ var sqlKeywords = map[string]byte{
 	"rows":              'U',
 	"rule":              'U',
 	"savepoint":         'U',
+	"scalar":            'U', // PostgreSQL 16
 	"schema":            'U',
 	"schemas":           'U',
 	"scroll":            'U',
@@ -392,6 +412,7 @@ var sqlKeywords = map[string]byte{
 	"smallint":          'C',
 	"snapshot":          'U',
 	"some":              'R',
+	"source":            'U', // PostgreSQL 17
 	"sql":               'U',
 	"stable":            'U',
 	"standalone":        'U',
@@ -403,6 +424,7 @@ var sqlKeywords = map[string]byte{
 	"storage":           'U',
 	"stored":            'U',
 	"strict":            'U',
+	"string":            'U', // PostgreSQL 17
 	"strip":             'U',
 	"subscription":      'U',
 	"substring":         'C',
@@ -410,11 +432,12 @@ var sqlKeywords = map[string]byte{
 	"symmetric":         'R',
 	"sysid":             'U',
 	"system":            'U',
-	"system_user":       'R',
+	"system_user":       'R', // PostgreSQL 16
 	"table":             'R',
 	"tables":            'U',
 	"tablesample":       'T',
 	"tablespace":        'U',
+	"target":            'U', // PostgreSQL 17
 	"temp":              'U',
 	"template":          'U',
 	"temporary":         'U',
@@ -438,6 +461,7 @@ var sqlKeywords = map[string]byte{
 	"uescape":           'U',
 	"unbounded":         'U',
 	"uncommitted":       'U',
+	"unconditional":     'U', // PostgreSQL 17
 	"unencrypted":       'U',
 	"union":             'R',
 	"unique":            'R',
@@ -461,6 +485,7 @@ var sqlKeywords = map[string]byte{
 	"version":           'U',
 	"view":              'U',
 	"views":             'U',
+	"virtual":           'U', // PostgreSQL 18
 	"volatile":          'U',
 	"when":              'R',
 	"where":             'R',

@@ -343,6 +343,39 @@ var classifyTests = []struct {
 	{`INSERT INTO "users" ("name") VALUES ($1) ON CONFLICT ("name") DO UPDATE SET "name" = "excluded"."name" RETURNING "id"`, Write},
 	{`SELECT "id" FROM "jobs" WHERE "state" = 'queued' ORDER BY "id" LIMIT 1 FOR UPDATE SKIP LOCKED`, Lock},
 	{`SAVEPOINT sp1`, Tx},
+
+	// What PostgreSQL 16, 17 and 18 added (no new statement: their key
+	// words start none; the text of each case runs on that version).
+	// 16: SQL/JSON constructors and IS JSON, SYSTEM_USER, EXPLAIN
+	// (GENERIC_PLAN), VACUUM's new options.
+	{"SELECT JSON_OBJECT('a': 1, 'b' VALUE 2 ABSENT ON NULL WITH UNIQUE KEYS), JSON_ARRAY(1, 2 RETURNING jsonb), js IS JSON SCALAR, SYSTEM_USER FROM docs", Read},
+	{"SELECT JSON_ARRAYAGG(a ORDER BY a), JSON_OBJECTAGG(k : v) FROM kv", Read},
+	{"EXPLAIN (GENERIC_PLAN) SELECT * FROM t WHERE id = $1", Read},
+	{"EXPLAIN (GENERIC_PLAN) UPDATE t SET a = $1", Read},
+	{"VACUUM (BUFFER_USAGE_LIMIT '1MB', SKIP_DATABASE_STATS) t", Write},
+	{"VACUUM (ONLY_DATABASE_STATS)", Write},
+	// 17: MERGE … RETURNING (a write, in a WITH too), WHEN NOT MATCHED BY
+	// SOURCE, JSON_TABLE and the SQL/JSON query functions, EXPLAIN
+	// (SERIALIZE, MEMORY), COPY's ON_ERROR.
+	{"MERGE INTO t USING s ON t.id = s.id WHEN MATCHED THEN UPDATE SET a = s.a WHEN NOT MATCHED BY SOURCE THEN DELETE RETURNING merge_action(), t.*", Write},
+	{"WITH m AS (MERGE INTO t USING s ON t.id = s.id WHEN NOT MATCHED BY TARGET THEN INSERT VALUES (s.id, s.a) RETURNING merge_action() AS action, t.id) SELECT * FROM m", Write},
+	{"SELECT jt.* FROM docs, JSON_TABLE(docs.js, '$.items[*]' COLUMNS (n FOR ORDINALITY, name text PATH '$.name' DEFAULT 'x' ON EMPTY, NESTED PATH '$.tags[*]' COLUMNS (tag text PATH '$'))) AS jt", Read},
+	{"SELECT JSON_QUERY(js, '$.a' RETURNING jsonb WITH CONDITIONAL WRAPPER KEEP QUOTES ON SCALAR STRING EMPTY ARRAY ON EMPTY ERROR ON ERROR), JSON_VALUE(js, '$.b' RETURNING int DEFAULT 0 ON ERROR), JSON_EXISTS(js, '$.c'), JSON_SCALAR(1), JSON_SERIALIZE(js RETURNING bytea), JSON('{}') FROM docs", Read},
+	{"EXPLAIN (ANALYZE, SERIALIZE TEXT, MEMORY) SELECT * FROM t", Read},
+	{"EXPLAIN (ANALYZE, MEMORY) MERGE INTO t USING s ON t.id = s.id WHEN MATCHED THEN DELETE RETURNING t.id", Write},
+	{"EXPLAIN MERGE INTO t USING s ON t.id = s.id WHEN MATCHED THEN DELETE RETURNING t.id", Read},
+	{"COPY t FROM STDIN (FORMAT csv, ON_ERROR ignore, LOG_VERBOSITY verbose)", Write},
+	// 18: OLD and NEW in RETURNING, virtual generated columns, NOT
+	// ENFORCED constraints, temporal keys (PERIOD), LARGE OBJECTS in
+	// default privileges.
+	{"UPDATE t SET a = a + 1 RETURNING old.a, new.a", Write},
+	{"INSERT INTO t VALUES (1, 2) ON CONFLICT (id) DO UPDATE SET a = 3 RETURNING WITH (OLD AS o, NEW AS n) o.a, n.a", Write},
+	{"WITH d AS (DELETE FROM t WHERE id = 1 RETURNING old.*) SELECT * FROM d", Write},
+	{"CREATE TABLE g (a int, b int GENERATED ALWAYS AS (a * 2) VIRTUAL)", Write},
+	{"CREATE TEMP TABLE g (a int, b int GENERATED ALWAYS AS (a * 2) VIRTUAL)", Session},
+	{"ALTER TABLE t ADD CONSTRAINT c CHECK (a > 0) NOT ENFORCED", Write},
+	{"CREATE TABLE bookings (room int, during tstzrange, PRIMARY KEY (room, during WITHOUT OVERLAPS), FOREIGN KEY (room, PERIOD during) REFERENCES rooms (id, PERIOD valid))", Write},
+	{"ALTER DEFAULT PRIVILEGES GRANT SELECT ON LARGE OBJECTS TO PUBLIC", Write},
 }
 
 func TestClassify(t *testing.T) {
