@@ -22,18 +22,7 @@ func scriptedConn(t *testing.T, ctx context.Context, serve func(be *pgproto3.Bac
 		defer close(done)
 		defer server.Close()
 		be := pgproto3.NewBackend(server, server)
-		if _, err := be.ReceiveStartupMessage(); err != nil {
-			t.Errorf("startup: %v", err)
-			return
-		}
-		be.Send(&pgproto3.AuthenticationOk{})
-		be.Send(&pgproto3.ParameterStatus{Name: "server_version", Value: "15.0"})
-		be.Send(&pgproto3.ParameterStatus{Name: "client_encoding", Value: "UTF8"})
-		be.Send(&pgproto3.ParameterStatus{Name: "standard_conforming_strings", Value: "on"})
-		be.Send(&pgproto3.BackendKeyData{ProcessID: 1, SecretKey: []byte{0, 0, 0, 2}})
-		be.Send(&pgproto3.ReadyForQuery{TxStatus: 'I'})
-		if err := be.Flush(); err != nil {
-			t.Errorf("startup answer: %v", err)
+		if !acceptStartup(t, be) {
 			return
 		}
 		serve(be)
