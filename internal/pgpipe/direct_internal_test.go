@@ -229,3 +229,24 @@ func TestParseLSN(t *testing.T) {
 		}
 	}
 }
+
+// acceptStartup answers a client's startup on be as a PostgreSQL 15 server
+// that needs no password would, up to its first ReadyForQuery; false (the
+// test marked failed) when the client does not get that far.
+func acceptStartup(t *testing.T, be *pgproto3.Backend) bool {
+	if _, err := be.ReceiveStartupMessage(); err != nil {
+		t.Errorf("startup: %v", err)
+		return false
+	}
+	be.Send(&pgproto3.AuthenticationOk{})
+	be.Send(&pgproto3.ParameterStatus{Name: "server_version", Value: "15.0"})
+	be.Send(&pgproto3.ParameterStatus{Name: "client_encoding", Value: "UTF8"})
+	be.Send(&pgproto3.ParameterStatus{Name: "standard_conforming_strings", Value: "on"})
+	be.Send(&pgproto3.BackendKeyData{ProcessID: 1, SecretKey: []byte{0, 0, 0, 2}})
+	be.Send(&pgproto3.ReadyForQuery{TxStatus: 'I'})
+	if err := be.Flush(); err != nil {
+		t.Errorf("startup answer: %v", err)
+		return false
+	}
+	return true
+}
