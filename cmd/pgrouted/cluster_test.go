@@ -27,7 +27,7 @@ func TestClusterCommand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer os.RemoveAll(dir)
+	t.Cleanup(func() { os.RemoveAll(dir) }) // after startMain's kill
 	if err := os.Chmod(dir, 0o1777); err != nil {
 		t.Fatal(err)
 	}
@@ -39,19 +39,7 @@ func TestClusterCommand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	defer func() {
-		if cmd.ProcessState == nil {
-			// A failed test: SIGKILL, after which the cluster's watchdog
-			// stops PostgreSQL and removes its directory.
-			cmd.Process.Kill()
-			<-exited
-		}
-	}()
+	exited := startMain(t, cmd)
 
 	lines := make(chan string, 8)
 	go func() {
@@ -177,4 +165,24 @@ func TestClusterTempDirUnreachable(t *testing.T) {
 	if left, _ := filepath.Glob(filepath.Join(inner, "*")); len(left) != 0 {
 		t.Errorf("created %v", left)
 	}
+}
+
+// startMain starts cmd, the test binary running main, and returns the
+// channel its Wait's outcome arrives on. When the test ends before the
+// process did (it failed), the process is killed (SIGKILL, after which
+// the cluster's watchdog stops PostgreSQL and removes its directory).
+func startMain(t *testing.T, cmd *exec.Cmd) chan error {
+	t.Helper()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			cmd.Process.Kill()
+			<-exited
+		}
+	})
+	return exited
 }

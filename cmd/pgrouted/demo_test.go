@@ -114,19 +114,7 @@ func TestDemoInterrupted(t *testing.T) {
 	cmd.Env = append(os.Environ(), envRunMain+"=1", "TMPDIR="+dir)
 	var outb, errb syncBuffer
 	cmd.Stdout, cmd.Stderr = &outb, &errb
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	defer func() {
-		if cmd.ProcessState == nil {
-			// A failed test: SIGKILL, after which the cluster's watchdog
-			// stops PostgreSQL and removes its directory.
-			cmd.Process.Kill()
-			<-exited
-		}
-	}()
+	exited := startMain(t, cmd)
 	// The story's second phase began: the cluster is up and the workload
 	// has run through the first. (With --json the events go to stderr.)
 	const running = "phase 2/7: "
