@@ -91,6 +91,12 @@ func openPool(t testing.TB, tweak func(*pgrouted.Config), extra ...string) (*pgr
 	for _, e := range extra {
 		dsn += "&" + e
 	}
+	return openPoolDSN(t, dsn, tweak)
+}
+
+// openPoolDSN is openPool on dsn as it is.
+func openPoolDSN(t testing.TB, dsn string, tweak func(*pgrouted.Config)) (*pgrouted.Pool, *routes) {
+	t.Helper()
 	cfg, err := pgrouted.ParseConfig(dsn)
 	if err != nil {
 		t.Fatal(err)
