@@ -73,11 +73,13 @@ var checkSQL = `SELECT ` + replayAnswer(`$1::pg_lsn`) + ` FROM pg_last_wal_repla
 // checkStmt is the statement that checks, or waits up to wait for, the
 // replica's replay position to reach lsn on pc (see checkSQL, waitSQL):
 // the check named with st, the waits unnamed (their text carries the
-// position and the wait).
-func checkStmt(pc *pgconn.PgConn, st *Stmts, lsn lagmeter.LSN, wait time.Duration) Encoded {
+// position and the wait). The check's parameter is s's (see scratch),
+// valid until its next use.
+func checkStmt(pc *pgconn.PgConn, s *scratch, st *Stmts, lsn lagmeter.LSN, wait time.Duration) Encoded {
 	switch {
 	case wait <= 0:
-		e := Encoded{query: checkSQL, params: [][]byte{[]byte(lsn.String())}}
+		s.lsnParam[0] = appendLSN(s.lsnText[:0], lsn)
+		e := Encoded{query: checkSQL, params: s.lsnParam[:]}
 		if st != nil {
 			st.name(&e)
 		}
@@ -131,27 +133,45 @@ func waitForMissed(err error) bool {
 // that ended the query; and the replay position the answer carries either
 // way (0 when none).
 func readReplay(rr *pgconn.ResultReader) (lagmeter.LSN, error) {
-	var text string
+	var lsn lagmeter.LSN
 	for rr.NextRow() {
 		if v := rr.Values(); len(v) == 1 && v[0] != nil {
-			text = string(v[0])
+			lsn, _ = parseLSN(v[0]) // 0 when it is not one (WAIT FOR's answer)
 		}
 	}
 	_, err := rr.Close()
+	if err == nil {
+		return lsn, nil
+	}
 	if waitForMissed(err) {
 		return 0, ErrBehind
 	}
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) && strings.Contains(pe.Message, behindMark) {
-		err = ErrBehind
-		text = pe.Message[strings.Index(pe.Message, behindMark)+len(behindMark):]
+		text := pe.Message[strings.Index(pe.Message, behindMark)+len(behindMark):]
 		text, _, _ = strings.Cut(text, `"`)
-	}
-	lsn, perr := lagmeter.ParseLSN(text)
-	if perr != nil {
-		lsn = 0
+		lsn, perr := lagmeter.ParseLSN(text)
+		if perr != nil {
+			lsn = 0
+		}
+		return lsn, ErrBehind
 	}
 	return lsn, err
+}
+
+// appendLSN appends lsn as PostgreSQL writes it ("16/B374D848", as
+// lagmeter.LSN.String) to b.
+func appendLSN(b []byte, lsn lagmeter.LSN) []byte {
+	start := len(b)
+	b = strconv.AppendUint(b, uint64(lsn)>>32, 16)
+	b = append(b, '/')
+	b = strconv.AppendUint(b, uint64(lsn)&0xFFFFFFFF, 16)
+	for i := start; i < len(b); i++ {
+		if c := b[i]; c >= 'a' && c <= 'f' {
+			b[i] = c - 'a' + 'A'
+		}
+	}
+	return b
 }
 
 // Check checks, on pc and alone, that the replica has replayed up to lsn,
@@ -161,7 +181,7 @@ func readReplay(rr *pgconn.ResultReader) (lagmeter.LSN, error) {
 // none), at or past lsn on success. With st (pc's named statements), the
 // check is a named statement, prepared once on the connection.
 func Check(ctx context.Context, pc *pgconn.PgConn, st *Stmts, lsn lagmeter.LSN, wait time.Duration) (replay lagmeter.LSN, err error) {
-	ce := checkStmt(pc, st, lsn, wait)
+	ce := checkStmt(pc, scratchOf(pc), st, lsn, wait)
 	pl := pc.StartPipeline(ctx)
 	ce.Send(pl)
 	pl.SendPipelineSync()
@@ -238,11 +258,12 @@ func (c *Checked) Start(ctx context.Context, pc *pgx.Conn, descs *Descs, st *Stm
 	if pgxFormats {
 		results = pgxRows
 	}
-	e, err := encode(ctx, pc, descs, st, query, args, results, scratchOf(pc.PgConn()))
+	s := scratchOf(pc.PgConn())
+	e, err := encode(ctx, pc, descs, st, query, args, results, s)
 	if err != nil {
 		return 0, sent, err
 	}
-	ce := checkStmt(pc.PgConn(), st, lsn, wait)
+	ce := checkStmt(pc.PgConn(), s, st, lsn, wait)
 	pl := pc.PgConn().StartPipeline(ctx)
 	ce.Send(pl)
 	e.Send(pl)
