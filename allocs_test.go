@@ -3,10 +3,13 @@ package pgrouted_test
 import (
 	"context"
 	"database/sql"
+	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	_ "github.com/jackc/pgx/v5/stdlib"
 	"github.com/pgrouted/pgrouted"
@@ -110,6 +113,171 @@ func TestReplicaReadAllocations(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestCheckedReadAllocations reports the client cost of a read-back: a
+// read right after the caller's write, which the last probe cannot prove
+// a replica holds, so that the replica's position is checked before it
+// in the same round trip (a one-row SELECT by primary key through
+// database/sql on the driver, and QueryRow through a Pool), beside pgx
+// reading the same row straight on a replica (database/sql and pgxpool).
+// Only the read is measured, each after its write was replayed on every
+// replica (the check finds it there), and only the reads checked on a
+// replica count. The check is one more statement in the read's round
+// trip: the counts are logged, not held to maxExtraReadAllocs, whose
+// baseline is a read without one.
+func TestCheckedReadAllocations(t *testing.T) {
+	ctx := testCtx(t)
+	mustExec(t, ctx, cluster.Primary(), `DROP TABLE IF EXISTS alloc_checked;
+		CREATE TABLE alloc_checked (id int PRIMARY KEY, v text NOT NULL);
+		INSERT INTO alloc_checked SELECT g, md5(g::text) FROM generate_series(1, 100) g`)
+	replicated(t, ctx)
+	const query = "SELECT v FROM alloc_checked WHERE id = $1"
+	const write = "UPDATE alloc_checked SET v = v WHERE id = $1"
+
+	// pgrouted, with a hook that counts the reads checked on a replica
+	// (it allocates nothing).
+	var checks atomic.Uint64
+	cfg, err := pgrouted.ParseConfig(cluster.DSN() + "&pgrouted_names=" + names())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.OnRoute = func(e pgrouted.RouteEvent) {
+		if e.Op == pgrouted.OpRead && !e.Primary && e.Reason == pgrouted.ReasonCheck {
+			checks.Add(1)
+		}
+	}
+	conn, err := pgrouted.NewConnector(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	routed := sql.OpenDB(conn)
+	t.Cleanup(func() { routed.Close() })
+	pool, err := pgrouted.NewPoolWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	for _, c := range []*pgrouted.Connector{conn, pool.Connector()} {
+		waitReplicaRoute(t, c)
+		waitCatalogRead(t, c)
+	}
+
+	// pgx straight to the primary (the baseline's writes) and to one
+	// replica.
+	primary, err := pgxpool.New(ctx, cluster.Primary().DSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(primary.Close)
+	replica := cluster.Replicas()[0].DSN()
+	direct, err := sql.Open("pgx", replica)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { direct.Close() })
+	directPool, err := pgxpool.New(ctx, replica)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(directPool.Close)
+
+	sqlRead := func(db *sql.DB) func(int) error {
+		return func(i int) error {
+			var v string
+			return db.QueryRowContext(ctx, query, i%100+1).Scan(&v)
+		}
+	}
+	type rowQuerier interface {
+		QueryRow(context.Context, string, ...any) pgx.Row
+	}
+	poolRead := func(p rowQuerier) func(int) error {
+		return func(i int) error {
+			var v string
+			return p.QueryRow(ctx, query, i%100+1).Scan(&v)
+		}
+	}
+	sqlWrite := func(i int) error {
+		_, err := routed.ExecContext(ctx, write, i%100+1)
+		return err
+	}
+	poolWrite := func(i int) error {
+		_, err := pool.Exec(ctx, write, i%100+1)
+		return err
+	}
+	pgxWrite := func(i int) error {
+		_, err := primary.Exec(ctx, write, i%100+1)
+		return err
+	}
+	for _, c := range []struct {
+		name                    string
+		write, routed, baseline func(int) error
+	}{
+		{"database/sql", sqlWrite, sqlRead(routed), sqlRead(direct)},
+		{"Pool", poolWrite, poolRead(pool), poolRead(directPool)},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got, n := readBackAllocs(t, ctx, c.write, c.routed, checks.Load)
+			want, _ := readBackAllocs(t, ctx, pgxWrite, c.baseline, nil)
+			t.Logf("allocations per read-back: pgrouted %.1f (%d reads checked on a replica), pgx straight to a replica %.1f", got, n, want)
+			if n < 50 {
+				t.Fatalf("only %d read-backs were checked on a replica: the test did not measure the check", n)
+			}
+		})
+	}
+}
+
+// readBackAllocs returns the least, over a few rounds, of the mean number
+// of allocations of read, each run after write once every replica replayed
+// it, and how many reads were measured: only those after which checked
+// (when not nil) counted one more. Only the read is measured (runtime.MemStats
+// around it, with GOMAXPROCS 1 as testing.AllocsPerRun sets it); other
+// goroutines only add allocations to a count.
+func readBackAllocs(t *testing.T, ctx context.Context, write, read func(int) error, checked func() uint64) (least float64, measured int) {
+	t.Helper()
+	const perRound, rounds = 40, 4
+	i := 0
+	one := func() (uint64, bool) {
+		if err := write(i); err != nil {
+			t.Fatal(err)
+		}
+		replicated(t, ctx)
+		var before, after runtime.MemStats
+		var c uint64
+		if checked != nil {
+			c = checked()
+		}
+		runtime.ReadMemStats(&before)
+		err := read(i)
+		runtime.ReadMemStats(&after)
+		if err != nil {
+			t.Fatal(err)
+		}
+		i++
+		return after.Mallocs - before.Mallocs, checked == nil || checked() > c
+	}
+	for range 20 {
+		one() // statement caches, pools
+	}
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	least = -1
+	for range rounds {
+		var sum uint64
+		n := 0
+		for range perRound {
+			if allocs, ok := one(); ok {
+				sum += allocs
+				n++
+			}
+		}
+		measured += n
+		if n > 0 {
+			if mean := float64(sum) / float64(n); least < 0 || mean < least {
+				least = mean
+			}
+		}
+	}
+	return least, measured
 }
 
 // leastAllocs returns the least of a few testing.AllocsPerRun counts of

@@ -12,8 +12,13 @@ import (
 // has it. Once a few checks said so, the read-backs go to the primary at
 // once (catching-up) instead of checking a replica that refuses them
 // (behind), but for one in 8 that still checks; each sees its row. A read
-// long after the write is served by a replica again.
+// long after the write is served by a replica again. Through the driver
+// and through a Pool.
 func TestReadBackSkipsReplicasCatchingUp(t *testing.T) {
+	forEachClient(t, testReadBackSkipsReplicasCatchingUp)
+}
+
+func testReadBackSkipsReplicasCatchingUp(t *testing.T, open opener) {
 	ctx := testCtx(t)
 	restore(t)
 	mustExec(t, ctx, cluster.Primary(), "DROP TABLE IF EXISTS catchup; CREATE TABLE catchup (id int)")

@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/pgrouted/pgrouted/internal/pgpipe"
 )
 
 // This file holds the results of the pgx-native API: pgx's own rows and
@@ -29,6 +30,11 @@ type poolRows struct {
 	// positioned write: Close reads the position after it first, and
 	// Err says the lost error (queryPositionedPgx).
 	positioned positionedRows
+
+	// checked is set (its reader not nil) for the rows of a read sent
+	// after its replica's position check (readChecked): Close ends the
+	// pipeline, and Err says the connection's error after the read.
+	checked pgpipe.Checked
 }
 
 // onClose is what happens once a call's open results (rows, batch results)
@@ -89,6 +95,9 @@ func (r *poolRows) Close() {
 	if r.positioned.p.RR != nil {
 		r.positioned.finish()
 	}
+	if r.checked.RR != nil {
+		r.checked.Finish()
+	}
 	r.onClose.run()
 }
 
@@ -106,6 +115,9 @@ func (r *poolRows) Err() error {
 	err := r.Rows.Err()
 	if r.positioned.p.RR != nil {
 		return r.positioned.lostErr(err)
+	}
+	if err == nil && r.checked.RR != nil {
+		err = r.checked.Err()
 	}
 	if r.errFn != nil {
 		return r.errFn(err)

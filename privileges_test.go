@@ -122,7 +122,7 @@ func TestOrdinaryRole(t *testing.T) {
 	}
 	onReplica := 0
 	for i := 10; i < 20; i++ {
-		if !writeReadBack(t, ctx, db, rec, "priv_rows", i).Primary {
+		if !writeReadBack(t, ctx, sqlClient{db}, rec, "priv_rows", i).Primary {
 			onReplica++
 		}
 	}
@@ -133,7 +133,7 @@ func TestOrdinaryRole(t *testing.T) {
 	// lack the row) or to a replica that checked it has it.
 	sctx := pgrouted.WithReplicaWait(pgrouted.WithSession(ctx, pgrouted.NewSession()), 0)
 	for i := 20; i < 25; i++ {
-		if ev := writeReadBack(t, sctx, db, rec, "priv_rows", i); !ev.Primary && ev.Reason != pgrouted.ReasonCheck && ev.Reason != pgrouted.ReasonReplica {
+		if ev := writeReadBack(t, sctx, sqlClient{db}, rec, "priv_rows", i); !ev.Primary && ev.Reason != pgrouted.ReasonCheck && ev.Reason != pgrouted.ReasonReplica {
 			t.Fatalf("read-back on %s, reason %s", ev.Endpoint, ev.Reason)
 		}
 	}

@@ -115,9 +115,13 @@ func (cn *conn) runOnReplica(ctx context.Context, h *host, at target, cl *call) 
 	// A database/sql query's rows hold the borrowed connection, a pgx
 	// Query's call does: one allocation for both.
 	var rows *replicaRows
+	var checked *checkedRows
 	var b *borrowed
 	switch {
-	case cl.isQuery && cl.px == nil && !pipelined:
+	case cl.isQuery && cl.px == nil && pipelined:
+		checked = new(checkedRows)
+		b = &checked.b
+	case cl.isQuery && cl.px == nil:
 		rows = new(replicaRows)
 		b = &rows.b
 	case cl.px != nil && cl.px.replicaBuf != nil:
@@ -133,7 +137,7 @@ func (cn *conn) runOnReplica(ctx context.Context, h *host, at target, cl *call) 
 	for {
 		switch {
 		case pipelined:
-			err = cn.readChecked(ctx, b, at.wm, at.wait, cl)
+			err = cn.readChecked(ctx, b, at.wm, at.wait, cl, checked)
 		case cl.px != nil:
 			err = cl.px.on(ctx, cl, b.conn(), cn.c.statementArgs(h, cl.args))
 		case rows != nil:
@@ -315,37 +319,48 @@ func (cn *conn) checkReplica(ctx context.Context, b *borrowed, wm lagmeter.Water
 	}
 	start := time.Now()
 	replay, err := pgpipe.Check(ctx, b.conn().PgConn(), cn.c.stmtsOf(b.h, b.conn()), wm.LSN, wait)
-	err = b.h.checked(hv.probe.Conn, replay, err)
-	cl.waited += cn.c.waited(b.h, hv.probe.Conn, wm, wait, start, err)
-	b.h.recordCheck(cl.wrote, wait, start, err)
+	cn.noteCheck(b, hv, wm, wait, start, replay, err, cl)
 	return err
 }
 
-// checked records what a position check on h, read while its probe
-// connection was probeConn, answered: the replay position it carries
-// either way refreshes what is known of the host. It returns err.
-func (h *host) checked(probeConn uint64, replay lagmeter.LSN, err error) error {
+// noteCheck records the answer of a check on b of the replica's replay
+// position against wm (waiting up to wait), sent at sent for cl: the
+// replay position it carries (replay, 0 for none) refreshes what is
+// known of the host, the wait is cl's and the connector's, and its
+// outcome err (nil: found; errNotCaughtUp: not found) is the host's
+// catch-up record. hv is the view the check was planned in.
+func (cn *conn) noteCheck(b *borrowed, hv *hostView, wm lagmeter.Watermark, wait time.Duration, sent time.Time, replay lagmeter.LSN, err error, cl *call) {
 	if replay != 0 {
-		h.noteReplay(probeConn, replay)
+		b.h.noteReplay(hv.probe.Conn, replay)
 	}
-	return err
+	cl.waited += cn.c.waited(b.h, hv.probe.Conn, wm, wait, sent, err)
+	b.h.recordCheck(cl.wrote, wait, sent, err)
 }
 
 // pipelinable reports whether a read can be sent in a pgconn pipeline
-// (see readChecked): one statement that returns rows, and see
-// Connector.pipelineOK.
+// (see readChecked): one statement that returns rows (a database/sql
+// query, or a pgx Query of the Pool), and see Connector.pipelineOK, which
+// looks at a pgx Query's arguments as the driver's paths take them.
 func (cn *conn) pipelinable(host *host, cl *call) bool {
-	return cl.isQuery && cl.single && cl.px == nil && cn.c.pipelineOK(host, cl.args)
+	if !cl.isQuery || !cl.single || (cl.px != nil && cl.px.kind != pxQuery) {
+		return false
+	}
+	cl.px.nameArgs(cl)
+	return cn.c.pipelineOK(host, cl.args)
 }
 
 // readChecked runs a read on a borrowed replica connection after checking,
 // in the same round trip, that the replica has replayed up to wm: the check
 // and the read go in one pipeline, in one implicit transaction, the check
 // first; when the check fails the server skips the read and readChecked
-// returns errNotCaughtUp. On success cl.rows own b: closing them gives it
-// back; on error b is still the caller's, to run the read again on or to
-// give back.
-func (cn *conn) readChecked(ctx context.Context, b *borrowed, wm lagmeter.Watermark, wait time.Duration, cl *call) error {
+// returns errNotCaughtUp (pgpipe.Checked). The rows are database/sql's
+// (cr, which holds b, becomes cl.rows) or, for a pgx Query of the Pool,
+// pgx's own over the read's result reader (pgx.RowsFromResultReader, in
+// the result formats pgx asks for, with their first row read at once as
+// pgxCall.on reads it; cl.px.rows). On success the rows own b: closing
+// them ends the pipeline and gives it back; on error b is still the
+// caller's, to run the read again on or to give back.
+func (cn *conn) readChecked(ctx context.Context, b *borrowed, wm lagmeter.Watermark, wait time.Duration, cl *call, cr *checkedRows) error {
 	hv := cn.c.view().of(b.h)
 	if !hv.mayReach(wm) {
 		return errNotCaughtUp
@@ -361,13 +376,49 @@ func (cn *conn) readChecked(ctx context.Context, b *borrowed, wm lagmeter.Waterm
 		}
 		wait = 0 // it holds wm now
 	}
-	var err error
-	cl.rows, err = pgpipe.QueryChecked(ctx, pc, descs, cn.c.stmtsOf(b.h, pc), wm.LSN, wait, cl.query, cl.args,
-		func(replay lagmeter.LSN, sent time.Time, err error) error {
-			err = b.h.checked(hv.probe.Conn, replay, err)
-			cl.waited += cn.c.waited(b.h, hv.probe.Conn, wm, wait, sent, err)
-			b.h.recordCheck(cl.wrote, wait, sent, err)
+	var c *pgpipe.Checked
+	var pr *poolRows
+	if cl.px != nil {
+		if pr = cl.px.rowsBuf; pr == nil {
+			pr = new(poolRows)
+		}
+		*pr = poolRows{conn: pc, first: true}
+		c = &pr.checked
+	} else {
+		cr.Rows, cr.c = pgpipe.Rows{}, pgpipe.Checked{} // a stale statement's second run
+		c = &cr.c
+	}
+	replay, sent, err := c.Start(ctx, pc, descs, cn.c.stmtsOf(b.h, pc), wm.LSN, wait, cl.query, cl.args, pr != nil)
+	if err == nil || errors.Is(err, errNotCaughtUp) {
+		cn.noteCheck(b, hv, wm, wait, sent, replay, err, cl)
+	}
+	if err == nil {
+		err = c.Read()
+	}
+	if err != nil {
+		return err
+	}
+	if pr == nil {
+		if err := cr.Rows.Open(pc.TypeMap(), c.RR, nil); err != nil {
+			if ferr := c.Finish(); ferr != nil {
+				return ferr
+			}
 			return err
-		}, b.giveBack)
-	return err
+		}
+		cl.rows = cr
+		return nil
+	}
+	pr.Rows = pgx.RowsFromResultReader(pc.TypeMap(), c.RR)
+	pr.more = pr.Rows.Next()
+	if rerr := pr.Rows.Err(); rerr != nil {
+		// Failed before its first row, where the replica path can still
+		// run it elsewhere.
+		pr.Rows.Close()
+		if ferr := c.Finish(); ferr != nil {
+			return ferr
+		}
+		return rerr
+	}
+	cl.px.rows = pr
+	return nil
 }

@@ -2,23 +2,23 @@ package pgrouted_test
 
 import (
 	"context"
-	"database/sql"
 	"testing"
 	"time"
 
 	"github.com/pgrouted/pgrouted"
 )
 
-// writeReadBack inserts row id into table through db and reads it back at
-// once with ctx; it fails the test when the read misses the row (a stale
-// read) and returns the read's RouteEvent.
-func writeReadBack(t *testing.T, ctx context.Context, db *sql.DB, rec *routes, table string, id int) pgrouted.RouteEvent {
+// writeReadBack inserts row id into table through c (the driver's
+// *sql.DB, sqlClient, or a Pool) and reads it back at once with ctx; it
+// fails the test when the read misses the row (a stale read) and returns
+// the read's RouteEvent.
+func writeReadBack(t *testing.T, ctx context.Context, c client, rec *routes, table string, id int) pgrouted.RouteEvent {
 	t.Helper()
-	if _, err := db.ExecContext(ctx, "INSERT INTO "+table+" (id) VALUES ($1)", id); err != nil {
+	if err := c.ExecContext(ctx, "INSERT INTO "+table+" (id) VALUES ($1)", id); err != nil {
 		t.Fatal(err)
 	}
 	var n int
-	if err := db.QueryRowContext(ctx, "SELECT count(*) FROM "+table+" WHERE id = $1", id).Scan(&n); err != nil {
+	if err := c.QueryRowContext(ctx, "SELECT count(*) FROM "+table+" WHERE id = $1", id).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	ev := lastRead(t, rec)
@@ -31,8 +31,13 @@ func writeReadBack(t *testing.T, ctx context.Context, db *sql.DB, rec *routes, t
 // TestReplicaWaitServesOwnWrite: with replication delayed by 100 ms on
 // every replica, a read-back right after its write cannot be proven fresh
 // on any replica; with pgrouted_replica_wait it waits on a replica for the
-// write instead of going to the primary, and sees the row.
+// write instead of going to the primary, and sees the row. Through the
+// driver and through a Pool.
 func TestReplicaWaitServesOwnWrite(t *testing.T) {
+	forEachClient(t, testReplicaWaitServesOwnWrite)
+}
+
+func testReplicaWaitServesOwnWrite(t *testing.T, open opener) {
 	ctx := testCtx(t)
 	restore(t)
 	mustExec(t, ctx, cluster.Primary(), "DROP TABLE IF EXISTS rwait; CREATE TABLE rwait (id int)")
@@ -69,8 +74,13 @@ func TestReplicaWaitServesOwnWrite(t *testing.T) {
 // replicas are known to lag more than the wait and are not waited on
 // again: the next read-backs go to the primary without a wait. The probes
 // are an hour apart, so that what they would learn of the lag (see
-// TestReplicaWaitSkipsLaggingReplica) does not decide first.
+// TestReplicaWaitSkipsLaggingReplica) does not decide first. Through the
+// driver and through a Pool.
 func TestReplicaWaitTimeout(t *testing.T) {
+	forEachClient(t, testReplicaWaitTimeout)
+}
+
+func testReplicaWaitTimeout(t *testing.T, open opener) {
 	ctx := testCtx(t)
 	restore(t)
 	mustExec(t, ctx, cluster.Primary(), "DROP TABLE IF EXISTS rwaitto; CREATE TABLE rwaitto (id int)")
@@ -179,7 +189,7 @@ func TestReplicaWaitSkipsLaggingReplica(t *testing.T) {
 	}
 	before := conn.Stats()
 	for i := range 5 {
-		ev := writeReadBack(t, pgrouted.WithReplicaWait(ctx, 50*time.Millisecond), db, rec, "rwaitlag", i)
+		ev := writeReadBack(t, pgrouted.WithReplicaWait(ctx, 50*time.Millisecond), sqlClient{db}, rec, "rwaitlag", i)
 		if !ev.Primary || ev.Reason != pgrouted.ReasonBehind {
 			t.Fatalf("read-back ran on %s (primary %v, reason %s), want the primary with reason %s", ev.Endpoint, ev.Primary, ev.Reason, pgrouted.ReasonBehind)
 		}

@@ -151,8 +151,14 @@ func (w *wire) trips(addr string) int {
 // otherwise count while a test measures.
 func ddl(t *testing.T, ctx context.Context, db *sql.DB, conn *pgrouted.Connector, query string) {
 	t.Helper()
+	ddlOn(t, ctx, sqlClient{db}, conn, query)
+}
+
+// ddlOn is ddl through a client (the driver's or a Pool).
+func ddlOn(t *testing.T, ctx context.Context, c client, conn *pgrouted.Connector, query string) {
+	t.Helper()
 	before := conn.Stats().CatalogReads
-	if _, err := db.ExecContext(ctx, query); err != nil {
+	if err := c.ExecContext(ctx, query); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(30 * time.Second)
@@ -168,17 +174,34 @@ func ddl(t *testing.T, ctx context.Context, db *sql.DB, conn *pgrouted.Connector
 // counted, with a recorder, extra DSN parameters added.
 func counting(t *testing.T, extra string) (*sql.DB, *pgrouted.Connector, *wire, *routes) {
 	t.Helper()
+	w := countedNodes()
+	db, conn, rec := openDSN(t, cluster.DSN()+"&pgrouted_names="+names()+extra, w.tweak)
+	return db, conn, w, rec
+}
+
+// countingPool is counting for a Pool.
+func countingPool(t *testing.T, extra string) (*pgrouted.Pool, *wire, *routes) {
+	t.Helper()
+	w := countedNodes()
+	p, rec := openPoolDSN(t, cluster.DSN()+"&pgrouted_names="+names()+extra, w.tweak)
+	return p, w, rec
+}
+
+// countedNodes is a wire counting the connections to the cluster's nodes.
+func countedNodes() *wire {
 	w := &wire{addrs: map[string]bool{}}
 	for _, n := range cluster.Nodes() {
 		w.addrs[n.Addr()] = true
 	}
-	db, conn, rec := openDSN(t, cluster.DSN()+"&pgrouted_names="+names()+extra, func(cfg *pgrouted.Config) {
-		for i := range cfg.Hosts {
-			cc := cfg.Hosts[i].ConnConfig
-			cc.DialFunc = w.dial(cc.DialFunc)
-		}
-	})
-	return db, conn, w, rec
+	return w
+}
+
+// tweak makes cfg's hosts dial through w.
+func (w *wire) tweak(cfg *pgrouted.Config) {
+	for i := range cfg.Hosts {
+		cc := cfg.Hosts[i].ConnConfig
+		cc.DialFunc = w.dial(cc.DialFunc)
+	}
 }
 
 // TestWritesReadTheirPositionInTheSameRoundTrip: an autocommit write and the
@@ -350,17 +373,29 @@ func TestInsertReturningReadsItsPositionInTheSameRoundTrip(t *testing.T) {
 
 // TestCheckedReadCostsOneRoundTrip: when the last probe cannot prove that a
 // replica holds the caller's write, its position is checked in the same
-// round trip as the read, on the connection that serves it.
+// round trip as the read, on the connection that serves it: through the
+// driver and through a Pool (whose rows are pgx's own).
 func TestCheckedReadCostsOneRoundTrip(t *testing.T) {
-	ctx := testCtx(t)
 	// Probes far apart: right after a write, only the check can tell.
 	// One connection per replica pool: the read is counted on a
 	// connection already open.
-	db, conn, w, rec := counting(t, "&pgrouted_probe_interval=5s&pgrouted_latency_window=off&pgrouted_replica_max_conns=1")
-	ddl(t, ctx, db, conn, "DROP TABLE IF EXISTS checked_rt; CREATE TABLE checked_rt (id int PRIMARY KEY, v text)")
+	const extra = "&pgrouted_probe_interval=5s&pgrouted_latency_window=off&pgrouted_replica_max_conns=1"
+	t.Run("sql", func(t *testing.T) {
+		db, conn, w, rec := counting(t, extra)
+		checkedReadRoundTrips(t, sqlClient{db}, conn, w, rec)
+	})
+	t.Run("pool", func(t *testing.T) {
+		p, w, rec := countingPool(t, extra)
+		checkedReadRoundTrips(t, poolClient{p}, p.Connector(), w, rec)
+	})
+}
+
+func checkedReadRoundTrips(t *testing.T, c client, conn *pgrouted.Connector, w *wire, rec *routes) {
+	ctx := testCtx(t)
+	ddlOn(t, ctx, c, conn, "DROP TABLE IF EXISTS checked_rt; CREATE TABLE checked_rt (id int PRIMARY KEY, v text)")
 	checked, seen := 0, map[string]bool{}
 	for i := 0; i < 12; i++ {
-		if _, err := db.ExecContext(ctx, "INSERT INTO checked_rt (id, v) VALUES ($1, $2)", i, "x"); err != nil {
+		if err := c.ExecContext(ctx, "INSERT INTO checked_rt (id, v) VALUES ($1, $2)", i, "x"); err != nil {
 			t.Fatal(err)
 		}
 		replicated(t, ctx)
@@ -369,7 +404,7 @@ func TestCheckedReadCostsOneRoundTrip(t *testing.T) {
 			before[n.Name()] = w.trips(n.Addr())
 		}
 		var v string
-		if err := db.QueryRowContext(ctx, "SELECT v FROM checked_rt WHERE id = $1", i).Scan(&v); err != nil || v != "x" {
+		if err := c.QueryRowContext(ctx, "SELECT v FROM checked_rt WHERE id = $1", i).Scan(&v); err != nil || v != "x" {
 			t.Fatalf("read back %d: %q, %v", i, v, err)
 		}
 		ev := lastRead(t, rec)

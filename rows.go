@@ -10,9 +10,9 @@ import (
 	"github.com/pgrouted/pgrouted/internal/pgpipe"
 )
 
-// This file holds the two driver.Rows wrappers around pgx's rows, which
-// finish a statement's bookkeeping when the caller closes them. Rows read
-// from a pipeline are pgpipe.Rows (internal/pgpipe).
+// This file holds the driver.Rows wrappers, which finish a statement's
+// bookkeeping when the caller closes them. Rows read from a pipeline are
+// pgpipe.Rows (internal/pgpipe).
 
 // replicaRows are the rows of an autocommit database/sql query on a
 // borrowed replica connection (pgpipe.Rows.Query, with stdlib's
@@ -26,6 +26,26 @@ type replicaRows struct {
 // Close implements driver.Rows.
 func (r *replicaRows) Close() error {
 	err := r.Rows.Close()
+	r.b.giveBack()
+	return err
+}
+
+// checkedRows are the rows of an autocommit database/sql query on a
+// borrowed replica connection, sent after the check of the replica's
+// position in one round trip (readChecked): the rows, the pipeline they
+// are read from and the borrowed connection, which goes back to its pool
+// once they are closed, are one allocation.
+type checkedRows struct {
+	pgpipe.Rows
+	c pgpipe.Checked
+	b borrowed
+}
+
+// Close implements driver.Rows: the read's outcome, or the connection's
+// error after it.
+func (r *checkedRows) Close() error {
+	r.Rows.Close()
+	err := r.c.Finish()
 	r.b.giveBack()
 	return err
 }

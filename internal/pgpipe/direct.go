@@ -42,10 +42,10 @@ import (
 // its scratch.
 const scratchKey = "pgrouted.pgpipe.scratch"
 
-// scratch is what the positioned write reuses on one connection from one
-// statement to the next, as pgx keeps its ExtendedQueryBuilder per
-// connection: the arguments' encoding buffers and the messages queued
-// directly. The connection's user owns it as it owns the connection (one
+// scratch is what the positioned write (and the replica check) reuses on
+// one connection from one statement to the next, as pgx keeps its
+// ExtendedQueryBuilder per connection: the arguments' encoding buffers,
+// the messages queued directly and the check's parameter. The connection's user owns it as it owns the connection (one
 // goroutine at a time).
 type scratch struct {
 	eqb  pgx.ExtendedQueryBuilder
@@ -56,6 +56,10 @@ type scratch struct {
 	describe pgproto3.Describe
 	execute  pgproto3.Execute
 	sync     pgproto3.Sync
+
+	// The replica check's parameter (checkStmt): the position as text.
+	lsnParam [1][]byte
+	lsnText  [17]byte
 }
 
 // scratchOf returns pc's scratch, made on first use; a new one when pc

@@ -40,7 +40,7 @@
 //     reader reads the statement's answer, then the position's answer
 //     read with PgConn.ReceiveMessage; and the buffers reused per
 //     connection (the arguments' encoding, the messages);
-//   - replay.go: [Check] and [QueryChecked], the check of (or wait for) a
+//   - replay.go: [Check] and [Checked], the check of (or wait for) a
 //     replica's replay position, alone or pipelined before a read that
 //     the server then skips when the replica is behind;
 //   - guarded.go: [SendGuarded], a statement inside a transaction sent

@@ -73,11 +73,13 @@ var checkSQL = `SELECT ` + replayAnswer(`$1::pg_lsn`) + ` FROM pg_last_wal_repla
 // checkStmt is the statement that checks, or waits up to wait for, the
 // replica's replay position to reach lsn on pc (see checkSQL, waitSQL):
 // the check named with st, the waits unnamed (their text carries the
-// position and the wait).
-func checkStmt(pc *pgconn.PgConn, st *Stmts, lsn lagmeter.LSN, wait time.Duration) Encoded {
+// position and the wait). The check's parameter is s's (see scratch),
+// valid until its next use.
+func checkStmt(pc *pgconn.PgConn, s *scratch, st *Stmts, lsn lagmeter.LSN, wait time.Duration) Encoded {
 	switch {
 	case wait <= 0:
-		e := Encoded{query: checkSQL, params: [][]byte{[]byte(lsn.String())}}
+		s.lsnParam[0] = appendLSN(s.lsnText[:0], lsn)
+		e := Encoded{query: checkSQL, params: s.lsnParam[:]}
 		if st != nil {
 			st.name(&e)
 		}
@@ -131,27 +133,45 @@ func waitForMissed(err error) bool {
 // that ended the query; and the replay position the answer carries either
 // way (0 when none).
 func readReplay(rr *pgconn.ResultReader) (lagmeter.LSN, error) {
-	var text string
+	var lsn lagmeter.LSN
 	for rr.NextRow() {
 		if v := rr.Values(); len(v) == 1 && v[0] != nil {
-			text = string(v[0])
+			lsn, _ = parseLSN(v[0]) // 0 when it is not one (WAIT FOR's answer)
 		}
 	}
 	_, err := rr.Close()
+	if err == nil {
+		return lsn, nil
+	}
 	if waitForMissed(err) {
 		return 0, ErrBehind
 	}
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) && strings.Contains(pe.Message, behindMark) {
-		err = ErrBehind
-		text = pe.Message[strings.Index(pe.Message, behindMark)+len(behindMark):]
+		text := pe.Message[strings.Index(pe.Message, behindMark)+len(behindMark):]
 		text, _, _ = strings.Cut(text, `"`)
-	}
-	lsn, perr := lagmeter.ParseLSN(text)
-	if perr != nil {
-		lsn = 0
+		lsn, perr := lagmeter.ParseLSN(text)
+		if perr != nil {
+			lsn = 0
+		}
+		return lsn, ErrBehind
 	}
 	return lsn, err
+}
+
+// appendLSN appends lsn as PostgreSQL writes it ("16/B374D848", as
+// lagmeter.LSN.String) to b.
+func appendLSN(b []byte, lsn lagmeter.LSN) []byte {
+	start := len(b)
+	b = strconv.AppendUint(b, uint64(lsn)>>32, 16)
+	b = append(b, '/')
+	b = strconv.AppendUint(b, uint64(lsn)&0xFFFFFFFF, 16)
+	for i := start; i < len(b); i++ {
+		if c := b[i]; c >= 'a' && c <= 'f' {
+			b[i] = c - 'a' + 'A'
+		}
+	}
+	return b
 }
 
 // Check checks, on pc and alone, that the replica has replayed up to lsn,
@@ -161,7 +181,7 @@ func readReplay(rr *pgconn.ResultReader) (lagmeter.LSN, error) {
 // none), at or past lsn on success. With st (pc's named statements), the
 // check is a named statement, prepared once on the connection.
 func Check(ctx context.Context, pc *pgconn.PgConn, st *Stmts, lsn lagmeter.LSN, wait time.Duration) (replay lagmeter.LSN, err error) {
-	ce := checkStmt(pc, st, lsn, wait)
+	ce := checkStmt(pc, scratchOf(pc), st, lsn, wait)
 	pl := pc.StartPipeline(ctx)
 	ce.Send(pl)
 	pl.SendPipelineSync()
@@ -203,65 +223,106 @@ func syncErr(err error) error {
 	return err
 }
 
-// QueryChecked runs a read on pc after checking, in the same round trip,
-// that the replica has replayed up to lsn (waiting up to wait for it, as
-// Check): the check and the read go in one pipeline, in one implicit
-// transaction, the check first; when the check fails the server skips the
-// read. With st, both are named statements (see Encode). checked is called
-// with the check's answer, as Check returns it, and the time the pipeline
-// was sent, once it is read; what it returns ends the read when not nil
-// (ErrBehind, typically). On success the rows stream to the caller, and
-// release is called once they are closed; on error, release is not
-// called.
-func QueryChecked(ctx context.Context, pc *pgx.Conn, descs *Descs, st *Stmts, lsn lagmeter.LSN, wait time.Duration, query string, args []driver.NamedValue,
-	checked func(replay lagmeter.LSN, sent time.Time, err error) error, release func()) (driver.Rows, error) {
-	e, err := Encode(ctx, pc, descs, st, query, args, true)
-	if err != nil {
-		return nil, err
+// Checked is a read sent after the check of a replica's replay position
+// in one round trip: the check and the read go in one pipeline, in one
+// implicit transaction, the check first, so that the server skips the read
+// when the check fails. [Checked.Start] sends both and reads the check's
+// answer, [Checked.Read] the read's result reader (RR), whose rows stream
+// to the caller (driver rows, [Rows.Open], or pgx's own,
+// pgx.RowsFromResultReader), and [Checked.Finish] ends the pipeline once
+// they are closed. The zero value is ready for Start; a Checked holds no
+// closure, so that it can be part of its rows' allocation.
+type Checked struct {
+	// RR reads the read's result once Read returned nil.
+	RR *pgconn.ResultReader
+
+	pl    *pgconn.Pipeline
+	e     Encoded
+	descs *Descs
+	err   error // Finish's
+}
+
+// Start encodes query with args (see Encode), in pgx's result formats
+// with pgxFormats (for pgx.RowsFromResultReader), else stdlib's; sends the
+// check that the replica has replayed up to lsn, waiting up to wait for
+// it (as [Check] does), and the read, in one pipeline on pc; and reads the
+// check's answer. With st, both are named statements (see Encode).
+//
+// replay and err are the check's, as Check returns them, when err is nil
+// or ErrBehind, and sent is when the pipeline was sent; any other error
+// is the encoding's or the connection's. When err is nil, the read's
+// answer is Read's to read; otherwise the pipeline is closed, and nothing
+// more is to be read.
+func (c *Checked) Start(ctx context.Context, pc *pgx.Conn, descs *Descs, st *Stmts, lsn lagmeter.LSN, wait time.Duration, query string, args []driver.NamedValue, pgxFormats bool) (replay lagmeter.LSN, sent time.Time, err error) {
+	results := stdlibRows
+	if pgxFormats {
+		results = pgxRows
 	}
-	ce := checkStmt(pc.PgConn(), st, lsn, wait)
+	s := scratchOf(pc.PgConn())
+	e, err := encode(ctx, pc, descs, st, query, args, results, s)
+	if err != nil {
+		return 0, sent, err
+	}
+	ce := checkStmt(pc.PgConn(), s, st, lsn, wait)
 	pl := pc.PgConn().StartPipeline(ctx)
 	ce.Send(pl)
 	e.Send(pl)
 	pl.SendPipelineSync()
-	sent := time.Now()
+	sent = time.Now()
 	if err := pl.Flush(); err != nil {
 		pl.Close()
-		return nil, err
+		return 0, sent, err
 	}
-	replay, err := readCheck(pl, &ce)
-	if err == nil || errors.Is(err, ErrBehind) {
-		err = checked(replay, sent, err)
-	}
-	if err != nil {
+	if replay, err = readCheck(pl, &ce); err != nil {
 		pl.Close()
-		return nil, err
+		return replay, sent, err
 	}
-	rr, err := e.Next(pl)
+	*c = Checked{pl: pl, e: e, descs: descs}
+	c.e.params, c.e.formats, c.e.results = nil, nil, nil // sent (the first two are the connection's scratch)
+	return replay, sent, nil
+}
+
+// Read reads the read's result reader into RR, after Start returned nil.
+// On error the pipeline is closed: nothing more is to be read, and Finish
+// is not to be called.
+func (c *Checked) Read() error {
+	rr, err := c.e.Next(c.pl)
 	if err != nil {
 		if IsPgError(err) {
-			descs.Drop(query)
+			c.descs.Drop(c.e.query)
 		}
-		pl.Close()
-		return nil, err
+		c.pl.Close()
+		c.pl = nil
+		return err
 	}
-	delivered := false // the rows reached the caller: they own the connection
-	rows, err := NewRows(pc.TypeMap(), rr, func(rerr error) error {
-		invalidateOn(st, query, rerr)
-		if serr := FinishSync(pl, rerr); serr != nil && rerr == nil {
-			rerr = serr
-		}
-		if cerr := pl.Close(); cerr != nil && rerr == nil && !IsPgError(cerr) {
-			rerr = cerr
-		}
-		if IsPgError(rerr) {
-			descs.Drop(query)
-		}
-		if delivered {
-			release()
-		}
-		return rerr
-	})
-	delivered = err == nil
-	return rows, err
+	c.RR = rr
+	return nil
 }
+
+// Finish reads what is left of the read (RR) and the Sync after it, ends
+// the pipeline, and returns the read's outcome: RR's error, or the
+// connection's after it. A refused read has its description dropped and
+// its named statement invalidated. Later calls return the same.
+func (c *Checked) Finish() error {
+	if c.pl == nil {
+		return c.err
+	}
+	pl := c.pl
+	c.pl = nil
+	_, err := c.RR.Close() // as the rows closed it, or the rest of it
+	invalidateOn(c.e.st, c.e.query, err)
+	if serr := FinishSync(pl, err); serr != nil && err == nil {
+		err = serr
+	}
+	if cerr := pl.Close(); cerr != nil && err == nil && !IsPgError(cerr) {
+		err = cerr
+	}
+	if IsPgError(err) {
+		c.descs.Drop(c.e.query)
+	}
+	c.err = err
+	return err
+}
+
+// Err returns what Finish returned, once it ran.
+func (c *Checked) Err() error { return c.err }

@@ -37,3 +37,21 @@ func TestWaitSQLBounds(t *testing.T) {
 		t.Errorf("waitForSQL = %s", q)
 	}
 }
+
+// TestAppendLSN: the check's parameter is the position as
+// lagmeter.LSN.String writes it, and parses back.
+func TestAppendLSN(t *testing.T) {
+	for _, lsn := range []lagmeter.LSN{0, 1, 0x16B3748, 0x16_B374D848, 0xFFFFFFFF_FFFFFFFF, 0xA_0000000F} {
+		got := appendLSN([]byte("x"), lsn)
+		if string(got) != "x"+lsn.String() {
+			t.Errorf("appendLSN(%v) = %q, want %q", lsn, got[1:], lsn.String())
+		}
+		if back, ok := parseLSN(got[1:]); !ok || back != lsn {
+			t.Errorf("parseLSN(appendLSN(%v)) = %v, %v", lsn, back, ok)
+		}
+	}
+	var s scratch
+	if n := testing.AllocsPerRun(100, func() { s.lsnParam[0] = appendLSN(s.lsnText[:0], 0xFFFFFFFF_FFFFFFFF) }); n != 0 {
+		t.Errorf("appendLSN into the scratch allocates %v times, want 0", n)
+	}
+}

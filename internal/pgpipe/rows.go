@@ -49,8 +49,8 @@ func ResultFormats(fields []pgconn.FieldDescription) []int16 {
 }
 
 // Rows is a driver.Rows over the rows of one query, with stdlib.Rows'
-// conversions: read from a *pgconn.ResultReader ([NewRows]), or from pgx's
-// rows of a query pgx ran ([Rows.Query]).
+// conversions: read from a *pgconn.ResultReader ([NewRows], [Rows.Open]),
+// or from pgx's rows of a query pgx ran ([Rows.Query]).
 //
 // A Rows holds its columns, their converters and Query's arguments itself
 // up to inlineColumns columns and inlineArgs arguments (each value is
@@ -106,12 +106,20 @@ var (
 // first Next: the rows are then closed (done has run) and the error is
 // returned.
 func NewRows(m *pgtype.Map, rr *pgconn.ResultReader, done func(error) error) (driver.Rows, error) {
-	r := &Rows{m: m, rr: rr, done: done}
-	r.setColumns(rr.FieldDescriptions())
-	if err := r.first(); err != nil {
+	r := new(Rows)
+	if err := r.Open(m, rr, done); err != nil {
 		return nil, err
 	}
 	return r, nil
+}
+
+// Open is NewRows into r, a zero Rows that its owner keeps (and closes) as
+// its own (one its owner allocates with what else its rows hold). done
+// may be nil. On error r is closed (done has run).
+func (r *Rows) Open(m *pgtype.Map, rr *pgconn.ResultReader, done func(error) error) error {
+	r.m, r.rr, r.done = m, rr, done
+	r.setColumns(rr.FieldDescriptions())
+	return r.first()
 }
 
 // stdlibResultFormats are the result formats stdlib's QueryContext asks pgx
