@@ -48,7 +48,7 @@ const (
 	catchUpExplore = 8
 	// catchUpRecheck: a record no check has refreshed for that long no
 	// longer stops a check.
-	catchUpRecheck = 250 * time.Millisecond
+	catchUpRecheck = time.Second
 )
 
 // catchUp is a replica's record of its position checks by write age.
@@ -96,10 +96,28 @@ func (c *Connector) worthChecking(cand []*hostView, age time.Duration, now time.
 }
 
 // record adds the outcome of a check sent at sent when the caller's last
-// write was age old: found when the replica had replayed it.
+// write was age old: found when the replica had replayed it. Replay goes
+// in WAL order, so the outcome holds beyond its own age: a replica that
+// lacked a write lacked every younger one then (a later position), and
+// one that held it held every older one. A check that found the write
+// counts for its age and all older ones, one that did not for its age and
+// all younger ones.
 func (c *catchUp) record(age time.Duration, sent time.Time, found bool) {
-	b := &c.buckets[catchUpBucketOf(age)]
-	b.at.Store(int64(sent.Sub(clockBase)))
+	i, at := catchUpBucketOf(age), int64(sent.Sub(clockBase))
+	if found {
+		for j := i; j < catchUpBuckets; j++ {
+			c.buckets[j].record(at, found)
+		}
+		return
+	}
+	for j := 0; j <= i; j++ {
+		c.buckets[j].record(at, found)
+	}
+}
+
+// record adds one outcome to b at at (ns since clockBase).
+func (b *catchUpBucket) record(at int64, found bool) {
+	b.at.Store(at)
 	target := uint32(0)
 	if !found {
 		target = catchUpOne

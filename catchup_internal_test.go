@@ -74,6 +74,30 @@ func TestCatchUpRecord(t *testing.T) {
 	}
 }
 
+// TestCatchUpOrder: replay follows WAL order: a check that missed a
+// write counts for younger ones, not older ones; one that found it for
+// older ones, not younger ones.
+func TestCatchUpOrder(t *testing.T) {
+	var c catchUp
+	now := monoNow()
+	young, mid, old := 50*time.Microsecond, time.Millisecond, 50*time.Millisecond
+	c.record(mid, now, false)
+	if c.worth(young, now) || c.worth(mid, now) || !c.worth(old, now) {
+		t.Fatalf("after a miss at %v: worth %v %v %v, want false false true", mid, c.worth(young, now), c.worth(mid, now), c.worth(old, now))
+	}
+	var d catchUp
+	for range 100 {
+		d.record(young, now, false)
+		d.record(old, now, false)
+	}
+	for range 100 {
+		d.record(mid, now, true)
+	}
+	if d.worth(young, now) || !d.worth(mid, now) || !d.worth(old, now) {
+		t.Fatalf("after finds at %v: worth %v %v %v, want false true true", mid, d.worth(young, now), d.worth(mid, now), d.worth(old, now))
+	}
+}
+
 // TestWorthChecking: of the replicas a read must check, those whose checks
 // at its write's age mostly fail are dropped; when that leaves none, one
 // read in catchUpExplore keeps them all (Explain never does, nor counts).

@@ -270,7 +270,7 @@ func (cn *conn) queryPositionedPgx(ctx context.Context, sc *stdlib.Conn, cl *cal
 		cl.unanswered = true
 		return err
 	}
-	w.cn, w.sc, w.ctx, w.host, w.sent = cn, sc, ctx, cn.host, cl.sent
+	w.cn, w.term, w.sc, w.ctx, w.host, w.sent = cn, cn.term, sc, ctx, cn.host, cl.sent
 	r.Rows = pgx.RowsFromResultReader(pc.TypeMap(), w.p.RR)
 	r.more = r.Rows.Next()
 	if r.Rows.Err() != nil {
@@ -289,6 +289,7 @@ func (cn *conn) queryPositionedPgx(ctx context.Context, sc *stdlib.Conn, cl *cal
 type positionedRows struct {
 	p    pgpipe.Pending
 	cn   *conn
+	term *term // the session's, when the statement ran: cn's may have moved on by the time the rows are read (conn.lostLater)
 	sc   *stdlib.Conn
 	ctx  context.Context
 	host *host
@@ -313,7 +314,7 @@ func (w *positionedRows) finish() error {
 // the write's outcome is unknown when its primary's term ended (see
 // queryPositioned).
 func (w *positionedRows) lostErr(err error) error {
-	if err != nil && !pgpipe.IsPgError(err) && w.cn.lost(w.sc) {
+	if err != nil && !pgpipe.IsPgError(err) && sessionLost(w.term, w.sc) {
 		return lostError(OpWrite, err)
 	}
 	return err
