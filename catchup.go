@@ -13,7 +13,7 @@ import (
 //
 // A read whose replicas must first check their replay position (none is
 // proven to hold the caller's writes) goes straight to the primary when,
-// at its write's age, too many of those checks fail for one to pay: a
+// at its write's age, more of those checks fail than find the write: a
 // failed check costs the replica a round trip, and the read then costs the
 // primary what it would have cost anyway, one round trip later. A read
 // right after its write is the usual case (bench/RESULTS.md: the read-back
@@ -33,8 +33,8 @@ const (
 	catchUpFirst   = 32 * time.Microsecond
 	// catchUpOne is a share of 1 in the record's fixed point.
 	catchUpOne = 1 << 16
-	// catchUpWeight: each check moves its age's share by 1/2^catchUpWeight
-	// of the way to its outcome.
+	// catchUpWeight: each check moves the shares it counts for (see
+	// catchUp.record) by 1/2^catchUpWeight of the way to its outcome.
 	catchUpWeight = 2
 	// catchUpMaxMissed is the largest share of failed checks at which a
 	// read still checks: a check more likely to fail than to find the
