@@ -66,17 +66,7 @@ func TestReplicaReadAllocations(t *testing.T) {
 	}
 
 	// pgx straight to one replica.
-	replica := cluster.Replicas()[0].DSN()
-	direct, err := sql.Open("pgx", replica)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { direct.Close() })
-	directPool, err := pgxpool.New(ctx, replica)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(directPool.Close)
+	direct, directPool := replicaBaselines(t, ctx)
 
 	sqlRead := func(db *sql.DB) func(int) error {
 		return func(i int) error {
@@ -170,17 +160,7 @@ func TestCheckedReadAllocations(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(primary.Close)
-	replica := cluster.Replicas()[0].DSN()
-	direct, err := sql.Open("pgx", replica)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { direct.Close() })
-	directPool, err := pgxpool.New(ctx, replica)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(directPool.Close)
+	direct, directPool := replicaBaselines(t, ctx)
 
 	sqlRead := func(db *sql.DB) func(int) error {
 		return func(i int) error {
@@ -415,4 +395,22 @@ func TestWriteAllocations(t *testing.T) {
 			}
 		})
 	}
+}
+
+// replicaBaselines opens pgx's database/sql driver and a pgxpool straight
+// to the cluster's first replica, closed when the test ends.
+func replicaBaselines(t *testing.T, ctx context.Context) (*sql.DB, *pgxpool.Pool) {
+	t.Helper()
+	replica := cluster.Replicas()[0].DSN()
+	direct, err := sql.Open("pgx", replica)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { direct.Close() })
+	directPool, err := pgxpool.New(ctx, replica)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(directPool.Close)
+	return direct, directPool
 }
