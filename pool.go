@@ -154,7 +154,10 @@ func (p *Pool) run(ctx context.Context, cl *call) error {
 		}
 		p.put(sc, cn, err)
 		if errors.Is(err, driver.ErrBadConn) && attempt < maxBadConnRetries && !cl.px.once() && ctx.Err() == nil {
-			cl.reruns = 0
+			// It runs again, on another connection: its event says so
+			// (RouteEvent.Retried), as for a statement the primary path
+			// ran again after its session broke.
+			cl.reruns, cl.retried = 0, true
 			continue
 		}
 		return err
