@@ -49,21 +49,7 @@ func TestReplicaReadAllocations(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	conn, err := pgrouted.NewConnector(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	routed := sql.OpenDB(conn)
-	t.Cleanup(func() { routed.Close() })
-	pool, err := pgrouted.NewPoolWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	for _, c := range []*pgrouted.Connector{conn, pool.Connector()} {
-		waitReplicaRoute(t, c)
-		waitCatalogRead(t, c)
-	}
+	conn, routed, pool := openRouted(t, ctx, cfg)
 
 	// pgx straight to one replica.
 	direct, directPool := replicaBaselines(t, ctx)
@@ -137,21 +123,7 @@ func TestCheckedReadAllocations(t *testing.T) {
 			checks.Add(1)
 		}
 	}
-	conn, err := pgrouted.NewConnector(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	routed := sql.OpenDB(conn)
-	t.Cleanup(func() { routed.Close() })
-	pool, err := pgrouted.NewPoolWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	for _, c := range []*pgrouted.Connector{conn, pool.Connector()} {
-		waitReplicaRoute(t, c)
-		waitCatalogRead(t, c)
-	}
+	_, routed, pool := openRouted(t, ctx, cfg)
 
 	// pgx straight to the primary (the baseline's writes) and to one
 	// replica.
@@ -413,4 +385,27 @@ func replicaBaselines(t *testing.T, ctx context.Context) (*sql.DB, *pgxpool.Pool
 	}
 	t.Cleanup(directPool.Close)
 	return direct, directPool
+}
+
+// openRouted opens a *sql.DB and a Pool on cfg, each on its own
+// Connector, once both route reads to replicas and have read the function
+// catalog (whose read would count in a measure); closed when the test ends.
+func openRouted(t *testing.T, ctx context.Context, cfg *pgrouted.Config) (*pgrouted.Connector, *sql.DB, *pgrouted.Pool) {
+	t.Helper()
+	conn, err := pgrouted.NewConnector(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	routed := sql.OpenDB(conn)
+	t.Cleanup(func() { routed.Close() })
+	pool, err := pgrouted.NewPoolWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	for _, c := range []*pgrouted.Connector{conn, pool.Connector()} {
+		waitReplicaRoute(t, c)
+		waitCatalogRead(t, c)
+	}
+	return conn, routed, pool
 }

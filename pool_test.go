@@ -674,8 +674,16 @@ func TestPoolRefusedReadRunsOnPrimary(t *testing.T) {
 	setupFunctions(t, ctx)
 	p, rec := openPool(t, nil, "pgrouted_read_functions=app.add_item")
 	v := fmt.Sprintf("pool-refused-%d", time.Now().UnixNano())
+	addItemRefused(t, ctx, p, rec, "SELECT app.add_item($1)", v)
+}
+
+// addItemRefused runs query, a call of app.add_item(v) (a writing function
+// listed as a read), through p: a replica refuses it, the primary runs it
+// (the event says so), and the row is read back at once.
+func addItemRefused(t *testing.T, ctx context.Context, p *pgrouted.Pool, rec *routes, query, v string) {
+	t.Helper()
 	var id int64
-	if err := p.QueryRow(ctx, "SELECT app.add_item($1)", v).Scan(&id); err != nil {
+	if err := p.QueryRow(ctx, query, v).Scan(&id); err != nil {
 		t.Fatal(err)
 	}
 	e := eventWith(t, rec, "app.add_item")
