@@ -45,17 +45,25 @@ func bouncers(t testing.TB) *testcluster.Poolers {
 	return txBouncers
 }
 
-// openPooled opens pgrouted on the transaction poolers, with extra DSN
-// parameters and a log buffer, and waits until every host's probe has seen
-// its pooler.
+// openPooled opens pgrouted's driver on the transaction poolers, with
+// extra DSN parameters and a log buffer, as openPooledClient does.
 func openPooled(t testing.TB, extra ...string) (*sql.DB, *pgrouted.Connector, *routes, *syncBuffer) {
+	t.Helper()
+	c, conn, rec, logs := openPooledClient(t, openSQLClientDSN, extra...)
+	return c.(sqlClient).DB, conn, rec, logs
+}
+
+// openPooledClient opens a client (by open: the driver or the Pool) on the
+// transaction poolers, with extra DSN parameters and a log buffer, and
+// waits until every host's probe has seen its pooler.
+func openPooledClient(t testing.TB, open dsnOpener, extra ...string) (client, *pgrouted.Connector, *routes, *syncBuffer) {
 	t.Helper()
 	dsn := bouncers(t).DSN() + "&pgrouted_probe_interval=100ms&pgrouted_lease=5s&pgrouted_write_timeout=20s&pgrouted_names=" + names()
 	for _, e := range extra {
 		dsn += "&" + e
 	}
 	logs := &syncBuffer{}
-	db, conn, rec := openDSN(t, dsn, func(cfg *pgrouted.Config) {
+	db, conn, rec := open(t, dsn, func(cfg *pgrouted.Config) {
 		cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
 	})
 	replicasReady(t, conn) // every host probed, not just one replica
@@ -392,21 +400,25 @@ func TestPooledReplicaCheck(t *testing.T) {
 
 // TestPooledFailover: the primary dies behind its pooler and a replica is
 // promoted behind its own; the probes, through the poolers, follow, and
-// writes go to the new primary.
+// writes go to the new primary. Through the driver and through the Pool.
 func TestPooledFailover(t *testing.T) {
+	forEachClientDSN(t, testPooledFailover)
+}
+
+func testPooledFailover(t *testing.T, open dsnOpener) {
 	ctx := testCtx(t)
 	restore(t)
-	db, conn, rec, _ := openPooled(t)
-	if _, err := db.ExecContext(ctx, "DROP TABLE IF EXISTS pgb_failover; CREATE TABLE pgb_failover (id int)"); err != nil {
+	db, conn, rec, _ := openPooledClient(t, open)
+	if err := db.ExecContext(ctx, "DROP TABLE IF EXISTS pgb_failover; CREATE TABLE pgb_failover (id int)"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.ExecContext(ctx, "INSERT INTO pgb_failover VALUES (1)"); err != nil {
+	if err := db.ExecContext(ctx, "INSERT INTO pgb_failover VALUES (1)"); err != nil {
 		t.Fatal(err)
 	}
 	replicated(t, ctx)
 	failOver(t, ctx, conn, false)
 	marker := fmt.Sprintf("pgb-failover-%d", time.Now().UnixNano())
-	if _, err := db.ExecContext(ctx, "INSERT INTO pgb_failover VALUES (2) /* "+marker+" */"); err != nil {
+	if err := db.ExecContext(ctx, "INSERT INTO pgb_failover VALUES (2) /* "+marker+" */"); err != nil {
 		t.Fatalf("write after the failover: %v", err)
 	}
 	if on := ranOn(t, marker); len(on) != 1 || on[0] != "node1" {

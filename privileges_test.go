@@ -178,8 +178,13 @@ func TestOrdinaryRoleLagGates(t *testing.T) {
 // the timeline history. With it, a write the old primary acknowledged and
 // no standby received is reported lost; without it, the write is reported
 // as possibly lost and read from the new primary until the new timeline's
-// position is known. Either way reads go back to the replicas.
+// position is known. Either way reads go back to the replicas. Through
+// the driver and through the Pool.
 func TestOrdinaryRoleFailover(t *testing.T) {
+	forEachClientDSN(t, testOrdinaryRoleFailover)
+}
+
+func testOrdinaryRoleFailover(t *testing.T, open dsnOpener) {
 	for _, history := range []bool{true, false} {
 		name := map[bool]string{true: "history", false: "no-history"}[history]
 		t.Run(name, func(t *testing.T) {
@@ -189,11 +194,11 @@ func TestOrdinaryRoleFailover(t *testing.T) {
 			mustExec(t, ctx, cluster.Primary(), "DROP TABLE IF EXISTS priv_fail; CREATE TABLE priv_fail (id int)")
 			ordinaryRole(t, ctx, role, history, "priv_fail")
 			logs := &syncBuffer{}
-			db, conn, rec := openDSN(t, asRole(t, role), func(cfg *pgrouted.Config) {
+			db, conn, rec := open(t, asRole(t, role), func(cfg *pgrouted.Config) {
 				cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
 			})
 			sctx := pgrouted.WithSession(ctx, pgrouted.NewSession())
-			writeNoStandbyGets(t, sctx, sqlClient{db}, "INSERT INTO priv_fail VALUES (1)")
+			writeNoStandbyGets(t, sctx, db, "INSERT INTO priv_fail VALUES (1)")
 			failOver(t, ctx, conn, true)
 			var n int
 			if err := db.QueryRowContext(sctx, "SELECT count(*) FROM priv_fail").Scan(&n); err != nil || n != 0 {
@@ -212,7 +217,7 @@ func TestOrdinaryRoleFailover(t *testing.T) {
 					t.Fatalf("the possible loss was not reported as such: stats %+v, logs %q", conn.Stats(), logs.String())
 				}
 			}
-			untilReplica(t, sctx, sqlClient{db}, rec, "SELECT count(*) FROM priv_fail", 0)
+			untilReplica(t, sctx, db, rec, "SELECT count(*) FROM priv_fail", 0)
 			want := []string{topology.GrantReadAllStats}
 			if !history {
 				want = []string{topology.GrantReadFile, topology.GrantReadAllStats}
