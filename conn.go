@@ -88,12 +88,15 @@ func (cl *call) on(ctx context.Context, sc *stdlib.Conn, args []driver.NamedValu
 	if cl.px != nil {
 		return cl.px.on(ctx, cl, sc.Conn(), args)
 	}
-	var err error
 	if cl.isQuery {
+		var err error
 		cl.rows, err = sc.QueryContext(ctx, cl.query, args)
-	} else {
-		cl.res, err = sc.ExecContext(ctx, cl.query, args)
+		return err
 	}
+	// stdlib's ExecContext, keeping the command tag an error came with.
+	tag, err := pgpipe.ExecPlain(ctx, sc.Conn(), cl.query, args)
+	cl.res = driver.RowsAffected(tag.RowsAffected())
+	cl.unanswered = err != nil && tag.String() == ""
 	return err
 }
 

@@ -11,8 +11,8 @@
 //   - transactions, writes, locks and anything that changes session state
 //     run on the primary;
 //   - reads in autocommit mode run on a replica, but only on one that has
-//     replayed this connector's own writes (a WAL position read after each
-//     commit) and is inside the staleness budget;
+//     replayed this connector's own writes (the WAL position after their
+//     commits) and is inside the staleness budget;
 //   - which host is the primary is found, and found again after a failover,
 //     by probing pg_is_in_recovery() on every host (package topology).
 //
@@ -96,8 +96,10 @@
 //     replica to hold (watermark.go: the position of the caller's writes,
 //     across failovers; global.go and readindex.go: under global
 //     consistency, the primary's position read after the read began,
-//     shared among concurrent reads) and which eligible replica serves it (pick.go: one
-//     picker per pgrouted_select policy, and Config.Select).
+//     shared among concurrent reads; deferred.go: the position of the
+//     writes without a Session, read by the first read that needs it) and
+//     which eligible replica serves it (pick.go: one picker per
+//     pgrouted_select policy, and Config.Select).
 //     catchup.go: per replica, how often its checks found a write of a
 //     given age; a read right after its write skips replicas that seldom
 //     have it yet.
@@ -114,7 +116,8 @@
 //     runs out; primary sessions open under it, and its end abandons dials
 //     to the old primary and closes the sessions still open there.
 //   - primaryrun.go: a statement run on the primary session: a write
-//     pipelined with the read of the WAL position after its commit, the
+//     pipelined with the read of the WAL position after its commit (with
+//     a Session; without one, the position is deferred: deferred.go), the
 //     watermark raised after it, and the rerun of an autocommit write that
 //     a demoted primary refused.
 //   - internal/pgpipe: how both paths send what they decided, built on

@@ -101,8 +101,12 @@ func (c *Connector) globalPosition(ctx context.Context, v *view, rc *readCtx, g 
 		next.unknown, next.unknownAt = true, rc.now
 	} else {
 		// The position read after the read began is at or past every
-		// write acknowledged before, an unknown one included.
+		// write acknowledged before, an unknown one included, and a
+		// deferred one (deferred.go) on its history.
 		next.unknown, next.wm = false, later(next.wm, g.wm)
+		if next.pending && sameHistory(g.wm, next.pendingOn) {
+			next.pending = false
+		}
 	}
 	rc.st = &next
 }

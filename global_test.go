@@ -457,8 +457,9 @@ func testGlobalThroughFailover(t *testing.T, open opener) {
 }
 
 // TestGlobalWritesServeReads: in a process that writes as well as reads,
-// the positions its writes read after their commits (autocommit writes,
-// COMMITs) serve its waiting global reads in place of fetches
+// the positions its writes with a Session read after their commits
+// (autocommit writes, COMMITs; a write without one defers its position:
+// deferred.go) serve its waiting global reads in place of fetches
 // (Stats.PositionsShared), and no read misses a row another process's
 // write had acknowledged before the read began.
 func TestGlobalWritesServeReads(t *testing.T) {
@@ -503,14 +504,15 @@ func TestGlobalWritesServeReads(t *testing.T) {
 		}
 		return nil
 	})
+	sctx := pgrouted.WithSession(ctx, pgrouted.NewSession())
 	for range 2 { // this process's autocommit writes
 		write(func() error {
-			_, err := gdb.ExecContext(ctx, "INSERT INTO globalo VALUES (1)")
+			_, err := gdb.ExecContext(sctx, "INSERT INTO globalo VALUES (1)")
 			return err
 		})
 	}
 	write(func() error { // and its transactions
-		tx, err := gdb.BeginTx(ctx, nil)
+		tx, err := gdb.BeginTx(sctx, nil)
 		if err != nil {
 			return err
 		}

@@ -292,21 +292,26 @@ type Stats struct {
 	ReplicaWaitTimeouts uint64        `json:"replicaWaitTimeouts"`
 
 	// PositionFetches counts the reads of the primary's WAL position made
-	// for global consistency (one query each, on a connection of the
-	// primary's pool), PositionFetchErrors those that failed, and
-	// GlobalReads the reads they served: concurrent reads share one
-	// fetch, so PositionFetches/GlobalReads is the primary's cost per read.
-	// GlobalWaitTime is the total time global reads waited for their
-	// positions (RouteEvent.GlobalWait). PositionsShared counts the
+	// for global consistency and for reads after a write whose position
+	// was deferred (one query each, on a connection of the primary's
+	// pool), PositionFetchErrors those that failed, GlobalReads the global
+	// reads they served and DeferredPositionReads the others: concurrent
+	// reads share one fetch, so PositionFetches/(GlobalReads +
+	// DeferredPositionReads) is the primary's cost per read. A write
+	// without a Session does not read its position after its commit: the
+	// first read that needs it does (see [WithSession]).
+	// GlobalWaitTime is the total time reads waited for these positions
+	// (for a global read: RouteEvent.GlobalWait). PositionsShared counts the
 	// positions pgrouted read anyway (after a write's commit or a COMMIT,
 	// by a probe of the primary), sent after every read of a waiting round
 	// began, that served that round in place of its fetch: each one spared
 	// a fetch, or answered a fetch in flight early.
-	PositionFetches     uint64        `json:"positionFetches"`
-	PositionFetchErrors uint64        `json:"positionFetchErrors"`
-	GlobalReads         uint64        `json:"globalReads"`
-	GlobalWaitTime      time.Duration `json:"globalWaitTime"`
-	PositionsShared     uint64        `json:"positionsShared"`
+	PositionFetches       uint64        `json:"positionFetches"`
+	PositionFetchErrors   uint64        `json:"positionFetchErrors"`
+	GlobalReads           uint64        `json:"globalReads"`
+	DeferredPositionReads uint64        `json:"deferredPositionReads"`
+	GlobalWaitTime        time.Duration `json:"globalWaitTime"`
+	PositionsShared       uint64        `json:"positionsShared"`
 }
 
 // opNames are the ops counted per host, and reasonNames the reasons
@@ -347,6 +352,7 @@ type counters struct {
 
 	timelineResets atomic.Uint64
 	lostWrites     atomic.Uint64
+	deferredReads  atomic.Uint64 // reads that read a deferred write's position (deferred.go)
 
 	catalogRouted atomic.Uint64 // statements sent to the primary by a function verdict
 	functionPins  atomic.Uint64 // connections pinned by a function verdict or a refused read
@@ -399,6 +405,7 @@ func (c *Connector) countRouteError(err error) bool {
 // Stats returns the Connector's counters.
 func (c *Connector) Stats() Stats {
 	k := &c.counters
+	deferred := k.deferredReads.Load()
 	st := Stats{
 		Statements:      map[string]map[string]uint64{},
 		Fallbacks:       map[Reason]uint64{},
@@ -415,11 +422,12 @@ func (c *Connector) Stats() Stats {
 		ReplicaWaitTime:     time.Duration(k.wait.nanos.Load()),
 		ReplicaWaitTimeouts: k.wait.timeouts.Load(),
 
-		PositionFetches:     c.index.fetches.Load(), // global.go
-		PositionFetchErrors: c.index.failed.Load(),
-		GlobalReads:         c.index.served.Load(),
-		GlobalWaitTime:      time.Duration(c.index.waited.Load()),
-		PositionsShared:     c.index.shared.Load(),
+		PositionFetches:       c.index.fetches.Load(), // global.go
+		PositionFetchErrors:   c.index.failed.Load(),
+		DeferredPositionReads: deferred,
+		GlobalReads:           c.index.served.Load() - deferred, // served counts both, each before deferredReads
+		GlobalWaitTime:        time.Duration(c.index.waited.Load()),
+		PositionsShared:       c.index.shared.Load(),
 	}
 	if e := c.top.Snapshot().Epoch; e > 1 {
 		st.Failovers = e - 1

@@ -122,8 +122,9 @@ func (px *pgxCall) on(ctx context.Context, cl *call, pc *pgx.Conn, args []driver
 		px.copied, err = pc.CopyFrom(ctx, px.copyTable, px.copyCols, px.copySrc)
 		return err
 	}
-	if err != nil && pgconn.SafeToRetry(err) {
-		// Nothing was sent, as stdlib says it.
+	if err != nil && pgconn.SafeToRetry(err) && (!cl.primary || pgpipe.NothingSent(err)) {
+		// Nothing was sent, as stdlib says it (on the primary, where a
+		// write must not run twice, as pgpipe.NothingSent says it).
 		err = driver.ErrBadConn
 	}
 	return err

@@ -28,11 +28,12 @@ type plan struct {
 	// fallback: the primary may run it when no replica can (see
 	// plan.fallBack).
 	fallback bool
-	err      error      // the statement cannot run
-	lost     bool       // the caller's last write was found lost in a failover
-	pin      bool       // the connection stays on the primary after it (beyond a Session class)
-	fn       string     // the function that decided (see Decision.Function)
-	global   globalRead // the primary's position under global consistency (global.go)
+	err      error        // the statement cannot run
+	lost     bool         // the caller's last write was found lost in a failover
+	pin      bool         // the connection stays on the primary after it (beyond a Session class)
+	fn       string       // the function that decided (see Decision.Function)
+	global   globalRead   // the primary's position under global consistency (global.go)
+	deferred deferredRead // the position of the caller's deferred writes (deferred.go)
 }
 
 // target is the replica a read (or a read-only transaction) runs on, and
@@ -200,6 +201,9 @@ func (c *Connector) planReplica(ctx context.Context, o *options, p *plan, advanc
 	c.globalPosition(ctx, v, &rc, &p.global, advance) // global.go
 	p.lost = rc.lost
 	pk := c.pickReplica(v, &rc, advance, nil)
+	if pk.pending && advance {
+		pk = c.resolveDeferred(ctx, v, &rc, pk, &p.deferred) // deferred.go
+	}
 	if pk.host != nil {
 		p.replica.host, p.replica.check, p.replica.wm = pk.host, pk.check, pk.wm
 		if pk.check {
@@ -270,6 +274,10 @@ func (c *Connector) replan(ctx context.Context, p *plan, skip *host) (target, bo
 	g := p.global
 	c.globalPosition(ctx, v, &rc, &g, true) // global.go: the plan's position
 	next := c.pickReplica(v, &rc, true, skip)
+	if next.pending {
+		d := p.deferred
+		next = c.resolveDeferred(ctx, v, &rc, next, &d) // deferred.go
+	}
 	if next.host == nil {
 		return target{}, false
 	}
@@ -304,6 +312,9 @@ type pick struct {
 	check  bool
 	wm     lagmeter.Watermark
 	wrote  time.Time // see target.wrote
+	// pending: the caller's position is deferred (deferred.go); host must
+	// check it once it is read (Connector.resolveDeferred).
+	pending bool
 }
 
 // pickReplica chooses a replica for a read in v, skipping host skip (nil:
@@ -331,6 +342,9 @@ func (c *Connector) pickReplica(v *view, rc *readCtx, advance bool, skip *host) 
 	if !session {
 		wm = lagmeter.Watermark{}
 	}
+	// A deferred position (deferred.go): no replica is proven to hold it
+	// until it is read, which only the pick's replica needs.
+	pending := session && rc.st.pending
 	sp := v.switchPoint(wm.Timeline)
 	pinned := rc.cons == dsn.ConsistencySession && c.cfg.PinAfterWrite > 0 && rc.now.Sub(rc.st.lastWrite) < c.cfg.PinAfterWrite
 	// recent: the caller's position is its own last write, whose age
@@ -338,7 +352,7 @@ func (c *Connector) pickReplica(v *view, rc *readCtx, advance bool, skip *host) 
 	// (catchup.go), unless the read may wait for it.
 	var age time.Duration
 	// A read that may not fall back to the primary checks in any case.
-	recent := rc.cons == dsn.ConsistencySession && !rc.st.lastWrite.IsZero() && !wm.IsZero() &&
+	recent := rc.cons == dsn.ConsistencySession && !rc.st.lastWrite.IsZero() && (!wm.IsZero() || pending) &&
 		!rc.forced && c.cfg.Fallback != dsn.FallbackError
 	if recent {
 		age = rc.now.Sub(rc.st.lastWrite)
@@ -380,6 +394,9 @@ func (c *Connector) pickReplica(v *view, rc *readCtx, advance bool, skip *host) 
 			continue
 		}
 		ok, why := wm.ReachedBy(pos, sp)
+		if pending && ok {
+			ok, why = false, lagmeter.ReasonBehind
+		}
 		switch {
 		case ok:
 			buf[nCand] = h
@@ -417,7 +434,7 @@ func (c *Connector) pickReplica(v *view, rc *readCtx, advance bool, skip *host) 
 		}
 		return pick{reason: ReasonBehind}
 	}
-	pk := pick{host: c.choose(rc.ctx, cand, advance), check: checking, wm: wm}
+	pk := pick{host: c.choose(rc.ctx, cand, advance), check: checking, wm: wm, pending: pending}
 	if checking && recent {
 		pk.wrote = rc.st.lastWrite
 	}

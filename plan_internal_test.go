@@ -132,7 +132,7 @@ func benchConnector(b *testing.B, policy dsn.SelectPolicy, n int) (*Connector, *
 		s.Hosts = append(s.Hosts, h)
 	}
 	c.picker = newPicker(policy, 20*time.Millisecond, nil, nil)
-	c.writes.wrote(lagmeter.Watermark{SystemID: 7, Timeline: 1, LSN: 1 << 29}, time.Now())
+	c.writes.wrote(lagmeter.Watermark{SystemID: 7, Timeline: 1, LSN: 1 << 29}, time.Now(), time.Time{})
 	return c, newView(s, c.hosts.all())
 }
 

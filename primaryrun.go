@@ -16,7 +16,8 @@ import (
 
 // This file is the primary path's run of a statement on the primary
 // session: the run itself, the WAL position read after a write's commit
-// (pipelined with the write, internal/pgpipe), the bookkeeping that
+// (pipelined with the write, internal/pgpipe; or deferred to the first
+// read that needs it, deferred.go), the bookkeeping that
 // follows a write (the read-your-writes watermark), and the rerun of an
 // autocommit write that a demoted primary refused with SQLSTATE 25006.
 
@@ -48,8 +49,10 @@ func (cn *conn) runOnPrimary(ctx context.Context, p *plan, r sqlclass.Result, cl
 			cn.pin()
 		}
 		positioned := cn.positioned(ctx, r, cl)
+		// writes: its watermark is raised after it (raiseAfter).
+		writes := p.class != sqlclass.Read && !inTx
 		cl.sent, cl.unanswered = monoNow(), false
-		pos, err := cn.execPrimary(ctx, sc, positioned, cl)
+		pos, err := cn.execPrimary(ctx, sc, positioned, writes, cl)
 		if endedUnanswered(r, cl, err) && !inTx && !cn.pinned {
 			// Nothing committed: as if it had not been sent.
 			err = driver.ErrBadConn
@@ -84,8 +87,18 @@ func (cn *conn) runOnPrimary(ctx context.Context, p *plan, r sqlclass.Result, cl
 // execPrimary runs cl on the primary session sc: pipelined with the read
 // of the position after its commit when positioned (pos is then that
 // position, or 0; for a query, it is read when the rows are closed).
-func (cn *conn) execPrimary(ctx context.Context, sc *stdlib.Conn, positioned bool, cl *call) (pos lagmeter.LSN, err error) {
-	if !positioned {
+func (cn *conn) execPrimary(ctx context.Context, sc *stdlib.Conn, positioned, writes bool, cl *call) (pos lagmeter.LSN, err error) {
+	switch {
+	case !positioned && writes && cl.isQuery && cl.px == nil:
+		// Rows that raise the watermark once closed.
+		r := &wroteRows{cn: cn, sc: sc, ctx: ctx, host: cn.host}
+		if err = r.Rows.Query(ctx, sc.Conn(), cl.query, cn.c.statementArgs(cn.host, cl.args), nil); err != nil {
+			cl.unanswered = !r.Rows.Answered()
+			return 0, err
+		}
+		cl.rows = r
+		return 0, nil
+	case !positioned:
 		return 0, cl.on(ctx, sc, cn.c.statementArgs(cn.host, cl.args))
 	}
 	var tag pgconn.CommandTag
@@ -203,10 +216,14 @@ func (cn *conn) raiseAfter(ctx context.Context, positioned bool, pos lagmeter.LS
 	case err == nil && cl.px.wroteLater(ctx, cn):
 		// pgx's rows or batch results: the same, when they are closed.
 	case err == nil && cl.rows != nil:
-		// A statement returning rows: it commits once its rows are all
-		// sent, and the session is busy until they are closed; raise the
-		// watermark then.
-		cl.rows = &wroteRows{Rows: cl.rows.(*stdlib.Rows), cn: cn, sc: cn.primary, ctx: ctx, host: cn.host}
+		// A statement returning rows (wroteRows): it commits once its rows
+		// are all sent, and the session is busy until they are closed;
+		// the watermark is raised then.
+	case cn.c.deferPosition(ctx):
+		// Committed (autocommit, or COMMIT), even after an error, since
+		// part of a string may have run: its position is read when a
+		// read needs it (deferred.go).
+		cn.c.wroteDeferred(ctx, cn.host)
 	default:
 		// Committed (autocommit, or COMMIT): raise the watermark, even
 		// after an error, since part of a string may have run.
@@ -222,10 +239,11 @@ func (cn *conn) raiseAfter(ctx context.Context, positioned bool, pos lagmeter.LS
 // in autocommit mode can run pipelined with the read of the WAL position
 // that follows its commit (see execPositioned): one INSERT, UPDATE, DELETE,
 // MERGE or data-modifying WITH (not COPY, DDL, CALL or DO, which the
-// ordinary path runs as pgx does), under session consistency, with pgx's
+// ordinary path runs as pgx does), made with a Session (a write without
+// one defers its position: deferred.go), with pgx's
 // default extended-protocol modes and no pgx option among its arguments.
 func (cn *conn) positioned(ctx context.Context, r sqlclass.Result, cl *call) bool {
-	if !r.DML || !cn.c.tracksWrites(ctx) || cn.inSQLTx() || !cl.px.positionable() {
+	if !r.DML || !cn.c.tracksWrites(ctx) || cn.c.deferPosition(ctx) || cn.inSQLTx() || !cl.px.positionable() {
 		return false
 	}
 	cl.px.nameArgs(cl)

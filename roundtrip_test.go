@@ -508,7 +508,8 @@ func TestAutocommitWriteReturningRows(t *testing.T) {
 // TestPipelinedStatementsArePreparedOnce: as pgx's default mode
 // (cache_statement) does, the pipelined paths prepare a statement once per
 // connection, as a named statement, and execute it without a Parse from
-// then on: the write and the read of its position on the primary, and the
+// then on: the write and the read of its position on the primary (a write
+// with a Session: one without defers its position, deferred.go), and the
 // position check and the read on a replica. Under cache_describe, chosen
 // in the DSN, they send the unnamed statement, parsed at every execution,
 // as pgx does then.
@@ -519,7 +520,7 @@ func TestPipelinedStatementsArePreparedOnce(t *testing.T) {
 			if mode != "" {
 				extra += "&default_query_exec_mode=" + mode
 			}
-			ctx := testCtx(t)
+			ctx := pgrouted.WithSession(testCtx(t), pgrouted.NewSession())
 			db, conn, w, rec := counting(t, extra)
 			db.SetMaxOpenConns(1)
 			table := "prepared_once" + strings.ReplaceAll(mode, "_", "")

@@ -51,9 +51,10 @@ func (r *checkedRows) Close() error {
 }
 
 // wroteRows are the rows of an autocommit statement that wrote on the
-// primary: closing them raises the read-your-writes watermark.
+// primary (pgpipe.Rows.Query, as stdlib's QueryContext runs it): closing
+// them raises the read-your-writes watermark.
 type wroteRows struct {
-	*stdlib.Rows
+	pgpipe.Rows
 	cn   *conn
 	sc   *stdlib.Conn // the primary session the rows come from
 	ctx  context.Context

@@ -165,12 +165,16 @@ func (t *tx) run(ctx context.Context, r sqlclass.Result, cl *call, began time.Ti
 func (t *tx) Commit() error {
 	began := time.Now()
 	cn := t.cn
-	if !t.wrote || cn.primary == nil || !cn.c.tracksWrites(t.ctx) {
+	if !t.wrote || cn.primary == nil || !cn.c.tracksWrites(t.ctx) || cn.c.deferPosition(t.ctx) {
 		err := t.inner.Commit()
 		if err != nil && t.replica == nil && cn.primary != nil && cn.lost(cn.primary) {
 			err = lostError(OpTx, err)
 		}
 		t.end(began, "COMMIT", err)
+		if t.wrote && t.replica == nil && cn.c.deferPosition(t.ctx) {
+			// Its position is read when a read needs it (deferred.go).
+			cn.c.wroteDeferredAfter(t.ctx, t.host, err)
+		}
 		return err
 	}
 	// One round trip: COMMIT, then the position after it.

@@ -103,6 +103,7 @@ func (c *Connector) readCtx(rc *readCtx, ctx context.Context, o *options, v *vie
 			rc.st = rc.mark.resolve(rc.st, w)
 		}
 	}
+	c.settleDeferred(rc, v, commit) // deferred.go
 	return nil
 }
 
@@ -203,9 +204,9 @@ func (c *Connector) wrote(ctx context.Context, host *host, lsn lagmeter.LSN, sen
 	}
 	c.positionRead(host, w, sent) // global.go
 	now := time.Now()
-	c.writes.wrote(w, now)
+	c.writes.wrote(w, now, sent)
 	if s := sessionFrom(ctx); s != nil {
-		s.m.wrote(w, now)
+		s.m.wrote(w, now, sent)
 	}
 }
 
@@ -225,8 +226,13 @@ func (c *Connector) wroteAfter(ctx context.Context, host *host, pos lagmeter.LSN
 }
 
 // wroteThen records a committed write on primary host whose position is
-// read now on pc, a primary session, after it (insertLSN).
+// read now on pc, a primary session, after it (insertLSN), unless it is
+// deferred (deferred.go).
 func (c *Connector) wroteThen(ctx context.Context, host *host, pc *pgx.Conn) {
+	if c.deferPosition(ctx) {
+		c.wroteDeferred(ctx, host)
+		return
+	}
 	sent := monoNow()
 	c.wrote(ctx, host, c.insertLSN(ctx, pc), sent)
 }
@@ -269,6 +275,13 @@ type markState struct {
 	unknown   bool      // the last write's position could not be read
 	unknownAt time.Time // since when; a primary probe sent after it resolves it
 	lastWrite time.Time // for pgrouted_pin_after_write
+
+	// pending: writes since wm left their position to be read when a read
+	// needs it (deferred.go), the last one acknowledged before pendingAt
+	// (monoNow) on the history pendingOn (SystemID and Timeline; no LSN).
+	pending   bool
+	pendingAt time.Time
+	pendingOn lagmeter.Watermark
 }
 
 var zeroMark = &markState{}
@@ -280,8 +293,10 @@ func (m *mark) load() *markState {
 	return zeroMark
 }
 
-// wrote records a committed write at w (zero: its position is unknown).
-func (m *mark) wrote(w lagmeter.Watermark, now time.Time) {
+// wrote records a committed write at w (zero: its position is unknown),
+// read by a query sent at sent (monoNow; zero when not known): a deferred
+// position on w's history acknowledged before sent is at or before w.
+func (m *mark) wrote(w lagmeter.Watermark, now, sent time.Time) {
 	for {
 		cur := m.p.Load()
 		next := &markState{lastWrite: now}
@@ -293,6 +308,37 @@ func (m *mark) wrote(w lagmeter.Watermark, now time.Time) {
 			next.unknown, next.unknownAt = true, now
 		} else {
 			next.wm = later(next.wm, w)
+			if next.pending && !sent.IsZero() && sent.After(next.pendingAt) && sameHistory(w, next.pendingOn) {
+				next.pending = false
+			}
+		}
+		if m.p.CompareAndSwap(cur, next) {
+			return
+		}
+	}
+}
+
+// wroteDeferred records a committed write acknowledged before now
+// (monoNow) on the history on (SystemID and Timeline; zero when not
+// known: its position is then unknown), whose position is deferred
+// (deferred.go). An older deferred position on another history becomes
+// unknown: the mark keeps one history's.
+func (m *mark) wroteDeferred(on lagmeter.Watermark, now time.Time) {
+	for {
+		cur := m.p.Load()
+		next := &markState{}
+		if cur != nil {
+			*next = *cur
+		}
+		next.lastWrite = now
+		switch {
+		case on.SystemID == 0 || on.Timeline == 0:
+			next.unknown, next.unknownAt = true, now
+		case next.pending && !sameHistory(on, next.pendingOn):
+			next.unknown, next.unknownAt = true, now
+			fallthrough
+		default:
+			next.pending, next.pendingAt, next.pendingOn = true, now, on
 		}
 		if m.p.CompareAndSwap(cur, next) {
 			return

@@ -30,6 +30,7 @@ package pgpipe
 import (
 	"context"
 	"database/sql/driver"
+	"errors"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -245,4 +246,34 @@ func parseLSN(b []byte) (lagmeter.LSN, bool) {
 		return 0, false
 	}
 	return lagmeter.LSN(hi<<32 | lo), true
+}
+
+// ExecPlain runs query with args on pc as stdlib's Conn.ExecContext does (pgx's
+// Exec; driver.ErrBadConn when pc is closed or nothing was sent), with the
+// arguments in pc's scratch, and returns pgx's command tag with the error
+// too: an empty one when the server answered nothing.
+// Unlike stdlib, it takes an error for nothing sent only when NothingSent
+// says so; a connection closed before the call is driver.ErrBadConn.
+func ExecPlain(ctx context.Context, pc *pgx.Conn, query string, args []driver.NamedValue) (pgconn.CommandTag, error) {
+	if pc.IsClosed() {
+		return pgconn.CommandTag{}, driver.ErrBadConn
+	}
+	s := scratchOf(pc.PgConn())
+	vals := s.values(args)
+	tag, err := pc.Exec(ctx, query, vals...)
+	clear(vals) // keep none of the statement's values alive
+	if err != nil && NothingSent(err) {
+		return tag, driver.ErrBadConn
+	}
+	return tag, err
+}
+
+// NothingSent reports whether err, from a statement of pgx's on a
+// connection that was open when it began, means that nothing of it was
+// sent: pgconn.SafeToRetry, but not pgconn's "conn closed", which pgconn
+// also returns, safe to retry, from a read once the connection was closed
+// under a statement it had sent (by another goroutine: a primary's term
+// ending closes its sessions).
+func NothingSent(err error) bool {
+	return pgconn.SafeToRetry(err) && !errors.Is(err, pgconn.ErrConnClosed)
 }

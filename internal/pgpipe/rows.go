@@ -177,6 +177,19 @@ func (r *Rows) Query(ctx context.Context, pc *pgx.Conn, query string, args []dri
 	return r.first()
 }
 
+// Answered reports whether the server answered the query with anything of
+// its own (a row, or a command tag), which a query that failed in Query
+// (the error of its first row) may have done before its error.
+func (r *Rows) Answered() bool {
+	if r.loaded {
+		return true
+	}
+	if r.pr != nil {
+		return r.pr.CommandTag().String() != ""
+	}
+	return false
+}
+
 // setColumns copies fields and plans the conversion of each column, as
 // stdlib's Rows.initValueFuncs does: the same Go type per OID, a string
 // for every type it does not list.

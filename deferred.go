@@ -1,0 +1,165 @@
+package pgrouted
+
+import (
+	"context"
+	"database/sql/driver"
+	"errors"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/pgrouted/pgrouted/internal/pgpipe"
+	"github.com/pgrouted/pgrouted/lagmeter"
+)
+
+// This file is the deferred position of a write: a write that moves only
+// the Connector's read-your-writes mark (no Session in its context) does
+// not read the primary's WAL position after its commit. It runs as pgx
+// runs it, one statement, and costs the primary what it costs through pgx;
+// the mark records that a write committed, when, and on which history
+// (system identifier and timeline), with its position to be read.
+//
+// The position is read when a read needs it, and only then: a read that
+// would check a replica for the writes before it. pg_current_wal_insert_lsn()
+// read at any moment after a commit was acknowledged is at or past it (a
+// position serves everyone after it), so one read of the primary's
+// position, made after the read began, serves it and every write
+// acknowledged before: the read index of global consistency
+// (readindex.go), whose fetches concurrent reads share. A read the
+// primary serves anyway (no replica eligible, one catching up: catchup.go)
+// reads nothing. A probe of the primary sent after the write read a
+// position at or past it too, and settles the mark without a fetch.
+//
+// The position read is on the write's history or the mark cannot use it:
+// when the primary's system or timeline is no longer the write's (a
+// failover since), the write's position is unknown, as a position whose
+// read failed is (watermark.go: reads go to the primary until a probe of
+// the new primary settles it). So a write whose position nobody read
+// before a failover is reported as possibly lost, not as lost: telling
+// needs its position, which a Session's writes read at once (its token
+// carries it across processes).
+
+// deferPosition reports whether a write made with ctx leaves its position
+// to be read when a read needs it: when no Session is in ctx.
+func (c *Connector) deferPosition(ctx context.Context) bool {
+	return sessionFrom(ctx) == nil
+}
+
+// wroteDeferred records a committed write on primary host whose position
+// is deferred (see the file's comment).
+func (c *Connector) wroteDeferred(ctx context.Context, host *host) {
+	if !c.tracksWrites(ctx) {
+		return
+	}
+	var on lagmeter.Watermark
+	if hv := c.view().of(host); hv != nil {
+		if h := hv.probe; h.SystemID != 0 && h.Timeline != 0 {
+			on = lagmeter.Watermark{SystemID: h.SystemID, Timeline: h.Timeline}
+		}
+	}
+	c.writes.wroteDeferred(on, monoNow())
+}
+
+// wroteDeferredAfter raises the mark after a write (or COMMIT) whose
+// position is deferred ran with outcome err: as Connector.wroteAfter does,
+// a refusal or a write never sent moves nothing, a connection that failed
+// under it leaves its position unknown.
+func (c *Connector) wroteDeferredAfter(ctx context.Context, host *host, err error) {
+	switch {
+	case err == nil:
+		c.wroteDeferred(ctx, host)
+	case pgpipe.IsPgError(err) || pgpipe.IsEncodeError(err) || errors.Is(err, pgx.ErrTxCommitRollback) || errors.Is(err, driver.ErrBadConn):
+	default:
+		c.wrote(ctx, host, 0, time.Time{})
+	}
+}
+
+// sameHistory reports whether the watermarks a and b are on one history:
+// the same system and timeline.
+func sameHistory(a, b lagmeter.Watermark) bool {
+	return a.SystemID == b.SystemID && a.Timeline == b.Timeline
+}
+
+// settleDeferred is readCtx's part for a deferred position (rc.st.pending),
+// in view v: a primary on another history than the write's makes it
+// unknown; a probe of the write's primary sent after it settles it. It
+// commits what it learns to the mark when commit is true (not for
+// Explain); a read made while another write changed the mark uses it
+// without committing it (that write is not before the read).
+func (c *Connector) settleDeferred(rc *readCtx, v *view, commit bool) {
+	st := rc.st
+	if !st.pending || v.primary == nil {
+		return
+	}
+	p := v.primary.probe
+	if p.SystemID == 0 || p.Timeline == 0 {
+		return
+	}
+	next := *st
+	if p.SystemID != st.pendingOn.SystemID || p.Timeline != st.pendingOn.Timeline {
+		// A failover since the write: whether it survived needs its
+		// position, which nobody read.
+		next.pending, next.unknown, next.unknownAt = false, true, rc.now
+	} else if w, ok := probedPosition(v); ok && p.InsertLSN != 0 && p.LastSuccess.After(st.pendingAt) {
+		next.pending, next.wm = false, later(st.wm, w)
+	} else {
+		return
+	}
+	if commit {
+		rc.mark.p.CompareAndSwap(st, &next)
+	}
+	rc.st = &next
+}
+
+// deferredRead is what a read learned of the primary's position for a
+// deferred write: kept in its plan, so that a retry on another replica
+// (replan) uses the same position.
+type deferredRead struct {
+	done bool
+	wm   lagmeter.Watermark
+	err  error
+}
+
+// resolveDeferred completes pk, a replica picked for a read whose
+// position is deferred (pk.pending), with that position: read now (one
+// read of the primary's position after the read began, shared with
+// concurrent reads: readindex.go), or the one d holds from the read's
+// first plan. The replica then serves the read as pickReplica would have
+// with the position known: without a check when its last probe shows it
+// at the position, else after checking it. A position that cannot be had,
+// or that is on another history than the write's, sends the read where an
+// unknown position does (ReasonPositionUnknown).
+func (c *Connector) resolveDeferred(ctx context.Context, v *view, rc *readCtx, pk pick, d *deferredRead) pick {
+	if !d.done {
+		d.done = true
+		start := monoNow()
+		d.wm, d.err = c.index.get(ctx)
+		c.index.waited.Add(uint64(monoNow().Sub(start)))
+		if d.err == nil {
+			c.counters.deferredReads.Add(1)
+		}
+	}
+	st := rc.st
+	if d.err != nil {
+		return pick{reason: ReasonPositionUnknown}
+	}
+	next := *st
+	if !sameHistory(d.wm, st.pendingOn) {
+		next.pending, next.unknown, next.unknownAt = false, true, rc.now
+		rc.mark.p.CompareAndSwap(st, &next)
+		rc.st = &next
+		return pick{reason: ReasonPositionUnknown}
+	}
+	next.pending, next.wm = false, later(st.wm, d.wm)
+	rc.mark.p.CompareAndSwap(st, &next)
+	rc.st = &next
+	pk.pending, pk.wm = false, next.wm
+	h := pk.host
+	pk.check = true
+	if h.probe.Healthy {
+		pos := lagmeter.Position{SystemID: h.probe.SystemID, Timeline: h.probe.Timeline, Replay: h.replay()}
+		if ok, _ := pk.wm.ReachedBy(pos, v.switchPoint(pk.wm.Timeline)); ok {
+			pk.check, pk.wrote = false, time.Time{}
+		}
+	}
+	return pk
+}

@@ -1,0 +1,169 @@
+package pgrouted
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/pgrouted/pgrouted/dsn"
+	"github.com/pgrouted/pgrouted/lagmeter"
+)
+
+// deferredConnector is benchConnector (a primary and 2 standbys of system
+// 7, timeline 1, replayed to 1<<30) whose caller wrote once with its
+// position deferred, and whose position reads answer with fetch.
+func deferredConnector(t *testing.T, fetch fetchFunc) (*Connector, *view) {
+	t.Helper()
+	c, v := benchConnector(&testing.B{}, dsn.SelectRoundRobin, 2)
+	c.writes.wroteDeferred(lagmeter.Watermark{SystemID: 7, Timeline: 1}, monoNow())
+	c.index = newReadIndex(fetch)
+	t.Cleanup(c.index.close)
+	return c, v
+}
+
+// pickDeferred is planReplica's pick and resolution of a read in v.
+func pickDeferred(t *testing.T, c *Connector, v *view) (pick, *readCtx) {
+	t.Helper()
+	rc := &readCtx{ctx: context.Background(), mark: &c.writes, st: c.writes.load(), now: monoNow(), cons: dsn.ConsistencySession}
+	c.settleDeferred(rc, v, true)
+	pk := c.pickReplica(v, rc, true, nil)
+	if pk.host == nil || !pk.pending || !pk.check {
+		t.Fatalf("a read after a deferred write: pick %+v, want a replica to check once the position is read", pk)
+	}
+	var d deferredRead
+	return c.resolveDeferred(rc.ctx, v, rc, pk, &d), rc
+}
+
+// TestDeferredPositionResolves: a read after a write whose position was
+// deferred reads it (once, after the read began), and serves from a
+// replica without a check when the replica's last probe holds it, after a
+// check when not; the mark keeps the position read.
+func TestDeferredPositionResolves(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		lsn   lagmeter.LSN
+		check bool
+	}{
+		{"replica-holds-it", 1 << 29, false},
+		{"replica-must-check", 1<<30 + 100, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fetches := 0
+			c, v := deferredConnector(t, func(context.Context) (lagmeter.Watermark, error) {
+				fetches++
+				return lagmeter.Watermark{SystemID: 7, Timeline: 1, LSN: tc.lsn}, nil
+			})
+			pk, _ := pickDeferred(t, c, v)
+			if pk.host == nil || pk.pending || pk.check != tc.check || pk.wm.LSN != tc.lsn {
+				t.Fatalf("pick %+v, want a replica, check %v at %v", pk, tc.check, tc.lsn)
+			}
+			if fetches != 1 {
+				t.Fatalf("%d position reads, want 1", fetches)
+			}
+			if st := c.writes.load(); st.pending || st.wm.LSN != tc.lsn {
+				t.Fatalf("mark after the read: %+v, want the position read, settled", st)
+			}
+		})
+	}
+}
+
+// TestDeferredPositionOtherHistory: a position read on another timeline
+// than the write's (a failover since) cannot place the write: the read
+// goes where an unknown position goes, and so do the next ones until a
+// probe settles it.
+func TestDeferredPositionOtherHistory(t *testing.T) {
+	c, v := deferredConnector(t, func(context.Context) (lagmeter.Watermark, error) {
+		return lagmeter.Watermark{SystemID: 7, Timeline: 2, LSN: 1 << 20}, nil
+	})
+	pk, _ := pickDeferred(t, c, v)
+	if pk.host != nil || pk.reason != ReasonPositionUnknown {
+		t.Fatalf("pick %+v, want none for %s", pk, ReasonPositionUnknown)
+	}
+	if st := c.writes.load(); st.pending || !st.unknown {
+		t.Fatalf("mark %+v, want the position unknown", st)
+	}
+}
+
+// TestDeferredPositionFetchFails: a position that cannot be read sends the
+// read where an unknown position does, and the next read tries again.
+func TestDeferredPositionFetchFails(t *testing.T) {
+	c, v := deferredConnector(t, func(context.Context) (lagmeter.Watermark, error) {
+		return lagmeter.Watermark{}, errors.New("no primary")
+	})
+	pk, _ := pickDeferred(t, c, v)
+	if pk.host != nil || pk.reason != ReasonPositionUnknown {
+		t.Fatalf("pick %+v, want none for %s", pk, ReasonPositionUnknown)
+	}
+	if st := c.writes.load(); !st.pending || st.unknown {
+		t.Fatalf("mark %+v, want the write still deferred", st)
+	}
+}
+
+// TestDeferredPositionSettledByProbe: a probe of the write's primary sent
+// after the write read a position at or past it: no read of the position
+// is made.
+func TestDeferredPositionSettledByProbe(t *testing.T) {
+	c, v := deferredConnector(t, func(context.Context) (lagmeter.Watermark, error) {
+		t.Error("the position was read though a probe had it")
+		return lagmeter.Watermark{}, errors.New("unexpected")
+	})
+	p := *v.hosts[0].probe
+	p.LastSuccess = monoNow().Add(time.Millisecond)
+	v.hosts[0].probe, v.walEnd = &p, 1<<29
+	rc := &readCtx{ctx: context.Background(), mark: &c.writes, st: c.writes.load(), now: monoNow(), cons: dsn.ConsistencySession}
+	c.settleDeferred(rc, v, true)
+	if st := c.writes.load(); st.pending || st.wm.LSN != 1<<29 {
+		t.Fatalf("mark %+v, want it settled at the probe's position", st)
+	}
+	if pk := c.pickReplica(v, rc, true, nil); pk.host == nil || pk.pending || pk.check {
+		t.Fatalf("pick %+v, want a replica proven by its probe", pk)
+	}
+
+	// A probe on another timeline: a failover since the write.
+	c, v = deferredConnector(t, nil)
+	p2 := *v.hosts[0].probe
+	p2.Timeline = 2
+	v.hosts[0].probe = &p2
+	rc = &readCtx{ctx: context.Background(), mark: &c.writes, st: c.writes.load(), now: monoNow(), cons: dsn.ConsistencySession}
+	c.settleDeferred(rc, v, true)
+	if st := c.writes.load(); st.pending || !st.unknown {
+		t.Fatalf("mark %+v after a failover, want the position unknown", st)
+	}
+}
+
+// TestDeferredMark: what a mark keeps of deferred writes and of positions
+// read after them.
+func TestDeferredMark(t *testing.T) {
+	on := lagmeter.Watermark{SystemID: 7, Timeline: 1}
+	var m mark
+	t0 := monoNow()
+	m.wroteDeferred(on, t0)
+	if st := m.load(); !st.pending || st.pendingAt != t0 || st.unknown {
+		t.Fatalf("after a deferred write: %+v", st)
+	}
+	// A position read by a query sent before the deferred write was
+	// acknowledged does not cover it; one sent after does.
+	w := lagmeter.Watermark{SystemID: 7, Timeline: 1, LSN: 100}
+	m.wrote(w, time.Now(), t0.Add(-time.Millisecond))
+	if st := m.load(); !st.pending {
+		t.Fatalf("a position read before the deferred write settled it: %+v", st)
+	}
+	m.wrote(w, time.Now(), t0.Add(time.Millisecond))
+	if st := m.load(); st.pending || st.wm != w {
+		t.Fatalf("a position read after the deferred write did not settle it: %+v", st)
+	}
+	// A deferred write on another history while one is deferred: the
+	// older one's position is unknown.
+	m.wroteDeferred(on, t0)
+	m.wroteDeferred(lagmeter.Watermark{SystemID: 7, Timeline: 2}, t0.Add(time.Millisecond))
+	if st := m.load(); !st.pending || !st.unknown || st.pendingOn.Timeline != 2 {
+		t.Fatalf("two histories: %+v", st)
+	}
+	// Without a known history the position is unknown at once.
+	var m2 mark
+	m2.wroteDeferred(lagmeter.Watermark{}, t0)
+	if st := m2.load(); st.pending || !st.unknown {
+		t.Fatalf("unknown history: %+v", st)
+	}
+}
