@@ -29,6 +29,15 @@ import (
 // reads nothing. A probe of the primary sent after the write read a
 // position at or past it too, and settles the mark without a fetch.
 //
+// A read right after its write, whose replicas' checks at that write age
+// mostly missed, goes to the primary (catchup.go) without reading the
+// position: alone, the position's read costs the primary a statement as
+// the read itself would, and the check after it would likely miss. The
+// checks sent after a position's read are recorded at the write's age
+// when they were sent, as any check is, so the record keeps telling how
+// soon each replica holds a write; reads later after the write, or many
+// at once (which share one position's read), go to the replicas.
+//
 // The position read is on the write's history or the mark cannot use it:
 // when the primary's system or timeline is no longer the write's (a
 // failover since), the write's position is unknown, as a position whose
@@ -115,6 +124,7 @@ func (c *Connector) settleDeferred(rc *readCtx, v *view, commit bool) {
 // (replan) uses the same position.
 type deferredRead struct {
 	done bool
+	wait time.Duration // how long the read waited for it
 	wm   lagmeter.Watermark
 	err  error
 }
@@ -133,7 +143,8 @@ func (c *Connector) resolveDeferred(ctx context.Context, v *view, rc *readCtx, p
 		d.done = true
 		start := monoNow()
 		d.wm, d.err = c.index.get(ctx)
-		c.index.waited.Add(uint64(monoNow().Sub(start)))
+		d.wait = monoNow().Sub(start)
+		c.index.waited.Add(uint64(d.wait))
 		if d.err == nil {
 			c.counters.deferredReads.Add(1)
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pgrouted/pgrouted/dsn"
 	"github.com/pgrouted/pgrouted/internal/pgpipe"
@@ -23,8 +24,10 @@ import (
 // ErrNoReplica under pgrouted_fallback=error.
 //
 // The position is read on a connection of the primary's pool, which never
-// carries a caller's session state, with the simple protocol and no named
-// statement (safe behind a transaction pooler), under the primary's term:
+// carries a caller's session state, as a statement prepared once per
+// connection as pgx prepares its own (the simple protocol behind a
+// transaction pooler, where no named statement is sent), under the
+// primary's term:
 // when the term ends during the read, its answer is not used. A read whose
 // position cannot be had (no primary, the fetch failed) goes where a
 // session read whose position is unknown goes: to the primary (waiting for
@@ -161,17 +164,13 @@ func (c *Connector) fetchPosition(ctx context.Context) (lagmeter.Watermark, erro
 	fctx, release := t.dialContext(ctx)
 	defer release()
 	var text string
+	var opts []any
+	if c.describeOnly(t.host) {
+		// Behind a pooler: the simple protocol, no named statement.
+		opts = append(opts, pgx.QueryExecModeSimpleProtocol)
+	}
 	err := t.host.pool.AcquireFunc(fctx, func(pc *pgxpool.Conn) error {
-		// PgConn.Exec: the simple protocol, no named statement.
-		res, err := pc.Conn().PgConn().Exec(fctx, pgpipe.InsertPositionSQL).ReadAll()
-		if err != nil {
-			return err
-		}
-		if len(res) != 1 || len(res[0].Rows) != 1 || len(res[0].Rows[0]) != 1 {
-			return fmt.Errorf("pgrouted: %s: unexpected answer to the position query", st.Name)
-		}
-		text = string(res[0].Rows[0][0])
-		return nil
+		return pc.Conn().QueryRow(fctx, pgpipe.InsertPositionSQL, opts...).Scan(&text)
 	})
 	if err != nil {
 		return lagmeter.Watermark{}, err

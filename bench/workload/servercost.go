@@ -437,7 +437,7 @@ func ServerCost(ctx context.Context, e *Env) ([]Table, error) {
 	}
 
 	res := map[*costWork]map[*costStack]*costResult{}
-	backReads := map[*costStack][2]uint64{} // read-backs on a replica, all read-backs
+	backReads := map[*costStack]readBacks{}
 	for _, w := range works {
 		res[w] = map[*costStack]*costResult{}
 		for _, s := range w.stacks {
@@ -474,9 +474,14 @@ func ServerCost(ctx context.Context, e *Env) ([]Table, error) {
 				}
 				res[w][s].add(t1.since(t0), idle, w.n)
 				if w.key == "readback" && s.stats != nil {
-					onReplica, all := replicaReads(before, s.stats())
+					after := s.stats()
+					onReplica, all := replicaReads(before, after)
 					c := backReads[s]
-					backReads[s] = [2]uint64{c[0] + onReplica, c[1] + all}
+					c.replica += onReplica
+					c.all += all
+					c.catchingUp += after.Fallbacks[pgrouted.ReasonCatchingUp] - before.Fallbacks[pgrouted.ReasonCatchingUp]
+					c.positions += after.DeferredPositionReads - before.DeferredPositionReads
+					backReads[s] = c
 				}
 			}
 		}
@@ -571,9 +576,12 @@ func ServerCost(ctx context.Context, e *Env) ([]Table, error) {
 
 	var notes []string
 	for _, s := range back.stacks {
-		if c, ok := backReads[s]; ok && c[1] > 0 {
-			notes = append(notes, fmt.Sprintf("%s served %.1f%% of its read-backs from a replica (after checking the replica's replay position), the rest from the primary.",
-				s.name, 100*float64(c[0])/float64(c[1])))
+		if c, ok := backReads[s]; ok && c.all > 0 {
+			pct := func(n uint64) float64 { return 100 * float64(n) / float64(c.all) }
+			notes = append(notes, fmt.Sprintf("%s served %.1f%% of its read-backs from a replica (after checking the replica's replay position), the rest from the primary: "+
+				"%.1f%% straight away (`catching-up`: the replicas' checks of writes that young mostly missed), the others after a check that missed. "+
+				"%.1f%% read the write's position first (Stats.DeferredPositionReads).",
+				s.name, pct(c.replica), pct(c.catchingUp), pct(c.positions)))
 		}
 	}
 	var ip, ir []float64
@@ -622,6 +630,13 @@ func idleRate(ctx context.Context, m *cpuMeter, d time.Duration) (cpuRate, error
 		return cpuRate{}, err
 	}
 	return rateOf(t1.since(t0)), nil
+}
+
+// readBacks counts a stack's read-backs: those on a replica, all of them,
+// those sent to the primary without a check (catching-up), and those that
+// read the position of the write before them.
+type readBacks struct {
+	replica, all, catchingUp, positions uint64
 }
 
 // replicaReads is how many reads a connector ran between two Stats, on a
