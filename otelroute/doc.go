@@ -83,9 +83,10 @@
 //	pgrouted.catalog_reads                                reads of the function catalog
 //	pgrouted.replica_waits                                reads that waited on a replica for the caller's position (pgrouted_replica_wait)
 //	pgrouted.replica_wait_timeouts                        waits that ended without the position
-//	pgrouted.position_fetches                             reads of the primary's WAL position for global consistency (shared by concurrent reads)
+//	pgrouted.position_fetches                             reads of the primary's WAL position for global consistency and after writes without a Session (shared by concurrent reads)
 //	pgrouted.position_fetch_errors                        position fetches that failed (their reads ran on the primary)
 //	pgrouted.global_reads                                 reads served a primary position read after they began (global consistency)
+//	pgrouted.deferred_position_reads                      reads after writes without a Session that read those writes' position
 //	pgrouted.positions_shared                             positions read anyway (after a write, by a probe) that served global reads in place of a fetch
 //
 // Gauges, now, per host (pgrouted.endpoint):

@@ -43,10 +43,10 @@ type Collector struct {
 
 	// The topology provider's (pgrouted_topology=patroni, Config.Provider):
 	// exported only when there is one.
-	provider, providerUp, providerLease, leaderTimeline, noReads *prometheus.Desc
-	replicaWaits, replicaWaitSeconds, replicaWaitTimeouts        *prometheus.Desc
-	positionFetches, positionFetchErrors, globalReads, posShared *prometheus.Desc
-	globalWaitSeconds                                            *prometheus.Desc
+	provider, providerUp, providerLease, leaderTimeline, noReads                *prometheus.Desc
+	replicaWaits, replicaWaitSeconds, replicaWaitTimeouts                       *prometheus.Desc
+	positionFetches, positionFetchErrors, globalReads, deferredReads, posShared *prometheus.Desc
+	globalWaitSeconds                                                           *prometheus.Desc
 }
 
 var _ prometheus.Collector = (*Collector)(nil)
@@ -113,9 +113,10 @@ func New(src Source, opts ...Option) *Collector {
 		replicaWaitSeconds:  d("replica_wait_seconds_total", "Total time reads waited on replicas for their replay (one round trip included per wait)."),
 		replicaWaitTimeouts: d("replica_wait_timeouts_total", "Replica waits that ended without the caller's position: the read ran where it would have without a wait."),
 
-		positionFetches:     d("position_fetches_total", "Reads of the primary's WAL position for global consistency (pgrouted_consistency=global), one query each; concurrent reads share one."),
+		positionFetches:     d("position_fetches_total", "Reads of the primary's WAL position for global consistency and for reads after writes without a Session, one query each; concurrent reads share one."),
 		positionFetchErrors: d("position_fetch_errors_total", "Position fetches that failed: their reads ran where a read of unknown position runs (the primary)."),
 		globalReads:         d("global_reads_total", "Reads served a primary position read after they began (global consistency)."),
+		deferredReads:       d("deferred_position_reads_total", "Reads after writes without a Session that read those writes' position (one position read serves every write before it)."),
 		globalWaitSeconds:   d("global_wait_seconds_total", "Total time global reads waited for their primary position."),
 		posShared:           d("positions_shared_total", "Positions of the primary read anyway (after a write's commit or a COMMIT, by a probe) that served waiting global reads in place of a fetch."),
 	}
@@ -131,7 +132,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 		c.poolConns, c.poolMax,
 		c.provider, c.providerUp, c.providerLease, c.leaderTimeline, c.noReads,
 		c.replicaWaits, c.replicaWaitSeconds, c.replicaWaitTimeouts,
-		c.positionFetches, c.positionFetchErrors, c.globalReads, c.globalWaitSeconds, c.posShared,
+		c.positionFetches, c.positionFetchErrors, c.globalReads, c.deferredReads, c.globalWaitSeconds, c.posShared,
 	} {
 		ch <- d
 	}
@@ -191,6 +192,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.positionFetches, st.PositionFetches)
 	counter(c.positionFetchErrors, st.PositionFetchErrors)
 	counter(c.globalReads, st.GlobalReads)
+	counter(c.deferredReads, st.DeferredPositionReads)
 	ch <- prometheus.MustNewConstMetric(c.globalWaitSeconds, prometheus.CounterValue, st.GlobalWaitTime.Seconds())
 	counter(c.posShared, st.PositionsShared)
 	gauge(c.epoch, float64(top.Epoch))

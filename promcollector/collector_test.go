@@ -44,11 +44,12 @@ func fixed() *fake {
 			ReplicaWaitTime:     1500 * time.Millisecond,
 			ReplicaWaitTimeouts: 13,
 
-			PositionFetches:     14,
-			PositionFetchErrors: 1,
-			GlobalReads:         140,
-			GlobalWaitTime:      250 * time.Millisecond,
-			PositionsShared:     9,
+			PositionFetches:       14,
+			PositionFetchErrors:   1,
+			GlobalReads:           140,
+			DeferredPositionReads: 15,
+			GlobalWaitTime:        250 * time.Millisecond,
+			PositionsShared:       9,
 		},
 		top: pgrouted.Snapshot{
 			Primary:              "east",
@@ -185,7 +186,7 @@ pgrouted_replica_wait_seconds_total 1.5
 # HELP pgrouted_replica_wait_timeouts_total Replica waits that ended without the caller's position: the read ran where it would have without a wait.
 # TYPE pgrouted_replica_wait_timeouts_total counter
 pgrouted_replica_wait_timeouts_total 13
-# HELP pgrouted_position_fetches_total Reads of the primary's WAL position for global consistency (pgrouted_consistency=global), one query each; concurrent reads share one.
+# HELP pgrouted_position_fetches_total Reads of the primary's WAL position for global consistency and for reads after writes without a Session, one query each; concurrent reads share one.
 # TYPE pgrouted_position_fetches_total counter
 pgrouted_position_fetches_total 14
 # HELP pgrouted_position_fetch_errors_total Position fetches that failed: their reads ran where a read of unknown position runs (the primary).
@@ -194,6 +195,9 @@ pgrouted_position_fetch_errors_total 1
 # HELP pgrouted_global_reads_total Reads served a primary position read after they began (global consistency).
 # TYPE pgrouted_global_reads_total counter
 pgrouted_global_reads_total 140
+# HELP pgrouted_deferred_position_reads_total Reads after writes without a Session that read those writes' position (one position read serves every write before it).
+# TYPE pgrouted_deferred_position_reads_total counter
+pgrouted_deferred_position_reads_total 15
 # HELP pgrouted_global_wait_seconds_total Total time global reads waited for their primary position.
 # TYPE pgrouted_global_wait_seconds_total counter
 pgrouted_global_wait_seconds_total 0.25

@@ -35,9 +35,10 @@
 //	pgrouted_replica_waits_total                reads that waited on a replica for the caller's position (pgrouted_replica_wait)
 //	pgrouted_replica_wait_seconds_total         the time those reads waited (one round trip included per wait)
 //	pgrouted_replica_wait_timeouts_total        waits that ended without the position (the read ran where it would have)
-//	pgrouted_position_fetches_total             reads of the primary's WAL position for global consistency (shared by concurrent reads)
+//	pgrouted_position_fetches_total             reads of the primary's WAL position for global consistency and after writes without a Session (shared by concurrent reads)
 //	pgrouted_position_fetch_errors_total        position fetches that failed (their reads ran where a read of unknown position runs)
 //	pgrouted_global_reads_total                 reads served a primary position read after they began (global consistency)
+//	pgrouted_deferred_position_reads_total      reads after writes without a Session that read those writes' position
 //	pgrouted_global_wait_seconds_total          the time global reads waited for their position
 //	pgrouted_positions_shared_total             positions read anyway (after a write, by a probe) that served global reads in place of a fetch
 //
