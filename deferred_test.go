@@ -1,11 +1,17 @@
 package pgrouted_test
 
 import (
+	"context"
+	"database/sql"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pgrouted/pgrouted"
 )
 
@@ -25,7 +31,9 @@ func testWriteDefersItsPosition(t *testing.T, open opener) {
 	mustExec(t, ctx, cluster.Primary(), "DROP TABLE IF EXISTS deferred_pos; CREATE TABLE deferred_pos (id int)")
 	replicated(t, ctx)
 	app := "deferred_" + strings.ReplaceAll(t.Name(), "/", "_")
-	db, conn, rec := open(t, "application_name="+app)
+	// Probes every 3 s: a probe of the primary sent after the writes
+	// would settle their position without a read of it (deferred.go).
+	db, conn, rec := open(t, "application_name="+app, "pgrouted_probe_interval=3s")
 
 	// lastStatements are the last statements of the client's sessions on
 	// the primary.
@@ -87,4 +95,173 @@ func testWriteDefersItsPosition(t *testing.T, open opener) {
 	if err != nil || len(tok) == 0 || strings.Contains(string(tok), "unknown") {
 		t.Fatalf("a Session's token after its write: %q, %v; want its position", tok, err)
 	}
+}
+
+// wireStack is one way of sending the writes of TestWritesSendWhatPgxSends.
+type wireStack struct {
+	exec     func(ctx context.Context, query string, args ...any) error
+	queryRow func(ctx context.Context, query string, args ...any) scanner
+	tx       func(ctx context.Context, f func(exec func(query string, args ...any) error) error) error
+}
+
+// sqlStack is wireStack for a *sql.DB.
+func sqlStack(db *sql.DB) wireStack {
+	return wireStack{
+		exec: func(ctx context.Context, query string, args ...any) error {
+			_, err := db.ExecContext(ctx, query, args...)
+			return err
+		},
+		queryRow: func(ctx context.Context, query string, args ...any) scanner {
+			return db.QueryRowContext(ctx, query, args...)
+		},
+		tx: func(ctx context.Context, f func(exec func(query string, args ...any) error) error) error {
+			tx, err := db.BeginTx(ctx, nil)
+			if err != nil {
+				return err
+			}
+			if err := f(func(query string, args ...any) error { _, err := tx.ExecContext(ctx, query, args...); return err }); err != nil {
+				tx.Rollback()
+				return err
+			}
+			return tx.Commit()
+		},
+	}
+}
+
+// pgxStack is wireStack for pgx's pool API (pgxpool.Pool, pgrouted.Pool).
+func pgxStack(p interface {
+	Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
+	QueryRow(context.Context, string, ...any) pgx.Row
+	Begin(context.Context) (pgx.Tx, error)
+}) wireStack {
+	return wireStack{
+		exec: func(ctx context.Context, query string, args ...any) error {
+			_, err := p.Exec(ctx, query, args...)
+			return err
+		},
+		queryRow: func(ctx context.Context, query string, args ...any) scanner { return p.QueryRow(ctx, query, args...) },
+		tx: func(ctx context.Context, f func(exec func(query string, args ...any) error) error) error {
+			tx, err := p.Begin(ctx)
+			if err != nil {
+				return err
+			}
+			if err := f(func(query string, args ...any) error { _, err := tx.Exec(ctx, query, args...); return err }); err != nil {
+				tx.Rollback(ctx)
+				return err
+			}
+			return tx.Commit(ctx)
+		},
+	}
+}
+
+// TestWritesSendWhatPgxSends: counted on the wire of the primary, the
+// writes of a caller without a Session (autocommit INSERTs, INSERT …
+// RETURNING, transactions of 3 INSERTs) send the primary exactly the
+// messages pgx sends for them, by type and number, once their statements
+// are prepared: pgrouted's driver against pgx's, pgrouted.Pool against
+// pgxpool; the driver's transactions add only their stale-statement guard
+// (txstale.go). The server does the same work (make bench measures its
+// CPU).
+func TestWritesSendWhatPgxSends(t *testing.T) {
+	ctx := testCtx(t)
+	restore(t)
+	mustExec(t, ctx, cluster.Primary(), "DROP TABLE IF EXISTS wire_writes; CREATE TABLE wire_writes (id serial PRIMARY KEY, v int)")
+	replicated(t, ctx)
+	primary := cluster.Primary().Addr()
+
+	// sent runs the writes through s, autocommit ones (tx false) or
+	// transactions, after one of each (which prepares them), and returns
+	// the messages the primary received for them.
+	sent := func(t *testing.T, s wireStack, w *wire, tx bool) [256]int {
+		t.Helper()
+		round := func(n int) {
+			for i := range n {
+				if tx {
+					if err := s.tx(ctx, func(exec func(string, ...any) error) error {
+						for j := range 3 {
+							if err := exec("INSERT INTO wire_writes (v) VALUES ($1)", j); err != nil {
+								return err
+							}
+						}
+						return nil
+					}); err != nil {
+						t.Fatal(err)
+					}
+					continue
+				}
+				if err := s.exec(ctx, "INSERT INTO wire_writes (v) VALUES ($1)", i); err != nil {
+					t.Fatal(err)
+				}
+				var id int
+				if err := s.queryRow(ctx, "INSERT INTO wire_writes (v) VALUES ($1) RETURNING id", i).Scan(&id); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		round(1)
+		before := w.messages(primary)
+		round(10)
+		after := w.messages(primary)
+		for i := range after {
+			after[i] -= before[i]
+		}
+		return after
+	}
+	pgxConfig := func(w *wire) *pgx.ConnConfig {
+		cfg, err := pgx.ParseConfig(cluster.Primary().DSN())
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.DialFunc = w.dial(cfg.DialFunc)
+		return cfg
+	}
+	// compare fails unless got is want plus extra (by message type), and
+	// up to prep more Close, Parse and Describe messages each (statements
+	// prepared once).
+	compare := func(t *testing.T, what string, got, want [256]int, extra map[byte]int, prep int) {
+		t.Helper()
+		for typ := range got {
+			d := got[typ] - want[typ]
+			switch {
+			case d == extra[byte(typ)]:
+			case (typ == 'P' || typ == 'C' || typ == 'D') && d >= extra[byte(typ)] && d <= extra[byte(typ)]+prep:
+			default:
+				t.Errorf("%s: message %q: pgrouted sent %d, pgx %d (%+d; want %+d)", what, rune(typ), got[typ], want[typ], d, extra[byte(typ)])
+			}
+		}
+		t.Logf("%s, 10 rounds: pgrouted sent the primary B %d, E %d, S %d, Q %d, P %d, D %d; pgx B %d, E %d, S %d, Q %d, P %d, D %d",
+			what, got['B'], got['E'], got['S'], got['Q'], got['P'], got['D'], want['B'], want['E'], want['S'], want['Q'], want['P'], want['D'])
+	}
+
+	t.Run("sql", func(t *testing.T) {
+		db, _, w, _ := counting(t, "&pgrouted_probe_interval=3s")
+		db.SetMaxOpenConns(1)
+		pw := countedNodes()
+		pdb := stdlib.OpenDB(*pgxConfig(pw))
+		defer pdb.Close()
+		pdb.SetMaxOpenConns(1)
+		compare(t, "autocommit", sent(t, sqlStack(db), w, false), sent(t, sqlStack(pdb), pw, false), nil, 0)
+		// The driver's transactions recover from a stale statement
+		// (txstale.go): a transaction's first run of a statement whose
+		// description came from the cache goes between a savepoint and
+		// its release, which are prepared once.
+		guard := map[byte]int{'B': 20, 'E': 20, 'D': 20}
+		compare(t, "transactions", sent(t, sqlStack(db), w, true), sent(t, sqlStack(pdb), pw, true), guard, 2)
+	})
+	t.Run("pool", func(t *testing.T) {
+		p, w, _ := countingPool(t, "&pgrouted_probe_interval=3s")
+		pw := countedNodes()
+		pcfg, err := pgxpool.ParseConfig(cluster.Primary().DSN() + "&pool_max_conns=1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		pcfg.ConnConfig.DialFunc = pw.dial(pcfg.ConnConfig.DialFunc)
+		pp, err := pgxpool.NewWithConfig(ctx, pcfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer pp.Close()
+		compare(t, "autocommit", sent(t, pgxStack(p), w, false), sent(t, pgxStack(pp), pw, false), nil, 0)
+		compare(t, "transactions", sent(t, pgxStack(p), w, true), sent(t, pgxStack(pp), pw, true), nil, 0)
+	})
 }

@@ -37,13 +37,15 @@ type countedConn struct {
 
 // frontendMessages reads the messages a client sends, from the bytes it
 // writes, and counts its Parse messages: every one, and those that name a
-// prepared statement (not the unnamed one). The connections are not
-// encrypted (the test cluster's DSNs have sslmode=disable).
+// prepared statement (not the unnamed one); and every message by type. The
+// connections are not encrypted (the test cluster's DSNs have
+// sslmode=disable).
 type frontendMessages struct {
 	buf     []byte
 	started bool // the startup message (untyped) was read
 	parses  int
 	named   int
+	types   [256]int
 }
 
 func (f *frontendMessages) feed(b []byte) {
@@ -71,6 +73,7 @@ func (f *frontendMessages) feed(b []byte) {
 		if len(f.buf) < n {
 			return
 		}
+		f.types[f.buf[0]]++
 		if f.buf[0] == 'P' {
 			f.parses++
 			if f.buf[5] != 0 { // the statement's name, a C string
@@ -130,6 +133,22 @@ func (w *wire) parses(addr string) (all, named int) {
 		}
 	}
 	return all, named
+}
+
+// messages returns the messages sent so far on the data connections to
+// addr, by type.
+func (w *wire) messages(addr string) [256]int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var n [256]int
+	for _, c := range w.conns {
+		if !c.probe && c.addr == addr {
+			for i, k := range c.msgs.types {
+				n[i] += k
+			}
+		}
+	}
+	return n
 }
 
 // trips returns the round trips so far of the data connections to addr.
