@@ -65,7 +65,9 @@
 //     commit between the new Prepare and the execution); inside a
 //     transaction it runs the first time between a savepoint and its
 //     release, and a refusal is rolled back to the savepoint and the
-//     statement sent again, freshly described (stale.go, txstale.go).
+//     statement sent again, freshly described; the transaction's first
+//     statement needs no savepoint: refused, it begins the transaction
+//     again (stale.go, txstale.go).
 //
 // # How a statement is routed
 //

@@ -224,12 +224,13 @@ func (w *wire) tweak(cfg *pgrouted.Config) {
 }
 
 // TestWritesReadTheirPositionInTheSameRoundTrip: an autocommit write and the
-// COMMIT of a read-write transaction read the WAL position after their
-// commit pipelined with it: counted on the wire of the primary, a write
-// costs one round trip, and the reads that follow still see it on the
-// replicas.
+// COMMIT of a read-write transaction made with a Session read the WAL
+// position after their commit pipelined with it: counted on the wire of
+// the primary, a write costs one round trip, and the reads that follow
+// still see it on the replicas. (Without a Session nothing is read after
+// the commit: TestWritesSendWhatPgxSends.)
 func TestWritesReadTheirPositionInTheSameRoundTrip(t *testing.T) {
-	ctx := testCtx(t)
+	ctx := pgrouted.WithSession(testCtx(t), pgrouted.NewSession())
 	db, conn, w, rec := counting(t, "&pgrouted_probe_interval=100ms")
 	primary := cluster.Primary().Addr()
 	ddl(t, ctx, db, conn, "DROP TABLE IF EXISTS roundtrips; CREATE TABLE roundtrips (id int PRIMARY KEY, v text)")
@@ -345,10 +346,11 @@ func TestWritesReadTheirPositionInTheSameRoundTrip(t *testing.T) {
 }
 
 // TestInsertReturningReadsItsPositionInTheSameRoundTrip: an autocommit
-// INSERT … RETURNING streams its rows, and the position after its commit
-// comes in the same round trip, read when the rows are closed.
+// INSERT … RETURNING made with a Session streams its rows, and the
+// position after its commit comes in the same round trip, read when the
+// rows are closed.
 func TestInsertReturningReadsItsPositionInTheSameRoundTrip(t *testing.T) {
-	ctx := testCtx(t)
+	ctx := pgrouted.WithSession(testCtx(t), pgrouted.NewSession())
 	db, conn, w, _ := counting(t, "&pgrouted_probe_interval=100ms")
 	primary := cluster.Primary().Addr()
 	ddl(t, ctx, db, conn, "CREATE TABLE IF NOT EXISTS returning_rt (id bigserial PRIMARY KEY, v text, at timestamptz DEFAULT now(), b bytea)")
@@ -604,14 +606,20 @@ func TestPipelinedStatementsArePreparedOnce(t *testing.T) {
 			if checked < 2 {
 				t.Fatalf("only %d reads were checked on a replica again: the test did not exercise the check", checked)
 			}
-			// Inside a transaction: the statement (sent with its
-			// savepoint from the second transaction on, its description
-			// being cached then) and the position read with the COMMIT.
+			// Inside a transaction: the statement (after another, so
+			// that it is sent with its savepoint from the second
+			// transaction on, its description being cached then: the
+			// transaction's first needs none) and the position read with
+			// the COMMIT. SELECT 1, without arguments, is sent by pgx
+			// with the simple protocol: no Parse.
 			update := "UPDATE " + table + " SET v = $1 WHERE id = $2"
 			for i := 0; i < 4; i++ {
 				all, named := w.parses(primary)
 				tx, err := db.BeginTx(ctx, nil)
 				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := tx.ExecContext(ctx, "SELECT 1"); err != nil {
 					t.Fatal(err)
 				}
 				if _, err := tx.ExecContext(ctx, update, "y", i); err != nil {

@@ -296,6 +296,70 @@ func TestStaleStatementInTransaction(t *testing.T) {
 	}
 }
 
+// TestStaleFirstStatementInTransaction: a transaction's first statement,
+// whose cached description a schema change made elsewhere made stale, is
+// sent without a savepoint (txstale.go); refused by the server, it ends
+// the transaction, which is begun again with the same options (nothing
+// else ran in it), and runs again described afresh: the transaction goes
+// on, at its isolation level, and commits.
+func TestStaleFirstStatementInTransaction(t *testing.T) {
+	ctx := testCtx(t)
+	db, _, rec := open(t)
+	p := cluster.Primary()
+	mustExec(t, ctx, p, `DROP TABLE IF EXISTS stale_first; CREATE TABLE stale_first (id int, a int); INSERT INTO stale_first VALUES (1, 1)`)
+	c, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	const q = "SELECT * FROM stale_first WHERE id >= $1"
+	must := queryOK(t)
+	opts := &sql.TxOptions{Isolation: sql.LevelRepeatableRead}
+	tx, err := c.BeginTx(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := shapeOf(must(tx.QueryContext(ctx, q, 0))); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	mustExec(t, ctx, p, "ALTER TABLE stale_first ADD COLUMN b text")
+	tx, err = c.BeginTx(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	got, err := shapeOf(must(tx.QueryContext(ctx, q, 0)))
+	if err != nil || got != "id:int4,a:int4,b:text" {
+		t.Fatalf("a stale first statement: %q, %v; want the new shape", got, err)
+	}
+	var ev pgrouted.RouteEvent
+	for _, e := range rec.snapshot() {
+		if e.Query == q {
+			ev = e
+		}
+	}
+	if !ev.Retried || ev.Err != nil {
+		t.Errorf("the stale statement's event: Retried %v, Err %v; want it run again without error", ev.Retried, ev.Err)
+	}
+	var iso string
+	if err := tx.QueryRowContext(ctx, "SHOW transaction_isolation").Scan(&iso); err != nil || iso != "repeatable read" {
+		t.Fatalf("the transaction begun again: isolation %q, %v; want repeatable read", iso, err)
+	}
+	if _, err := tx.ExecContext(ctx, "INSERT INTO stale_first (id, a) VALUES ($1, $1)", 2); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := db.QueryRowContext(pgrouted.WithRoute(ctx, pgrouted.Primary), "SELECT count(*) FROM stale_first").Scan(&n); err != nil || n != 2 {
+		t.Fatalf("after the commit: %d rows, %v; want 2", n, err)
+	}
+}
+
 // queryOK fails the test on a query's error.
 func queryOK(t *testing.T) func(*sql.Rows, error) *sql.Rows {
 	return func(rows *sql.Rows, err error) *sql.Rows {

@@ -19,11 +19,12 @@ type tx struct {
 	cn      *conn
 	ctx     context.Context
 	inner   driver.Tx
-	replica *borrowed // the borrowed connection of a replica transaction
-	host    *host     // the host that runs it
-	wrote   bool      // a read-write transaction on the primary
-	tainted bool      // session state was changed on the borrowed connection
-	stale   txStale   // the recovery from stale statements (txstale.go)
+	replica *borrowed         // the borrowed connection of a replica transaction
+	host    *host             // the host that runs it
+	wrote   bool              // a read-write transaction on the primary
+	begin   *driver.TxOptions // BeginTx's options (nil for the pgx-native API's): see tx.restart
+	tainted bool              // session state was changed on the borrowed connection
+	stale   txStale           // the recovery from stale statements (txstale.go)
 }
 
 // BeginTx implements driver.ConnBeginTx. Where the transaction runs is
@@ -95,7 +96,7 @@ func (cn *conn) beginOnPrimary(ctx context.Context, cl *call, readOnly bool) (*t
 		}
 		return nil, err
 	}
-	cn.tx = &tx{cn: cn, ctx: ctx, inner: inner, host: cn.host, wrote: !readOnly}
+	cn.tx = &tx{cn: cn, ctx: ctx, inner: inner, host: cn.host, wrote: !readOnly, begin: cl.begin}
 	return cn.tx, nil
 }
 
@@ -111,7 +112,7 @@ func (cn *conn) beginOnReplica(ctx context.Context, h *host, at target, cl *call
 		b.giveBack()
 		return err
 	}
-	cn.tx = &tx{cn: cn, ctx: ctx, inner: inner, replica: b, host: h}
+	cn.tx = &tx{cn: cn, ctx: ctx, inner: inner, replica: b, host: h, begin: cl.begin}
 	cl.tx = cn.tx
 	return nil
 }

@@ -28,7 +28,14 @@ import (
 // When the server refuses it as stale (staleStatement, staleParams), the
 // transaction is rolled back to the savepoint, which undoes nothing else
 // (the statement did not run), the description is dropped, and the
-// statement is described afresh and sent again. A statement that ran in the
+// statement is described afresh and sent again.
+//
+// The transaction's first statement needs no savepoint: before it nothing
+// ran in the transaction but its BEGIN, so when the server refuses it as
+// stale the transaction is rolled back and begun again with the same
+// options (tx.restart), which loses nothing, and the statement described
+// afresh and sent again. So a transaction sends the server what pgx sends
+// for it unless one of its later statements has a cached description. A statement that ran in the
 // transaction holds its relations' locks until the transaction ends, so no
 // other session can change them meanwhile: its later runs, and those of a
 // statement described inside the transaction, go without the savepoint. A
@@ -57,6 +64,9 @@ type txStale struct {
 	checked map[string]struct{}
 	// guards counts the savepoints sent.
 	guards int
+	// sent: a statement was sent in the transaction (its first one needs
+	// no savepoint).
+	sent bool
 	// own are the descriptions read since the transaction changed the
 	// schema or its session's settings: valid only inside it.
 	own *pgpipe.Descs
@@ -77,11 +87,13 @@ func (t *tx) descs() *pgpipe.Descs {
 // recovered reports that the server refused it as stale first, and that
 // it ran again after the savepoint's rollback.
 func (t *tx) exec(ctx context.Context, sc *stdlib.Conn, r sqlclass.Result, cl *call) (recovered bool, err error) {
+	first := !t.stale.sent
+	t.stale.sent = true
 	plain := r.Statements == 1 && !r.ChangesCatalog && (r.DML || r.Class == sqlclass.Read || r.Class == sqlclass.Lock)
 	// A pgx call (Pool) gets pgx's own rows, not the pipeline's: pgx runs
 	// it, and a stale refusal aborts the transaction as it does in pgx.
 	if plain && cl.single && cl.px == nil && (cl.isQuery || len(cl.args) > 0) && t.cn.c.pipelineOK(t.host, cl.args) {
-		recovered, err = t.runPipelined(ctx, sc, cl, true)
+		recovered, err = t.runPipelined(ctx, sc, cl, true, first)
 		if err == nil {
 			if t.stale.checked == nil {
 				t.stale.checked = make(map[string]struct{})
@@ -110,10 +122,11 @@ func (t *tx) exec(ctx context.Context, sc *stdlib.Conn, r sqlclass.Result, cl *c
 // runPipelined sends cl on sc in a pipeline, with its description from the
 // transaction's descriptions; between a savepoint and its release when the
 // description came from the cache and the statement did not run in the
-// transaction yet (and mayGuard). A stale refusal of a guarded statement is
-// rolled back to the savepoint, and the statement described and sent
-// again.
-func (t *tx) runPipelined(ctx context.Context, sc *stdlib.Conn, cl *call, mayGuard bool) (recovered bool, err error) {
+// transaction yet (and mayGuard), unless it is the transaction's first
+// (first). A stale refusal of a guarded statement is rolled back to the
+// savepoint, one of the first statement ends the transaction, which is
+// begun again; then the statement is described and sent again.
+func (t *tx) runPipelined(ctx context.Context, sc *stdlib.Conn, cl *call, mayGuard, first bool) (recovered bool, err error) {
 	pc := sc.Conn()
 	if pc.IsClosed() {
 		return false, driver.ErrBadConn
@@ -121,6 +134,10 @@ func (t *tx) runPipelined(ctx context.Context, sc *stdlib.Conn, cl *call, mayGua
 	descs := t.descs()
 	_, ran := t.stale.checked[cl.query]
 	guard := mayGuard && !ran && t.stale.guards < maxGuards && descs.Get(cl.query) != nil
+	restart := guard && first && t.begin != nil
+	if restart {
+		guard = false
+	}
 	e, err := pgpipe.Encode(ctx, pc, descs, t.cn.c.stmtsOf(t.host, pc), cl.query, cl.args, cl.isQuery)
 	if err != nil {
 		return false, err
@@ -133,20 +150,40 @@ func (t *tx) runPipelined(ctx context.Context, sc *stdlib.Conn, cl *call, mayGua
 	if res != nil {
 		cl.res = res
 	}
-	if err == nil || !guard || !(staleStatement(err) || staleParams(err)) || pc.IsClosed() {
+	if err == nil || !(guard || restart) || !(staleStatement(err) || staleParams(err)) || pc.IsClosed() {
 		if pgpipe.IsPgError(err) {
 			descs.Drop(cl.query)
 		}
 		return false, err
 	}
-	// Refused before it ran: back to the savepoint, and again, freshly
-	// described (an error of the statement itself comes back then, and
-	// aborts the transaction as it would have).
-	if rerr := pgpipe.RollbackGuard(ctx, pc.PgConn()); rerr != nil {
+	// Refused before it ran: back to the savepoint, or to a new
+	// transaction, and again, freshly described (an error of the statement
+	// itself comes back then, and aborts the transaction as it would have).
+	if guard {
+		if rerr := pgpipe.RollbackGuard(ctx, pc.PgConn()); rerr != nil {
+			return false, err
+		}
+	} else if rerr := t.restart(sc); rerr != nil {
 		return false, err
 	}
 	t.cn.dropStale(cl.query)
 	descs.Drop(cl.query)
-	_, err = t.runPipelined(ctx, sc, cl, false)
+	_, err = t.runPipelined(ctx, sc, cl, false, false)
 	return true, err
+}
+
+// restart ends the transaction, which its first statement's refusal
+// aborted, and begins it again on sc with its options, in its context:
+// nothing but its BEGIN had run in it. After an error the transaction is
+// not open on the server: its Commit fails.
+func (t *tx) restart(sc *stdlib.Conn) error {
+	if err := t.inner.Rollback(); err != nil {
+		return err
+	}
+	inner, err := sc.BeginTx(t.ctx, *t.begin)
+	if err != nil {
+		return err
+	}
+	t.inner = inner
+	return nil
 }
