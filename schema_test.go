@@ -245,28 +245,9 @@ func TestSchemaChangesUnderReaders(t *testing.T) {
 func TestStaleStatementInTransaction(t *testing.T) {
 	ctx := testCtx(t)
 	db, _, rec := open(t)
-	p := cluster.Primary()
-	mustExec(t, ctx, p, `DROP TABLE IF EXISTS stale_tx; CREATE TABLE stale_tx (id int, a int); INSERT INTO stale_tx VALUES (1, 1)`)
-	c, err := db.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
 	const q = "SELECT * FROM stale_tx WHERE id >= $1"
-	must := queryOK(t)
-	// Described and cached inside a transaction.
+	c := staleInTx(t, ctx, db, "stale_tx", q, nil)
 	tx, err := c.BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := shapeOf(must(tx.QueryContext(ctx, q, 0))); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Commit(); err != nil {
-		t.Fatal(err)
-	}
-	mustExec(t, ctx, p, "ALTER TABLE stale_tx ADD COLUMN b text")
-	tx, err = c.BeginTx(ctx, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -274,17 +255,11 @@ func TestStaleStatementInTransaction(t *testing.T) {
 	if _, err := tx.ExecContext(ctx, "INSERT INTO stale_tx (id, a) VALUES ($1, $1)", 2); err != nil {
 		t.Fatal(err)
 	}
-	got, err := shapeOf(must(tx.QueryContext(ctx, q, 0)))
+	got, err := shapeOf(queryOK(t)(tx.QueryContext(ctx, q, 0)))
 	if err != nil || got != "id:int4,a:int4,b:text" {
 		t.Fatalf("in a transaction, a stale statement: %q, %v; want the new shape", got, err)
 	}
-	var ev pgrouted.RouteEvent
-	for _, e := range rec.snapshot() {
-		if e.Query == q {
-			ev = e
-		}
-	}
-	if !ev.Retried || ev.Err != nil {
+	if ev := lastOf(rec, q); !ev.Retried || ev.Err != nil {
 		t.Errorf("the stale statement's event: Retried %v, Err %v; want it run again without error", ev.Retried, ev.Err)
 	}
 	if err := tx.Commit(); err != nil {
@@ -305,43 +280,19 @@ func TestStaleStatementInTransaction(t *testing.T) {
 func TestStaleFirstStatementInTransaction(t *testing.T) {
 	ctx := testCtx(t)
 	db, _, rec := open(t)
-	p := cluster.Primary()
-	mustExec(t, ctx, p, `DROP TABLE IF EXISTS stale_first; CREATE TABLE stale_first (id int, a int); INSERT INTO stale_first VALUES (1, 1)`)
-	c, err := db.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
 	const q = "SELECT * FROM stale_first WHERE id >= $1"
-	must := queryOK(t)
 	opts := &sql.TxOptions{Isolation: sql.LevelRepeatableRead}
+	c := staleInTx(t, ctx, db, "stale_first", q, opts)
 	tx, err := c.BeginTx(ctx, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := shapeOf(must(tx.QueryContext(ctx, q, 0))); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Commit(); err != nil {
-		t.Fatal(err)
-	}
-	mustExec(t, ctx, p, "ALTER TABLE stale_first ADD COLUMN b text")
-	tx, err = c.BeginTx(ctx, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
 	defer tx.Rollback()
-	got, err := shapeOf(must(tx.QueryContext(ctx, q, 0)))
+	got, err := shapeOf(queryOK(t)(tx.QueryContext(ctx, q, 0)))
 	if err != nil || got != "id:int4,a:int4,b:text" {
 		t.Fatalf("a stale first statement: %q, %v; want the new shape", got, err)
 	}
-	var ev pgrouted.RouteEvent
-	for _, e := range rec.snapshot() {
-		if e.Query == q {
-			ev = e
-		}
-	}
-	if !ev.Retried || ev.Err != nil {
+	if ev := lastOf(rec, q); !ev.Retried || ev.Err != nil {
 		t.Errorf("the stale statement's event: Retried %v, Err %v; want it run again without error", ev.Retried, ev.Err)
 	}
 	var iso string
@@ -358,6 +309,45 @@ func TestStaleFirstStatementInTransaction(t *testing.T) {
 	if err := db.QueryRowContext(pgrouted.WithRoute(ctx, pgrouted.Primary), "SELECT count(*) FROM stale_first").Scan(&n); err != nil || n != 2 {
 		t.Fatalf("after the commit: %d rows, %v; want 2", n, err)
 	}
+}
+
+// staleInTx makes table (id int, a int) with one row, runs q on a
+// connection of db inside a transaction begun with opts (which describes
+// and caches it), commits, and adds a column b text to table: q's cached
+// description is stale for the transactions the connection begins next.
+// The connection is closed when the test ends.
+func staleInTx(t *testing.T, ctx context.Context, db *sql.DB, table, q string, opts *sql.TxOptions) *sql.Conn {
+	t.Helper()
+	p := cluster.Primary()
+	mustExec(t, ctx, p, "DROP TABLE IF EXISTS "+table+"; CREATE TABLE "+table+" (id int, a int); INSERT INTO "+table+" VALUES (1, 1)")
+	c, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	tx, err := c.BeginTx(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := shapeOf(queryOK(t)(tx.QueryContext(ctx, q, 0))); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	mustExec(t, ctx, p, "ALTER TABLE "+table+" ADD COLUMN b text")
+	return c
+}
+
+// lastOf is the last event rec recorded for query (zero when none).
+func lastOf(rec *routes, query string) pgrouted.RouteEvent {
+	var ev pgrouted.RouteEvent
+	for _, e := range rec.snapshot() {
+		if e.Query == query {
+			ev = e
+		}
+	}
+	return ev
 }
 
 // queryOK fails the test on a query's error.
