@@ -104,7 +104,8 @@ func (c *Connector) settleDeferred(rc *readCtx, v *view, commit bool) {
 		return
 	}
 	next := *st
-	if p.SystemID != st.pendingOn.SystemID || p.Timeline != st.pendingOn.Timeline {
+	other := p.SystemID != st.pendingOn.SystemID || p.Timeline != st.pendingOn.Timeline
+	if other {
 		// A failover since the write: whether it survived needs its
 		// position, which nobody read.
 		next.pending, next.unknown, next.unknownAt = false, true, rc.now
@@ -113,8 +114,8 @@ func (c *Connector) settleDeferred(rc *readCtx, v *view, commit bool) {
 	} else {
 		return
 	}
-	if commit {
-		rc.mark.p.CompareAndSwap(st, &next)
+	if commit && rc.mark.p.CompareAndSwap(st, &next) && other {
+		c.mayHaveLost(st.pendingOn, p.Timeline) // watermark.go
 	}
 	rc.st = &next
 }
@@ -156,7 +157,9 @@ func (c *Connector) resolveDeferred(ctx context.Context, v *view, rc *readCtx, p
 	next := *st
 	if !sameHistory(d.wm, st.pendingOn) {
 		next.pending, next.unknown, next.unknownAt = false, true, rc.now
-		rc.mark.p.CompareAndSwap(st, &next)
+		if rc.mark.p.CompareAndSwap(st, &next) {
+			c.mayHaveLost(st.pendingOn, d.wm.Timeline) // watermark.go
+		}
 		rc.st = &next
 		return pick{reason: ReasonPositionUnknown}
 	}

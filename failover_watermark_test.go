@@ -236,3 +236,35 @@ func testWatermarkAcrossFailoverWithoutHistory(t *testing.T, open dsnOpener) {
 	}
 	untilReplica(t, sctx, db, rec, "SELECT count(*) FROM across", 0)
 }
+
+// TestDeferredWriteAcrossFailover: a write without a Session (its position
+// deferred: nobody read it) that the old primary acknowledged and no
+// standby received. After the failover nobody can tell whether it
+// survived: pgrouted says it may have been lost (not that it was), reads
+// from the new primary until a probe of it supplies a position on its
+// timeline, then from the replicas. No read sees less than the new
+// primary. Through the driver and through the Pool.
+func TestDeferredWriteAcrossFailover(t *testing.T) {
+	forEachClientDSN(t, testDeferredWriteAcrossFailover)
+}
+
+func testDeferredWriteAcrossFailover(t *testing.T, open dsnOpener) {
+	ctx := testCtx(t)
+	restore(t)
+	mustExec(t, ctx, cluster.Primary(), "DROP TABLE IF EXISTS deferred_lost; CREATE TABLE deferred_lost (id int)")
+	replicated(t, ctx)
+	db, conn, rec, logs := failoverDB(t, open, "")
+	writeNoStandbyGets(t, ctx, db, "INSERT INTO deferred_lost VALUES (1)")
+	failOver(t, ctx, conn, true)
+	var n int
+	if err := db.QueryRowContext(ctx, "SELECT count(*) FROM deferred_lost").Scan(&n); err != nil || n != 0 {
+		t.Fatalf("read after the failover: %d, %v; want 0 (the write is gone)", n, err)
+	}
+	if ev := lastRead(t, rec); !ev.Primary || ev.Endpoint != "node1" || ev.Reason != pgrouted.ReasonPositionUnknown || ev.WriteLost {
+		t.Fatalf("first read after the failover: %+v (lost %v), want the new primary (position-unknown)", ev.Decision, ev.WriteLost)
+	}
+	if st := conn.Stats(); st.TimelineResets == 0 || st.LostWrites != 0 || !strings.Contains(logs.String(), "may have been lost") {
+		t.Fatalf("the possible loss was not reported as such: stats %+v, logs %q", st, logs.String())
+	}
+	untilReplica(t, ctx, db, rec, "SELECT count(*) FROM deferred_lost", 0)
+}

@@ -154,12 +154,20 @@ func (c *Connector) crossTimeline(rc *readCtx, p *topology.HostState, w lagmeter
 				"watermark", w.String(), "switchPoint", sp.String(), "timeline", p.Timeline)
 		}
 	case next.unknown:
-		c.counters.timelineResets.Add(1)
-		// One line per new timeline, not one per request.
-		if last := c.loggedTimeline.Load(); p.Timeline > last && c.loggedTimeline.CompareAndSwap(last, p.Timeline) && c.cfg.Logger != nil {
-			c.cfg.Logger.Warn("pgrouted: writes acknowledged before a failover may have been lost; reading them from the primary until the new timeline's position is known",
-				"watermark", w.String(), "timeline", p.Timeline)
-		}
+		c.mayHaveLost(w, p.Timeline)
+	}
+}
+
+// mayHaveLost reports that writes acknowledged before a failover, the
+// last at w (its LSN 0 when its position was deferred and never read),
+// may have been lost: the primary is on timeline tli now, and whether they
+// are in its history cannot be told. Stats.TimelineResets counts it; the
+// log says it once per new timeline, not once per request.
+func (c *Connector) mayHaveLost(w lagmeter.Watermark, tli uint32) {
+	c.counters.timelineResets.Add(1)
+	if last := c.loggedTimeline.Load(); tli > last && c.loggedTimeline.CompareAndSwap(last, tli) && c.cfg.Logger != nil {
+		c.cfg.Logger.Warn("pgrouted: writes acknowledged before a failover may have been lost; reading them from the primary until the new timeline's position is known",
+			"watermark", w.String(), "timeline", tli)
 	}
 }
 
