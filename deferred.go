@@ -35,8 +35,12 @@ import (
 // the read itself would, and the check after it would likely miss. The
 // checks sent after a position's read are recorded at the write's age
 // when they were sent, as any check is, so the record keeps telling how
-// soon each replica holds a write; reads later after the write, or many
-// at once (which share one position's read), go to the replicas.
+// soon each replica holds a write; reads later after the write go to the
+// replicas. So do reads made while a position read is under way
+// (readIndex.busy), whatever the record says: they share it, at no cost
+// to the primary, which in a process whose goroutines write and read all
+// the time (every read "right after" someone's write) keeps the replicas
+// serving.
 //
 // The position read is on the write's history or the mark cannot use it:
 // when the primary's system or timeline is no longer the write's (a

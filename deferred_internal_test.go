@@ -167,3 +167,29 @@ func TestDeferredMark(t *testing.T) {
 		t.Fatalf("unknown history: %+v", st)
 	}
 }
+
+// TestDeferredReadJoinsARunningPositionRead: a read right after a deferred
+// write whose replicas' checks at that age mostly missed goes to the
+// primary (catching-up) when it would read the position alone, and checks
+// a replica when a position read is under way, which it shares.
+func TestDeferredReadJoinsARunningPositionRead(t *testing.T) {
+	c, v := deferredConnector(t, func(context.Context) (lagmeter.Watermark, error) {
+		return lagmeter.Watermark{SystemID: 7, Timeline: 1, LSN: 1<<30 + 100}, nil
+	})
+	now := monoNow()
+	for i := range v.hosts {
+		for range 8 {
+			v.hosts[i].catchUp.record(0, now, false)
+		}
+	}
+	c.catchUpSkips.Store(1) // not an exploring read
+	rc := &readCtx{ctx: context.Background(), mark: &c.writes, st: c.writes.load(), now: now, cons: dsn.ConsistencySession}
+	if pk := c.pickReplica(v, rc, true, nil); pk.host != nil || pk.reason != ReasonCatchingUp {
+		t.Fatalf("alone: pick %+v, want none for %s", pk, ReasonCatchingUp)
+	}
+	c.index.busy.Store(true)
+	c.catchUpSkips.Store(1)
+	if pk := c.pickReplica(v, rc, true, nil); pk.host == nil || !pk.pending || !pk.check {
+		t.Fatalf("with a position read under way: pick %+v, want a replica to check", pk)
+	}
+}

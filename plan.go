@@ -356,7 +356,9 @@ func (c *Connector) pickReplica(v *view, rc *readCtx, advance bool, skip *host) 
 		!rc.forced && c.cfg.Fallback != dsn.FallbackError
 	if recent {
 		age = rc.now.Sub(rc.st.lastWrite)
-		recent = c.replicaWait(rc.ctx) <= 0
+		// A deferred position read already under way (deferred.go) is
+		// shared: a read that joins it costs the primary nothing more.
+		recent = c.replicaWait(rc.ctx) <= 0 && !(pending && c.index != nil && c.index.busy.Load())
 	}
 	// Byte lag does not grow while the primary is not probed.
 	byteLease := rc.budget.MaxBytes == 0 || v.snap.LeaseValid(rc.now)
