@@ -123,8 +123,10 @@ func TestPatroniAuthority(t *testing.T) {
 
 	t.Run("replica named leader", func(t *testing.T) {
 		f.set(0, member(t, 0, "replica", "running", nil), member(t, 1, "leader", "running", nil))
-		s := waitSnap(t, top, 10*time.Second, "Patroni's view naming node1 applied", func(s *topology.Snapshot) bool {
-			return s.Provider.Leader == "node1"
+		// The view and node1's probe come separately: wait for both (a
+		// snapshot can carry the view before node1's role is known).
+		s := waitSnap(t, top, 10*time.Second, "Patroni's view naming node1 applied, node1 probed", func(s *topology.Snapshot) bool {
+			return s.Provider.Leader == "node1" && s.Hosts[1].Role != topology.RoleUnknown
 		})
 		// node1's own probe finds it in recovery: no primary.
 		if s.Primary >= 0 {
