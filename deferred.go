@@ -2,12 +2,8 @@ package pgrouted
 
 import (
 	"context"
-	"database/sql/driver"
-	"errors"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/pgrouted/pgrouted/internal/pgpipe"
 	"github.com/pgrouted/pgrouted/lagmeter"
 )
 
@@ -72,20 +68,6 @@ func (c *Connector) wroteDeferred(ctx context.Context, host *host) {
 	c.writes.wroteDeferred(on, monoNow())
 }
 
-// wroteDeferredAfter raises the mark after a write (or COMMIT) whose
-// position is deferred ran with outcome err: as Connector.wroteAfter does,
-// a refusal or a write never sent moves nothing, a connection that failed
-// under it leaves its position unknown.
-func (c *Connector) wroteDeferredAfter(ctx context.Context, host *host, err error) {
-	switch {
-	case err == nil:
-		c.wroteDeferred(ctx, host)
-	case pgpipe.IsPgError(err) || pgpipe.IsEncodeError(err) || errors.Is(err, pgx.ErrTxCommitRollback) || errors.Is(err, driver.ErrBadConn):
-	default:
-		c.wrote(ctx, host, 0, time.Time{})
-	}
-}
-
 // sameHistory reports whether the watermarks a and b are on one history:
 // the same system and timeline.
 func sameHistory(a, b lagmeter.Watermark) bool {
@@ -124,32 +106,19 @@ func (c *Connector) settleDeferred(rc *readCtx, v *view, commit bool) {
 	rc.st = &next
 }
 
-// deferredRead is what a read learned of the primary's position for a
-// deferred write: kept in its plan, so that a retry on another replica
-// (replan) uses the same position.
-type deferredRead struct {
-	done bool
-	wait time.Duration // how long the read waited for it
-	wm   lagmeter.Watermark
-	err  error
-}
-
 // resolveDeferred completes pk, a replica picked for a read whose
 // position is deferred (pk.pending), with that position: read now (one
 // read of the primary's position after the read began, shared with
 // concurrent reads: readindex.go), or the one d holds from the read's
-// first plan. The replica then serves the read as pickReplica would have
+// first plan (a globalRead: what a read learned of the primary's
+// position). The replica then serves the read as pickReplica would have
 // with the position known: without a check when its last probe shows it
 // at the position, else after checking it. A position that cannot be had,
 // or that is on another history than the write's, sends the read where an
 // unknown position does (ReasonPositionUnknown).
-func (c *Connector) resolveDeferred(ctx context.Context, v *view, rc *readCtx, pk pick, d *deferredRead) pick {
+func (c *Connector) resolveDeferred(ctx context.Context, v *view, rc *readCtx, pk pick, d *globalRead) pick {
 	if !d.done {
-		d.done = true
-		start := monoNow()
-		d.wm, d.err = c.index.get(ctx)
-		d.wait = monoNow().Sub(start)
-		c.index.waited.Add(uint64(d.wait))
+		c.readPosition(ctx, d) // global.go
 		if d.err == nil {
 			c.counters.deferredReads.Add(1)
 		}

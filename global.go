@@ -52,9 +52,10 @@ const (
 	ConsistencyGlobal = dsn.ConsistencyGlobal
 )
 
-// globalRead is what a read planned under global consistency learned of
-// the primary's position: kept in its plan, so that a retry on another
-// replica (replan) uses the same position.
+// globalRead is what a read learned of the primary's position, under
+// global consistency or for a deferred write's (deferred.go): kept in its
+// plan, so that a retry on another replica (replan) uses the same
+// position.
 type globalRead struct {
 	done bool               // the position was asked for (or not needed)
 	used bool               // a fetch answered (or failed) for this read: RouteEvent.Global
@@ -91,10 +92,8 @@ func (c *Connector) globalPosition(ctx context.Context, v *view, rc *readCtx, g 
 			// primary will, and needs none.
 			return
 		}
-		start := monoNow()
-		g.wm, g.err = c.index.get(ctx)
-		g.wait, g.used = monoNow().Sub(start), true
-		c.index.waited.Add(uint64(g.wait))
+		c.readPosition(ctx, g)
+		g.used = true
 	}
 	if !g.used {
 		return
@@ -112,6 +111,16 @@ func (c *Connector) globalPosition(ctx context.Context, v *view, rc *readCtx, g 
 		}
 	}
 	rc.st = &next
+}
+
+// readPosition completes g with the primary's position read after now
+// (the read index: shared with concurrent reads), and how long it waited.
+func (c *Connector) readPosition(ctx context.Context, g *globalRead) {
+	g.done = true
+	start := monoNow()
+	g.wm, g.err = c.index.get(ctx)
+	g.wait = monoNow().Sub(start)
+	c.index.waited.Add(uint64(g.wait))
 }
 
 // mayServeGlobal reports whether a replica might serve a read of rc once

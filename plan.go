@@ -28,12 +28,12 @@ type plan struct {
 	// fallback: the primary may run it when no replica can (see
 	// plan.fallBack).
 	fallback bool
-	err      error        // the statement cannot run
-	lost     bool         // the caller's last write was found lost in a failover
-	pin      bool         // the connection stays on the primary after it (beyond a Session class)
-	fn       string       // the function that decided (see Decision.Function)
-	global   globalRead   // the primary's position under global consistency (global.go)
-	deferred deferredRead // the position of the caller's deferred writes (deferred.go)
+	err      error      // the statement cannot run
+	lost     bool       // the caller's last write was found lost in a failover
+	pin      bool       // the connection stays on the primary after it (beyond a Session class)
+	fn       string     // the function that decided (see Decision.Function)
+	global   globalRead // the primary's position under global consistency (global.go)
+	deferred globalRead // the position of the caller's deferred writes (deferred.go)
 }
 
 // target is the replica a read (or a read-only transaction) runs on, and

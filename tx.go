@@ -172,9 +172,13 @@ func (t *tx) Commit() error {
 			err = lostError(OpTx, err)
 		}
 		t.end(began, "COMMIT", err)
-		if t.wrote && t.replica == nil && cn.c.deferPosition(t.ctx) {
+		switch {
+		case !t.wrote || t.replica != nil || !cn.c.deferPosition(t.ctx):
+		case err == nil:
 			// Its position is read when a read needs it (deferred.go).
-			cn.c.wroteDeferredAfter(t.ctx, t.host, err)
+			cn.c.wroteDeferred(t.ctx, t.host)
+		default:
+			cn.c.wroteAfter(t.ctx, t.host, 0, time.Time{}, err)
 		}
 		return err
 	}
