@@ -22,6 +22,9 @@ const (
 	rywPlain     = 3    // plain reads after each read-back
 	rywKeys      = 1000 // rows the plain reads pick from
 	rywWaitLabel = "pgrouted session + replica_wait=10ms"
+	// rywNoSessionLabel is the system whose workers share one
+	// connector's read-your-writes, without Sessions.
+	rywNoSessionLabel = "pgrouted, no Session"
 )
 
 // rywDelays are the replication delays the workload runs at.
@@ -55,6 +58,12 @@ var rywSystems = []rywSystem{
 	}},
 	{rywWaitLabel, func(ctx context.Context, e *Env) (rywClient, error) {
 		return openRoutedClient(ctx, e, "&pgrouted_replica_wait=10ms", true)
+	}},
+	// No Session: the workers share the connector's read-your-writes (a
+	// read follows every write of the process), and their writes leave
+	// their positions to the reads that need them (deferred positions).
+	{rywNoSessionLabel, func(ctx context.Context, e *Env) (rywClient, error) {
+		return openRoutedClient(ctx, e, "", false)
 	}},
 	{"pgrouted eventual", func(ctx context.Context, e *Env) (rywClient, error) {
 		return openRoutedClient(ctx, e, "&pgrouted_consistency=eventual", false)
@@ -244,9 +253,11 @@ func ReadYourWrites(ctx context.Context, e *Env) ([]Table, error) {
 		Intro: fmt.Sprintf("%d workers, each in a loop: INSERT a row, read it back at once, then %d reads by primary key of a preloaded table; %v per run, "+
 			"replication delayed on both replicas' links by the delay shown (testcluster's fault point on the replication connection). "+
 			"A *stale read* is a read-back that does not find the row just written. Latencies are per read (read-backs and plain reads); "+
-			"throughput counts every statement. The pgrouted rows use one pgrouted.Session per worker (per-user read-your-writes) and the DSN keys `%s`. "+
+			"throughput counts every statement. The pgrouted rows use one pgrouted.Session per worker (per-user read-your-writes) and the DSN keys `%s`, "+
+			"except *%s*: its workers share the connector's read-your-writes (a read follows every write the process made before it, whoever made it), "+
+			"and its writes leave their WAL positions to be read by the first read that needs one (deferred positions), as in a service that does not use Sessions. "+
 			"Median round trip of `SELECT 1` to a replica before the runs: %s.",
-			rywWorkers, rywPlain, e.Duration, rywDSNKeys[1:], Dur(rtt)),
+			rywWorkers, rywPlain, e.Duration, rywDSNKeys[1:], rywNoSessionLabel, Dur(rtt)),
 		Header: []string{"system", "delay", "reads", "replica share", "stale reads", "errors", "stmts/s", "read p50", "read p99", "read-back p99", "waits (timeouts), mean wait"},
 	}
 	for _, d := range rywDelays {

@@ -23,18 +23,21 @@ import (
 const (
 	// costRounds is how many rounds each stack runs each statement in:
 	// the stacks take turns inside a round, and the tables give the
-	// medians of the rounds.
-	costRounds = 5
+	// medians of the rounds. The ratios are paired: a stack's figure over
+	// its baseline's in the same round (the two ran seconds apart), then
+	// the median of those ratios, so that the machine's speed drifting
+	// between rounds (other tenants of a shared host) cancels out. Many
+	// short rounds rather than a few long ones, for the same reason.
+	costRounds = 11
 	// costN is how many writes (and write and read-back pairs) each stack
-	// runs per round: enough that the servers' background work and the
-	// variation of their speed on a loaded machine are small against the
-	// total.
-	costN = 2000
+	// runs per round: enough that the servers' background work is small
+	// against the total.
+	costN = 1000
 	// costTxN is how many 3-write transactions each stack runs per round.
-	costTxN = 700
+	costTxN = 350
 	// costReadN is how many replica reads each stack runs per round: they
 	// cost the servers about a fifth of a write.
-	costReadN = 6000
+	costReadN = 3000
 	// costIdle is the idle window at the start of each round, in which
 	// the servers' background CPU rate is measured.
 	costIdle = 500 * time.Millisecond
@@ -255,6 +258,28 @@ func median(ds []time.Duration) time.Duration {
 		return 0
 	}
 	return s[len(s)/2]
+}
+
+// pairedRatio is the median over the rounds of a[i]/b[i], with its
+// interquartile range (lo, hi): a and b are two stacks' figures per round.
+func pairedRatio(a, b []time.Duration) (med, lo, hi float64) {
+	var rs []float64
+	for i := range min(len(a), len(b)) {
+		if b[i] > 0 {
+			rs = append(rs, float64(a[i])/float64(b[i]))
+		}
+	}
+	if len(rs) == 0 {
+		return 0, 0, 0
+	}
+	sort.Float64s(rs)
+	n := len(rs)
+	return rs[n/2], rs[n/4], rs[n-1-n/4]
+}
+
+// ratioText formats pairedRatio's answer: "1.08× (IQR 0.97–1.15)".
+func ratioText(med, lo, hi float64) string {
+	return fmt.Sprintf("%.2f× (IQR %.2f–%.2f)", med, lo, hi)
 }
 
 // us formats a CPU time per statement in microseconds.
@@ -495,6 +520,9 @@ func ServerCost(ctx context.Context, e *Env) ([]Table, error) {
 			"startup process replaying the WAL, autovacuum, …), so that the work a statement causes outside its backend counts, less the servers' background rate "+
 			"measured in an idle window at the start of each round (%s). %d rounds; in each, every stack runs %d writes (or pairs, or %d transactions) and %d reads "+
 			"serially, the stacks taking turns in an order that rotates from round to round; the figures are the medians of the rounds. "+
+			"The ratios are paired: in each round, a stack's figure over its baseline's in the same round (run seconds apart), then the median of the "+
+			"rounds' ratios, with their interquartile range (IQR), so that the machine's speed drifting from round to round cancels out; "+
+			"a ratio of the medians shown may differ from it. "+
 			"*pgx* is pgx's database/sql driver (github.com/jackc/pgx/v5/stdlib) straight to one server, *pgxpool* pgx's pool; "+
 			"*pgrouted* is pgrouted's driver on the whole cluster (1 primary, 2 replicas) with its defaults (probe interval 1 s, session consistency), "+
 			"*pgrouted.Pool* its pgx-native pool. The ratio compares pgrouted with pgx (pgrouted.Pool with pgxpool) on the primary's CPU for the writes, "+
@@ -517,11 +545,11 @@ func ServerCost(ctx context.Context, e *Env) ([]Table, error) {
 		}
 		return w.stacks[0]
 	}
-	col := func(w *costWork, r *costResult) time.Duration {
+	col := func(w *costWork, r *costResult) []time.Duration {
 		if w.column == "primary" {
-			return median(r.primary)
+			return r.primary
 		}
-		return median(r.cluster())
+		return r.cluster()
 	}
 	row := func(title, stack string, r *costResult, ratio string) {
 		t.Add(title, stack, us(median(r.primary)), us(median(r.primaryBE)), us(median(r.replicas)), us(median(r.replicaBE)),
@@ -533,21 +561,31 @@ func ServerCost(ctx context.Context, e *Env) ([]Table, error) {
 		e.Facts[key+"cluster_us"] = float64(median(r.cluster())) / 1e3
 		e.Facts[key+"backends_us"] = float64(median(r.backends())) / 1e3
 	}
+	// ratioFacts records a paired ratio (pairedRatio) for the targets.
+	ratioFacts := func(key string, med, lo, hi float64) {
+		e.Facts[key+"ratio"], e.Facts[key+"ratio_lo"], e.Facts[key+"ratio_hi"] = med, lo, hi
+	}
 	var pgxRead *costResult
 	for _, w := range works {
 		for _, s := range w.stacks {
 			r := res[w][s]
 			b := baseOf(w, s)
 			ratio := "baseline"
+			var med, lo, hi float64
 			if b != s {
-				ratio = fmt.Sprintf("%.2f×", float64(col(w, r))/float64(col(w, res[w][b])))
+				med, lo, hi = pairedRatio(col(w, r), col(w, res[w][b]))
+				ratio = ratioText(med, lo, hi)
 			}
 			name := s.name
 			if w.key == "read" && s == sPgx {
 				name, ratio, pgxRead = "pgx → primary", "(reference)", r
 			}
 			row(w.title, name, r, ratio)
-			facts(fmt.Sprintf("servercost/%s/%s/", w.key, name), r)
+			key := fmt.Sprintf("servercost/%s/%s/", w.key, name)
+			facts(key, r)
+			if b != s {
+				ratioFacts(key, med, lo, hi)
+			}
 		}
 	}
 	// The read-back alone: the pair less the INSERT … RETURNING of the
@@ -567,11 +605,13 @@ func ServerCost(ctx context.Context, e *Env) ([]Table, error) {
 			ws = sPgx // the same writes
 		}
 		d := res[back][s].minus(res[ret][ws])
+		all, _, _ := pairedRatio(d.cluster(), pgxRead.cluster())
+		med, lo, hi := pairedRatio(d.backends(), pgxRead.backends())
 		row("read-back alone (the pair less `INSERT … RETURNING`)", s.name, d,
-			fmt.Sprintf("%.2f× (backends: %.2f×) a pgx read on the primary",
-				float64(median(d.cluster()))/float64(median(pgxRead.cluster())),
-				float64(median(d.backends()))/float64(median(pgxRead.backends()))))
-		facts(fmt.Sprintf("servercost/readback-alone/%s/", s.name), d)
+			fmt.Sprintf("%.2f× (backends: %s) a pgx read on the primary", all, ratioText(med, lo, hi)))
+		key := fmt.Sprintf("servercost/readback-alone/%s/", s.name)
+		facts(key, d)
+		ratioFacts(key+"backends_", med, lo, hi)
 	}
 
 	var notes []string

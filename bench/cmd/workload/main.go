@@ -255,14 +255,18 @@ func writeTargets(b *bytes.Buffer, facts map[string]float64, raw map[string][]be
 // and the client (CPU per statement, allocations, heap, wall time), each
 // with the figures it compares.
 func writeCostTargets(b *bytes.Buffer, facts map[string]float64, raw map[string][]benchLine, verdict func(bool) string) {
+	// The ratios are the workload's paired ones (the median of the rounds'
+	// ratios, with their interquartile range), not a ratio of the medians.
 	ratio := func(target, what, stack, base, col string, limit float64) {
-		v, okv := facts["servercost/"+what+"/"+stack+"/"+col+"_us"]
+		key := "servercost/" + what + "/" + stack + "/"
+		r, okr := facts[key+"ratio"]
+		v, okv := facts[key+col+"_us"]
 		w, okw := facts["servercost/"+what+"/"+base+"/"+col+"_us"]
-		if !okv || !okw || w <= 0 {
+		if !okr || !okv || !okw {
 			return
 		}
-		r := v / w
-		fmt.Fprintf(b, "| %s ≤ %.2f× %s's (workload *Server cost*, %s) | %.2f× (%.1f µs vs %.1f µs) | %s |\n", target, limit, base, stack, r, v, w, verdict(r <= limit))
+		fmt.Fprintf(b, "| %s ≤ %.2f× %s's (workload *Server cost*, %s) | %.2f× (IQR %.2f–%.2f; medians %.1f µs vs %.1f µs) | %s |\n",
+			target, limit, base, stack, r, facts[key+"ratio_lo"], facts[key+"ratio_hi"], v, w, verdict(r <= limit))
 	}
 	for _, s := range [][2]string{{"pgrouted", "pgx"}, {"pgrouted.Pool", "pgxpool"}} {
 		ratio("primary CPU per autocommit INSERT", "insert", s[0], s[1], "primary", 1.15)
@@ -273,16 +277,16 @@ func writeCostTargets(b *bytes.Buffer, facts map[string]float64, raw map[string]
 	ratio("server CPU per replica read, no recent write", "read", "pgrouted.Pool", "pgxpool → replica", "cluster", 1.10)
 	if read, ok := facts["servercost/read/pgx → primary/backends_us"]; ok && read > 0 {
 		for _, s := range []string{"pgrouted", "pgrouted.Pool"} {
-			be, ok := facts["servercost/readback-alone/"+s+"/backends_us"]
+			key := "servercost/readback-alone/" + s + "/"
+			r, ok := facts[key+"backends_ratio"]
 			if !ok {
 				continue
 			}
-			all := facts["servercost/readback-alone/"+s+"/cluster_us"]
+			be, all := facts[key+"backends_us"], facts[key+"cluster_us"]
 			whole := facts["servercost/read/pgx → primary/cluster_us"]
-			r := be / read
 			fmt.Fprintf(b, "| a read-back right after a write costs the cluster ≤ 1.5× a pgx read on the primary (%s; the servers' client backends, "+
-				"which leave out the noise of the write's replay) | %.2f× (%.1f µs vs %.1f µs; whole servers: %.1f µs vs %.1f µs) | %s |\n",
-				s, r, be, read, all, whole, verdict(r <= 1.5))
+				"which leave out the noise of the write's replay) | %.2f× (IQR %.2f–%.2f; medians %.1f µs vs %.1f µs; whole servers: %.1f µs vs %.1f µs) | %s |\n",
+				s, r, facts[key+"backends_ratio_lo"], facts[key+"backends_ratio_hi"], be, read, all, whole, verdict(r <= 1.5))
 		}
 	}
 	allocs := func(name string) (float64, bool) {
