@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -260,4 +261,116 @@ func TestWritesSendWhatPgxSends(t *testing.T) {
 		compare(t, "autocommit", sent(t, pgxStack(p), w, false), sent(t, pgxStack(pp), pw, false), nil, 0)
 		compare(t, "transactions", sent(t, pgxStack(p), w, true), sent(t, pgxStack(pp), pw, true), nil, 0)
 	})
+}
+
+// TestReplicaReadsSendWhatPgxSends: a plain read with no recent write, once
+// its statement is prepared, sends its replica what pgx sends a replica it
+// is connected to (Bind, Execute, Sync: no replay check, no position read)
+// and sends the primary nothing; the same through the Pool and pgxpool.
+// What a replica read costs the servers beyond pgx's is then only the
+// probes, counted apart.
+func TestReplicaReadsSendWhatPgxSends(t *testing.T) {
+	ctx := testCtx(t)
+	restore(t)
+	mustExec(t, ctx, cluster.Primary(), "DROP TABLE IF EXISTS wire_reads; CREATE TABLE wire_reads (id int PRIMARY KEY, v text); INSERT INTO wire_reads SELECT g, 'x' FROM generate_series(1, 100) g")
+	replicated(t, ctx)
+	const n = 40
+	// sent runs n reads through s after 10 (which prepare them), and
+	// returns the messages addrs received for them, summed, and those the
+	// other nodes received.
+	sent := func(t *testing.T, s wireStack, w *wire, addrs ...string) (to, others [256]int) {
+		t.Helper()
+		count := func() (to, others [256]int) {
+			for _, node := range cluster.Nodes() {
+				m := w.messages(node.Addr())
+				sum := &others
+				if slices.Contains(addrs, node.Addr()) {
+					sum = &to
+				}
+				for i := range m {
+					sum[i] += m[i]
+				}
+			}
+			return to, others
+		}
+		read := func(k int) {
+			for i := range k {
+				var v string
+				if err := s.queryRow(ctx, "SELECT v FROM wire_reads WHERE id = $1", i%100+1).Scan(&v); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		read(10)
+		to0, others0 := count()
+		read(n)
+		to, others = count()
+		for i := range to {
+			to[i] -= to0[i]
+			others[i] -= others0[i]
+		}
+		return to, others
+	}
+	var replicas []string
+	for _, r := range cluster.Replicas() {
+		replicas = append(replicas, r.Addr())
+	}
+	replica := cluster.Replicas()[0]
+	check := func(t *testing.T, got, want, others [256]int) {
+		t.Helper()
+		if got != want {
+			t.Errorf("%d reads: pgrouted sent the replicas B %d, E %d, S %d, P %d, D %d, Q %d; pgx sent its replica B %d, E %d, S %d, P %d, D %d, Q %d",
+				n, got['B'], got['E'], got['S'], got['P'], got['D'], got['Q'], want['B'], want['E'], want['S'], want['P'], want['D'], want['Q'])
+		}
+		if got['B'] != n || got['E'] != n || got['S'] != n {
+			t.Errorf("%d reads: the replicas received B %d, E %d, S %d, want one each per read", n, got['B'], got['E'], got['S'])
+		}
+		if others != ([256]int{}) {
+			t.Errorf("%d reads: the primary received messages: %v", n, nonZero(others))
+		}
+	}
+	t.Run("sql", func(t *testing.T) {
+		db, _, w, _ := counting(t, "&pgrouted_probe_interval=3s")
+		db.SetMaxOpenConns(1)
+		pw := countedNodes()
+		cfg, err := pgx.ParseConfig(replica.DSN())
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.DialFunc = pw.dial(cfg.DialFunc)
+		pdb := stdlib.OpenDB(*cfg)
+		defer pdb.Close()
+		pdb.SetMaxOpenConns(1)
+		got, others := sent(t, sqlStack(db), w, replicas...)
+		want, _ := sent(t, sqlStack(pdb), pw, replica.Addr())
+		check(t, got, want, others)
+	})
+	t.Run("pool", func(t *testing.T) {
+		p, w, _ := countingPool(t, "&pgrouted_probe_interval=3s")
+		pw := countedNodes()
+		pcfg, err := pgxpool.ParseConfig(replica.DSN() + "&pool_max_conns=1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		pcfg.ConnConfig.DialFunc = pw.dial(pcfg.ConnConfig.DialFunc)
+		pp, err := pgxpool.NewWithConfig(ctx, pcfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer pp.Close()
+		got, others := sent(t, pgxStack(p), w, replicas...)
+		want, _ := sent(t, pgxStack(pp), pw, replica.Addr())
+		check(t, got, want, others)
+	})
+}
+
+// nonZero lists the message types counted in m, with their counts.
+func nonZero(m [256]int) map[string]int {
+	out := map[string]int{}
+	for typ, k := range m {
+		if k != 0 {
+			out[string(rune(typ))] = k
+		}
+	}
+	return out
 }
