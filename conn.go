@@ -66,12 +66,15 @@ type call struct {
 	tx   *tx                          // the transaction begun
 	sd   *pgconn.StatementDescription // its description (describe)
 
-	ran     *host         // the host that ran it, or was tried last; nil for none
-	primary bool          // ran is the primary
-	retried bool          // it ran again elsewhere after a replica failed or refused it
-	waited  time.Duration // how long it waited on replicas for their replay (replicawait.go)
-	wrote   time.Time     // the caller's last write, when a replica's check of it is worth recording (catchup.go)
-	sent    time.Time     // (monoNow) before it was sent to the primary, and the position read after it
+	ran     *host // the host that ran it, or was tried last; nil for none
+	primary bool  // ran is the primary
+	retried bool  // it ran again, elsewhere or on another connection (RouteEvent.Retried)
+	// replicaFailed: a replica's connection failed under it and it ran
+	// elsewhere (Stats.ReplicaRetries).
+	replicaFailed bool
+	waited        time.Duration // how long it waited on replicas for their replay (replicawait.go)
+	wrote         time.Time     // the caller's last write, when a replica's check of it is worth recording (catchup.go)
+	sent          time.Time     // (monoNow) before it was sent to the primary, and the position read after it
 	// unanswered: it failed before the server answered it (no row, no
 	// command tag), as far as the path that ran it can tell (see
 	// endedUnanswered).

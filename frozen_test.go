@@ -516,6 +516,9 @@ func testFrozenReplicaReleasesReads(t *testing.T, open opener) {
 	if held == 0 {
 		t.Error("no read was held by the frozen replica: the test did not exercise it")
 	}
+	if got := conn.Stats().ReplicaRetries; got != uint64(held) {
+		t.Errorf("Stats.ReplicaRetries = %d, want %d (the reads that ran elsewhere)", got, held)
+	}
 }
 
 // TestFrozenPrimaryLeaseEnds: with no promotion, a frozen primary's lease

@@ -363,7 +363,7 @@ type counters struct {
 // count records one reported statement (see Connector.report).
 func (c *Connector) count(p *plan, cl *call, err error) {
 	k := &c.counters
-	if (cl.retried || cl.reruns > 0) && p.reason != ReasonRetry25006 {
+	if cl.replicaFailed {
 		k.retries.Add(1)
 	}
 	switch p.reason {

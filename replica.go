@@ -86,7 +86,7 @@ func (cn *conn) runOnReplicas(ctx context.Context, p *plan, cl *call) (replicaOu
 			return replicaOutcome{}, err
 		}
 		cn.c.top.ProbeNow(h.idx)
-		cl.retried = true
+		cl.retried, cl.replicaFailed = true, true
 		if attempt == 0 {
 			if next, ok := cn.c.replan(ctx, p, h); ok {
 				at = next

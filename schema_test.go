@@ -446,4 +446,9 @@ func TestCheckedReadOfAStaleDescription(t *testing.T) {
 	if exercised == 0 {
 		t.Fatal("no checked replica read ran again after a stale description: the test did not exercise it")
 	}
+	// Run again on the same replica after a stale description: not a
+	// replica's failure.
+	if got := conn.Stats().ReplicaRetries; got != 0 {
+		t.Errorf("Stats.ReplicaRetries = %d after reads that ran again on their replica, want 0", got)
+	}
 }
