@@ -39,3 +39,18 @@ func PoolInUse(p *Pool) int { return p.db.Stats().InUse }
 
 // PoolIdle returns the number of p's idle connections.
 func PoolIdle(p *Pool) int { return p.db.Stats().Idle }
+
+// FetchPosition is one read of the primary's position by c, outside the
+// read index (Connector.fetchPosition).
+func FetchPosition(ctx context.Context, c *Connector) error {
+	_, err := c.fetchPosition(ctx)
+	return err
+}
+
+// IndexPosition is one read of the primary's position by c through its
+// read index, shared with concurrent ones (Connector.readPosition).
+func IndexPosition(ctx context.Context, c *Connector) error {
+	var g globalRead
+	c.readPosition(ctx, &g)
+	return g.err
+}
