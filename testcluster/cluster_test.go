@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -293,6 +294,47 @@ func TestKillAndRestart(t *testing.T) {
 	}
 	if got := count(t, ctx, r, "afterkill", "true"); got != 1 {
 		t.Fatalf("%s after restart sees %d rows", r, got)
+	}
+}
+
+// TestStartOnATakenPort: another process took the primary's port while it
+// was down (make test runs several test processes, each with clusters on
+// free ports it picked): Start moves it to a free port, and clients, which
+// go through its fault point, and the replicas' replication links follow.
+func TestStartOnATakenPort(t *testing.T) {
+	ctx := testCtx(t)
+	restore(t)
+	p := shared.Primary()
+	if err := p.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	old, addr := p.DirectAddr(), p.Addr()
+	taken, err := net.Listen("tcp", old)
+	if err != nil {
+		t.Fatalf("take %s: %v", old, err)
+	}
+	defer taken.Close()
+	if err := p.Start(ctx); err != nil {
+		t.Fatalf("start with its port taken: %v", err)
+	}
+	if p.DirectAddr() == old {
+		t.Fatalf("%s started on %s, the port taken", p, old)
+	}
+	if p.Addr() != addr {
+		t.Fatalf("%s's fault point moved from %s to %s", p, addr, p.Addr())
+	}
+	mustExec(t, ctx, p, "DROP TABLE IF EXISTS takenport; CREATE TABLE takenport (id int); INSERT INTO takenport VALUES (1)")
+	lsn, err := p.CurrentLSN(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range shared.Replicas() {
+		if err := r.WaitReplayed(ctx, lsn); err != nil {
+			t.Fatalf("%s does not follow the primary on its new port: %v", r, err)
+		}
+		if got := count(t, ctx, r, "takenport", "true"); got != 1 {
+			t.Fatalf("%s sees %d rows of takenport, want 1", r, got)
+		}
 	}
 }
 
