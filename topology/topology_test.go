@@ -160,7 +160,14 @@ func TestFailoverFollowed(t *testing.T) {
 	top := start(t, hosts(t, "", 0, 1, 2), topology.Options{Interval: interval})
 	events, cancel := top.Subscribe(64)
 	defer cancel()
-	s0, _ := waitFor(t, top, 10*time.Second, "node0 primary", func(s *topology.Snapshot) bool { return primaryName(s) == "node0" })
+	// node1 seen as a standby, with its timeline and replay position,
+	// before it is promoted: the switch floor checked below is what it
+	// was last seen to replay (a busy machine can promote it before its
+	// first probe otherwise, and the floor is unknown).
+	s0, _ := waitFor(t, top, 10*time.Second, "node0 primary and node1 a standby", func(s *topology.Snapshot) bool {
+		h := s.Hosts[s.Index("node1")]
+		return primaryName(s) == "node0" && h.Role == topology.RoleStandby && h.Timeline != 0 && h.ReplayLSN != 0
+	})
 
 	old, promoted := cluster.Node(0), cluster.Node(1)
 	if err := old.Stop(ctx); err != nil {
