@@ -373,8 +373,18 @@ func TestSelectionPolicies(t *testing.T) {
 // for a connection instead.
 func TestSaturatedReplicas(t *testing.T) {
 	ctx := testCtx(t)
-	db, _, rec := open(t, "pgrouted_replica_max_conns=1")
+	db, conn, rec := open(t, "pgrouted_replica_max_conns=1")
+	// Both replicas eligible, so that the two reads held below take the
+	// one connection of each (open waits for one only: a busy machine sent
+	// the second to the primary, which left a replica's pool free).
+	replicasReady(t, conn)
 	var held []*sql.Rows
+	// Closed before the DB, which waits for them, when the test fails.
+	t.Cleanup(func() {
+		for _, r := range held {
+			r.Close()
+		}
+	})
 	for len(held) < 2 {
 		rows, err := db.QueryContext(ctx, "SELECT generate_series(1, 5)")
 		if err != nil {
