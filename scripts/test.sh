@@ -71,7 +71,10 @@ status=0
 # Jobs. start NAME COMMAND... runs COMMAND in the background, its output and
 # errors to a file of its own; finish waits for every job started since its
 # last call, prints each one's output between two lines that name it, and
-# adds a line for each to the summary. A job that fails fails the script.
+# adds a line for each to the summary: its status, how long it took, and
+# the CPU time of the go commands and test binaries it ran (not of the
+# PostgreSQL servers they started, which are not their children by then).
+# A job that fails fails the script.
 jobnames=() jobpids=() joblogs=() summary=()
 start() {
 	local name=$1 log
@@ -81,21 +84,26 @@ start() {
 		began=$(date +%s)
 		"$@" >"$log" 2>&1 && rc=0 || rc=$?
 		echo "$rc $(($(date +%s) - began))" >"$log.end"
+		# times' second line: the children's user and system time (not
+		# through a pipe: a subshell's children are not these).
+		times >>"$log.end"
 		exit "$rc"
 	) &
 	jobnames+=("$name") jobpids+=($!) joblogs+=("$log")
 	echo "started: $name"
 }
 finish() {
-	local i rc secs result
+	local i rc secs cpu result
 	for i in "${!jobpids[@]}"; do
 		wait "${jobpids[i]}" || true
 		read -r rc secs <"${joblogs[i]}.end" || rc=1 secs=?
+		cpu=$(sed -E -n '3s/^([0-9]+)m([0-9.]+)s ([0-9]+)m([0-9.]+)s$/\1 \2 \3 \4/p' "${joblogs[i]}.end" |
+			awk '{printf "%.0f", $1 * 60 + $2 + $3 * 60 + $4}')
 		if [ "$rc" -eq 0 ]; then result=ok; else result=FAIL status=1; fi
 		echo "======== ${jobnames[i]}: output"
 		cat "${joblogs[i]}"
 		echo "======== ${jobnames[i]}: $result in ${secs}s"
-		summary+=("$result	${secs}s	${jobnames[i]}")
+		summary+=("$result	${secs}s	cpu ${cpu}s	${jobnames[i]}")
 	done
 	jobnames=() jobpids=() joblogs=()
 }
