@@ -1,34 +1,36 @@
 #!/usr/bin/env bash
 # Runs the whole test suite with the race detector, in a fresh temporary
-# directory, then the timing-sensitive packages once more without it while
-# each fuzz target is fuzzed for a short while, and fails if any of it fails
-# or if any PostgreSQL process or cluster directory that the tests started
-# is left behind. Extra arguments are go test flags, given to every go test
-# of the two passes (with a -run of them, the root package runs unsharded:
-# it would replace shard 1's).
+# directory, then the timing-sensitive packages once more without it, and
+# each fuzz target is fuzzed for a short while; fails if any of it fails or
+# if any PostgreSQL process or cluster directory that the tests started is
+# left behind. Extra arguments are go test flags, given to every go test of
+# the suite (with a -run among them, the root package runs unsharded, see
+# below: it would replace shard 1's).
 #
 # Most of the suite's time is tests waiting on servers, probes and
-# failovers, not CPU, so each pass runs as a few jobs side by side (see
-# "Jobs" below), each with its output in a file of its own; when a pass's
-# jobs have all ended, their outputs are printed one after the other, each
-# between lines that name it, then a summary of the jobs.
+# failovers, not CPU, so it runs as three lanes side by side, each a
+# series of jobs (see "Jobs and lanes" below), each job with its output in
+# a file of its own. While they run, a line says when each job starts and
+# ends; when all have ended, each job's output is printed whole between two
+# lines that name it, then a summary of the jobs.
 #
 # The root package is the longest: its tests run one after the other on one
 # shared cluster (many break and restore it), about 400 s with -race. It
 # runs as two shards, two go test processes, each with its own cluster
-# (testcluster picks free ports and a new directory, and starts again on
-# other ports when another process took one first): shard 1 runs the tests
-# named in $shard1 below (-run), shard 2 every other one (-skip on the same
-# pattern), so a new test runs in shard 2 and every test in exactly one.
+# (testcluster picks free ports and a new directory, and starts a server
+# again on other ports when another process took one first): shard 1 runs
+# the tests named in $shard1 below (-run), shard 2 every other one (-skip
+# on the same pattern), so a new test runs in shard 2 and every test in
+# exactly one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
 
 # The root package's shard 1: its longest tests, about half of the
 # package's time (the "--- PASS: TestX (12.3s)" lines of a -v run); shard 2
-# runs the rest. When shard 1 ends much earlier or later than shard 2 (see
-# the summary), move a long test from one to the other; a test listed here
-# must exist (checked below).
+# runs the rest. When one shard's lane ends much later than the other's
+# (see the summary), move a long test from one to the other; a test listed
+# here must exist (checked below).
 shard1=(
 	TestOrdinaryRoleFailover TestGlobalThroughFailover TestPatroni
 	TestFrozenPrimary TestDeferredWriteAcrossFailover TestRoutingTable
@@ -45,41 +47,30 @@ for name in "${shard1[@]}"; do
 		exit 1
 	fi
 done
-
-# shards PASS GOTEST ARG... starts the root package's two shards as jobs
-# (see below): GOTEST with -run, and with -skip, on shard 1's pattern, then
-# the script's arguments ARG...; or one job, GOTEST with ARG... alone, when
-# ARG... holds a -run, which would replace shard 1's.
-shards() {
-	local pass=$1 gotest=$2 a
-	shift 2
-	for a in "$@"; do
-		case $a in
-		-run | -run=* | --run | --run=*)
-			start "$pass: root package" "$gotest" . "$@"
-			return
-			;;
-		esac
-	done
-	start "$pass: root package, shard 1 (-run)" "$gotest" -run "$shard1re" . "$@"
-	start "$pass: root package, shard 2 (-skip)" "$gotest" -skip "$shard1re" . "$@"
-}
+shard1="root package, shard 1" shard1args=(-run "$shard1re") shard2args=(-skip "$shard1re")
+for a in "$@"; do
+	case $a in
+	-run | -run=* | --run | --run=*) shard1="root package" shard1args=() shard2args=() ;;
+	esac
+done
 
 tmp=$(pgrouted_tmpdir pgrouted-test)
 status=0
 
-# Jobs. start NAME COMMAND... runs COMMAND in the background, its output and
-# errors to a file of its own; finish waits for every job started since its
-# last call, prints each one's output between two lines that name it, and
-# adds a line for each to the summary: its status, how long it took, and
-# the CPU time of the go commands and test binaries it ran (not of the
-# PostgreSQL servers they started, which are not their children by then).
-# A job that fails fails the script.
-jobnames=() jobpids=() joblogs=() summary=()
-start() {
+# Jobs and lanes. job NAME COMMAND... runs COMMAND, its output and errors to
+# a file of its own, and writes beside it its name, its status, how long it
+# took and the CPU time of the go commands and test binaries it ran (not of
+# the PostgreSQL servers they started, which are not their children by
+# then). A lane is a background shell running jobs one after the other;
+# the next job runs whether the one before passed or failed.
+lanes=()
+job() {
 	local name=$1 log
 	shift
-	log="$tmp/job-$((${#summary[@]} + ${#jobnames[@]})).log"
+	jobseq=$((jobseq + 1))
+	log="$tmp/job-$lane-$jobseq.log"
+	echo "$name" >"$log.name"
+	echo "started: $name"
 	(
 		began=$(date +%s)
 		"$@" >"$log" 2>&1 && rc=0 || rc=$?
@@ -87,33 +78,23 @@ start() {
 		# times' second line: the children's user and system time (not
 		# through a pipe: a subshell's children are not these).
 		times >>"$log.end"
-		exit "$rc"
-	) &
-	jobnames+=("$name") jobpids+=($!) joblogs+=("$log")
-	echo "started: $name"
+	)
+	echo "ended: $name: $(jobresult "$log")"
 }
-finish() {
-	local i rc secs cpu result
-	for i in "${!jobpids[@]}"; do
-		wait "${jobpids[i]}" || true
-		read -r rc secs <"${joblogs[i]}.end" || rc=1 secs=?
-		cpu=$(sed -E -n '3s/^([0-9]+)m([0-9.]+)s ([0-9]+)m([0-9.]+)s$/\1 \2 \3 \4/p' "${joblogs[i]}.end" |
-			awk '{printf "%.0f", $1 * 60 + $2 + $3 * 60 + $4}')
-		if [ "$rc" -eq 0 ]; then result=ok; else result=FAIL status=1; fi
-		echo "======== ${jobnames[i]}: output"
-		cat "${joblogs[i]}"
-		echo "======== ${jobnames[i]}: $result in ${secs}s"
-		summary+=("$result	${secs}s	cpu ${cpu}s	${jobnames[i]}")
-	done
-	jobnames=() jobpids=() joblogs=()
+# jobresult LOG prints "ok" or "FAIL", the time and the CPU time of the job
+# whose output is LOG.
+jobresult() {
+	local rc secs cpu
+	read -r rc secs <"$1.end" || rc=1 secs=?
+	cpu=$(sed -E -n '3s/^([0-9]+)m([0-9.]+)s ([0-9]+)m([0-9.]+)s$/\1 \2 \3 \4/p' "$1.end" |
+		awk '{printf "%.0f", $1 * 60 + $2 + $3 * 60 + $4}')
+	if [ "$rc" -eq 0 ]; then echo "ok	${secs}s	cpu ${cpu}s"; else echo "FAIL	${secs}s	cpu ${cpu}s"; fi
 }
 
-# Pass 1, with the race detector: the root package's two shards, and every
-# other package, then the two other modules, one after the other in a third
-# job (together shorter than a shard).
+racetest() { TMPDIR=$tmp go test -race -count=1 -timeout 15m -v "$@"; }
+fulltest() { TMPDIR=$tmp go test -count=1 -timeout 10m "$@"; }
 root=github.com/pgrouted/pgrouted
 others=$(go list ./... | grep -vx "$root")
-racetest() { TMPDIR=$tmp go test -race -count=1 -timeout 15m -v "$@"; }
 rest() {
 	local rc=0
 	# shellcheck disable=SC2086
@@ -129,28 +110,17 @@ rest() {
 	(cd bench && go vet ./...) || rc=1
 	return $rc
 }
-start "race: other packages, examples, otelroute; bench vetted" rest "$@"
-# The two shards link the same test binary: compile it once first (the
-# build cache keeps what they link), not twice side by side.
-go test -race -c -o "$tmp/root-race.test" . && rm -f "$tmp/root-race.test" || status=1
-shards race racetest "$@"
-finish
 
-# Pass 2. The race detector slows everything down, which hides readiness
-# bugs: a test that waits too little passes under -race and fails without
-# it. The packages that wait on servers, probes and failovers run once more
-# at full speed, the root package in the same two shards.
-#
-# Beside them, fuzzing. The tests above run every fuzz target on its seeds
-# only; here each target is also fuzzed for a bounded time, $FUZZTIME
-# (default 12s), with $FUZZWORKERS workers (default 1). go test -fuzz takes
-# one target per run and its pattern must match exactly one, hence
-# '^Name$'. When fuzzing finds an input that makes the target fail, go test
-# stops, fails, and writes the input to <package>/testdata/fuzz/<Name>/:
-# from then on it is a seed that every `go test` of the package runs. Fix
-# the bug and commit that file with the fix. The other jobs mostly wait on
-# servers: one worker leaves the other CPU to them, and twice the time gives
-# each target as many executions as two workers for 6s did.
+# Fuzzing. The tests run every fuzz target on its seeds only; here each
+# target is also fuzzed for a bounded time, $FUZZTIME (default 12s), with
+# $FUZZWORKERS workers (default 1). go test -fuzz takes one target per run
+# and its pattern must match exactly one, hence '^Name$'. When fuzzing
+# finds an input that makes the target fail, go test stops, fails, and
+# writes the input to <package>/testdata/fuzz/<Name>/: from then on it is a
+# seed that every `go test` of the package runs. Fix the bug and commit
+# that file with the fix. The other lanes mostly wait on servers: one
+# worker leaves the other CPU to them, and twice the time gives each target
+# as many executions as two workers for 6s did.
 fuzztime=${FUZZTIME:-12s}
 fuzzworkers=${FUZZWORKERS:-1}
 targets=$(grep -rH --include='*_test.go' -E '^func Fuzz[A-Za-z0-9_]*\(' . |
@@ -190,13 +160,47 @@ fuzzall() {
 	done <<<"$targets"
 	return $fstatus
 }
-fulltest() { TMPDIR=$tmp go test -count=1 -timeout 10m "$@"; }
-start "no race: testcluster, topology, cmd" fulltest ./testcluster/... ./topology/ ./cmd/... "$@"
-start "fuzzing, $fuzztime a target" fuzzall
-go test -c -o "$tmp/root.test" . && rm -f "$tmp/root.test" || status=1
-shards "no race" fulltest "$@"
-finish
 
+# The race detector slows everything down, which hides readiness bugs: a
+# test that waits too little passes under -race and fails without it. The
+# packages that wait on servers, probes and failovers (the root package,
+# testcluster, topology, cmd) run once with it and once at full speed.
+#
+# Lanes 1 and 2: the root package's shards, with -race, then without.
+lane=1 jobseq=0
+(
+	job "race: $shard1" racetest "${shard1args[@]}" . "$@"
+	job "no race: $shard1" fulltest "${shard1args[@]}" . "$@"
+) &
+lanes+=($!)
+if [ ${#shard2args[@]} -gt 0 ]; then
+	lane=2 jobseq=0
+	(
+		job "race: root package, shard 2" racetest "${shard2args[@]}" . "$@"
+		job "no race: root package, shard 2" fulltest "${shard2args[@]}" . "$@"
+	) &
+	lanes+=($!)
+fi
+# Lane 3: everything else, together about as long as a shard's lane.
+lane=3 jobseq=0
+(
+	job "race: other packages, examples, otelroute; bench vetted" rest "$@"
+	job "no race: testcluster, topology, cmd" fulltest ./testcluster/... ./topology/ ./cmd/... "$@"
+	job "fuzzing, $fuzztime a target" fuzzall
+) &
+lanes+=($!)
+wait "${lanes[@]}" || status=1
+
+summary=()
+for log in "$tmp"/job-*.log; do
+	name=$(cat "$log.name")
+	result=$(jobresult "$log")
+	echo "======== $name: output"
+	cat "$log"
+	echo "======== $name: ${result//	/, }"
+	summary+=("$result	$name")
+	[ "${result%%	*}" = ok ] || status=1
+done
 echo "======== summary"
 printf '%s\n' "${summary[@]}"
 if pgrouted_leftovers "$tmp"; then
