@@ -206,14 +206,6 @@ func TestWritesSendWhatPgxSends(t *testing.T) {
 		}
 		return after
 	}
-	pgxConfig := func(w *wire) *pgx.ConnConfig {
-		cfg, err := pgx.ParseConfig(cluster.Primary().DSN())
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg.DialFunc = w.dial(cfg.DialFunc)
-		return cfg
-	}
 	// compare fails unless got is want plus extra (by message type), and
 	// up to prep more Close, Parse and Describe messages each (statements
 	// prepared once).
@@ -235,10 +227,7 @@ func TestWritesSendWhatPgxSends(t *testing.T) {
 	t.Run("sql", func(t *testing.T) {
 		db, _, w, _ := counting(t, "&pgrouted_probe_interval=3s")
 		db.SetMaxOpenConns(1)
-		pw := countedNodes()
-		pdb := stdlib.OpenDB(*pgxConfig(pw))
-		defer pdb.Close()
-		pdb.SetMaxOpenConns(1)
+		pdb, pw := countedPgxDB(t, cluster.Primary().DSN())
 		compare(t, "autocommit", sent(t, sqlStack(db), w, false), sent(t, sqlStack(pdb), pw, false), nil, 0)
 		// The driver's transactions recover from a stale statement
 		// (txstale.go); a transaction's first statement, and a statement
@@ -247,17 +236,7 @@ func TestWritesSendWhatPgxSends(t *testing.T) {
 	})
 	t.Run("pool", func(t *testing.T) {
 		p, w, _ := countingPool(t, "&pgrouted_probe_interval=3s")
-		pw := countedNodes()
-		pcfg, err := pgxpool.ParseConfig(cluster.Primary().DSN() + "&pool_max_conns=1")
-		if err != nil {
-			t.Fatal(err)
-		}
-		pcfg.ConnConfig.DialFunc = pw.dial(pcfg.ConnConfig.DialFunc)
-		pp, err := pgxpool.NewWithConfig(ctx, pcfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer pp.Close()
+		pp, pw := countedPgxpool(t, ctx, cluster.Primary().DSN())
 		compare(t, "autocommit", sent(t, pgxStack(p), w, false), sent(t, pgxStack(pp), pw, false), nil, 0)
 		compare(t, "transactions", sent(t, pgxStack(p), w, true), sent(t, pgxStack(pp), pw, true), nil, 0)
 	})
@@ -332,32 +311,14 @@ func TestReplicaReadsSendWhatPgxSends(t *testing.T) {
 	t.Run("sql", func(t *testing.T) {
 		db, _, w, _ := counting(t, "&pgrouted_probe_interval=3s")
 		db.SetMaxOpenConns(1)
-		pw := countedNodes()
-		cfg, err := pgx.ParseConfig(replica.DSN())
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg.DialFunc = pw.dial(cfg.DialFunc)
-		pdb := stdlib.OpenDB(*cfg)
-		defer pdb.Close()
-		pdb.SetMaxOpenConns(1)
+		pdb, pw := countedPgxDB(t, replica.DSN())
 		got, others := sent(t, sqlStack(db), w, replicas...)
 		want, _ := sent(t, sqlStack(pdb), pw, replica.Addr())
 		check(t, got, want, others)
 	})
 	t.Run("pool", func(t *testing.T) {
 		p, w, _ := countingPool(t, "&pgrouted_probe_interval=3s")
-		pw := countedNodes()
-		pcfg, err := pgxpool.ParseConfig(replica.DSN() + "&pool_max_conns=1")
-		if err != nil {
-			t.Fatal(err)
-		}
-		pcfg.ConnConfig.DialFunc = pw.dial(pcfg.ConnConfig.DialFunc)
-		pp, err := pgxpool.NewWithConfig(ctx, pcfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer pp.Close()
+		pp, pw := countedPgxpool(t, ctx, replica.DSN())
 		got, others := sent(t, pgxStack(p), w, replicas...)
 		want, _ := sent(t, pgxStack(pp), pw, replica.Addr())
 		check(t, got, want, others)
@@ -373,4 +334,38 @@ func nonZero(m [256]int) map[string]int {
 		}
 	}
 	return out
+}
+
+// countedPgxDB opens pgx's database/sql driver on dsn, one connection,
+// counted on a wire of its own; closed when the test ends.
+func countedPgxDB(t *testing.T, dsn string) (*sql.DB, *wire) {
+	t.Helper()
+	w := countedNodes()
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.DialFunc = w.dial(cfg.DialFunc)
+	db := stdlib.OpenDB(*cfg)
+	t.Cleanup(func() { db.Close() })
+	db.SetMaxOpenConns(1)
+	return db, w
+}
+
+// countedPgxpool opens a pgxpool on dsn, one connection, counted on a
+// wire of its own; closed when the test ends.
+func countedPgxpool(t *testing.T, ctx context.Context, dsn string) (*pgxpool.Pool, *wire) {
+	t.Helper()
+	w := countedNodes()
+	cfg, err := pgxpool.ParseConfig(dsn + "&pool_max_conns=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.DialFunc = w.dial(cfg.ConnConfig.DialFunc)
+	p, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	return p, w
 }
