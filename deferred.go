@@ -110,13 +110,12 @@ func (c *Connector) settleDeferred(rc *readCtx, v *view, commit bool) {
 // position is deferred (pk.pending), with that position: read now (one
 // read of the primary's position after the read began, shared with
 // concurrent reads: readindex.go), or the one d holds from the read's
-// first plan (a globalRead: what a read learned of the primary's
-// position). The replica then serves the read as pickReplica would have
+// first plan. The replica then serves the read as pickReplica would have
 // with the position known: without a check when its last probe shows it
 // at the position, else after checking it. A position that cannot be had,
 // or that is on another history than the write's, sends the read where an
 // unknown position does (ReasonPositionUnknown).
-func (c *Connector) resolveDeferred(ctx context.Context, v *view, rc *readCtx, pk pick, d *globalRead) pick {
+func (c *Connector) resolveDeferred(ctx context.Context, v *view, rc *readCtx, pk pick, d *indexRead) pick {
 	if !d.done {
 		c.readPosition(ctx, d) // global.go
 		if d.err == nil {

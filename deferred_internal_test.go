@@ -31,7 +31,7 @@ func pickDeferred(t *testing.T, c *Connector, v *view) (pick, *readCtx) {
 	if pk.host == nil || !pk.pending || !pk.check {
 		t.Fatalf("a read after a deferred write: pick %+v, want a replica to check once the position is read", pk)
 	}
-	var d globalRead
+	var d indexRead
 	return c.resolveDeferred(rc.ctx, v, rc, pk, &d), rc
 }
 

@@ -50,7 +50,7 @@ func FetchPosition(ctx context.Context, c *Connector) error {
 // IndexPosition is one read of the primary's position by c through its
 // read index, shared with concurrent ones (Connector.readPosition).
 func IndexPosition(ctx context.Context, c *Connector) error {
-	var g globalRead
+	var g indexRead
 	c.readPosition(ctx, &g)
 	return g.err
 }

@@ -52,11 +52,11 @@ const (
 	ConsistencyGlobal = dsn.ConsistencyGlobal
 )
 
-// globalRead is what a read learned of the primary's position, under
-// global consistency or for a deferred write's (deferred.go): kept in its
-// plan, so that a retry on another replica (replan) uses the same
-// position.
-type globalRead struct {
+// indexRead is what a read learned of the primary's position (read
+// index, readindex.go), under global consistency or for a deferred
+// write's (deferred.go): kept in its plan, so that a retry on another
+// replica (replan) uses the same position.
+type indexRead struct {
 	done bool               // the position was asked for (or not needed)
 	used bool               // a fetch answered (or failed) for this read: RouteEvent.Global
 	wait time.Duration      // how long the read waited for it
@@ -73,7 +73,7 @@ var errNoPrimaryPosition = errors.New("pgrouted: no primary to read the WAL posi
 // the primary's, read after the read began. fetch false (Explain) reads
 // nothing: it plans with the newest position the probes know, which the
 // read will need at least. A fetch that fails makes the position unknown.
-func (c *Connector) globalPosition(ctx context.Context, v *view, rc *readCtx, g *globalRead, fetch bool) {
+func (c *Connector) globalPosition(ctx context.Context, v *view, rc *readCtx, g *indexRead, fetch bool) {
 	if rc.cons != ConsistencyGlobal {
 		return
 	}
@@ -115,7 +115,7 @@ func (c *Connector) globalPosition(ctx context.Context, v *view, rc *readCtx, g 
 
 // readPosition completes g with the primary's position read after now
 // (the read index: shared with concurrent reads), and how long it waited.
-func (c *Connector) readPosition(ctx context.Context, g *globalRead) {
+func (c *Connector) readPosition(ctx context.Context, g *indexRead) {
 	g.done = true
 	start := monoNow()
 	g.wm, g.err = c.index.get(ctx)

@@ -28,12 +28,12 @@ type plan struct {
 	// fallback: the primary may run it when no replica can (see
 	// plan.fallBack).
 	fallback bool
-	err      error      // the statement cannot run
-	lost     bool       // the caller's last write was found lost in a failover
-	pin      bool       // the connection stays on the primary after it (beyond a Session class)
-	fn       string     // the function that decided (see Decision.Function)
-	global   globalRead // the primary's position under global consistency (global.go)
-	deferred globalRead // the position of the caller's deferred writes (deferred.go)
+	err      error     // the statement cannot run
+	lost     bool      // the caller's last write was found lost in a failover
+	pin      bool      // the connection stays on the primary after it (beyond a Session class)
+	fn       string    // the function that decided (see Decision.Function)
+	global   indexRead // the primary's position under global consistency (global.go)
+	deferred indexRead // the position of the caller's deferred writes (deferred.go)
 }
 
 // target is the replica a read (or a read-only transaction) runs on, and
@@ -358,7 +358,7 @@ func (c *Connector) pickReplica(v *view, rc *readCtx, advance bool, skip *host) 
 		age = rc.now.Sub(rc.st.lastWrite)
 		// A deferred position read already under way (deferred.go) is
 		// shared: a read that joins it costs the primary nothing more.
-		recent = c.replicaWait(rc.ctx) <= 0 && !(pending && c.index != nil && c.index.busy.Load())
+		recent = c.replicaWait(rc.ctx) <= 0 && !(pending && c.index.waiting())
 	}
 	// Byte lag does not grow while the primary is not probed.
 	byteLease := rc.budget.MaxBytes == 0 || v.snap.LeaseValid(rc.now)
