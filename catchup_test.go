@@ -14,13 +14,16 @@ import (
 // but for one in 8 that still checks; each sees its row. Once replay
 // resumes, the same read is served by a replica again. Through the driver
 // and through a Pool. (Replay is paused rather than delayed: however slow
-// the test runs, under -race or a loaded machine, every check fails.)
+// the test runs, under -race or a loaded machine, every check fails.) The
+// writes are a Session's: their positions are read with them, so every
+// read that checks does so at once (without one, the read of a deferred
+// position has a rule of its own: TestDeferredPositionReadWhenItPays).
 func TestReadBackSkipsReplicasCatchingUp(t *testing.T) {
 	forEachClient(t, testReadBackSkipsReplicasCatchingUp)
 }
 
 func testReadBackSkipsReplicasCatchingUp(t *testing.T, open opener) {
-	ctx := testCtx(t)
+	ctx := pgrouted.WithSession(testCtx(t), pgrouted.NewSession())
 	restore(t)
 	mustExec(t, ctx, cluster.Primary(), "DROP TABLE IF EXISTS catchup; CREATE TABLE catchup (id int)")
 	replicated(t, ctx)

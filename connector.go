@@ -36,6 +36,9 @@ type Connector struct {
 	// catchUpSkips counts the reads sent to the primary because their
 	// replicas' checks at their write's age mostly fail (catchup.go).
 	catchUpSkips atomic.Uint32
+	// deferredUse is the record of what the reads of deferred positions
+	// served (deferred.go).
+	deferredUse deferredUse
 	// index shares the reads of the primary's position among global reads
 	// (readindex.go, global.go).
 	index *readIndex

@@ -2,6 +2,7 @@ package pgrouted
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 
 	"github.com/pgrouted/pgrouted/lagmeter"
@@ -37,6 +38,23 @@ import (
 // to the primary, which in a process whose goroutines write and read all
 // the time (every read "right after" someone's write) keeps the replicas
 // serving.
+//
+// A position's read pays when it serves more than the read that makes it:
+// alone, it costs the primary a statement, as the read itself would, and
+// the replica's check and read come on top (bench/RESULTS.md: a read-back
+// right after its write, by a process that writes and reads back one row
+// at a time). It serves more when concurrent reads share it, and when
+// reads after it rely on the position it read (they check replicas
+// against it until the next write). So each Connector keeps a record of
+// how many reads its positions' reads served lately (deferredUse): when
+// they served fewer than deferredPays each, a read that would start one
+// goes to the primary instead (ReasonDeferred). One such read in
+// deferredExplore still reads it, and any does when none was read for
+// catchUpRecheck, so that the record follows the process's reads; a read
+// that can join a position read under way does, as it costs the primary
+// nothing. Reads that may wait for the position on a replica
+// (pgrouted_replica_wait) or may not fall back to the primary always
+// read it.
 //
 // The position read is on the write's history or the mark cannot use it:
 // when the primary's system or timeline is no longer the write's (a
@@ -120,6 +138,7 @@ func (c *Connector) resolveDeferred(ctx context.Context, v *view, rc *readCtx, p
 		c.readPosition(ctx, d) // global.go
 		if d.err == nil {
 			c.counters.deferredReads.Add(1)
+			c.deferredUse.served(d.started, rc.now)
 		}
 	}
 	st := rc.st
@@ -135,7 +154,7 @@ func (c *Connector) resolveDeferred(ctx context.Context, v *view, rc *readCtx, p
 		rc.st = &next
 		return pick{reason: ReasonPositionUnknown}
 	}
-	next.pending, next.wm = false, later(st.wm, d.wm)
+	next.pending, next.wm, next.fetched = false, later(st.wm, d.wm), true
 	rc.mark.p.CompareAndSwap(st, &next)
 	rc.st = &next
 	pk.pending, pk.wm = false, next.wm
@@ -148,4 +167,73 @@ func (c *Connector) resolveDeferred(ctx context.Context, v *view, rc *readCtx, p
 		}
 	}
 	return pk
+}
+
+const (
+	// deferredPays: a position's read pays when it serves this many reads
+	// (see the file's comment): it then spares the primary at least one
+	// read beyond its own statement.
+	deferredPays = 2
+	// deferredWindow: the record keeps about the last deferredWindow
+	// position reads (its counts are halved when they reach it).
+	deferredWindow = 16
+	// deferredLearn: the first reads of positions are made whatever the
+	// record says, until it holds this many.
+	deferredLearn = 4
+	// deferredExplore: one read in deferredExplore that the record sends
+	// to the primary reads the position all the same.
+	deferredExplore = 32
+)
+
+// deferredUse is a Connector's record of what the reads of its deferred
+// positions served lately: how many were started and how many reads they
+// served (see the file's comment). It is safe for concurrent use.
+type deferredUse struct {
+	n     atomic.Uint64 // position reads started in the high 32 bits, reads served in the low 32
+	last  atomic.Int64  // when the last one started (ns since clockBase)
+	skips atomic.Uint32 // reads sent to the primary by the record (for deferredExplore)
+}
+
+// add counts reads started position reads and served reads, halving both
+// counts when the first reaches deferredWindow.
+func (u *deferredUse) add(started, served uint64) {
+	for {
+		cur := u.n.Load()
+		s, r := cur>>32+started, min(cur&(1<<32-1)+served, 1<<31)
+		if s >= deferredWindow {
+			s, r = s/2, r/2
+		}
+		if u.n.CompareAndSwap(cur, s<<32|r) {
+			return
+		}
+	}
+}
+
+// served counts a read that a position's read served, at now: one it
+// started or joined (started: it opened the read's round), or one that
+// relied on the position it read (Connector.reliesOnFetched).
+func (u *deferredUse) served(started bool, now time.Time) {
+	if !started {
+		u.add(0, 1)
+		return
+	}
+	u.last.Store(int64(now.Sub(clockBase)))
+	u.add(1, 1)
+}
+
+// worth reports whether a read at now should start a read of its
+// caller's deferred position: the record's position reads served
+// deferredPays reads each, or it is too short or too old to tell; else one
+// read in deferredExplore (counted only with advance: Explain changes
+// nothing).
+func (u *deferredUse) worth(now time.Time, advance bool) bool {
+	cur := u.n.Load()
+	s, r := cur>>32, cur&(1<<32-1)
+	switch {
+	case s < deferredLearn || r >= deferredPays*s:
+		return true
+	case time.Duration(int64(now.Sub(clockBase))-u.last.Load()) > catchUpRecheck:
+		return true
+	}
+	return advance && u.skips.Add(1)%deferredExplore == 0
 }

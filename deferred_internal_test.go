@@ -193,3 +193,51 @@ func TestDeferredReadJoinsARunningPositionRead(t *testing.T) {
 		t.Fatalf("with a position read under way: pick %+v, want a replica to check", pk)
 	}
 }
+
+// TestDeferredUseRecord: the record of what deferred positions' reads
+// served says to read one while it is too short to tell, while they serve
+// deferredPays reads each, and once its last one is older than
+// catchUpRecheck; else only one read in deferredExplore. Its counts are
+// halved as they reach deferredWindow, so it follows a change of pattern.
+func TestDeferredUseRecord(t *testing.T) {
+	now := monoNow()
+	var u deferredUse
+	for i := range deferredLearn {
+		if !u.worth(now, true) {
+			t.Fatalf("after %d position reads: not worth one, want worth while learning", i)
+		}
+		u.served(true, now)
+	}
+	explored := 0
+	for range 4 * deferredExplore {
+		if u.worth(now, true) {
+			explored++
+		}
+	}
+	if explored != 4 {
+		t.Fatalf("each position read serving one read: %d of %d reads read it, want 1 in %d", explored, 4*deferredExplore, deferredExplore)
+	}
+	if u.worth(now, false) {
+		t.Fatal("Explain (advance false) counted as an exploring read")
+	}
+	if !u.worth(now.Add(catchUpRecheck+time.Millisecond), false) {
+		t.Fatal("a record older than catchUpRecheck still stops the read")
+	}
+	// A read that relies on the last position read makes them pay.
+	for range deferredLearn * (deferredPays - 1) {
+		u.served(false, now)
+	}
+	if !u.worth(now, false) {
+		t.Fatalf("position reads serving %d reads each: not worth one", deferredPays)
+	}
+	// A change of pattern: many position reads serving one read each.
+	for range 2 * deferredWindow {
+		u.served(true, now)
+	}
+	if u.worth(now, false) {
+		t.Fatal("after a window of position reads serving one read each: still worth one")
+	}
+	if s := u.n.Load() >> 32; s >= deferredWindow {
+		t.Fatalf("%d position reads counted, want fewer than deferredWindow (%d)", s, deferredWindow)
+	}
+}

@@ -369,3 +369,95 @@ func countedPgxpool(t *testing.T, ctx context.Context, dsn string) (*pgxpool.Poo
 	t.Cleanup(p.Close)
 	return p, w
 }
+
+// TestDeferredPositionReadWhenItPays: a process that writes a row and
+// reads it back, one at a time, without a Session: the read of each
+// write's deferred position would serve that read-back alone, costing the
+// primary a statement as the read does. After the first few, read-backs go
+// to the primary without reading the position (position-deferred), but
+// for about one in deferredExplore; each sees its row. A process whose
+// writes are each followed by several reads keeps reading positions, one
+// per write, and its reads go to the replicas. Through the driver and
+// through a Pool.
+func TestDeferredPositionReadWhenItPays(t *testing.T) {
+	forEachClient(t, testDeferredPositionReadWhenItPays)
+}
+
+func testDeferredPositionReadWhenItPays(t *testing.T, open opener) {
+	ctx := testCtx(t)
+	restore(t)
+	mustExec(t, ctx, cluster.Primary(), "DROP TABLE IF EXISTS deferred_pays; CREATE TABLE deferred_pays (id int)")
+	replicated(t, ctx)
+	// Probes every 3 s: a probe of the primary sent after a write would
+	// settle its position without a read of it (deferred.go). Each
+	// read-back waits until the replicas replayed its write, so that a
+	// replica's check would find it: only the position's read decides.
+	extra := "pgrouted_probe_interval=3s"
+	pair := func(t *testing.T, db client, rec *routes, id, reads int) (evs []pgrouted.RouteEvent) {
+		t.Helper()
+		if err := db.ExecContext(ctx, "INSERT INTO deferred_pays VALUES ($1)", id); err != nil {
+			t.Fatal(err)
+		}
+		replicated(t, ctx)
+		for range reads {
+			var n int
+			if err := db.QueryRowContext(ctx, "SELECT count(*) FROM deferred_pays WHERE id = $1", id).Scan(&n); err != nil || n != 1 {
+				t.Fatalf("read-back of row %d: %d rows, %v (%+v)", id, n, err, lastRead(t, rec))
+			}
+			evs = append(evs, lastRead(t, rec))
+		}
+		return evs
+	}
+
+	t.Run("one read per write", func(t *testing.T) {
+		db, conn, rec := open(t, extra)
+		replicasReady(t, conn)
+		const n = 96
+		before := conn.Stats()
+		reasons := map[pgrouted.Reason]int{}
+		for i := range n {
+			for _, ev := range pair(t, db, rec, i, 1) {
+				reasons[ev.Reason]++
+			}
+		}
+		after := conn.Stats()
+		fetches := after.PositionFetches - before.PositionFetches
+		t.Logf("%d read-backs: %v; %d position reads", n, reasons, fetches)
+		// The first 4 read it (the record is too short to tell), then
+		// about one in 32 of the others.
+		if fetches > 4+n/32+2 {
+			t.Fatalf("%d read-backs read the position %d times (%v): each read would serve one read-back only", n, fetches, reasons)
+		}
+		if reasons[pgrouted.ReasonDeferred] < n*3/4 {
+			t.Fatalf("%d of %d read-backs went to the primary without reading the position (%v)", reasons[pgrouted.ReasonDeferred], n, reasons)
+		}
+		if got := after.Fallbacks[pgrouted.ReasonDeferred] - before.Fallbacks[pgrouted.ReasonDeferred]; got != uint64(reasons[pgrouted.ReasonDeferred]) {
+			t.Fatalf("Stats.Fallbacks[position-deferred] grew by %d, the read-backs' events say %d", got, reasons[pgrouted.ReasonDeferred])
+		}
+	})
+
+	t.Run("several reads per write", func(t *testing.T) {
+		db, conn, rec := open(t, extra)
+		replicasReady(t, conn)
+		const n, reads = 24, 4
+		before := conn.Stats()
+		onReplica := 0
+		reasons := map[pgrouted.Reason]int{}
+		for i := range n {
+			for _, ev := range pair(t, db, rec, 1000+i, reads) {
+				reasons[ev.Reason]++
+				if !ev.Primary {
+					onReplica++
+				}
+			}
+		}
+		fetches := conn.Stats().PositionFetches - before.PositionFetches
+		t.Logf("%d writes, %d reads each: %v; %d position reads", n, reads, reasons, fetches)
+		if fetches != n {
+			t.Fatalf("%d writes read their positions %d times (%v), want once each", n, fetches, reasons)
+		}
+		if onReplica < n*reads*3/4 {
+			t.Fatalf("%d of %d reads on a replica (%v)", onReplica, n*reads, reasons)
+		}
+	})
+}

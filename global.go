@@ -57,11 +57,14 @@ const (
 // write's (deferred.go): kept in its plan, so that a retry on another
 // replica (replan) uses the same position.
 type indexRead struct {
-	done bool               // the position was asked for (or not needed)
-	used bool               // a fetch answered (or failed) for this read: RouteEvent.Global
-	wait time.Duration      // how long the read waited for it
-	wm   lagmeter.Watermark // the position, when err is nil
-	err  error
+	done bool // the position was asked for (or not needed)
+	used bool // a fetch answered (or failed) for this read: RouteEvent.Global
+	// started: the read opened the fetch's round (no read waited for it
+	// before), as readIndex.join reports.
+	started bool
+	wait    time.Duration      // how long the read waited for it
+	wm      lagmeter.Watermark // the position, when err is nil
+	err     error
 }
 
 // errNoPrimaryPosition: no primary was known to read the position from.
@@ -118,7 +121,7 @@ func (c *Connector) globalPosition(ctx context.Context, v *view, rc *readCtx, g 
 func (c *Connector) readPosition(ctx context.Context, g *indexRead) {
 	g.done = true
 	start := monoNow()
-	g.wm, g.err = c.index.get(ctx)
+	g.wm, g.started, g.err = c.index.join(ctx)
 	g.wait = monoNow().Sub(start)
 	c.index.waited.Add(uint64(g.wait))
 }

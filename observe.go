@@ -299,7 +299,9 @@ type Stats struct {
 	// reads share one fetch, so PositionFetches/(GlobalReads +
 	// DeferredPositionReads) is the primary's cost per read. A write
 	// without a Session does not read its position after its commit: the
-	// first read that needs it does (see [WithSession]).
+	// first read that needs it does (see [WithSession]), unless such reads
+	// lately served too few reads to pay for themselves
+	// ([ReasonDeferred]).
 	// GlobalWaitTime is the total time reads waited for these positions
 	// (for a global read: RouteEvent.GlobalWait). PositionsShared counts the
 	// positions pgrouted read anyway (after a write's commit or a COMMIT,
@@ -319,7 +321,7 @@ type Stats struct {
 // reasonIndex find one's counter.
 var (
 	opNames     = [...]string{OpRead, OpWrite, OpTx, OpLock}
-	reasonNames = [...]Reason{ReasonNoReplicas, ReasonUnhealthy, ReasonBehind, ReasonSaturated, ReasonPositionUnknown, ReasonReplicaFailed, ReasonCatchingUp, ReasonRetry25006, ReasonWriteOnReplica, ReasonNoPrimary, ReasonPrimaryLost}
+	reasonNames = [...]Reason{ReasonNoReplicas, ReasonUnhealthy, ReasonBehind, ReasonSaturated, ReasonPositionUnknown, ReasonReplicaFailed, ReasonCatchingUp, ReasonDeferred, ReasonRetry25006, ReasonWriteOnReplica, ReasonNoPrimary, ReasonPrimaryLost}
 )
 
 const numReasons = len(reasonNames)

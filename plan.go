@@ -201,8 +201,17 @@ func (c *Connector) planReplica(ctx context.Context, o *options, p *plan, advanc
 	c.globalPosition(ctx, v, &rc, &p.global, advance) // global.go
 	p.lost = rc.lost
 	pk := c.pickReplica(v, &rc, advance, nil)
-	if pk.pending && advance {
+	switch {
+	case !advance:
+	case pk.pending && p.fallback && c.replicaWait(ctx) <= 0 && !c.index.waiting() && !c.deferredUse.worth(rc.now, advance):
+		// Reading the position would cost the primary what the read does
+		// (deferred.go).
+		pk = pick{reason: ReasonDeferred}
+	case pk.pending:
 		pk = c.resolveDeferred(ctx, v, &rc, pk, &p.deferred) // deferred.go
+	case pk.host != nil && rc.st.fetched && rc.cons == dsn.ConsistencySession:
+		// It relies on the position a read of a deferred one read.
+		c.deferredUse.served(false, rc.now)
 	}
 	if pk.host != nil {
 		p.replica.host, p.replica.check, p.replica.wm = pk.host, pk.check, pk.wm

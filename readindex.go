@@ -92,10 +92,17 @@ func newReadIndex(fetch fetchFunc) *readIndex {
 // get returns the primary's position read by a fetch that started after
 // get was called, waiting for it (or for ctx to end).
 func (ri *readIndex) get(ctx context.Context) (lagmeter.Watermark, error) {
+	wm, _, err := ri.join(ctx)
+	return wm, err
+}
+
+// join is get, and reports whether the caller opened the round it waited
+// for (started: no read waited for that fetch before it).
+func (ri *readIndex) join(ctx context.Context) (_ lagmeter.Watermark, started bool, _ error) {
 	ri.mu.Lock()
 	if ri.closed {
 		ri.mu.Unlock()
-		return lagmeter.Watermark{}, errIndexClosed
+		return lagmeter.Watermark{}, false, errIndexClosed
 	}
 	r := ri.next
 	switch {
@@ -105,11 +112,13 @@ func (ri *readIndex) get(ctx context.Context) (lagmeter.Watermark, error) {
 		ri.running = r
 		ri.wg.Add(1)
 		go ri.run(r)
+		started = true
 	case r == nil:
 		// The fetch in flight may have started before this read began:
 		// wait for the next one, which starts when it ends.
 		r = &fetchRound{done: make(chan struct{})}
 		ri.next = r
+		started = true
 	}
 	r.waiters++
 	r.lastJoin = ri.now()
@@ -118,12 +127,12 @@ func (ri *readIndex) get(ctx context.Context) (lagmeter.Watermark, error) {
 	select {
 	case <-r.done:
 		if r.err != nil {
-			return lagmeter.Watermark{}, r.err
+			return lagmeter.Watermark{}, started, r.err
 		}
 		ri.served.Add(1)
-		return r.wm, nil
+		return r.wm, started, nil
 	case <-ctx.Done():
-		return lagmeter.Watermark{}, ctx.Err()
+		return lagmeter.Watermark{}, started, ctx.Err()
 	}
 }
 

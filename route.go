@@ -52,12 +52,13 @@ type Reason string
 // The first five say why no replica could serve a read; the read then ran on
 // the primary (pgrouted_fallback=primary) or failed with [ErrNoReplica].
 const (
-	ReasonNoReplicas      Reason = "no-replicas"      // no host is a standby
-	ReasonUnhealthy       Reason = "unhealthy"        // every standby failed its last probe
-	ReasonBehind          Reason = "behind"           // every healthy standby lacks the caller's writes or is over the staleness budget
-	ReasonSaturated       Reason = "saturated"        // every eligible standby's pool is exhausted
-	ReasonPositionUnknown Reason = "position-unknown" // the caller's last write position is unknown: only the primary surely has it
-	ReasonCatchingUp      Reason = "catching-up"      // the caller's last write is so recent that the replicas which may hold it seldom do yet (their position checks at that age mostly fail): the primary, without a check
+	ReasonNoReplicas      Reason = "no-replicas"       // no host is a standby
+	ReasonUnhealthy       Reason = "unhealthy"         // every standby failed its last probe
+	ReasonBehind          Reason = "behind"            // every healthy standby lacks the caller's writes or is over the staleness budget
+	ReasonSaturated       Reason = "saturated"         // every eligible standby's pool is exhausted
+	ReasonPositionUnknown Reason = "position-unknown"  // the caller's last write position is unknown: only the primary surely has it
+	ReasonCatchingUp      Reason = "catching-up"       // the caller's last write is so recent that the replicas which may hold it seldom do yet (their position checks at that age mostly fail): the primary, without a check
+	ReasonDeferred        Reason = "position-deferred" // the caller's last write left its position to be read when needed (no Session), and lately such reads served too few reads to be worth a statement on the primary: the primary, without reading it
 
 	ReasonReplica        Reason = "replica"          // an eligible replica serves the read
 	ReasonCheck          Reason = "replica-check"    // a replica that may hold the caller's writes serves the read after checking its replay position

@@ -290,6 +290,10 @@ type markState struct {
 	pending   bool
 	pendingAt time.Time
 	pendingOn lagmeter.Watermark
+	// fetched: wm is a deferred position read for a read (resolveDeferred),
+	// with no write since: the reads that rely on it count for the
+	// position's read (deferredUse).
+	fetched bool
 }
 
 var zeroMark = &markState{}
@@ -310,7 +314,7 @@ func (m *mark) wrote(w lagmeter.Watermark, now, sent time.Time) {
 		next := &markState{lastWrite: now}
 		if cur != nil {
 			*next = *cur
-			next.lastWrite = now
+			next.lastWrite, next.fetched = now, false
 		}
 		if w.IsZero() {
 			next.unknown, next.unknownAt = true, now
@@ -338,7 +342,7 @@ func (m *mark) wroteDeferred(on lagmeter.Watermark, now time.Time) {
 		if cur != nil {
 			*next = *cur
 		}
-		next.lastWrite = now
+		next.lastWrite, next.fetched = now, false
 		switch {
 		case on.SystemID == 0 || on.Timeline == 0:
 			next.unknown, next.unknownAt = true, now

@@ -59,6 +59,7 @@ var ops = []string{pgrouted.OpRead, pgrouted.OpWrite, pgrouted.OpTx, pgrouted.Op
 var fallbackReasons = []pgrouted.Reason{
 	pgrouted.ReasonNoReplicas, pgrouted.ReasonUnhealthy, pgrouted.ReasonBehind,
 	pgrouted.ReasonSaturated, pgrouted.ReasonPositionUnknown, pgrouted.ReasonReplicaFailed, pgrouted.ReasonCatchingUp,
+	pgrouted.ReasonDeferred,
 }
 
 // errorReasons are the reasons a statement cannot run, exported at 0 before

@@ -94,6 +94,7 @@ pgrouted_failovers_total 1
 pgrouted_fallbacks_total{reason="behind"} 3
 pgrouted_fallbacks_total{reason="catching-up"} 0
 pgrouted_fallbacks_total{reason="no-replicas"} 0
+pgrouted_fallbacks_total{reason="position-deferred"} 0
 pgrouted_fallbacks_total{reason="position-unknown"} 0
 pgrouted_fallbacks_total{reason="replica-failed"} 0
 pgrouted_fallbacks_total{reason="saturated"} 0
@@ -263,7 +264,7 @@ func TestEmptySource(t *testing.T) {
 	if n := testutil.CollectAndCount(c, "pgrouted_role", "pgrouted_statements_total"); n != 0 {
 		t.Fatalf("%d per-host series without hosts", n)
 	}
-	if n := testutil.CollectAndCount(c, "pgrouted_primary_epoch", "pgrouted_fallbacks_total"); n != 1+7 {
+	if n := testutil.CollectAndCount(c, "pgrouted_primary_epoch", "pgrouted_fallbacks_total"); n != 1+8 {
 		t.Fatalf("%d global series", n)
 	}
 }

@@ -21,7 +21,7 @@
 //	pgrouted_statements_total{endpoint,op}      statements run, op = read, write, tx, lock
 //	pgrouted_fallbacks_total{reason}            reads that ran on the primary because no replica could serve them
 //	                                            (no-replicas, unhealthy, behind, saturated, position-unknown, replica-failed,
-//	                                            catching-up)
+//	                                            catching-up, position-deferred)
 //	pgrouted_route_errors_total{reason}         statements that could not run (ErrNoReplica, ErrWriteOnReplica, ErrNoPrimary),
 //	                                            and those whose primary was lost before it answered (primary-lost: ErrOutcomeUnknown)
 //	pgrouted_read_only_retries_total            statements a replica refused with SQLSTATE 25006, run again on the primary
