@@ -101,9 +101,11 @@ func TestReplicaReadAllocations(t *testing.T) {
 // replica (the check finds it there), and only the reads checked on a
 // replica count. The check is one more statement in the read's round
 // trip: the counts are logged, not held to maxExtraReadAllocs, whose
-// baseline is a read without one.
+// baseline is a read without one. The writes are a Session's, so that
+// each read checks at once (a position left to be read would be read for
+// one read only, which pgrouted learns not to do: ReasonDeferred).
 func TestCheckedReadAllocations(t *testing.T) {
-	ctx := testCtx(t)
+	ctx := pgrouted.WithSession(testCtx(t), pgrouted.NewSession())
 	mustExec(t, ctx, cluster.Primary(), `DROP TABLE IF EXISTS alloc_checked;
 		CREATE TABLE alloc_checked (id int PRIMARY KEY, v text NOT NULL);
 		INSERT INTO alloc_checked SELECT g, md5(g::text) FROM generate_series(1, 100) g`)
