@@ -409,11 +409,22 @@ func (c *Cluster) Major() int { return c.version / 10000 }
 // through the fault points, primary first, with sslmode=disable.
 func (c *Cluster) DSN() string {
 	p := c.Primary()
-	addrs := []string{p.Addr()}
+	nodes := []*Node{p}
 	for _, n := range c.nodes {
 		if n != p {
-			addrs = append(addrs, n.Addr())
+			nodes = append(nodes, n)
 		}
+	}
+	return c.DSNOf(nodes...)
+}
+
+// DSNOf is [Cluster.DSN] naming only the given nodes, in the given order:
+// for example the primary and one replica, for a client that is to use
+// that replica only.
+func (c *Cluster) DSNOf(nodes ...*Node) string {
+	addrs := make([]string, len(nodes))
+	for i, n := range nodes {
+		addrs[i] = n.Addr()
 	}
 	return c.dsn(addrs)
 }

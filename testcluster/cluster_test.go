@@ -106,6 +106,35 @@ func TestRolesAfterStart(t *testing.T) {
 	}
 }
 
+// DSNOf names the given nodes only, in the given order: a client on the
+// primary and the second replica reaches those two and never the first.
+func TestDSNOf(t *testing.T) {
+	ctx := testCtx(t)
+	p, rs := shared.Primary(), shared.Replicas()
+	dsn := shared.DSNOf(p, rs[1])
+	if want := "@" + p.Addr() + "," + rs[1].Addr() + "/"; !strings.Contains(dsn, want) {
+		t.Errorf("DSNOf(primary, replica 1) = %q, want the hosts %q", dsn, want)
+	}
+	if strings.Contains(dsn, rs[0].Addr()) {
+		t.Errorf("DSNOf(primary, replica 1) = %q names replica 0 (%s)", dsn, rs[0].Addr())
+	}
+	if got, want := shared.DSNOf(append([]*testcluster.Node{p}, rs...)...), shared.DSN(); got != want {
+		t.Errorf("DSNOf(every node, primary first) = %q, want DSN() %q", got, want)
+	}
+	// pgx tries the hosts in order: the replica alone answers in recovery,
+	// the pair answers from the primary.
+	for _, c := range []struct {
+		dsn  string
+		want bool
+	}{{shared.DSNOf(rs[1]), true}, {dsn, false}} {
+		conn := connect(t, ctx, c.dsn)
+		var rec bool
+		if err := conn.QueryRow(ctx, "SELECT pg_is_in_recovery()").Scan(&rec); err != nil || rec != c.want {
+			t.Errorf("%s: in recovery = %v, %v; want %v", conn.Config().Host, rec, err, c.want)
+		}
+	}
+}
+
 func TestWriteOnPrimaryReadOnEachReplica(t *testing.T) {
 	ctx := testCtx(t)
 	p := shared.Primary()
