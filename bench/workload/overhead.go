@@ -13,8 +13,10 @@ import (
 const overheadRounds = 4000
 
 // Overhead measures the latency of a one-row SELECT by primary key through
-// pgx's driver straight to the primary and straight to a replica, pgrouted
-// forced to the primary and pgrouted on the replicas, and of a one-row
+// pgx's driver straight to the primary, straight to a replica and
+// alternating over the two replicas, pgrouted forced to the primary,
+// pgrouted on the primary and that one replica, and pgrouted on the whole
+// cluster (reads round-robin over the two replicas), and of a one-row
 // autocommit INSERT through pgx's driver and pgrouted, one statement at a
 // time and interleaved (pgx, forced, routed, pgx, ...), so that a change
 // of load on the machine falls on every stack alike; medians resist the
@@ -36,32 +38,55 @@ func Overhead(ctx context.Context, e *Env) ([]Table, error) {
 		return nil, err
 	}
 	defer pgx.Close()
-	pgxReplica, err := sql.Open("pgx", e.Cluster.Replicas()[0].DSN())
+	rs := e.Cluster.Replicas()
+	pgxReplica, err := sql.Open("pgx", rs[0].DSN())
 	if err != nil {
 		return nil, err
 	}
 	defer pgxReplica.Close()
+	pgxReplica2, err := sql.Open("pgx", rs[1].DSN())
+	if err != nil {
+		return nil, err
+	}
+	defer pgxReplica2.Close()
 	routed, _, err := e.OpenRouted(ctx, "&pgrouted_probe_interval=250ms")
 	if err != nil {
 		return nil, err
 	}
 	defer routed.Close()
+	// pgrouted on the primary and the replica pgx reads from: its reads
+	// go where pgx straight to a replica's go.
+	routed1, _, err := e.openRouted(ctx, e.Cluster.DSNOf(e.Cluster.Primary(), rs[0]), "&pgrouted_probe_interval=250ms")
+	if err != nil {
+		return nil, err
+	}
+	defer routed1.Close()
+	const (
+		pgxName     = "pgx"
+		replicaName = "pgx straight to a replica"
+		altName     = "pgx alternating over 2 replicas"
+	)
 	stacks := []struct {
 		name string
-		db   *sql.DB
+		dbs  []*sql.DB // the statements take turns over them
 		ctx  context.Context
+		// base is the stack a like-for-like comparison is with.
+		base string
 	}{
-		{"pgx", pgx, ctx},
-		{"pgx straight to a replica", pgxReplica, ctx},
-		{"pgrouted, forced to the primary", routed, pgrouted.WithRoute(ctx, pgrouted.Primary)},
-		{"pgrouted, reads on the replicas", routed, ctx},
+		{pgxName, []*sql.DB{pgx}, ctx, ""},
+		{replicaName, []*sql.DB{pgxReplica}, ctx, ""},
+		{altName, []*sql.DB{pgxReplica, pgxReplica2}, ctx, ""},
+		{"pgrouted, forced to the primary", []*sql.DB{routed}, pgrouted.WithRoute(ctx, pgrouted.Primary), pgxName},
+		{"pgrouted, 1 replica", []*sql.DB{routed1}, ctx, replicaName},
+		{"pgrouted, 2 replicas (round-robin)", []*sql.DB{routed}, ctx, altName},
 	}
 	lat := make([][]time.Duration, len(stacks))
 	for i := range overheadRounds + 100 {
 		for j, s := range stacks {
 			var v string
+			db := s.dbs[i%len(s.dbs)]
 			t0 := time.Now()
-			if err := s.db.QueryRowContext(s.ctx, "SELECT v FROM ovh_kv WHERE id = $1", i%1000+1).Scan(&v); err != nil {
+			if err := db.QueryRowContext(s.ctx, "SELECT v FROM ovh_kv WHERE id = $1", i%1000+1).Scan(&v); err != nil {
 				return nil, fmt.Errorf("%s: %w", s.name, err)
 			}
 			if i >= 100 { // the first ones open connections and fill caches
@@ -72,25 +97,32 @@ func Overhead(ctx context.Context, e *Env) ([]Table, error) {
 	t := Table{
 		Title: "Overhead, interleaved",
 		Intro: fmt.Sprintf("A one-row `SELECT` by primary key, %d times through each stack, one statement at a time, the stacks taking turns "+
-			"(after 100 rounds of warm-up), each statement timed on its own: pgx's database/sql driver straight to the primary and straight to a replica, pgrouted with "+
-			"the statement routed to the primary (the same server as pgx), and pgrouted with reads on the replicas (compare with pgx straight to a replica).", overheadRounds),
-		Header: []string{"stack", "p50", "p90", "p99", "p50 vs pgx", "p50 vs pgx straight to a replica"},
+			"(after 100 rounds of warm-up), each statement timed on its own: pgx's database/sql driver straight to the primary, straight to a replica, "+
+			"and alternating over the two replicas statement by statement; pgrouted with the statement routed to the primary (the same server as pgx); "+
+			"pgrouted opened on the primary and the replica pgx straight to a replica reads from (*1 replica*: its reads go to that server); and pgrouted on the "+
+			"whole cluster, its reads round-robin over both replicas. The last column compares like with like: each pgrouted stack with the pgx stack that "+
+			"reads the same servers the same way.", overheadRounds),
+		Header: []string{"stack", "p50", "p90", "p99", "p50 vs pgx", "p50 vs pgx straight to a replica", "p50 vs pgx on the same servers"},
 	}
-	var base, replicaBase time.Duration
+	p50s := map[string]time.Duration{}
 	for j, s := range stacks {
 		sortDurations(lat[j])
 		p50 := percentile(lat[j], 50)
-		switch j {
-		case 0:
-			base = p50
-		case 1:
-			replicaBase = p50
+		p50s[s.name] = p50
+		vs := func(base string) string {
+			if p50s[base] == 0 {
+				return ""
+			}
+			return fmt.Sprintf("%+.1f%%", 100*(float64(p50)/float64(p50s[base])-1))
 		}
-		vsReplica := ""
+		vsReplica, vsSame := "", ""
 		if j > 0 {
-			vsReplica = fmt.Sprintf("%+.1f%%", 100*(float64(p50)/float64(replicaBase)-1))
+			vsReplica = vs(replicaName)
 		}
-		t.Add(s.name, p50, percentile(lat[j], 90), percentile(lat[j], 99), fmt.Sprintf("%+.1f%%", 100*(float64(p50)/float64(base)-1)), vsReplica)
+		if s.base != "" {
+			vsSame = vs(s.base) + " (" + s.base + ")"
+		}
+		t.Add(s.name, p50, percentile(lat[j], 90), percentile(lat[j], 99), vs(pgxName), vsReplica, vsSame)
 		e.Facts["overhead/"+s.name+"/p50_us"] = float64(p50) / 1e3
 	}
 	ins, err := overheadInsert(ctx, e, pgx, routed)

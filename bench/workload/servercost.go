@@ -36,8 +36,11 @@ const (
 	// costTxN is how many 3-write transactions each stack runs per round.
 	costTxN = 350
 	// costReadN is how many replica reads each stack runs per round: they
-	// cost the servers about a fifth of a write.
-	costReadN = 3000
+	// cost the servers about a fifth of a write. 2000 keeps the reads'
+	// share of a round what it was with 3000 reads and six stacks (now
+	// nine), and still puts about 90 ms of the servers' CPU in each
+	// stack's batch, against a background of a few ms per second.
+	costReadN = 2000
 	// costIdle is the idle window at the start of each round, in which
 	// the servers' background CPU rate is measured.
 	costIdle = 500 * time.Millisecond
@@ -177,9 +180,11 @@ type costWork struct {
 	title string
 	unit  string // "statement" or "transaction"
 	n     int
-	// stacks run it, in this order (rotated each round); the first of
-	// each API (database/sql, pgx pools) is the baseline of the others.
+	// stacks run it, in this order (rotated each round).
 	stacks []*costStack
+	// bases is each stack's baseline, the one its ratio is over; a stack
+	// without one is a baseline (or, for the read, the reference).
+	bases map[*costStack]*costStack
 	// column is what the ratio compares: "primary" or "cluster".
 	column string
 	op     func(ctx context.Context, db costDB, i int) error
@@ -342,21 +347,24 @@ func ServerCost(ctx context.Context, e *Env) ([]Table, error) {
 	// the writes and read-backs, another that never writes for the
 	// replica reads (a connector's watermark is its sessions' own: the
 	// writer's reads right after its writes would be checked).
-	openRouted := func() (*sql.DB, *pgrouted.Connector, error) {
-		db, c, err := e.OpenRouted(ctx, "")
+	openRouted := func(dsn string) (*sql.DB, *pgrouted.Connector, error) {
+		db, c, err := e.openRouted(ctx, dsn, "")
 		if err == nil {
 			closers = append(closers, func() { db.Close() })
 		}
 		return db, c, err
 	}
-	openRoutedPool := func() (*pgrouted.Pool, error) {
-		pl, err := pgrouted.NewPool(ctx, e.Cluster.DSN())
+	openRoutedPool := func(dsn string) (*pgrouted.Pool, error) {
+		pl, err := pgrouted.NewPool(ctx, dsn)
 		if err != nil {
 			return nil, err
 		}
 		closers = append(closers, pl.Close)
 		return pl, waitReplicaReads(ctx, pl.Connector())
 	}
+	// The like-for-like replica reads: pgrouted on the primary and the
+	// replica the pgx baselines read from, so that both read one server.
+	dsnAll, dsnOne := e.Cluster.DSN(), e.Cluster.DSNOf(p, e.Cluster.Replicas()[0])
 	pgxP, err := openSQL(p.DSN())
 	if err != nil {
 		return nil, err
@@ -377,59 +385,89 @@ func ServerCost(ctx context.Context, e *Env) ([]Table, error) {
 	if err != nil {
 		return nil, err
 	}
-	routedW, cw, err := openRouted()
+	poolR2, err := openPool(e.Cluster.Replicas()[1].DSN())
 	if err != nil {
 		return nil, err
 	}
-	routedR, cr, err := openRouted()
+	routedW, cw, err := openRouted(dsnAll)
 	if err != nil {
 		return nil, err
 	}
-	rpoolW, err := openRoutedPool()
+	routedR, cr, err := openRouted(dsnAll)
 	if err != nil {
 		return nil, err
 	}
-	rpoolR, err := openRoutedPool()
+	routedR1, cr1, err := openRouted(dsnOne)
 	if err != nil {
 		return nil, err
 	}
-	const connectors = 4 // pgrouted connectors open
+	rpoolW, err := openRoutedPool(dsnAll)
+	if err != nil {
+		return nil, err
+	}
+	rpoolR, err := openRoutedPool(dsnAll)
+	if err != nil {
+		return nil, err
+	}
+	rpoolR1, err := openRoutedPool(dsnOne)
+	if err != nil {
+		return nil, err
+	}
+	// The pgrouted connectors open: four on the whole cluster (each
+	// probing the primary and both replicas), two on the primary and
+	// replica 0.
+	const (
+		connectors    = 6
+		replicaProbes = 4*2 + 2*1 // replicas probed, over the connectors
+	)
 
 	var (
 		sPgx      = &costStack{name: "pgx", db: costSQL{pgxP}}
 		sPgxR     = &costStack{name: "pgx → replica", db: costSQL{pgxR}}
 		sRouted   = &costStack{name: "pgrouted", db: costSQL{routedW}, stats: cw.Stats}
-		sRoutedR  = &costStack{name: "pgrouted", db: costSQL{routedR}, stats: cr.Stats}
+		sRoutedR  = &costStack{name: "pgrouted, 2 replicas", db: costSQL{routedR}, stats: cr.Stats}
+		sRoutedR1 = &costStack{name: "pgrouted, 1 replica", db: costSQL{routedR1}, stats: cr1.Stats}
 		sPgxAlt   = &costStack{name: "pgx → 2 replicas, alternating", db: costAlt{dbs: []costDB{costSQL{pgxR}, costSQL{pgxR2}}, i: new(int)}}
 		sPgxSplit = &costStack{name: "pgx, read-back on a replica (unchecked)", db: costSplit{primary: costSQL{pgxP}, replica: costSQL{pgxR}}}
 		sPool     = &costStack{name: "pgxpool", db: costPool{poolP}}
 		sPoolR    = &costStack{name: "pgxpool → replica", db: costPool{poolR}}
 		sRPool    = &costStack{name: "pgrouted.Pool", db: costPool{rpoolW}, stats: rpoolW.Stats}
-		sRPoolR   = &costStack{name: "pgrouted.Pool", db: costPool{rpoolR}, stats: rpoolR.Stats}
+		sPoolAlt  = &costStack{name: "pgxpool → 2 replicas, alternating", db: costAlt{dbs: []costDB{costPool{poolR}, costPool{poolR2}}, i: new(int)}}
+		sRPoolR   = &costStack{name: "pgrouted.Pool, 2 replicas", db: costPool{rpoolR}, stats: rpoolR.Stats}
+		sRPoolR1  = &costStack{name: "pgrouted.Pool, 1 replica", db: costPool{rpoolR1}, stats: rpoolR1.Stats}
 		writers   = []*costStack{sPgx, sRouted, sPool, sRPool}
-		readers   = []*costStack{sPgxR, sRoutedR, sPgx, sPgxAlt, sPoolR, sRPoolR}
+		writeBase = map[*costStack]*costStack{sRouted: sPgx, sRPool: sPool}
+		// The replica reads, like for like: pgrouted on the primary and
+		// replica 0 against pgx straight to replica 0; pgrouted on the
+		// whole cluster (round-robin over both replicas) against pgx
+		// alternating over the same two; pgx alternating against pgx on
+		// one (what spreading the reads costs by itself).
+		readers  = []*costStack{sPgxR, sRoutedR1, sPgx, sPgxAlt, sRoutedR, sPoolR, sRPoolR1, sPoolAlt, sRPoolR}
+		readBase = map[*costStack]*costStack{sRoutedR1: sPgxR, sPgxAlt: sPgxR, sRoutedR: sPgxAlt,
+			sRPoolR1: sPoolR, sPoolAlt: sPoolR, sRPoolR: sPoolAlt}
 		backers   = []*costStack{sPgx, sRouted, sPgxSplit, sPool, sRPool}
+		backBase  = map[*costStack]*costStack{sRouted: sPgx, sPgxSplit: sPgx, sRPool: sPool}
 		insertSQL = "INSERT INTO sc_ins (v) VALUES ($1)"
 		retSQL    = "INSERT INTO sc_ins (v) VALUES ($1) RETURNING id"
 		readSQL   = "SELECT v FROM sc_kv WHERE id = $1"
 		backSQL   = "SELECT v FROM sc_ins WHERE id = $1"
 	)
 	works := []*costWork{
-		{key: "insert", title: "autocommit `INSERT`", unit: "statement", n: costN, stacks: writers, column: "primary",
+		{key: "insert", title: "autocommit `INSERT`", unit: "statement", n: costN, stacks: writers, bases: writeBase, column: "primary",
 			op: func(ctx context.Context, db costDB, i int) error { return db.exec(ctx, insertSQL, "x") }},
-		{key: "returning", title: "`INSERT … RETURNING id`", unit: "statement", n: costN, stacks: writers, column: "primary",
+		{key: "returning", title: "`INSERT … RETURNING id`", unit: "statement", n: costN, stacks: writers, bases: writeBase, column: "primary",
 			op: func(ctx context.Context, db costDB, i int) error {
 				var id int64
 				return db.queryRow(ctx, retSQL, []any{"x"}, &id)
 			}},
-		{key: "tx3", title: "transaction of 3 `INSERT`s", unit: "transaction", n: costTxN, stacks: writers, column: "primary",
+		{key: "tx3", title: "transaction of 3 `INSERT`s", unit: "transaction", n: costTxN, stacks: writers, bases: writeBase, column: "primary",
 			op: func(ctx context.Context, db costDB, i int) error { return db.tx(ctx, 3, insertSQL, "x") }},
-		{key: "read", title: "replica read, no recent write (`SELECT` by primary key)", unit: "statement", n: costReadN, stacks: readers, column: "cluster",
+		{key: "read", title: "replica read, no recent write (`SELECT` by primary key)", unit: "statement", n: costReadN, stacks: readers, bases: readBase, column: "cluster",
 			op: func(ctx context.Context, db costDB, i int) error {
 				var v string
 				return db.queryRow(ctx, readSQL, []any{i%1000 + 1}, &v)
 			}},
-		{key: "readback", title: "`INSERT … RETURNING id`, then the row read back by id", unit: "pair", n: costN, stacks: backers, column: "cluster",
+		{key: "readback", title: "`INSERT … RETURNING id`, then the row read back by id", unit: "pair", n: costN, stacks: backers, bases: backBase, column: "cluster",
 			op: func(ctx context.Context, db costDB, i int) error {
 				var id int64
 				if err := db.queryRow(ctx, retSQL, []any{"x"}, &id); err != nil {
@@ -524,9 +562,14 @@ func ServerCost(ctx context.Context, e *Env) ([]Table, error) {
 			"rounds' ratios, with their interquartile range (IQR), so that the machine's speed drifting from round to round cancels out; "+
 			"a ratio of the medians shown may differ from it. "+
 			"*pgx* is pgx's database/sql driver (github.com/jackc/pgx/v5/stdlib) straight to one server, *pgxpool* pgx's pool; "+
-			"*pgrouted* is pgrouted's driver on the whole cluster (1 primary, 2 replicas) with its defaults (probe interval 1 s, session consistency), "+
-			"*pgrouted.Pool* its pgx-native pool. The ratio compares pgrouted with pgx (pgrouted.Pool with pgxpool) on the primary's CPU for the writes, "+
-			"on the whole cluster's for the reads. The *… backends* columns are the share of the client backends (the connections' own processes: "+
+			"*pgrouted* is pgrouted's driver on the whole cluster (1 primary, 2 replicas) with its defaults (probe interval 1 s, session consistency, "+
+			"round-robin over the replicas, statement by statement), *pgrouted.Pool* its pgx-native pool. "+
+			"The *vs baseline* column is the ratio over the stack it names: pgrouted over pgx (pgrouted.Pool over pgxpool) on the primary's CPU for the writes, "+
+			"on the whole cluster's for the reads. The replica reads are compared like for like: *pgrouted, 1 replica* (and *pgrouted.Pool, 1 replica*) is opened on a "+
+			"connection string naming only the primary and the replica that *pgx → replica* (*pgxpool → replica*) reads from, so both read one server; "+
+			"*pgrouted, 2 replicas* spreads its reads over both replicas and is compared with pgx (pgxpool) alternating over the same two, statement by statement; "+
+			"the alternating rows over pgx (pgxpool) on one replica are what spreading the reads costs by itself (on a small machine, a server whose backend idles "+
+			"half the time runs it colder). The *… backends* columns are the share of the client backends (the connections' own processes: "+
 			"parse, plan and execution of the statements, including pgrouted's probes' connections); the rest is the servers' own processes "+
 			"(WAL writer and walsenders on the primary; WAL receiver and the startup process replaying the writes on the replicas). "+
 			"The *read-back alone* rows are the pair less the `INSERT … RETURNING` of the same stack in the same round, compared with the "+
@@ -534,16 +577,6 @@ func ServerCost(ctx context.Context, e *Env) ([]Table, error) {
 			"their backends' figure does not. Autovacuum is off on the two tables.",
 			"CPU time: /proc/<pid>/schedstat, in ns; reaped children: the postmaster's cutime+cstime, in clock ticks", costRounds, costN, costTxN, costReadN),
 		Header: []string{"statement", "stack", "primary", "… backends", "replicas", "… backends", "cluster", "vs baseline", "wall"},
-	}
-	baseOf := func(w *costWork, s *costStack) *costStack {
-		if _, pool := s.db.(costPool); pool {
-			for _, b := range w.stacks {
-				if _, ok := b.db.(costPool); ok {
-					return b
-				}
-			}
-		}
-		return w.stacks[0]
 	}
 	col := func(w *costWork, r *costResult) []time.Duration {
 		if w.column == "primary" {
@@ -569,12 +602,12 @@ func ServerCost(ctx context.Context, e *Env) ([]Table, error) {
 	for _, w := range works {
 		for _, s := range w.stacks {
 			r := res[w][s]
-			b := baseOf(w, s)
+			b, hasBase := w.bases[s]
 			ratio := "baseline"
 			var med, lo, hi float64
-			if b != s {
+			if hasBase {
 				med, lo, hi = pairedRatio(col(w, r), col(w, res[w][b]))
-				ratio = ratioText(med, lo, hi)
+				ratio = ratioText(med, lo, hi) + " " + b.name
 			}
 			name := s.name
 			if w.key == "read" && s == sPgx {
@@ -583,7 +616,7 @@ func ServerCost(ctx context.Context, e *Env) ([]Table, error) {
 			row(w.title, name, r, ratio)
 			key := fmt.Sprintf("servercost/%s/%s/", w.key, name)
 			facts(key, r)
-			if b != s {
+			if hasBase {
 				ratioFacts(key, med, lo, hi)
 			}
 		}
@@ -629,14 +662,17 @@ func ServerCost(ctx context.Context, e *Env) ([]Table, error) {
 		ip = append(ip, r.primary)
 		ir = append(ir, r.replicas)
 	}
+	// Per connector on the whole cluster: the primary is probed by every
+	// connector, each replica by those that name it.
 	perConn := cpuRate{
 		primary:  (idleOpen.primary - idleClosed.primary) / connectors,
-		replicas: (idleOpen.replicas - idleClosed.replicas) / connectors,
+		replicas: (idleOpen.replicas - idleClosed.replicas) / replicaProbes * 2,
 	}
 	notes = append(notes,
 		fmt.Sprintf("Background (subtracted): the servers' idle CPU rate in the rounds, median %.2f ms/s on the primary and %.2f ms/s on the replicas together. "+
-			"With nothing of the benchmark's connected: %.2f and %.2f ms/s; with the %d pgrouted connectors (and the pgx pools) open and idle: %.2f and %.2f ms/s, "+
-			"so one idle pgrouted connector (its probes of every host, every second, and its catalog reads) costs about %.2f ms/s of the primary's CPU and %.2f ms/s of the replicas'.",
+			"With nothing of the benchmark's connected: %.2f and %.2f ms/s; with the %d pgrouted connectors (four on the whole cluster, two on the primary and one replica) "+
+			"and the pgx pools open and idle: %.2f and %.2f ms/s, "+
+			"so one idle pgrouted connector on the whole cluster (its probes of every host, every second, and its catalog reads) costs about %.2f ms/s of the primary's CPU and %.2f ms/s of the replicas'.",
 			medianF(ip)/1e6, medianF(ir)/1e6, idleClosed.primary/1e6, idleClosed.replicas/1e6, connectors, idleOpen.primary/1e6, idleOpen.replicas/1e6,
 			perConn.primary/1e6, perConn.replicas/1e6))
 	e.Facts["servercost/idle connector/primary_ms_per_s"] = perConn.primary / 1e6
