@@ -295,7 +295,10 @@ func us(d time.Duration) string { return fmt.Sprintf("%.1f µs", float64(d)/1e3)
 // of a replica with no recent write, and a read-back of a row right after
 // its INSERT, through pgx's database/sql driver and pgxpool straight to
 // one server, through pgrouted's driver and through pgrouted.Pool, the
-// stacks taking turns in each round.
+// stacks taking turns in each round. The replica read is also run through
+// pgrouted opened on the primary and replica 0 only, the like-for-like
+// match of pgx straight to replica 0, and through pgx alternating over
+// both replicas, the match of pgrouted's round-robin over them.
 func ServerCost(ctx context.Context, e *Env) ([]Table, error) {
 	if err := e.Restore(ctx); err != nil {
 		return nil, err
