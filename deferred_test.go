@@ -415,17 +415,20 @@ func testDeferredPositionReadWhenItPays(t *testing.T, open opener) {
 		const n = 96
 		before := conn.Stats()
 		reasons := map[pgrouted.Reason]int{}
+		start := time.Now()
 		for i := range n {
 			for _, ev := range pair(t, db, rec, i, 1) {
 				reasons[ev.Reason]++
 			}
 		}
+		elapsed := time.Since(start)
 		after := conn.Stats()
 		fetches := after.PositionFetches - before.PositionFetches
-		t.Logf("%d read-backs: %v; %d position reads", n, reasons, fetches)
+		t.Logf("%d read-backs in %v: %v; %d position reads", n, elapsed, reasons, fetches)
 		// The first 4 read it (the record is too short to tell), then
-		// about one in 32 of the others.
-		if fetches > 4+n/32+2 {
+		// about one in 32 of the others, and one a second at most besides
+		// (a record with no position read for 1 s no longer stops one).
+		if fetches > uint64(4+n/32+1+int(elapsed/time.Second)) {
 			t.Fatalf("%d read-backs read the position %d times (%v): each read would serve one read-back only", n, fetches, reasons)
 		}
 		if reasons[pgrouted.ReasonDeferred] < n*3/4 {
@@ -453,7 +456,8 @@ func testDeferredPositionReadWhenItPays(t *testing.T, open opener) {
 		}
 		fetches := conn.Stats().PositionFetches - before.PositionFetches
 		t.Logf("%d writes, %d reads each: %v; %d position reads", n, reads, reasons, fetches)
-		if fetches != n {
+		// Once each, but for a write whose position a probe read first.
+		if fetches > n || fetches < n/2 {
 			t.Fatalf("%d writes read their positions %d times (%v), want once each", n, fetches, reasons)
 		}
 		if onReplica < n*reads*3/4 {
