@@ -194,12 +194,16 @@ type deferredUse struct {
 	skips atomic.Uint32 // reads sent to the primary by the record (for deferredExplore)
 }
 
-// add counts reads started position reads and served reads, halving both
-// counts when the first reaches deferredWindow.
+// add counts started position reads and served reads, halving both
+// counts when the first reaches deferredWindow. The reads are counted up
+// to deferredPays per position read of a full window: beyond, they would
+// tell nothing more, and a burst of reads relying on one position (a
+// process that wrote once, then reads) would outweigh the position reads
+// after it for long.
 func (u *deferredUse) add(started, served uint64) {
 	for {
 		cur := u.n.Load()
-		s, r := cur>>32+started, min(cur&(1<<32-1)+served, 1<<31)
+		s, r := cur>>32+started, min(cur&(1<<32-1)+served, deferredPays*deferredWindow)
 		if s >= deferredWindow {
 			s, r = s/2, r/2
 		}

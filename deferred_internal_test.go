@@ -230,8 +230,13 @@ func TestDeferredUseRecord(t *testing.T) {
 	if !u.worth(now, false) {
 		t.Fatalf("position reads serving %d reads each: not worth one", deferredPays)
 	}
-	// A change of pattern: many position reads serving one read each.
-	for range 2 * deferredWindow {
+	// A burst of reads relying on one position, then a change of
+	// pattern: position reads serving one read each. Within a window, the
+	// record says so.
+	for range 10000 {
+		u.served(false, now)
+	}
+	for range deferredWindow {
 		u.served(true, now)
 	}
 	if u.worth(now, false) {
