@@ -514,7 +514,10 @@ func pgpassEscape(s string) string {
 // share one cluster and break it: it thaws frozen nodes, heals every fault,
 // starts stopped nodes, resumes paused replay, and, when a failover happened
 // or a node no longer streams from node0, makes node0 the primary again (a switchover
-// that keeps the newest data) and rebuilds the other nodes as its standbys.
+// that keeps the newest data) and makes the other nodes its standbys: the
+// primary it switched over from, and the standbys that streamed from that
+// one, follow node0 as they are (their WAL is all on node0); any other node,
+// or one that does not follow, is rebuilt with a fresh base backup.
 // It returns when every replica streams from node0 and has replayed the
 // primary's current position and, with Options.SyncReplicas, when node0
 // reports its synchronous standbys as such again.
@@ -558,6 +561,9 @@ func (c *Cluster) Restore(ctx context.Context) error {
 	}
 	node0 := c.nodes[0]
 	rebuilt := false
+	// follow[i]: after a switchover to node0, node i can follow node0
+	// without a new base backup.
+	follow := make([]bool, len(c.nodes))
 	primaries := 0
 	for _, s := range states {
 		if !s.rec {
@@ -570,6 +576,15 @@ func (c *Cluster) Restore(ctx context.Context) error {
 		for i, s := range states {
 			if !s.rec && (src < 0 || s.tli > states[src].tli) {
 				src = i
+			}
+		}
+		if src > 0 {
+			// A standby that streams from src holds only WAL that src
+			// sent: once node0 has all of src's WAL, it can follow node0.
+			for i, n := range c.nodes {
+				if i != 0 && states[i].rec && n.link.upstream() == c.nodes[src].pgAddr() {
+					follow[i] = true
+				}
 			}
 		}
 		switch {
@@ -593,6 +608,10 @@ func (c *Cluster) Restore(ctx context.Context) error {
 			if err := node0.Promote(ctx); err != nil {
 				return err
 			}
+			// Stopped in fast mode once node0 had received all its WAL,
+			// src can follow node0's new timeline as it is (a
+			// switchover).
+			follow[src] = true
 		}
 		rebuilt = true
 	}
@@ -610,7 +629,7 @@ func (c *Cluster) Restore(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[n.index] = n.restoreStandby(ctx, node0, rebuilt, target, since[n.index])
+			errs[n.index] = n.restoreStandby(ctx, node0, rebuilt, follow[n.index], target, since[n.index])
 		}()
 	}
 	wg.Wait()
@@ -626,8 +645,16 @@ func (c *Cluster) Restore(ctx context.Context) error {
 
 // restoreStandby makes n a healthy standby of primary that has replayed
 // target: as it is when it already streams from primary (on a connection
-// made after since, when since is set), else rebuilt.
-func (n *Node) restoreStandby(ctx context.Context, primary *Node, rebuild bool, target lagmeter.LSN, since time.Time) error {
+// made after since, when since is set), or, after a switchover (rebuild),
+// when follow says it may follow primary and it does; else rebuilt.
+func (n *Node) restoreStandby(ctx context.Context, primary *Node, rebuild, follow bool, target lagmeter.LSN, since time.Time) error {
+	if rebuild && follow {
+		err := n.followSwitchover(ctx, primary, target)
+		if err == nil {
+			return nil
+		}
+		n.c.opts.Logf("testcluster: %s does not follow %s (%v); rebuilding it", n.name, primary.name, err)
+	}
 	if !rebuild && n.link.upstream() == primary.pgAddr() {
 		rec, err := n.IsInRecovery(ctx)
 		if err != nil {
@@ -653,6 +680,78 @@ func (n *Node) restoreStandby(ctx context.Context, primary *Node, rebuild bool, 
 		return err
 	}
 	return n.WaitReplayed(ctx, target)
+}
+
+// followSwitchover makes n, a standby or a primary stopped in fast mode,
+// whose WAL primary holds entirely, a standby of primary without a new base
+// backup, and waits until it streams from primary and has replayed target.
+// PostgreSQL itself refuses to follow a timeline that forked off before
+// what n has replayed; n then never streams, and this fails after a bound.
+func (n *Node) followSwitchover(ctx context.Context, primary *Node, target lagmeter.LSN) error {
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	if n.Running() {
+		if rec, err := n.IsInRecovery(ctx); err != nil {
+			return err
+		} else if !rec {
+			return fmt.Errorf("testcluster: %s is a running primary", n.name)
+		}
+		if err := n.ResumeReplay(ctx); err != nil {
+			return err
+		}
+		if err := n.Follow(ctx, primary); err != nil {
+			return err
+		}
+	} else {
+		// Its primary_conninfo, from its base backup, names its
+		// replication link, which now leads to primary.
+		if err := n.link.setUpstream(primary.pgAddr()); err != nil {
+			return err
+		}
+		if err := n.c.run.writeFile(filepath.Join(n.dataDir, "standby.signal"), nil, 0o600); err != nil {
+			return fmt.Errorf("testcluster: %w", err)
+		}
+		since := time.Now()
+		if err := n.Start(ctx); err != nil {
+			return err
+		}
+		if err := n.waitStreaming(ctx, primary, since); err != nil {
+			return err
+		}
+	}
+	if err := n.WaitReplayed(ctx, target); err != nil {
+		return err
+	}
+	// A rebuilt standby's control file names the new timeline from the
+	// start (its backup's checkpoint); one that followed names it only
+	// from its next restartpoint, and a role without pg_read_all_stats
+	// sees no other timeline of a standby. A checkpoint on primary,
+	// replayed, then a restartpoint on n.
+	if err := primary.Exec(ctx, "CHECKPOINT"); err != nil {
+		return err
+	}
+	lsn, err := primary.CurrentLSN(ctx)
+	if err != nil {
+		return err
+	}
+	if err := n.WaitReplayed(ctx, lsn); err != nil {
+		return err
+	}
+	if err := n.Exec(ctx, "CHECKPOINT"); err != nil {
+		return err
+	}
+	var tli, want int
+	if err := n.QueryRow(ctx, "SELECT timeline_id FROM pg_control_checkpoint()", nil, &tli); err != nil {
+		return err
+	}
+	if want, err = primary.Timeline(ctx); err != nil {
+		return err
+	}
+	if tli != want {
+		return fmt.Errorf("testcluster: %s: restartpoint on timeline %d, want %d", n.name, tli, want)
+	}
+	n.c.opts.Logf("testcluster: %s follows %s", n.name, primary.name)
+	return nil
 }
 
 // waitReceivedReplayed waits until a standby whose primary has stopped has

@@ -265,7 +265,17 @@ func TestPromoteAndWrite(t *testing.T) {
 		t.Fatalf("follower sees %d rows, want 1", got)
 	}
 	// Restore makes node0 the primary again and keeps what was written on
-	// the promoted node.
+	// the promoted node. The promoted node (stopped once node0 has all its
+	// WAL) and its follower follow node0 as they are: their data
+	// directories are not replaced by new base backups.
+	kept := map[*testcluster.Node]os.FileInfo{}
+	for _, n := range []*testcluster.Node{promoted, follower} {
+		fi, err := os.Stat(filepath.Join(n.DataDir(), "PG_VERSION"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		kept[n] = fi
+	}
 	if err := shared.Restore(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -275,6 +285,29 @@ func TestPromoteAndWrite(t *testing.T) {
 	for _, n := range shared.Nodes() {
 		if got := count(t, ctx, n, "promo", "id = 7"); got != 1 {
 			t.Fatalf("after Restore %s sees %d rows, want 1", n, got)
+		}
+	}
+	for n, before := range kept {
+		fi, err := os.Stat(filepath.Join(n.DataDir(), "PG_VERSION"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !os.SameFile(before, fi) {
+			t.Errorf("after Restore, %s has a new data directory: it was rebuilt rather than made to follow node0", n)
+		}
+	}
+	// And they replicate what node0 writes now.
+	mustExec(t, ctx, shared.Node(0), "INSERT INTO promo VALUES (8, 'after Restore')")
+	lsn, err = shared.Node(0).CurrentLSN(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range shared.Replicas() {
+		if err := n.WaitReplayed(ctx, lsn); err != nil {
+			t.Fatal(err)
+		}
+		if got := count(t, ctx, n, "promo", "id = 8"); got != 1 {
+			t.Fatalf("after Restore %s sees %d rows written on node0 since, want 1", n, got)
 		}
 	}
 }
