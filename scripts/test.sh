@@ -5,52 +5,65 @@
 # if any PostgreSQL process or cluster directory that the tests started is
 # left behind. Extra arguments are go test flags, given to every go test of
 # the suite (with a -run among them, the root package runs unsharded, see
-# below: it would replace shard 1's).
+# below: it would replace the shards' patterns).
 #
 # Most of the suite's time is tests waiting on servers, probes and
-# failovers, not CPU, so it runs as three lanes side by side, each a
+# failovers, not CPU, so it runs as five lanes side by side, each a
 # series of jobs (see "Jobs and lanes" below), each job with its output in
 # a file of its own. While they run, a line says when each job starts and
 # ends; when all have ended, each job's output is printed whole between two
 # lines that name it, then a summary of the jobs.
 #
 # The root package is the longest: its tests run one after the other on one
-# shared cluster (many break and restore it), about 400 s with -race. It
-# runs as two shards, two go test processes, each with its own cluster
+# shared cluster (many break and restore it), about 600 s with -race. It
+# runs as three shards, three go test processes, each with its own cluster
 # (testcluster picks free ports and a new directory, and starts a server
-# again on other ports when another process took one first): shard 1 runs
-# the tests named in $shard1 below (-run), shard 2 every other one (-skip
-# on the same pattern), so a new test runs in shard 2 and every test in
-# exactly one.
+# again on other ports when another process took one first): shards 1 and
+# 2 run the tests named in $shard1 and $shard2 below (-run), shard 3 every
+# other one (-skip on both patterns), so a new test runs in shard 3 and
+# every test in exactly one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
 
-# The root package's shard 1: its longest tests, about half of the
-# package's time (the "--- PASS: TestX (12.3s)" lines of a -v run); shard 2
-# runs the rest. When one shard's lane ends much later than the other's
-# (see the summary), move a long test from one to the other; a test listed
-# here must exist (checked below).
+# The root package's shards 1 and 2: its longest tests, each list about a
+# third of the package's time with -race (the "--- PASS: TestX (12.3s)"
+# lines of a -v run); shard 3 runs the rest. When one shard's lane ends
+# much later than the others' (see the summary), move a long test from one
+# to another; a test listed here must exist and be listed once (checked
+# below).
 shard1=(
-	TestOrdinaryRoleFailover TestGlobalThroughFailover TestPatroni
-	TestFrozenPrimary TestDeferredWriteAcrossFailover TestRoutingTable
-	TestLostWriteIsReported TestWatermarkAcrossFailoverWithoutHistory
-	TestCheckedReadAllocations
+	TestCheckedReadAllocations TestPatroni
+	TestWatermarkAcrossFailoverWithoutHistory TestRoutingTable
+	TestWriteToADemotedPrimary TestGlobalAcrossProcesses
+	TestWeightedOverThreeReplicas
 )
-shard1re="^($(
-	IFS='|'
-	echo "${shard1[*]}"
-))\$"
-for name in "${shard1[@]}"; do
+shard2=(
+	TestOrdinaryRoleFailover TestGlobalThroughFailover
+	TestLostWriteIsReported TestFrozenPrimary TestDeferredWriteAcrossFailover
+	TestWriteThatSurvivedAFailover TestWriteAllocations
+	TestWritesWaitForAPrimary TestKilledReplicaCostsNoRead
+)
+pattern() {
+	local IFS='|'
+	echo "^($*)\$"
+}
+for name in "${shard1[@]}" "${shard2[@]}"; do
 	if ! grep -q "^func $name(t \*testing.T)" ./*_test.go; then
-		echo "FAIL: scripts/test.sh: shard 1 lists $name, which is no test of the root package" >&2
+		echo "FAIL: scripts/test.sh: a shard lists $name, which is no test of the root package" >&2
 		exit 1
 	fi
 done
-shard1="root package, shard 1" shard1args=(-run "$shard1re") shard2args=(-skip "$shard1re")
+if dup=$(printf '%s\n' "${shard1[@]}" "${shard2[@]}" | sort | uniq -d | grep .); then
+	echo "FAIL: scripts/test.sh: listed in two shards: $dup" >&2
+	exit 1
+fi
+shardnames=("root package, shard 1" "root package, shard 2" "root package, shard 3")
+shardflags=(-run -run -skip)
+shardpatterns=("$(pattern "${shard1[@]}")" "$(pattern "${shard2[@]}")" "$(pattern "${shard1[@]}" "${shard2[@]}")")
 for a in "$@"; do
 	case $a in
-	-run | -run=* | --run | --run=*) shard1="root package" shard1args=() shard2args=() ;;
+	-run | -run=* | --run | --run=*) shardnames=("root package") shardflags=("") ;;
 	esac
 done
 
@@ -95,10 +108,8 @@ racetest() { TMPDIR=$tmp go test -race -count=1 -timeout 15m -v "$@"; }
 fulltest() { TMPDIR=$tmp go test -count=1 -timeout 10m "$@"; }
 root=github.com/pgrouted/pgrouted
 others=$(go list ./... | grep -vx "$root")
-rest() {
+modules() {
 	local rc=0
-	# shellcheck disable=SC2086
-	racetest $others "$@" || rc=1
 	# The ORM examples are their own module (GORM, sqlx and ent stay out
 	# of the library's go.mod).
 	(cd examples && racetest ./... "$@") || rc=1
@@ -166,26 +177,30 @@ fuzzall() {
 # packages that wait on servers, probes and failovers (the root package,
 # testcluster, topology, cmd) run once with it and once at full speed.
 #
-# Lanes 1 and 2: the root package's shards, with -race, then without.
-lane=1 jobseq=0
-(
-	job "race: $shard1" racetest "${shard1args[@]}" . "$@"
-	job "no race: $shard1" fulltest "${shard1args[@]}" . "$@"
-) &
-lanes+=($!)
-if [ ${#shard2args[@]} -gt 0 ]; then
-	lane=2 jobseq=0
+# Lanes 1 to 3: the root package's shards, with -race, then without.
+for i in "${!shardnames[@]}"; do
+	lane=$((i + 1)) jobseq=0
+	shardargs=()
+	[ -z "${shardflags[i]}" ] || shardargs=("${shardflags[i]}" "${shardpatterns[i]}")
 	(
-		job "race: root package, shard 2" racetest "${shard2args[@]}" . "$@"
-		job "no race: root package, shard 2" fulltest "${shard2args[@]}" . "$@"
+		job "race: ${shardnames[i]}" racetest "${shardargs[@]}" . "$@"
+		job "no race: ${shardnames[i]}" fulltest "${shardargs[@]}" . "$@"
 	) &
 	lanes+=($!)
-fi
-# Lane 3: everything else, together about as long as a shard's lane.
-lane=3 jobseq=0
+done
+# Lane 4: the library's other packages with -race, then those that wait on
+# servers without it.
+lane=4 jobseq=0
+# shellcheck disable=SC2086 # $others is a list of packages
 (
-	job "race: other packages, examples, otelroute; bench vetted" rest "$@"
+	job "race: other packages" racetest $others "$@"
 	job "no race: testcluster, topology, cmd" fulltest ./testcluster/... ./topology/ ./cmd/... "$@"
+) &
+lanes+=($!)
+# Lane 5: the modules beside the library, then fuzzing.
+lane=5 jobseq=0
+(
+	job "race: examples, otelroute; bench vetted" modules "$@"
 	job "fuzzing, $fuzztime a target" fuzzall
 ) &
 lanes+=($!)
