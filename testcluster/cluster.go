@@ -461,6 +461,7 @@ func (c *Cluster) Close() error {
 		if err := n.Thaw(); err != nil {
 			errs = append(errs, err)
 		}
+		n.closePositionConn()
 		if err := n.stop(ctx, "immediate"); err != nil {
 			if pid := postmasterPID(n.dataDir); pid > 0 && processAlive(pid) {
 				errs = append(errs, err, killTree(ctx, pid))

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -31,6 +32,10 @@ type Node struct {
 	logFile string
 	fault   *Fault // in front of the node, for clients
 	link    *Fault // the node's replication connection to its primary
+
+	monMu     sync.Mutex
+	mon       *pgx.Conn // kept by positionRow between its queries
+	monClosed bool      // set by the cluster's Close: keep no connection
 }
 
 // Name is the node's name, "node0", "node1", ...; it is also the
@@ -162,7 +167,7 @@ func (n *Node) ReplayLSN(ctx context.Context) (lagmeter.LSN, error) {
 
 func (n *Node) lsn(ctx context.Context, sql string) (lagmeter.LSN, error) {
 	var s *string
-	if err := n.QueryRow(ctx, sql, nil, &s); err != nil {
+	if err := n.positionRow(ctx, sql, nil, &s); err != nil {
 		return 0, err
 	}
 	if s == nil {
@@ -174,16 +179,11 @@ func (n *Node) lsn(ctx context.Context, sql string) (lagmeter.LSN, error) {
 // WaitReplayed waits until the standby has replayed WAL up to lsn, or ctx
 // ends.
 func (n *Node) WaitReplayed(ctx context.Context, lsn lagmeter.LSN) error {
-	conn, err := n.Connect(ctx)
-	if err != nil {
-		return err
-	}
-	defer conn.Close(context.Background())
 	var last string
 	for {
 		var ok, rec bool
 		var replay *string
-		err := conn.QueryRow(ctx, "SELECT pg_is_in_recovery(), pg_last_wal_replay_lsn()::text, coalesce(pg_last_wal_replay_lsn() >= $1::text::pg_lsn, false)", lsn.String()).Scan(&rec, &replay, &ok)
+		err := n.positionRow(ctx, "SELECT pg_is_in_recovery(), pg_last_wal_replay_lsn()::text, coalesce(pg_last_wal_replay_lsn() >= $1::text::pg_lsn, false)", []any{lsn.String()}, &rec, &replay, &ok)
 		if err != nil {
 			return fmt.Errorf("testcluster: %s: wait for replay of %s: %w", n.name, lsn, err)
 		}
@@ -201,6 +201,62 @@ func (n *Node) WaitReplayed(ctx context.Context, lsn lagmeter.LSN) error {
 			return fmt.Errorf("testcluster: %s: replay at %s has not reached %s: %w", n.name, last, lsn, ctx.Err())
 		case <-time.After(5 * time.Millisecond):
 		}
+	}
+}
+
+// positionRow runs a read-only query of the node's WAL positions (those of
+// CurrentLSN, ReplayLSN and WaitReplayed) and scans its single row into
+// dest, on a connection the node keeps for them: WaitReplicated runs
+// thousands of times in a suite, and a connection each, a server process
+// each, was most of its cost. When the kept connection fails (the server
+// restarted, or a test ended its session), the query runs once more on a
+// new connection, which is kept in its place.
+func (n *Node) positionRow(ctx context.Context, sql string, args []any, dest ...any) error {
+	n.monMu.Lock()
+	conn := n.mon
+	n.mon = nil
+	n.monMu.Unlock()
+	if conn != nil {
+		if err := conn.QueryRow(ctx, sql, args...).Scan(dest...); err == nil {
+			n.keepPositionConn(conn)
+			return nil
+		}
+		conn.Close(context.Background())
+	}
+	conn, err := n.Connect(ctx)
+	if err != nil {
+		return err
+	}
+	if err := conn.QueryRow(ctx, sql, args...).Scan(dest...); err != nil {
+		conn.Close(context.Background())
+		return fmt.Errorf("testcluster: %s: %w", n.name, err)
+	}
+	n.keepPositionConn(conn)
+	return nil
+}
+
+// keepPositionConn keeps conn for positionRow, or closes it when another
+// is kept already or the cluster is closed.
+func (n *Node) keepPositionConn(conn *pgx.Conn) {
+	n.monMu.Lock()
+	if n.mon == nil && !n.monClosed {
+		n.mon, conn = conn, nil
+	}
+	n.monMu.Unlock()
+	if conn != nil {
+		conn.Close(context.Background())
+	}
+}
+
+// closePositionConn closes the connection kept for positionRow, and keeps
+// none from then on.
+func (n *Node) closePositionConn() {
+	n.monMu.Lock()
+	conn := n.mon
+	n.mon, n.monClosed = nil, true
+	n.monMu.Unlock()
+	if conn != nil {
+		conn.Close(context.Background())
 	}
 }
 
