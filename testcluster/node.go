@@ -445,8 +445,8 @@ func (n *Node) Rejoin(ctx context.Context, primary *Node) error {
 }
 
 // clone makes the node a standby of primary with a base backup (taken
-// through its replication link by pg_basebackup, or copied by copyFrom),
-// whose replication connection goes through its link, and starts it.
+// straight from primary by pg_basebackup, or copied by copyFrom), whose
+// replication connection goes through its link, and starts it.
 func (n *Node) clone(ctx context.Context, primary *Node) error {
 	began := time.Now()
 	if err := n.link.Heal(); err != nil {
@@ -459,9 +459,20 @@ func (n *Node) clone(ctx context.Context, primary *Node) error {
 	conninfo := fmt.Sprintf("host=%s port=%s user=%s application_name=%s", host, port, n.c.opts.User, n.name)
 	how := "pg_basebackup"
 	if n.c.hasBasebackup() {
-		if err := n.c.run.run(ctx, "pg_basebackup", "-D", n.dataDir, "-R", "-X", "stream",
-			"--checkpoint=fast", "--no-sync", "-d", conninfo); err != nil {
+		// Not through the link, whose proxy would copy every byte of
+		// the backup once more: the standby's own settings, as -R
+		// writes them, but naming the link.
+		direct := fmt.Sprintf("host=127.0.0.1 port=%d user=%s application_name=%s", primary.port, n.c.opts.User, n.name)
+		if err := n.c.run.run(ctx, "pg_basebackup", "-D", n.dataDir, "-X", "stream",
+			"--checkpoint=fast", "--no-sync", "-d", direct); err != nil {
 			return err
+		}
+		if err := n.c.run.writeFile(filepath.Join(n.dataDir, "standby.signal"), nil, 0o600); err != nil {
+			return fmt.Errorf("testcluster: %w", err)
+		}
+		line := "\n# testcluster: standby of " + primary.name + "\nprimary_conninfo = " + quoteLiteral(conninfo) + "\n"
+		if err := appendFile(filepath.Join(n.dataDir, "postgresql.auto.conf"), line); err != nil {
+			return fmt.Errorf("testcluster: %w", err)
 		}
 	} else {
 		how = "a copy"
