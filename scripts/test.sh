@@ -107,6 +107,31 @@ jobresult() {
 racetest() { TMPDIR=$tmp go test -race -count=1 -timeout 15m -v "$@"; }
 fulltest() { TMPDIR=$tmp go test -count=1 -timeout 10m "$@"; }
 root=github.com/pgrouted/pgrouted
+
+# The root package's test binaries, with -race and without, are built once
+# for its three shards (three go test processes would each compile and
+# link the same ones): the first job of lane 1 builds them, lanes 2 and 3
+# wait for it. With extra go test flags, the shards run go test instead.
+bin=$tmp/bin
+buildroot() {
+	local rc=0
+	mkdir -p "$bin"
+	go test -race -c -o "$bin/pgrouted-race.test" . || rc=1
+	go test -c -o "$bin/pgrouted.test" . || rc=1
+	echo "$rc" >"$bin/built"
+	return $rc
+}
+waitroot() { until [ -e "$bin/built" ]; do sleep 1; done; }
+# roottest race|norace FLAG PATTERN runs the root package's tests that
+# FLAG (run or skip) PATTERN selects, from the binary buildroot built, as
+# go test would (in the package's directory, -v with -race).
+roottest() {
+	if [ "$1" = race ]; then
+		TMPDIR=$tmp "$bin/pgrouted-race.test" -test.paniconexit0 -test.count=1 -test.timeout=15m -test.v "-test.$2=$3"
+	else
+		TMPDIR=$tmp "$bin/pgrouted.test" -test.paniconexit0 -test.count=1 -test.timeout=10m "-test.$2=$3"
+	fi
+}
 others=$(go list ./... | grep -vx "$root")
 modules() {
 	local rc=0
@@ -183,8 +208,18 @@ for i in "${!shardnames[@]}"; do
 	shardargs=()
 	[ -z "${shardflags[i]}" ] || shardargs=("${shardflags[i]}" "${shardpatterns[i]}")
 	(
-		job "race: ${shardnames[i]}" racetest "${shardargs[@]}" . "$@"
-		job "no race: ${shardnames[i]}" fulltest "${shardargs[@]}" . "$@"
+		if [ $# -eq 0 ]; then
+			if [ "$i" -eq 0 ]; then
+				job "build: root package test binaries" buildroot
+			else
+				waitroot
+			fi
+			job "race: ${shardnames[i]}" roottest race "${shardflags[i]#-}" "${shardpatterns[i]}"
+			job "no race: ${shardnames[i]}" roottest norace "${shardflags[i]#-}" "${shardpatterns[i]}"
+		else
+			job "race: ${shardnames[i]}" racetest "${shardargs[@]}" . "$@"
+			job "no race: ${shardnames[i]}" fulltest "${shardargs[@]}" . "$@"
+		fi
 	) &
 	lanes+=($!)
 done
