@@ -334,7 +334,7 @@ func (c *Cluster) waitSync(ctx context.Context, primary *Node) error {
 	var lastErr error
 	for {
 		var ok bool
-		err := primary.QueryRow(ctx, `SELECT
+		err := primary.positionRow(ctx, `SELECT
 			(SELECT count(*) FROM pg_stat_replication
 			 WHERE state = 'streaming' AND sync_state = 'sync' AND application_name = ANY($1)) = cardinality($1),
 			coalesce((SELECT string_agg(application_name || ' ' || state || ' ' || sync_state, ', ' ORDER BY application_name)
@@ -742,7 +742,7 @@ func (n *Node) followSwitchover(ctx context.Context, primary *Node, target lagme
 		return err
 	}
 	var tli, want int
-	if err := n.QueryRow(ctx, "SELECT timeline_id FROM pg_control_checkpoint()", nil, &tli); err != nil {
+	if err := n.positionRow(ctx, "SELECT timeline_id FROM pg_control_checkpoint()", nil, &tli); err != nil {
 		return err
 	}
 	if want, err = primary.Timeline(ctx); err != nil {
@@ -760,7 +760,7 @@ func (n *Node) followSwitchover(ctx context.Context, primary *Node, target lagme
 func (n *Node) waitReceivedReplayed(ctx context.Context) error {
 	for {
 		var done bool
-		if err := n.QueryRow(ctx, "SELECT coalesce(pg_last_wal_replay_lsn() >= pg_last_wal_receive_lsn(), false)", nil, &done); err != nil {
+		if err := n.positionRow(ctx, "SELECT coalesce(pg_last_wal_replay_lsn() >= pg_last_wal_receive_lsn(), false)", nil, &done); err != nil {
 			return err
 		}
 		if done {

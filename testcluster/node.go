@@ -135,7 +135,7 @@ func (n *Node) QueryRow(ctx context.Context, sql string, args []any, dest ...any
 // IsInRecovery reports pg_is_in_recovery(): true on a standby.
 func (n *Node) IsInRecovery(ctx context.Context) (bool, error) {
 	var rec bool
-	err := n.QueryRow(ctx, "SELECT pg_is_in_recovery()", nil, &rec)
+	err := n.positionRow(ctx, "SELECT pg_is_in_recovery()", nil, &rec)
 	return rec, err
 }
 
@@ -146,7 +146,7 @@ func (n *Node) Timeline(ctx context.Context) (int, error) {
 	// On a primary the timeline is in the name of the current WAL file;
 	// pg_control_checkpoint() lags until the first checkpoint after a
 	// promotion.
-	err := n.QueryRow(ctx, `SELECT CASE WHEN pg_is_in_recovery()
+	err := n.positionRow(ctx, `SELECT CASE WHEN pg_is_in_recovery()
 		THEN coalesce((SELECT received_tli FROM pg_stat_wal_receiver WHERE received_tli > 0),
 		              (SELECT timeline_id FROM pg_control_checkpoint()))
 		ELSE ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int END`, nil, &tli)
@@ -204,11 +204,13 @@ func (n *Node) WaitReplayed(ctx context.Context, lsn lagmeter.LSN) error {
 	}
 }
 
-// positionRow runs a read-only query of the node's WAL positions (those of
-// CurrentLSN, ReplayLSN and WaitReplayed) and scans its single row into
-// dest, on a connection the node keeps for them: WaitReplicated runs
-// thousands of times in a suite, and a connection each, a server process
-// each, was most of its cost. When the kept connection fails (the server
+// positionRow runs a read-only query of the node's state (its WAL
+// positions, recovery, timeline, replication: those of CurrentLSN,
+// ReplayLSN, WaitReplayed, IsInRecovery, Timeline and of the waits of
+// Restore, Follow and Rejoin) and scans its single row into dest, on a
+// connection the node keeps for them: WaitReplicated runs thousands of
+// times in a suite, and a connection each, a server process each, was
+// most of its cost. When the kept connection fails (the server
 // restarted, or a test ended its session), the query runs once more on a
 // new connection, which is kept in its place.
 func (n *Node) positionRow(ctx context.Context, sql string, args []any, dest ...any) error {
@@ -364,7 +366,7 @@ func (n *Node) PauseReplay(ctx context.Context) error {
 	}
 	for {
 		var state string
-		if err := n.QueryRow(ctx, pauseStateSQL(n.c.Major()), nil, &state); err != nil {
+		if err := n.positionRow(ctx, pauseStateSQL(n.c.Major()), nil, &state); err != nil {
 			return err
 		}
 		if state == "paused" {
@@ -386,7 +388,7 @@ func (n *Node) ResumeReplay(ctx context.Context) error {
 	}
 	for {
 		var state string
-		if err := n.QueryRow(ctx, pauseStateSQL(n.c.Major()), nil, &state); err != nil {
+		if err := n.positionRow(ctx, pauseStateSQL(n.c.Major()), nil, &state); err != nil {
 			return err
 		}
 		if state == "not paused" {
@@ -507,12 +509,12 @@ func (n *Node) waitStreaming(ctx context.Context, primary *Node, since time.Time
 	var lastErr error
 	for {
 		var streaming bool
-		err := primary.QueryRow(ctx, `SELECT count(*) > 0 FROM pg_stat_replication
+		err := primary.positionRow(ctx, `SELECT count(*) > 0 FROM pg_stat_replication
 			WHERE application_name = $1 AND state = 'streaming' AND flush_lsn IS NOT NULL
 			AND ($2::timestamptz IS NULL OR backend_start >= $2 OR reply_time >= $2)`,
 			[]any{n.name, after}, &streaming)
 		if err == nil && streaming {
-			err = n.QueryRow(ctx, "SELECT coalesce((SELECT status = 'streaming' FROM pg_stat_wal_receiver), false)", nil, &streaming)
+			err = n.positionRow(ctx, "SELECT coalesce((SELECT status = 'streaming' FROM pg_stat_wal_receiver), false)", nil, &streaming)
 		}
 		if err == nil && streaming {
 			return nil
