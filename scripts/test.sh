@@ -7,16 +7,18 @@
 # the suite (with a -run among them, the root package runs unsharded, see
 # below: it would replace the shards' patterns).
 #
-# Most of the suite's time is tests waiting on servers, probes and
-# failovers, not CPU, so it runs as five lanes side by side, each a
+# Much of the suite's time is tests waiting on servers, probes and
+# failovers, so it runs as five lanes side by side (on two CPUs they keep
+# both busy: the whole run is bound by CPU time), each a
 # series of jobs (see "Jobs and lanes" below), each job with its output in
 # a file of its own. While they run, a line says when each job starts and
 # ends; when all have ended, each job's output is printed whole between two
 # lines that name it, then a summary of the jobs.
 #
 # The root package is the longest: its tests run one after the other on one
-# shared cluster (many break and restore it), about 600 s with -race. It
-# runs as three shards, three go test processes, each with its own cluster
+# shared cluster (many break and restore it), several minutes with -race.
+# It runs as three shards, three processes of its test binary (built once,
+# see buildroot below), each with its own cluster
 # (testcluster picks free ports and a new directory, and starts a server
 # again on other ports when another process took one first): shards 1 and
 # 2 run the tests named in $shard1 and $shard2 below (-run), shard 3 every
@@ -36,13 +38,14 @@ shard1=(
 	TestCheckedReadAllocations TestPatroni
 	TestWatermarkAcrossFailoverWithoutHistory TestRoutingTable
 	TestWriteToADemotedPrimary TestGlobalAcrossProcesses
-	TestWeightedOverThreeReplicas
+	TestWeightedOverThreeReplicas TestReplicaReadAllocations
+	TestKilledReplicaCostsNoRead
 )
 shard2=(
 	TestOrdinaryRoleFailover TestGlobalThroughFailover
 	TestLostWriteIsReported TestFrozenPrimary TestDeferredWriteAcrossFailover
 	TestWriteThatSurvivedAFailover TestWriteAllocations
-	TestWritesWaitForAPrimary TestKilledReplicaCostsNoRead
+	TestWritesWaitForAPrimary
 )
 pattern() {
 	local IFS='|'
