@@ -80,13 +80,26 @@ func (e *Env) OpenRouted(ctx context.Context, extra string) (*sql.DB, *pgrouted.
 // with the servers' own addresses instead of their fault points, which
 // run in this process and hold buffers for every connection through them.
 func (e *Env) DirectDSN() (string, error) {
-	u, err := url.Parse(e.Cluster.Primary().DirectDSN())
+	return e.DirectDSNOf(append([]*testcluster.Node{e.Cluster.Primary()}, e.Cluster.Replicas()...)...)
+}
+
+// DirectDSNOf is DirectDSN naming only the given nodes, in the given order
+// (testcluster's DSNOf with the servers' own addresses). The fault points
+// copy every byte in this process: through them, a one-row statement costs
+// the client more CPU than it costs the server, which a 2-CPU machine
+// shares with the servers. The workloads that compare costs and latencies
+// of stacks reach the servers directly (every stack alike).
+func (e *Env) DirectDSNOf(nodes ...*testcluster.Node) (string, error) {
+	if len(nodes) == 0 {
+		return "", fmt.Errorf("DirectDSNOf: no node")
+	}
+	u, err := url.Parse(nodes[0].DirectDSN())
 	if err != nil {
 		return "", err
 	}
-	addrs := []string{e.Cluster.Primary().DirectAddr()}
-	for _, r := range e.Cluster.Replicas() {
-		addrs = append(addrs, r.DirectAddr())
+	addrs := make([]string, len(nodes))
+	for i, n := range nodes {
+		addrs[i] = n.DirectAddr()
 	}
 	u.Host = strings.Join(addrs, ",")
 	return u.String(), nil

@@ -367,28 +367,39 @@ func ServerCost(ctx context.Context, e *Env) ([]Table, error) {
 	}
 	// The like-for-like replica reads: pgrouted on the primary and the
 	// replica the pgx baselines read from, so that both read one server.
-	dsnAll, dsnOne := e.Cluster.DSN(), e.Cluster.DSNOf(p, e.Cluster.Replicas()[0])
-	pgxP, err := openSQL(p.DSN())
+	// Every stack reaches the servers directly, not through their fault
+	// points (Env.DirectDSNOf): their copying would load the machine's
+	// CPUs the servers share.
+	rs := e.Cluster.Replicas()
+	dsnAll, errAll := e.DirectDSN()
+	dsnOne, errOne := e.DirectDSNOf(p, rs[0])
+	dsnP, errP := e.DirectDSNOf(p)
+	dsnR, errR := e.DirectDSNOf(rs[0])
+	dsnR2, errR2 := e.DirectDSNOf(rs[1])
+	if err := errors.Join(errAll, errOne, errP, errR, errR2); err != nil {
+		return nil, err
+	}
+	pgxP, err := openSQL(dsnP)
 	if err != nil {
 		return nil, err
 	}
-	pgxR, err := openSQL(e.Cluster.Replicas()[0].DSN())
+	pgxR, err := openSQL(dsnR)
 	if err != nil {
 		return nil, err
 	}
-	pgxR2, err := openSQL(e.Cluster.Replicas()[1].DSN())
+	pgxR2, err := openSQL(dsnR2)
 	if err != nil {
 		return nil, err
 	}
-	poolP, err := openPool(p.DSN())
+	poolP, err := openPool(dsnP)
 	if err != nil {
 		return nil, err
 	}
-	poolR, err := openPool(e.Cluster.Replicas()[0].DSN())
+	poolR, err := openPool(dsnR)
 	if err != nil {
 		return nil, err
 	}
-	poolR2, err := openPool(e.Cluster.Replicas()[1].DSN())
+	poolR2, err := openPool(dsnR2)
 	if err != nil {
 		return nil, err
 	}
@@ -564,6 +575,7 @@ func ServerCost(ctx context.Context, e *Env) ([]Table, error) {
 			"The ratios are paired: in each round, a stack's figure over its baseline's in the same round (run seconds apart), then the median of the "+
 			"rounds' ratios, with their interquartile range (IQR), so that the machine's speed drifting from round to round cancels out; "+
 			"a ratio of the medians shown may differ from it. "+
+			"Every stack connects to the servers' own addresses, not through testcluster's fault points. "+
 			"*pgx* is pgx's database/sql driver (github.com/jackc/pgx/v5/stdlib) straight to one server, *pgxpool* pgx's pool; "+
 			"*pgrouted* is pgrouted's driver on the whole cluster (1 primary, 2 replicas) with its defaults (probe interval 1 s, session consistency, "+
 			"round-robin over the replicas, statement by statement), *pgrouted.Pool* its pgx-native pool. "+
