@@ -557,6 +557,7 @@ func ServerCost(ctx context.Context, e *Env) ([]Table, error) {
 					c.replica += onReplica
 					c.all += all
 					c.catchingUp += after.Fallbacks[pgrouted.ReasonCatchingUp] - before.Fallbacks[pgrouted.ReasonCatchingUp]
+					c.deferred += after.Fallbacks[pgrouted.ReasonDeferred] - before.Fallbacks[pgrouted.ReasonDeferred]
 					c.positions += after.DeferredPositionReads - before.DeferredPositionReads
 					backReads[s] = c
 				}
@@ -667,9 +668,10 @@ func ServerCost(ctx context.Context, e *Env) ([]Table, error) {
 		if c, ok := backReads[s]; ok && c.all > 0 {
 			pct := func(n uint64) float64 { return 100 * float64(n) / float64(c.all) }
 			notes = append(notes, fmt.Sprintf("%s served %.1f%% of its read-backs from a replica (after checking the replica's replay position), the rest from the primary: "+
-				"%.1f%% straight away (`catching-up`: the replicas' checks of writes that young mostly missed), the others after a check that missed. "+
+				"%.1f%% straight away as `catching-up` (the replicas' checks of writes that young mostly missed), %.1f%% as `position-deferred` "+
+				"(reading the write's position would serve that read alone), the others after a check that missed. "+
 				"%.1f%% read the write's position first (Stats.DeferredPositionReads).",
-				s.name, pct(c.replica), pct(c.catchingUp), pct(c.positions)))
+				s.name, pct(c.replica), pct(c.catchingUp), pct(c.deferred), pct(c.positions)))
 		}
 	}
 	var ip, ir []float64
@@ -724,10 +726,11 @@ func idleRate(ctx context.Context, m *cpuMeter, d time.Duration) (cpuRate, error
 }
 
 // readBacks counts a stack's read-backs: those on a replica, all of them,
-// those sent to the primary without a check (catching-up), and those that
-// read the position of the write before them.
+// those sent to the primary without a check (catching-up, and
+// position-deferred), and those that read the position of the write
+// before them.
 type readBacks struct {
-	replica, all, catchingUp, positions uint64
+	replica, all, catchingUp, deferred, positions uint64
 }
 
 // replicaReads is how many reads a connector ran between two Stats, on a
