@@ -1,6 +1,7 @@
 package workload
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -9,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/pgrouted/pgrouted/testcluster"
 )
 
@@ -96,7 +98,7 @@ func postmasterPID(dataDir string) (int, error) {
 // serverCPU is the CPU time the server whose postmaster is pm has used
 // (see the file comment): in all, and in its client backends (kind tells
 // them from the server's own processes).
-func serverCPU(pm int, kind func(pid int) bool) (total, backends time.Duration, err error) {
+func serverCPU(pm int, kind, skip func(pid int) bool) (total, backends time.Duration, err error) {
 	st, err := readProcStat(pm)
 	if err != nil {
 		return 0, 0, err
@@ -112,8 +114,8 @@ func serverCPU(pm int, kind func(pid int) bool) (total, backends time.Duration, 
 			continue
 		}
 		cs, err := readProcStat(pid)
-		if err != nil || cs.ppid != pm {
-			continue // gone meanwhile, or not the server's
+		if err != nil || cs.ppid != pm || skip(pid) {
+			continue // gone meanwhile, not the server's, or left out
 		}
 		d := runTime(pid, cs)
 		total += d
@@ -156,13 +158,18 @@ func isBackend(pid int) bool {
 // cpuMeter reads the CPU time of each server of a cluster: the primary
 // and the replicas.
 type cpuMeter struct {
+	c        *testcluster.Cluster
 	primary  int   // postmaster pid
 	replicas []int // postmaster pids
 	backend  map[int]bool
+	// probes are the backends of pgrouted's probe connections, left out
+	// once skipProbes found them: their work is per second, not per
+	// statement (measured apart: ServerCost's idle connector).
+	probes map[int]bool
 }
 
 func newCPUMeter(c *testcluster.Cluster) (*cpuMeter, error) {
-	m := &cpuMeter{backend: map[int]bool{}}
+	m := &cpuMeter{c: c, backend: map[int]bool{}, probes: map[int]bool{}}
 	pid, err := postmasterPID(c.Primary().DataDir())
 	if err != nil {
 		return nil, err
@@ -188,6 +195,32 @@ func (m *cpuMeter) isBackend(pid int) bool {
 	return b
 }
 
+// skipProbes leaves out, from the samples taken after it, the backends
+// of the probe connections (application_name pgrouted-probe) open on the
+// cluster's servers now. It queries the servers: call it outside the
+// windows measured.
+func (m *cpuMeter) skipProbes(ctx context.Context) error {
+	for _, n := range m.c.Nodes() {
+		conn, err := n.Connect(ctx)
+		if err != nil {
+			return err
+		}
+		rows, err := conn.Query(ctx, "SELECT pid FROM pg_stat_activity WHERE application_name = 'pgrouted-probe'")
+		if err == nil {
+			var pids []int32
+			pids, err = pgx.CollectRows(rows, pgx.RowTo[int32])
+			for _, pid := range pids {
+				m.probes[int(pid)] = true
+			}
+		}
+		conn.Close(context.Background())
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // cpuSample is the CPU time used so far by the primary and by the
 // replicas together, in all and in their client backends, read at one
 // moment.
@@ -200,11 +233,12 @@ type cpuSample struct {
 func (m *cpuMeter) sample() (cpuSample, error) {
 	s := cpuSample{at: time.Now()}
 	var err error
-	if s.primary, s.primaryBE, err = serverCPU(m.primary, m.isBackend); err != nil {
+	skip := func(pid int) bool { return m.probes[pid] }
+	if s.primary, s.primaryBE, err = serverCPU(m.primary, m.isBackend, skip); err != nil {
 		return s, err
 	}
 	for _, pm := range m.replicas {
-		d, be, err := serverCPU(pm, m.isBackend)
+		d, be, err := serverCPU(pm, m.isBackend, skip)
 		if err != nil {
 			return s, err
 		}

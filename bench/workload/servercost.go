@@ -523,6 +523,12 @@ func ServerCost(ctx context.Context, e *Env) ([]Table, error) {
 	}
 	var idles []cpuRate
 	for round := range costRounds {
+		// From here on the probes' backends are left out (their cost is
+		// the idle connector's, above): found again each round, in case
+		// a probe connected anew.
+		if err := meter.skipProbes(ctx); err != nil {
+			return nil, err
+		}
 		time.Sleep(100 * time.Millisecond)
 		idle, err := idleRate(ctx, meter, costIdle)
 		if err != nil {
@@ -570,7 +576,8 @@ func ServerCost(ctx context.Context, e *Env) ([]Table, error) {
 		Title: "Server cost",
 		Intro: fmt.Sprintf("CPU time of the servers' PostgreSQL processes per statement (per transaction for the 3-write transaction, per write and read-back "+
 			"pair for the read-back), from /proc: the whole server, its postmaster and every child (backends, WAL writer, walsenders, the replicas' "+
-			"startup process replaying the WAL, autovacuum, …), so that the work a statement causes outside its backend counts, less the servers' background rate "+
+			"startup process replaying the WAL, autovacuum, …), so that the work a statement causes outside its backend counts, but for the backends of "+
+			"pgrouted's probe connections (work per second, not per statement: the idle connector's cost, below), less the servers' background rate "+
 			"measured in an idle window at the start of each round (%s). %d rounds; in each, every stack runs %d writes (or pairs, or %d transactions) and %d reads "+
 			"serially, the stacks taking turns in an order that rotates from round to round; the figures are the medians of the rounds. "+
 			"The ratios are paired: in each round, a stack's figure over its baseline's in the same round (run seconds apart), then the median of the "+
@@ -686,7 +693,7 @@ func ServerCost(ctx context.Context, e *Env) ([]Table, error) {
 		replicas: (idleOpen.replicas - idleClosed.replicas) / replicaProbes * 2,
 	}
 	notes = append(notes,
-		fmt.Sprintf("Background (subtracted): the servers' idle CPU rate in the rounds, median %.2f ms/s on the primary and %.2f ms/s on the replicas together. "+
+		fmt.Sprintf("Background (subtracted): the servers' idle CPU rate in the rounds (the probes' backends left out), median %.2f ms/s on the primary and %.2f ms/s on the replicas together. "+
 			"With nothing of the benchmark's connected: %.2f and %.2f ms/s; with the %d pgrouted connectors (four on the whole cluster, two on the primary and one replica) "+
 			"and the pgx pools open and idle: %.2f and %.2f ms/s, "+
 			"so one idle pgrouted connector on the whole cluster (its probes of every host, every second, and its catalog reads) costs about %.2f ms/s of the primary's CPU and %.2f ms/s of the replicas'.",
