@@ -215,7 +215,8 @@ func (u *deferredUse) add(started, served uint64) {
 
 // served counts a read that a position's read served, at now: one it
 // started or joined (started: it opened the read's round), or one that
-// relied on the position it read (Connector.reliesOnFetched).
+// relied on the position it read (planReplica: a replica read planned
+// while the caller's mark is that position, markState.fetched).
 func (u *deferredUse) served(started bool, now time.Time) {
 	if !started {
 		u.add(0, 1)
