@@ -207,7 +207,9 @@ func (u *deferredUse) add(started, served uint64) {
 		if s >= deferredWindow {
 			s, r = s/2, r/2
 		}
-		if u.n.CompareAndSwap(cur, s<<32|r) {
+		// A full count stays as it is without a write: the reads that
+		// rely on one position are counted on every read's path.
+		if next := s<<32 | r; next == cur || u.n.CompareAndSwap(cur, next) {
 			return
 		}
 	}

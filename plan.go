@@ -203,10 +203,6 @@ func (c *Connector) planReplica(ctx context.Context, o *options, p *plan, advanc
 	pk := c.pickReplica(v, &rc, advance, nil)
 	switch {
 	case !advance:
-	case pk.pending && p.fallback && c.replicaWait(ctx) <= 0 && !c.index.waiting() && !c.deferredUse.worth(rc.now, advance):
-		// Reading the position would cost the primary what the read does
-		// (deferred.go).
-		pk = pick{reason: ReasonDeferred}
 	case pk.pending:
 		pk = c.resolveDeferred(ctx, v, &rc, pk, &p.deferred) // deferred.go
 	case pk.host != nil && rc.st.fetched && rc.cons == dsn.ConsistencySession:
@@ -358,7 +354,9 @@ func (c *Connector) pickReplica(v *view, rc *readCtx, advance bool, skip *host) 
 	pinned := rc.cons == dsn.ConsistencySession && c.cfg.PinAfterWrite > 0 && rc.now.Sub(rc.st.lastWrite) < c.cfg.PinAfterWrite
 	// recent: the caller's position is its own last write, whose age
 	// tells how likely a replica that must check is to hold it
-	// (catchup.go), unless the read may wait for it.
+	// (catchup.go), and whose position, when deferred, is worth reading
+	// only when such reads serve more than one read (deferred.go), unless
+	// the read may wait for it.
 	var age time.Duration
 	// A read that may not fall back to the primary checks in any case.
 	recent := rc.cons == dsn.ConsistencySession && !rc.st.lastWrite.IsZero() && (!wm.IsZero() || pending) &&
@@ -420,7 +418,7 @@ func (c *Connector) pickReplica(v *view, rc *readCtx, advance bool, skip *host) 
 		}
 	}
 	cand, checking := buf[:nCand], false
-	catchingUp := false
+	catchingUp, deferred := false, false
 	if nCand == 0 && maybeAt < len(buf) {
 		// The maybe ones, in the hosts' order.
 		cand, checking = buf[maybeAt:], true
@@ -428,6 +426,11 @@ func (c *Connector) pickReplica(v *view, rc *readCtx, advance bool, skip *host) 
 		if recent {
 			cand = c.worthChecking(cand, age, rc.now, advance)
 			catchingUp = len(cand) == 0
+			// A deferred position read for this read alone would cost the
+			// primary what the read does (deferred.go).
+			if pending && !catchingUp && !c.deferredUse.worth(rc.now, advance) {
+				cand, deferred = nil, true
+			}
 		}
 	}
 	if len(cand) == 0 {
@@ -442,6 +445,8 @@ func (c *Connector) pickReplica(v *view, rc *readCtx, advance bool, skip *host) 
 			return pick{reason: ReasonPositionUnknown}
 		case catchingUp:
 			return pick{reason: ReasonCatchingUp}
+		case deferred:
+			return pick{reason: ReasonDeferred}
 		}
 		return pick{reason: ReasonBehind}
 	}

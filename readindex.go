@@ -89,15 +89,10 @@ func newReadIndex(fetch fetchFunc) *readIndex {
 	return &readIndex{fetch: fetch, now: monoNow, base: ctx, cancel: cancel}
 }
 
-// get returns the primary's position read by a fetch that started after
-// get was called, waiting for it (or for ctx to end).
-func (ri *readIndex) get(ctx context.Context) (lagmeter.Watermark, error) {
-	wm, _, err := ri.join(ctx)
-	return wm, err
-}
-
-// join is get, and reports whether the caller opened the round it waited
-// for (started: no read waited for that fetch before it).
+// join returns the primary's position read by a fetch that started after
+// join was called, waiting for it (or for ctx to end), and reports whether
+// the caller opened the round it waited for (started: no read waited for
+// that fetch before it).
 func (ri *readIndex) join(ctx context.Context) (_ lagmeter.Watermark, started bool, _ error) {
 	ri.mu.Lock()
 	if ri.closed {

@@ -316,3 +316,9 @@ func TestReadIndexOfferAfterReadBegan(t *testing.T) {
 		t.Fatal("no offer served a round")
 	}
 }
+
+// get is join without started, for the tests.
+func (ri *readIndex) get(ctx context.Context) (lagmeter.Watermark, error) {
+	wm, _, err := ri.join(ctx)
+	return wm, err
+}
