@@ -37,12 +37,10 @@ func Overhead(ctx context.Context, e *Env) ([]Table, error) {
 	// Every stack reaches the servers directly, not through their fault
 	// points (Env.DirectDSNOf).
 	rs := e.Cluster.Replicas()
-	dsnP, errP := e.DirectDSNOf(e.Cluster.Primary())
-	dsnR, errR := e.DirectDSNOf(rs[0])
-	dsnR2, errR2 := e.DirectDSNOf(rs[1])
+	dsnP, dsnR, dsnR2 := e.Cluster.Primary().DirectDSN(), rs[0].DirectDSN(), rs[1].DirectDSN()
 	dsnAll, errAll := e.DirectDSN()
 	dsnOne, errOne := e.DirectDSNOf(e.Cluster.Primary(), rs[0])
-	if err := errors.Join(errP, errR, errR2, errAll, errOne); err != nil {
+	if err := errors.Join(errAll, errOne); err != nil {
 		return nil, err
 	}
 	pgx, err := sql.Open("pgx", dsnP)

@@ -373,10 +373,8 @@ func ServerCost(ctx context.Context, e *Env) ([]Table, error) {
 	rs := e.Cluster.Replicas()
 	dsnAll, errAll := e.DirectDSN()
 	dsnOne, errOne := e.DirectDSNOf(p, rs[0])
-	dsnP, errP := e.DirectDSNOf(p)
-	dsnR, errR := e.DirectDSNOf(rs[0])
-	dsnR2, errR2 := e.DirectDSNOf(rs[1])
-	if err := errors.Join(errAll, errOne, errP, errR, errR2); err != nil {
+	dsnP, dsnR, dsnR2 := p.DirectDSN(), rs[0].DirectDSN(), rs[1].DirectDSN()
+	if err := errors.Join(errAll, errOne); err != nil {
 		return nil, err
 	}
 	pgxP, err := openSQL(dsnP)
