@@ -412,7 +412,10 @@ func TestCheckedReadCostsOneRoundTrip(t *testing.T) {
 }
 
 func checkedReadRoundTrips(t *testing.T, c client, conn *pgrouted.Connector, w *wire, rec *routes) {
-	ctx := testCtx(t)
+	// The writes are a Session's, so that each read checks at once (one
+	// read per write would not read a deferred position for long:
+	// ReasonDeferred).
+	ctx := pgrouted.WithSession(testCtx(t), pgrouted.NewSession())
 	ddlOn(t, ctx, c, conn, "DROP TABLE IF EXISTS checked_rt; CREATE TABLE checked_rt (id int PRIMARY KEY, v text)")
 	checked, seen := 0, map[string]bool{}
 	for i := 0; i < 12; i++ {
