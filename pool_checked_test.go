@@ -100,7 +100,9 @@ func TestPoolCheckedRead(t *testing.T) {
 // runs again, freshly described, and its pgx rows have every column, the
 // replica connection held by the open rows only once.
 func TestPoolCheckedReadOfAStaleDescription(t *testing.T) {
-	ctx := testCtx(t)
+	// The writes are a Session's, so that each read checks at once
+	// (ReasonDeferred otherwise, after a few).
+	ctx := pgrouted.WithSession(testCtx(t), pgrouted.NewSession())
 	p, rec := checkedPool(t, "")
 	if _, err := p.Exec(ctx, "DROP TABLE IF EXISTS pool_stale_checked; CREATE TABLE pool_stale_checked (id int PRIMARY KEY, a int)"); err != nil {
 		t.Fatal(err)

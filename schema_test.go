@@ -409,7 +409,9 @@ func TestDescriptionsFollowSearchPath(t *testing.T) {
 // again on the same borrowed connection, and its rows hold that
 // connection until they are closed.
 func TestCheckedReadOfAStaleDescription(t *testing.T) {
-	ctx := testCtx(t)
+	// The writes are a Session's, so that each read checks at once
+	// (ReasonDeferred otherwise, after a few).
+	ctx := pgrouted.WithSession(testCtx(t), pgrouted.NewSession())
 	// Probes far apart: right after a write, only the check can tell.
 	db, conn, rec := openDSN(t, cluster.DSN()+"&pgrouted_names="+names()+"&pgrouted_probe_interval=5s&pgrouted_latency_window=off&pgrouted_replica_max_conns=1", nil)
 	if _, err := db.ExecContext(ctx, "DROP TABLE IF EXISTS stale_checked; CREATE TABLE stale_checked (id int PRIMARY KEY, a int)"); err != nil {
