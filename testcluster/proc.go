@@ -233,7 +233,16 @@ func childrenOf(pid int) []int {
 // gone, as a machine crash would leave them. Gone means reaped, not only
 // dead: a new postmaster takes a zombie's pid in postmaster.pid for a running
 // server.
+//
+// pid is stopped (SIGSTOP) before its children are listed: a postmaster
+// that forked a backend for a new connection between the listing and its
+// death would leave that backend out, alive and attached to the server's
+// shared memory, and the server could not start again ("pre-existing
+// shared memory block is still in use").
 func killTree(ctx context.Context, pid int) error {
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return fmt.Errorf("testcluster: stop %d: %w", pid, err)
+	}
 	pids := append([]int{pid}, childrenOf(pid)...)
 	for _, p := range pids {
 		if err := syscall.Kill(p, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
