@@ -31,7 +31,9 @@ type checkedItem struct {
 // writes is there; and once the rows are closed the replica connection is
 // back in its pool.
 func TestPoolCheckedRead(t *testing.T) {
-	ctx := testCtx(t)
+	// The writes are a Session's, so that each read checks at once
+	// (ReasonDeferred otherwise, after a few).
+	ctx := pgrouted.WithSession(testCtx(t), pgrouted.NewSession())
 	p, rec := checkedPool(t, "")
 	ddlOn(t, ctx, poolClient{p}, p.Connector(), "DROP TABLE IF EXISTS pool_checked; CREATE TABLE pool_checked (id int PRIMARY KEY, v text, at timestamptz DEFAULT now())")
 	checked := 0
