@@ -177,13 +177,15 @@ func TestDeferredReadJoinsARunningPositionRead(t *testing.T) {
 		return lagmeter.Watermark{SystemID: 7, Timeline: 1, LSN: 1<<30 + 100}, nil
 	})
 	now := monoNow()
+	rc := &readCtx{ctx: context.Background(), mark: &c.writes, st: c.writes.load(), now: now, cons: dsn.ConsistencySession}
+	// Failed checks at the read's own write age (the write was made
+	// when the connector was, some microseconds before: its bucket).
 	for i := range v.hosts {
 		for range 8 {
-			v.hosts[i].catchUp.record(0, now, false)
+			v.hosts[i].catchUp.record(now.Sub(rc.st.lastWrite), now, false)
 		}
 	}
 	c.catchUpSkips.Store(1) // not an exploring read
-	rc := &readCtx{ctx: context.Background(), mark: &c.writes, st: c.writes.load(), now: now, cons: dsn.ConsistencySession}
 	if pk := c.pickReplica(v, rc, true, nil); pk.host != nil || pk.reason != ReasonCatchingUp {
 		t.Fatalf("alone: pick %+v, want none for %s", pk, ReasonCatchingUp)
 	}
