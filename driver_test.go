@@ -547,6 +547,19 @@ func portNames(t *testing.T) map[int]string {
 	return m
 }
 
+// TestWriteSeesAProbeThatEndedAtOnce: a write that the primary failed
+// asks for a probe of it and waits for the probe's news; a probe that ends
+// before the wait begins (one on a connection the server's restart broke
+// fails at once) is that news: the wait returns at once, not at
+// pgrouted_write_timeout, with probes a minute apart.
+func TestWriteSeesAProbeThatEndedAtOnce(t *testing.T) {
+	ctx := testCtx(t)
+	_, conn, _ := openDSN(t, cluster.DSN()+"&pgrouted_probe_interval=1m&pgrouted_lease=5m&pgrouted_names="+names(), nil)
+	if err := pgrouted.ProbeThenWait(ctx, conn, 0, 20*time.Second); err != nil {
+		t.Fatalf("the wait for news of the primary after a probe recorded before it began: %v", err)
+	}
+}
+
 // TestWritesWaitForAPrimary: with the primary down, a write waits up to
 // pgrouted_write_timeout; it fails with ErrNoPrimary when no primary comes
 // in time, and succeeds on the primary when it comes back in time. The

@@ -2,6 +2,8 @@ package pgrouted
 
 import (
 	"context"
+	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -53,4 +55,21 @@ func IndexPosition(ctx context.Context, c *Connector) error {
 	var g indexRead
 	c.readPosition(ctx, &g)
 	return g.err
+}
+
+// ProbeThenWait is what a write does when host i, the primary, failed it:
+// ask for a probe of the host at once (probeNow), then wait for news of it
+// (waitChange) within timeout; here the probe is recorded before the wait
+// begins, as one that fails at once can be.
+func ProbeThenWait(ctx context.Context, c *Connector, i int, timeout time.Duration) error {
+	h := c.hosts.all()[i]
+	first := c.probeNow(h)
+	deadline := time.Now().Add(timeout)
+	for c.view().of(h).probe.LastProbe.Equal(first) {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the probe asked for was not recorded within %v", timeout)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return c.waitChange(ctx, h, c.view().snap.Epoch, first, OpWrite, deadline)
 }

@@ -221,11 +221,30 @@ func frozenPrimary(t *testing.T, open opener, interval time.Duration, fault func
 			heal(old)
 		}
 	}()
-	// Every writer's connection is busy on the old primary: a new
-	// connection opens its primary session there now, and waits.
-	for deadline := time.Now().Add(frozenBound); db.InUse() < writers+readers || db.Idle() > 0; time.Sleep(5 * time.Millisecond) {
+	// Every writer's and reader's connection is busy on the old primary:
+	// a new connection opens its primary session there now, and waits.
+	// Held means in use, none idle, and no statement completed for a
+	// while: one that completed as the fault began keeps its connection
+	// in use for a moment, then leaves it idle, with its session on the
+	// old primary, for the next caller.
+	progress := func() (n int64) {
+		for i := range done {
+			n += done[i].Load()
+		}
+		for i := range reads {
+			n += reads[i].Load()
+		}
+		return n
+	}
+	const held = 250 * time.Millisecond
+	for deadline, last, since := time.Now().Add(frozenBound), progress(), time.Now(); ; time.Sleep(5 * time.Millisecond) {
+		if n := progress(); n != last || db.InUse() < writers+readers || db.Idle() > 0 {
+			last, since = n, time.Now()
+		} else if time.Since(since) >= held {
+			break
+		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the writers are not all held by the old primary: %d connections in use, %d idle", db.InUse(), db.Idle())
+			t.Fatalf("the writers and readers are not all held by the old primary: %d connections in use, %d idle", db.InUse(), db.Idle())
 		}
 	}
 	dialed := make(chan outcome, 1)

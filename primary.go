@@ -90,8 +90,7 @@ func (cn *conn) primaryConn(ctx context.Context, op string) (*stdlib.Conn, error
 		}
 		// The primary may be failing over: probe it at once and wait for
 		// the topology to move, within the write timeout.
-		cn.c.top.ProbeNow(h.idx)
-		werr := cn.c.waitChange(ctx, h, t.epoch, op, deadline)
+		werr := cn.c.waitChange(ctx, h, t.epoch, cn.c.probeNow(h), op, deadline)
 		if werr == nil {
 			// Do not hammer a host that is down while its lease runs.
 			werr = sleepCtx(ctx, min(50*time.Millisecond, max(time.Until(deadline), 0)))
@@ -206,10 +205,20 @@ func (c *Connector) waitPrimary(ctx context.Context, op string, deadline time.Ti
 	}
 }
 
-// waitChange waits until the snapshot has news of host h (a probe sent
-// after now) or no longer names it the primary of epoch, or until deadline.
-func (c *Connector) waitChange(ctx context.Context, h *host, epoch uint64, op string, deadline time.Time) error {
-	first := c.view().of(h).probe.LastProbe
+// probeNow asks for a probe of host h at once, and returns the time of its
+// last probe before that one: waitChange's first. Read before the probe is
+// asked for, since a probe that fails at once (on a connection the host's
+// restart broke) may be recorded before the caller looks.
+func (c *Connector) probeNow(h *host) (first time.Time) {
+	first = c.view().of(h).probe.LastProbe
+	c.top.ProbeNow(h.idx)
+	return first
+}
+
+// waitChange waits until the snapshot has news of host h (a probe recorded
+// after first, its last probe before the caller asked for one: probeNow)
+// or no longer names it the primary of epoch, or until deadline.
+func (c *Connector) waitChange(ctx context.Context, h *host, epoch uint64, first time.Time, op string, deadline time.Time) error {
 	for {
 		changed := c.top.Changed()
 		v := c.view()

@@ -165,7 +165,7 @@ func (cn *conn) primaryFailed(ctx context.Context, p *plan, sc *stdlib.Conn, err
 		// term ended), the error says the outcome is unknown.
 		lost := cn.lost(sc)
 		cn.closePrimary()
-		cn.c.top.ProbeNow(host.idx)
+		first := cn.c.probeNow(host)
 		if lost {
 			// A statement that stopped in the middle is nobody's fault
 			// but the topology's: the lost error, whatever pgx said.
@@ -176,7 +176,7 @@ func (cn *conn) primaryFailed(ctx context.Context, p *plan, sc *stdlib.Conn, err
 			return false, true, err
 		}
 		if attempt == 0 && ctx.Err() == nil && (p.class == sqlclass.Read || errors.Is(err, driver.ErrBadConn)) {
-			if cn.c.waitChange(ctx, host, epoch, p.op, time.Now().Add(cn.c.cfg.WriteTimeout)) == nil {
+			if cn.c.waitChange(ctx, host, epoch, first, p.op, time.Now().Add(cn.c.cfg.WriteTimeout)) == nil {
 				return true, false, nil
 			}
 		}

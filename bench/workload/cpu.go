@@ -254,6 +254,12 @@ type cpuDelta struct {
 	wall, primary, replicas, primaryBE, replicaBE time.Duration
 }
 
+// plus is d and o together: two spans' CPU and wall time summed.
+func (d cpuDelta) plus(o cpuDelta) cpuDelta {
+	return cpuDelta{wall: d.wall + o.wall, primary: d.primary + o.primary, replicas: d.replicas + o.replicas,
+		primaryBE: d.primaryBE + o.primaryBE, replicaBE: d.replicaBE + o.replicaBE}
+}
+
 func (s cpuSample) since(before cpuSample) cpuDelta {
 	return cpuDelta{wall: s.at.Sub(before.at), primary: s.primary - before.primary, replicas: s.replicas - before.replicas,
 		primaryBE: s.primaryBE - before.primaryBE, replicaBE: s.replicaBE - before.replicaBE}

@@ -29,6 +29,12 @@ const (
 	// between rounds (other tenants of a shared host) cancels out. Many
 	// short rounds rather than a few long ones, for the same reason.
 	costRounds = 11
+	// costSlices is how many slices a stack's statements of a round are
+	// cut into: the stacks take turns slice by slice, tens of
+	// milliseconds each, so that what slows the machine for a while (a
+	// neighbour on a shared host, the other core busy) falls on every
+	// stack of the round alike rather than on the one whose turn it was.
+	costSlices = 10
 	// costN is how many writes (and write and read-back pairs) each stack
 	// runs per round: enough that the servers' background work is small
 	// against the total.
@@ -534,37 +540,47 @@ func ServerCost(ctx context.Context, e *Env) ([]Table, error) {
 		}
 		idles = append(idles, idle)
 		for _, w := range works {
-			for k := range w.stacks {
-				s := w.stacks[(k+round)%len(w.stacks)]
-				var before pgrouted.Stats
-				if s.stats != nil {
-					before = s.stats()
-				}
-				t0, err := meter.sample()
-				if err != nil {
-					return nil, err
-				}
-				for i := range w.n {
-					if err := w.op(ctx, s.db, i); err != nil {
-						return nil, fmt.Errorf("server cost: %s, %s: %w", w.key, s.name, err)
+			// The stacks take turns slice by slice: each slice's
+			// statements run by one stack, then the next stack's; a
+			// stack's figure for the round is the sum of its slices.
+			sums := make(map[*costStack]cpuDelta, len(w.stacks))
+			per := w.n / costSlices
+			for slice := range costSlices {
+				for k := range w.stacks {
+					s := w.stacks[(k+round+slice)%len(w.stacks)]
+					var before pgrouted.Stats
+					if s.stats != nil {
+						before = s.stats()
+					}
+					t0, err := meter.sample()
+					if err != nil {
+						return nil, err
+					}
+					for i := slice * per; i < (slice+1)*per; i++ {
+						if err := w.op(ctx, s.db, i); err != nil {
+							return nil, fmt.Errorf("server cost: %s, %s: %w", w.key, s.name, err)
+						}
+					}
+					t1, err := meter.sample()
+					if err != nil {
+						return nil, err
+					}
+					sums[s] = sums[s].plus(t1.since(t0))
+					if w.key == "readback" && s.stats != nil {
+						after := s.stats()
+						onReplica, all := replicaReads(before, after)
+						c := backReads[s]
+						c.replica += onReplica
+						c.all += all
+						c.catchingUp += after.Fallbacks[pgrouted.ReasonCatchingUp] - before.Fallbacks[pgrouted.ReasonCatchingUp]
+						c.deferred += after.Fallbacks[pgrouted.ReasonDeferred] - before.Fallbacks[pgrouted.ReasonDeferred]
+						c.positions += after.DeferredPositionReads - before.DeferredPositionReads
+						backReads[s] = c
 					}
 				}
-				t1, err := meter.sample()
-				if err != nil {
-					return nil, err
-				}
-				res[w][s].add(t1.since(t0), idle, w.n)
-				if w.key == "readback" && s.stats != nil {
-					after := s.stats()
-					onReplica, all := replicaReads(before, after)
-					c := backReads[s]
-					c.replica += onReplica
-					c.all += all
-					c.catchingUp += after.Fallbacks[pgrouted.ReasonCatchingUp] - before.Fallbacks[pgrouted.ReasonCatchingUp]
-					c.deferred += after.Fallbacks[pgrouted.ReasonDeferred] - before.Fallbacks[pgrouted.ReasonDeferred]
-					c.positions += after.DeferredPositionReads - before.DeferredPositionReads
-					backReads[s] = c
-				}
+			}
+			for _, s := range w.stacks {
+				res[w][s].add(sums[s], idle, per*costSlices)
 			}
 		}
 		e.Logf("server cost: round %d of %d done", round+1, costRounds)
@@ -577,8 +593,9 @@ func ServerCost(ctx context.Context, e *Env) ([]Table, error) {
 			"startup process replaying the WAL, autovacuum, …), so that the work a statement causes outside its backend counts, but for the backends of "+
 			"pgrouted's probe connections (work per second, not per statement: the idle connector's cost, below), less the servers' background rate "+
 			"measured in an idle window at the start of each round (%s). %d rounds; in each, every stack runs %d writes (or pairs, or %d transactions) and %d reads "+
-			"serially, the stacks taking turns in an order that rotates from round to round; the figures are the medians of the rounds. "+
-			"The ratios are paired: in each round, a stack's figure over its baseline's in the same round (run seconds apart), then the median of the "+
+			"serially, in %d slices: the stacks take turns slice by slice (tens of milliseconds each), in an order that rotates from slice to slice and round to round, "+
+			"and a stack's figure for the round is the sum of its slices; the figures are the medians of the rounds. "+
+			"The ratios are paired: in each round, a stack's figure over its baseline's in the same round (their slices interleaved), then the median of the "+
 			"rounds' ratios, with their interquartile range (IQR), so that the machine's speed drifting from round to round cancels out; "+
 			"a ratio of the medians shown may differ from it. "+
 			"Every stack connects to the servers' own addresses, not through testcluster's fault points. "+
@@ -596,7 +613,7 @@ func ServerCost(ctx context.Context, e *Env) ([]Table, error) {
 			"The *read-back alone* rows are the pair less the `INSERT … RETURNING` of the same stack in the same round, compared with the "+
 			"pgx read on the primary of the replica-read rows; their whole-cluster figure carries the noise of the write's replay on the replicas, "+
 			"their backends' figure does not. Autovacuum is off on the two tables.",
-			"CPU time: /proc/<pid>/schedstat, in ns; reaped children: the postmaster's cutime+cstime, in clock ticks", costRounds, costN, costTxN, costReadN),
+			"CPU time: /proc/<pid>/schedstat, in ns; reaped children: the postmaster's cutime+cstime, in clock ticks", costRounds, costN, costTxN, costReadN, costSlices),
 		Header: []string{"statement", "stack", "primary", "… backends", "replicas", "… backends", "cluster", "vs baseline", "wall"},
 	}
 	col := func(w *costWork, r *costResult) []time.Duration {
