@@ -48,13 +48,16 @@ import (
 // against it until the next write). So each Connector keeps a record of
 // how many reads its positions' reads served lately (deferredUse): when
 // they served fewer than deferredPays each, a read that would start one
-// goes to the primary instead (ReasonDeferred). One such read in
-// deferredExplore still reads it, and any does when none was read for
-// catchUpRecheck, so that the record follows the process's reads; a read
-// that can join a position read under way does, as it costs the primary
-// nothing. Reads that may wait for the position on a replica
-// (pgrouted_replica_wait) or may not fall back to the primary always
-// read it.
+// goes to the primary instead (ReasonDeferred). Those reads count in the
+// record as the position's read would have counted them: the first read
+// after a write as a position read started, the others before the next
+// write as reads it served. So the record follows the process's reads
+// without reading positions to find out: a process that starts reading
+// more after each write makes them pay again, and reads them. Any read
+// does when the record is older than catchUpRecheck; a read that can join
+// a position read under way does, as it costs the primary nothing. Reads
+// that may wait for the position on a replica (pgrouted_replica_wait) or
+// may not fall back to the primary always read it.
 //
 // The position read is on the write's history or the mark cannot use it:
 // when the primary's system or timeline is no longer the write's (a
@@ -180,18 +183,18 @@ const (
 	// deferredLearn: the first reads of positions are made whatever the
 	// record says, until it holds this many.
 	deferredLearn = 4
-	// deferredExplore: one read in deferredExplore that the record sends
-	// to the primary reads the position all the same.
-	deferredExplore = 32
 )
 
 // deferredUse is a Connector's record of what the reads of its deferred
-// positions served lately: how many were started and how many reads they
-// served (see the file's comment). It is safe for concurrent use.
+// positions served lately, or would have served: how many were started
+// and how many reads they served (see the file's comment). It is safe for
+// concurrent use.
 type deferredUse struct {
-	n     atomic.Uint64 // position reads started in the high 32 bits, reads served in the low 32
-	last  atomic.Int64  // when the last one started (ns since clockBase)
-	skips atomic.Uint32 // reads sent to the primary by the record (for deferredExplore)
+	n    atomic.Uint64 // position reads started in the high 32 bits, reads served in the low 32
+	last atomic.Int64  // when the last one started (ns since clockBase)
+	// skipped is the mark state of the last read sent to the primary by
+	// the record (a write's: the next write makes another).
+	skipped atomic.Pointer[markState]
 }
 
 // add counts started position reads and served reads, halving both
@@ -228,19 +231,26 @@ func (u *deferredUse) served(started bool, now time.Time) {
 	u.add(1, 1)
 }
 
+// skip counts a read at now that the record sent to the primary without
+// reading its caller's deferred position (ReasonDeferred), st its mark's
+// state, as the position's read would have counted it: the first such
+// read of a write's state as a read started (and served), the next ones
+// of the same state as reads it served.
+func (u *deferredUse) skip(st *markState, now time.Time) {
+	if u.skipped.Swap(st) == st {
+		u.add(0, 1)
+		return
+	}
+	u.served(true, now)
+}
+
 // worth reports whether a read at now should start a read of its
-// caller's deferred position: the record's position reads served
-// deferredPays reads each, or it is too short or too old to tell; else one
-// read in deferredExplore (counted only with advance: Explain changes
-// nothing).
-func (u *deferredUse) worth(now time.Time, advance bool) bool {
+// caller's deferred position: the record's position reads served (or
+// would have served) deferredPays reads each, or it is too short or too
+// old to tell.
+func (u *deferredUse) worth(now time.Time) bool {
 	cur := u.n.Load()
 	s, r := cur>>32, cur&(1<<32-1)
-	switch {
-	case s < deferredLearn || r >= deferredPays*s:
-		return true
-	case time.Duration(int64(now.Sub(clockBase))-u.last.Load()) > catchUpRecheck:
-		return true
-	}
-	return advance && u.skips.Add(1)%deferredExplore == 0
+	return s < deferredLearn || r >= deferredPays*s ||
+		time.Duration(int64(now.Sub(clockBase))-u.last.Load()) > catchUpRecheck
 }

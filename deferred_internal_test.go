@@ -199,37 +199,57 @@ func TestDeferredReadJoinsARunningPositionRead(t *testing.T) {
 // TestDeferredUseRecord: the record of what deferred positions' reads
 // served says to read one while it is too short to tell, while they serve
 // deferredPays reads each, and once its last one is older than
-// catchUpRecheck; else only one read in deferredExplore. Its counts are
-// halved as they reach deferredWindow, so it follows a change of pattern.
+// catchUpRecheck. The reads it sends to the primary count as the
+// positions' reads would have: a process that starts reading more after
+// each write makes them pay again. Its counts are halved as they reach
+// deferredWindow, so it follows a change of pattern.
 func TestDeferredUseRecord(t *testing.T) {
 	now := monoNow()
 	var u deferredUse
 	for i := range deferredLearn {
-		if !u.worth(now, true) {
+		if !u.worth(now) {
 			t.Fatalf("after %d position reads: not worth one, want worth while learning", i)
 		}
 		u.served(true, now)
 	}
-	explored := 0
-	for range 4 * deferredExplore {
-		if u.worth(now, true) {
-			explored++
+	// One read per write, each sent to the primary: not worth it.
+	for range 4 * deferredWindow {
+		if u.worth(now) {
+			t.Fatal("each position read serving one read: worth one")
 		}
+		u.skip(&markState{pending: true}, now)
 	}
-	if explored != 4 {
-		t.Fatalf("each position read serving one read: %d of %d reads read it, want 1 in %d", explored, 4*deferredExplore, deferredExplore)
-	}
-	if u.worth(now, false) {
-		t.Fatal("Explain (advance false) counted as an exploring read")
-	}
-	if !u.worth(now.Add(catchUpRecheck+time.Millisecond), false) {
+	if !u.worth(now.Add(catchUpRecheck + time.Millisecond)) {
 		t.Fatal("a record older than catchUpRecheck still stops the read")
 	}
+	// Then three reads per write, sent to the primary: within a window
+	// of writes, the record says reading the position pays.
+	paid := 0
+	for i := range deferredWindow {
+		st := &markState{pending: true}
+		for range 3 {
+			if u.worth(now) {
+				paid = max(paid, i+1)
+				break
+			}
+			u.skip(st, now)
+		}
+		if paid > 0 {
+			break
+		}
+	}
+	if paid == 0 {
+		t.Fatalf("after %d writes read back 3 times each: not worth reading their positions", deferredWindow)
+	}
 	// A read that relies on the last position read makes them pay.
+	u = deferredUse{}
+	for range deferredLearn {
+		u.served(true, now)
+	}
 	for range deferredLearn * (deferredPays - 1) {
 		u.served(false, now)
 	}
-	if !u.worth(now, false) {
+	if !u.worth(now) {
 		t.Fatalf("position reads serving %d reads each: not worth one", deferredPays)
 	}
 	// A burst of reads relying on one position, then a change of
@@ -241,7 +261,7 @@ func TestDeferredUseRecord(t *testing.T) {
 	for range deferredWindow {
 		u.served(true, now)
 	}
-	if u.worth(now, false) {
+	if u.worth(now) {
 		t.Fatal("after a window of position reads serving one read each: still worth one")
 	}
 	if s := u.n.Load() >> 32; s >= deferredWindow {

@@ -374,8 +374,8 @@ func countedPgxpool(t *testing.T, ctx context.Context, dsn string) (*pgxpool.Poo
 // reads it back, one at a time, without a Session: the read of each
 // write's deferred position would serve that read-back alone, costing the
 // primary a statement as the read does. After the first few, read-backs go
-// to the primary without reading the position (position-deferred), but
-// for about one in deferredExplore; each sees its row. A process whose
+// to the primary without reading the position (position-deferred); each
+// sees its row. A process whose
 // writes are each followed by several reads keeps reading positions, one
 // per write, and its reads go to the replicas. Through the driver and
 // through a Pool.
@@ -426,9 +426,11 @@ func testDeferredPositionReadWhenItPays(t *testing.T, open opener) {
 		fetches := after.PositionFetches - before.PositionFetches
 		t.Logf("%d read-backs in %v: %v; %d position reads", n, elapsed, reasons, fetches)
 		// The first 4 read it (the record is too short to tell), then
-		// about one in 32 of the others, and one a second at most besides
-		// (a record with no position read for 1 s no longer stops one).
-		if fetches > uint64(4+n/32+1+int(elapsed/time.Second)) {
+		// none (the read-backs sent to the primary keep the record: each
+		// would have been a position read serving one read), but one a
+		// second at most (a record not renewed for 1 s no longer stops
+		// one).
+		if fetches > uint64(4+1+int(elapsed/time.Second)) {
 			t.Fatalf("%d read-backs read the position %d times (%v): each read would serve one read-back only", n, fetches, reasons)
 		}
 		if reasons[pgrouted.ReasonDeferred] < n*3/4 {
@@ -436,6 +438,29 @@ func testDeferredPositionReadWhenItPays(t *testing.T, open opener) {
 		}
 		if got := after.Fallbacks[pgrouted.ReasonDeferred] - before.Fallbacks[pgrouted.ReasonDeferred]; got != uint64(reasons[pgrouted.ReasonDeferred]) {
 			t.Fatalf("Stats.Fallbacks[position-deferred] grew by %d, the read-backs' events say %d", got, reasons[pgrouted.ReasonDeferred])
+		}
+
+		// Then the same process reads each write back 4 times: the reads
+		// it sends to the primary count as the positions' reads would
+		// have, so within a few writes it reads their positions again,
+		// and its reads go to the replicas.
+		const m, reads = 32, 4
+		onReplica, late := 0, 0
+		reasons = map[pgrouted.Reason]int{}
+		for i := range m {
+			for _, ev := range pair(t, db, rec, n+i, reads) {
+				reasons[ev.Reason]++
+				if i >= m/2 {
+					late++
+					if !ev.Primary {
+						onReplica++
+					}
+				}
+			}
+		}
+		t.Logf("then %d writes, %d reads each: %v; of the last %d reads, %d on a replica", m, reads, reasons, late, onReplica)
+		if onReplica < late*3/4 {
+			t.Fatalf("after %d writes read back %d times each, %d of the last %d reads on a replica (%v): the record did not follow", m/2, reads, onReplica, late, reasons)
 		}
 	})
 

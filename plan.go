@@ -428,8 +428,11 @@ func (c *Connector) pickReplica(v *view, rc *readCtx, advance bool, skip *host) 
 			catchingUp = len(cand) == 0
 			// A deferred position read for this read alone would cost the
 			// primary what the read does (deferred.go).
-			if pending && !catchingUp && !c.deferredUse.worth(rc.now, advance) {
+			if pending && !catchingUp && !c.deferredUse.worth(rc.now) {
 				cand, deferred = nil, true
+				if advance {
+					c.deferredUse.skip(rc.st, rc.now)
+				}
 			}
 		}
 	}

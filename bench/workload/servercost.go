@@ -28,13 +28,13 @@ const (
 	// the median of those ratios, so that the machine's speed drifting
 	// between rounds (other tenants of a shared host) cancels out. Many
 	// short rounds rather than a few long ones, for the same reason.
-	costRounds = 11
+	costRounds = 21
 	// costSlices is how many slices a stack's statements of a round are
 	// cut into: the stacks take turns slice by slice, tens of
 	// milliseconds each, so that what slows the machine for a while (a
 	// neighbour on a shared host, the other core busy) falls on every
 	// stack of the round alike rather than on the one whose turn it was.
-	costSlices = 10
+	costSlices = 20
 	// costN is how many writes (and write and read-back pairs) each stack
 	// runs per round: enough that the servers' background work is small
 	// against the total.
@@ -610,9 +610,11 @@ func ServerCost(ctx context.Context, e *Env) ([]Table, error) {
 			"half the time runs it colder). The *… backends* columns are the share of the client backends (the connections' own processes: "+
 			"parse, plan and execution of the statements, including pgrouted's probes' connections); the rest is the servers' own processes "+
 			"(WAL writer and walsenders on the primary; WAL receiver and the startup process replaying the writes on the replicas). "+
-			"The *read-back alone* rows are the pair less the `INSERT … RETURNING` of the same stack in the same round, compared with the "+
-			"pgx read on the primary of the replica-read rows; their whole-cluster figure carries the noise of the write's replay on the replicas, "+
-			"their backends' figure does not. Autovacuum is off on the two tables.",
+			"The *read-back alone* rows are the pair less the `INSERT … RETURNING` of the same stack in the same round: pgx's (pgxpool's) is "+
+			"a pgx read on the primary right after its write, the baseline of pgrouted's (pgrouted.Pool's) — the same read in the same place, "+
+			"its backend as warm or as cold — and is also compared with the plain pgx read on the primary of the replica-read rows, for information; "+
+			"their whole-cluster figure carries the noise of the write's replay on the replicas, their backends' figure does not. "+
+			"Autovacuum is off on the two tables.",
 			"CPU time: /proc/<pid>/schedstat, in ns; reaped children: the postmaster's cutime+cstime, in clock ticks", costRounds, costN, costTxN, costReadN, costSlices),
 		Header: []string{"statement", "stack", "primary", "… backends", "replicas", "… backends", "cluster", "vs baseline", "wall"},
 	}
@@ -660,7 +662,11 @@ func ServerCost(ctx context.Context, e *Env) ([]Table, error) {
 		}
 	}
 	// The read-back alone: the pair less the INSERT … RETURNING of the
-	// same stack in the same round, against a pgx read on the primary.
+	// same stack in the same round. pgx's and pgxpool's is a pgx read on
+	// the primary right after its write, the baseline of the others' (the
+	// same position: the same backend, as warm or as cold); it is also
+	// compared with the plain read on the primary of the replica-read
+	// rows, for information.
 	var ret, back *costWork
 	for _, w := range works {
 		switch w.key {
@@ -670,18 +676,30 @@ func ServerCost(ctx context.Context, e *Env) ([]Table, error) {
 			back = w
 		}
 	}
+	alone := map[*costStack]*costResult{}
 	for _, s := range back.stacks {
 		ws := s
 		if s == sPgxSplit {
 			ws = sPgx // the same writes
 		}
-		d := res[back][s].minus(res[ret][ws])
-		all, _, _ := pairedRatio(d.cluster(), pgxRead.cluster())
-		med, lo, hi := pairedRatio(d.backends(), pgxRead.backends())
-		row("read-back alone (the pair less `INSERT … RETURNING`)", s.name, d,
-			fmt.Sprintf("%.2f× (backends: %s) a pgx read on the primary", all, ratioText(med, lo, hi)))
+		alone[s] = res[back][s].minus(res[ret][ws])
+	}
+	for _, s := range back.stacks {
+		d := alone[s]
 		key := fmt.Sprintf("servercost/readback-alone/%s/", s.name)
 		facts(key, d)
+		base, hasBase := backBase[s]
+		if !hasBase {
+			all, _, _ := pairedRatio(d.cluster(), pgxRead.cluster())
+			med, lo, hi := pairedRatio(d.backends(), pgxRead.backends())
+			row("read-back alone (the pair less `INSERT … RETURNING`)", s.name, d,
+				fmt.Sprintf("baseline; %.2f× (backends: %s) a plain pgx read on the primary", all, ratioText(med, lo, hi)))
+			continue
+		}
+		all, _, _ := pairedRatio(d.cluster(), alone[base].cluster())
+		med, lo, hi := pairedRatio(d.backends(), alone[base].backends())
+		row("read-back alone (the pair less `INSERT … RETURNING`)", s.name, d,
+			fmt.Sprintf("%.2f× (backends: %s) %s", all, ratioText(med, lo, hi), base.name))
 		ratioFacts(key+"backends_", med, lo, hi)
 	}
 
