@@ -10,7 +10,7 @@
 #   make test   the whole test suite, with -race, against real local
 #               PostgreSQL clusters
 #   make bench  pgrouted against pgx, GORM's dbresolver and a pin after
-#               write, on a local cluster (under 10 minutes); writes
+#               write, on a local cluster (about 14 minutes); writes
 #               bench/RESULTS.md
 #
 #   make test-versions
