@@ -191,6 +191,10 @@ func writeTargets(b *bytes.Buffer, facts map[string]float64, raw map[string][]be
 		d := forced/pgx - 1
 		fmt.Fprintf(b, "| … the same, medians of the interleaved statements (workload *Overhead, interleaved*) | %+.1f%% (%.0f µs vs %.0f µs) | %s |\n", 100*d, forced, pgx, verdict(d <= 0.03))
 	}
+	if pgx, forced := facts["overhead/pgxpool/p50_us"], facts["overhead/pgrouted.Pool, forced to the primary/p50_us"]; pgx > 0 && forced > 0 {
+		d := forced/pgx - 1
+		fmt.Fprintf(b, "| pgrouted.Pool forced to the primary ≤ 3%% slower than pgxpool, serial SELECT (workload *Overhead, interleaved*) | %+.1f%% (%.0f µs vs %.0f µs) | %s |\n", 100*d, forced, pgx, verdict(d <= 0.03))
+	}
 	if l := raw["BenchmarkDecision/stmt=read/driver=pgrouted"]; len(l) > 0 {
 		n := ns("BenchmarkDecision/stmt=read/driver=pgrouted")
 		a := median(l, func(l benchLine) float64 { return l.allocs })
@@ -323,6 +327,10 @@ func writeCostTargets(b *bytes.Buffer, facts map[string]float64, raw map[string]
 			"BenchmarkSelect/mode=serial/driver=pgrouted", "BenchmarkSelect/mode=serial/driver=pgx-replica", 6},
 		{"allocations per autocommit INSERT ≤ pgx + 10 (Go benchmark, serial)",
 			"BenchmarkInsert/mode=serial/driver=pgrouted", "BenchmarkInsert/mode=serial/driver=pgx", 10},
+		{"allocations per replica read ≤ pgxpool straight to a replica + 6: pgrouted.Pool (Go benchmark, serial)",
+			"BenchmarkPoolSelect/mode=serial/driver=pgrouted-pool", "BenchmarkPoolSelect/mode=serial/driver=pgxpool-replica", 6},
+		{"allocations per autocommit INSERT ≤ pgxpool + 10: pgrouted.Pool (Go benchmark, serial)",
+			"BenchmarkPoolInsert/mode=serial/driver=pgrouted-pool", "BenchmarkPoolInsert/mode=serial/driver=pgxpool", 10},
 	} {
 		r, ok1 := allocs(c.routed)
 		p, ok2 := allocs(c.base)
@@ -341,6 +349,15 @@ func writeCostTargets(b *bytes.Buffer, facts map[string]float64, raw map[string]
 		d := r/p - 1
 		fmt.Fprintf(b, "| replica read wall time ≤ +5%% vs pgx straight to a replica (p50, interleaved): pgrouted opened on the primary and one replica, "+
 			"against pgx's database/sql driver straight to that replica | %+.1f%% (%.0f µs vs %.0f µs) | %s |\n", 100*d, r, p, verdict(d <= 0.05))
+	}
+	if r, p := facts["overhead-insert/pgrouted.Pool/p50_us"], facts["overhead-insert/pgxpool/p50_us"]; r > 0 && p > 0 {
+		d := r/p - 1
+		fmt.Fprintf(b, "| serial INSERT wall time ≤ +10%% vs pgxpool: pgrouted.Pool (p50, interleaved) | %+.1f%% (%.0f µs vs %.0f µs) | %s |\n", 100*d, r, p, verdict(d <= 0.10))
+	}
+	if r, p := facts["overhead/pgrouted.Pool, 1 replica/p50_us"], facts["overhead/pgxpool straight to a replica/p50_us"]; r > 0 && p > 0 {
+		d := r/p - 1
+		fmt.Fprintf(b, "| replica read wall time ≤ +5%% vs pgxpool straight to a replica (p50, interleaved): pgrouted.Pool opened on the primary and one replica, "+
+			"against pgxpool straight to that replica | %+.1f%% (%.0f µs vs %.0f µs) | %s |\n", 100*d, r, p, verdict(d <= 0.05))
 	}
 	if r, p := facts["overhead/pgrouted, 2 replicas (round-robin)/p50_us"], facts["overhead/pgx alternating over 2 replicas/p50_us"]; r > 0 && p > 0 {
 		fmt.Fprintf(b, "| (information, not a target) replica read wall time (p50, interleaved): pgrouted on the whole cluster, round-robin over its 2 replicas, "+
