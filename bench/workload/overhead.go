@@ -145,8 +145,12 @@ func Overhead(ctx context.Context, e *Env) ([]Table, error) {
 				return nil, err
 			}
 		}
+		n := group[1] - group[0]
 		for i := range overheadRounds + 100 {
-			for j := group[0]; j < group[1]; j++ {
+			// The order rotates from round to round: no stack always
+			// follows the same one.
+			for k := range n {
+				j := group[0] + (k+i)%n
 				s := stacks[j]
 				var v string
 				t0 := time.Now()
@@ -162,7 +166,7 @@ func Overhead(ctx context.Context, e *Env) ([]Table, error) {
 	t := Table{
 		Title: "Overhead, interleaved",
 		Intro: fmt.Sprintf("A one-row `SELECT` by primary key, %d times through each stack, one statement at a time, the stacks taking turns "+
-			"(after 100 rounds of warm-up), each statement timed on its own: pgx's database/sql driver straight to the primary, straight to a replica, "+
+			"in an order that rotates from round to round (after 100 rounds of warm-up), each statement timed on its own: pgx's database/sql driver straight to the primary, straight to a replica, "+
 			"and alternating over the two replicas statement by statement; pgrouted with the statement routed to the primary (the same server as pgx); "+
 			"pgrouted opened on the primary and the replica pgx straight to a replica reads from (*1 replica*: its reads go to that server); and pgrouted on the "+
 			"whole cluster, its reads round-robin over both replicas. Then, taking turns among themselves, pgx's pool (pgxpool) straight to the primary "+
@@ -230,8 +234,10 @@ func overheadInsert(ctx context.Context, e *Env, pgx, routed *sql.DB, pool *pgxp
 	// Each pair takes turns on its own, as in Overhead.
 	lat := make([][]time.Duration, len(stacks))
 	for _, group := range [][2]int{{0, 2}, {2, 4}} {
+		n := group[1] - group[0]
 		for i := range overheadRounds + 100 {
-			for j := group[0]; j < group[1]; j++ {
+			for k := range n {
+				j := group[0] + (k+i)%n
 				s := stacks[j]
 				t0 := time.Now()
 				if err := s.exec(); err != nil {
