@@ -464,7 +464,7 @@ func (c *Cluster) Close() error {
 		n.closePositionConn()
 		if err := n.stop(ctx, "immediate"); err != nil {
 			if pid := postmasterPID(n.dataDir); pid > 0 && processAlive(pid) {
-				errs = append(errs, err, killTree(ctx, pid))
+				errs = append(errs, err, killTree(ctx, pid, n.dataDir))
 			}
 		}
 		n.fault.stop()

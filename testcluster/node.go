@@ -317,7 +317,7 @@ func (n *Node) Kill(ctx context.Context) error {
 	if pid == 0 || !processAlive(pid) {
 		return fmt.Errorf("testcluster: kill %s: not running", n.name)
 	}
-	if err := killTree(ctx, pid); err != nil {
+	if err := killTree(ctx, pid, n.dataDir); err != nil {
 		return err
 	}
 	n.c.opts.Logf("testcluster: %s killed (postmaster pid %d)", n.name, pid)
@@ -431,7 +431,7 @@ func (n *Node) Rejoin(ctx context.Context, primary *Node) error {
 	}
 	if err := n.stop(ctx, "fast"); err != nil {
 		if pid := postmasterPID(n.dataDir); pid > 0 {
-			if kerr := killTree(ctx, pid); kerr != nil {
+			if kerr := killTree(ctx, pid, n.dataDir); kerr != nil {
 				return errors.Join(err, kerr)
 			}
 		}

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -229,32 +230,48 @@ func childrenOf(pid int) []int {
 	return kids
 }
 
-// killTree sends SIGKILL to pid and its children and waits until all are
-// gone, as a machine crash would leave them. Gone means reaped, not only
-// dead: a new postmaster takes a zombie's pid in postmaster.pid for a running
-// server.
+// killTree sends SIGKILL to pid, a postmaster, to its children and to any
+// other process of the server in dataDir, and waits until all are gone, as
+// a machine crash would leave them. Gone means reaped, not only dead: a new
+// postmaster takes a zombie's pid in postmaster.pid for a running server.
 //
-// pid is stopped (SIGSTOP) before its children are listed: a postmaster
-// that forked a backend for a new connection between the listing and its
-// death would leave that backend out, alive and attached to the server's
-// shared memory, and the server could not start again ("pre-existing
-// shared memory block is still in use").
-func killTree(ctx context.Context, pid int) error {
+// A server process left alive stays attached to the server's shared memory,
+// and the server cannot start again ("pre-existing shared memory block is
+// still in use"). So pid is stopped (SIGSTOP), and killTree waits until it
+// is, before its children are listed: a postmaster that forked a backend for
+// a new connection meanwhile would leave that backend out. And every
+// process whose working directory is dataDir is killed too (a server
+// process works in its data directory): one the listing missed, or whose
+// parent died first, is found that way.
+func killTree(ctx context.Context, pid int, dataDir string) error {
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil && !errors.Is(err, syscall.ESRCH) {
 		return fmt.Errorf("testcluster: stop %d: %w", pid, err)
 	}
-	pids := append([]int{pid}, childrenOf(pid)...)
-	for _, p := range pids {
-		if err := syscall.Kill(p, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
-			return fmt.Errorf("testcluster: kill %d: %w", p, err)
-		}
+	for deadline := time.Now().Add(time.Second); processAlive(pid) && !processStopped(pid) && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
 	}
+	pids := append(childrenOf(pid), pid)
+	dir := dataDir
+	if d, err := filepath.EvalSymlinks(dataDir); err == nil {
+		dir = d
+	}
+	killed := 0 // pids[:killed] were sent SIGKILL (once: a pid reaped may be reused)
 	for {
+		for _, p := range processesIn(dir) {
+			if !slices.Contains(pids, p) {
+				pids = append(pids, p)
+			}
+		}
+		for ; killed < len(pids); killed++ {
+			if err := syscall.Kill(pids[killed], syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+				return fmt.Errorf("testcluster: kill %d: %w", pids[killed], err)
+			}
+		}
 		alive := false
 		for _, p := range pids {
+			// A zombie is still there until its parent reaps it.
 			if syscall.Kill(p, 0) == nil {
 				alive = true
-				break
 			}
 		}
 		if !alive {
@@ -266,4 +283,23 @@ func killTree(ctx context.Context, pid int) error {
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
+}
+
+// processesIn returns the processes whose working directory is dir.
+func processesIn(dir string) []int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var in []int
+	for _, e := range entries {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if cwd, err := os.Readlink("/proc/" + e.Name() + "/cwd"); err == nil && cwd == dir {
+			in = append(in, p)
+		}
+	}
+	return in
 }
