@@ -199,35 +199,41 @@ func processAlive(pid int) bool {
 	return true
 }
 
-// childrenOf lists the processes whose parent is pid.
-func childrenOf(pid int) []int {
+// processes returns the processes for which keep, given a process's /proc
+// directory, is true.
+func processes(keep func(dir string) bool) []int {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
 		return nil
 	}
-	var kids []int
+	var out []int
 	for _, e := range entries {
-		p, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
+		if p, err := strconv.Atoi(e.Name()); err == nil && keep("/proc/"+e.Name()) {
+			out = append(out, p)
 		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+	}
+	return out
+}
+
+// childrenOf lists the processes whose parent is pid.
+func childrenOf(pid int) []int {
+	return processes(func(dir string) bool {
+		b, err := os.ReadFile(dir + "/stat")
 		if err != nil {
-			continue
+			return false
 		}
 		s := string(b)
 		i := strings.LastIndexByte(s, ')')
 		if i < 0 {
-			continue
+			return false
 		}
 		f := strings.Fields(s[i+1:])
+		pp := 0
 		if len(f) > 2 {
-			if pp, _ := strconv.Atoi(f[1]); pp == pid {
-				kids = append(kids, p)
-			}
+			pp, _ = strconv.Atoi(f[1])
 		}
-	}
-	return kids
+		return pp == pid
+	})
 }
 
 // killTree sends SIGKILL to pid, a postmaster, to its children and to any
@@ -287,19 +293,8 @@ func killTree(ctx context.Context, pid int, dataDir string) error {
 
 // processesIn returns the processes whose working directory is dir.
 func processesIn(dir string) []int {
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil
-	}
-	var in []int
-	for _, e := range entries {
-		p, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if cwd, err := os.Readlink("/proc/" + e.Name() + "/cwd"); err == nil && cwd == dir {
-			in = append(in, p)
-		}
-	}
-	return in
+	return processes(func(pdir string) bool {
+		cwd, err := os.Readlink(pdir + "/cwd")
+		return err == nil && cwd == dir
+	})
 }
