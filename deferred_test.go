@@ -68,7 +68,9 @@ func testWriteDefersItsPosition(t *testing.T, open opener) {
 		t.Fatalf("positions read before any read: %+v", st)
 	}
 	// The first read-back (a new connector has no record of its replicas'
-	// checks: it checks) reads the position once.
+	// checks: it checks) reads the position once. The replicas have
+	// replayed the writes, so that the check finds them.
+	replicated(t, ctx)
 	var n int
 	if err := db.QueryRowContext(ctx, "SELECT count(*) FROM deferred_pos").Scan(&n); err != nil || n != 3 {
 		t.Fatalf("read-back: %d, %v; want 3", n, err)
