@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"time"
 
-	pgxv5 "github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pgrouted/pgrouted"
 )
@@ -80,19 +78,38 @@ func Overhead(ctx context.Context, e *Env) ([]Table, error) {
 		poolName    = "pgxpool"
 		poolRName   = "pgxpool straight to a replica"
 	)
-	const read = "SELECT v FROM ovh_kv WHERE id = $1"
-	viaSQL := func(ctx context.Context, dbs ...*sql.DB) func(int, *string) error {
-		return func(i int, v *string) error { return dbs[i%len(dbs)].QueryRowContext(ctx, read, i%1000+1).Scan(v) }
+	read := func(ctx context.Context, db costDB, i int) error {
+		var v string
+		return db.queryRow(ctx, "SELECT v FROM ovh_kv WHERE id = $1", []any{i%1000 + 1}, &v)
 	}
 	// The pgx-native stacks are opened once the driver's have run (their
-	// pools, and the Pool's probes, are not there while those run): db
-	// is read when a read runs.
+	// pools, and the Pool's probes, are not there while those run).
 	var (
 		poolP, poolR *pgxpool.Pool
 		routedPool   *pgrouted.Pool
 	)
-	viaPgx := func(ctx context.Context, db func() pgxDB) func(int, *string) error {
-		return func(i int, v *string) error { return db().QueryRow(ctx, read, i%1000+1).Scan(v) }
+	defer func() {
+		for _, p := range []*pgxpool.Pool{poolP, poolR} {
+			if p != nil {
+				p.Close()
+			}
+		}
+		if routedPool != nil {
+			routedPool.Close()
+		}
+	}()
+	forced := pgrouted.WithRoute(ctx, pgrouted.Primary)
+	stacks := []ovhStack{
+		{pgxName, costSQL{pgx}, ctx, ""},
+		{replicaName, costSQL{pgxReplica}, ctx, ""},
+		{altName, costAlt{dbs: []costDB{costSQL{pgxReplica}, costSQL{pgxReplica2}}, i: new(int)}, ctx, ""},
+		{"pgrouted, forced to the primary", costSQL{routed}, forced, pgxName},
+		{"pgrouted, 1 replica", costSQL{routed1}, ctx, replicaName},
+		{"pgrouted, 2 replicas (round-robin)", costSQL{routed}, ctx, altName},
+		{poolName, nil, ctx, ""},
+		{poolRName, nil, ctx, ""},
+		{"pgrouted.Pool, forced to the primary", nil, forced, poolName},
+		{"pgrouted.Pool, 1 replica", nil, ctx, poolRName},
 	}
 	openPools := func() error {
 		var err error
@@ -105,63 +122,21 @@ func Overhead(ctx context.Context, e *Env) ([]Table, error) {
 		if routedPool, err = pgrouted.NewPool(ctx, dsnOne+"&pgrouted_probe_interval=250ms"); err != nil {
 			return err
 		}
+		stacks[6].db, stacks[7].db = costPool{poolP}, costPool{poolR}
+		stacks[8].db, stacks[9].db = costPool{routedPool}, costPool{routedPool}
 		return waitReplicaReads(ctx, routedPool.Connector())
-	}
-	defer func() {
-		for _, p := range []*pgxpool.Pool{poolP, poolR} {
-			if p != nil {
-				p.Close()
-			}
-		}
-		if routedPool != nil {
-			routedPool.Close()
-		}
-	}()
-	forced := pgrouted.WithRoute(ctx, pgrouted.Primary)
-	stacks := []struct {
-		name string
-		read func(i int, v *string) error
-		// base is the stack a like-for-like comparison is with.
-		base string
-	}{
-		{pgxName, viaSQL(ctx, pgx), ""},
-		{replicaName, viaSQL(ctx, pgxReplica), ""},
-		{altName, viaSQL(ctx, pgxReplica, pgxReplica2), ""},
-		{"pgrouted, forced to the primary", viaSQL(forced, routed), pgxName},
-		{"pgrouted, 1 replica", viaSQL(ctx, routed1), replicaName},
-		{"pgrouted, 2 replicas (round-robin)", viaSQL(ctx, routed), altName},
-		{poolName, viaPgx(ctx, func() pgxDB { return poolP }), ""},
-		{poolRName, viaPgx(ctx, func() pgxDB { return poolR }), ""},
-		{"pgrouted.Pool, forced to the primary", viaPgx(forced, func() pgxDB { return routedPool }), poolName},
-		{"pgrouted.Pool, 1 replica", viaPgx(ctx, func() pgxDB { return routedPool }), poolRName},
 	}
 	// The driver's stacks take turns, then the pgx-native ones: each
 	// statement's backend idles while the others of its group run, and
 	// fewer at a time keep that as it is for pgx alone.
-	lat := make([][]time.Duration, len(stacks))
-	for _, group := range [][2]int{{0, 6}, {6, len(stacks)}} {
-		if group[0] == 6 {
-			if err := openPools(); err != nil {
-				return nil, err
-			}
+	lat, err := interleave(stacks, [][2]int{{0, 6}, {6, len(stacks)}}, read, func(g int) error {
+		if g == 1 {
+			return openPools()
 		}
-		n := group[1] - group[0]
-		for i := range overheadRounds + 100 {
-			// The order rotates from round to round: no stack always
-			// follows the same one.
-			for k := range n {
-				j := group[0] + (k+i)%n
-				s := stacks[j]
-				var v string
-				t0 := time.Now()
-				if err := s.read(i, &v); err != nil {
-					return nil, fmt.Errorf("%s: %w", s.name, err)
-				}
-				if i >= 100 { // the first ones open connections and fill caches
-					lat[j] = append(lat[j], time.Since(t0))
-				}
-			}
-		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	t := Table{
 		Title: "Overhead, interleaved",
@@ -203,10 +178,43 @@ func Overhead(ctx context.Context, e *Env) ([]Table, error) {
 	return []Table{t, ins}, nil
 }
 
-// pgxDB is what the pgx-native stacks read through: a pgxpool.Pool or a
-// pgrouted.Pool.
-type pgxDB interface {
-	QueryRow(ctx context.Context, sql string, args ...any) pgxv5.Row
+// ovhStack is one way to the servers in the overhead workload.
+type ovhStack struct {
+	name string
+	db   costDB
+	ctx  context.Context
+	// base is the stack a like-for-like comparison is with (Overhead).
+	base string
+}
+
+// interleave runs op through each stack overheadRounds times, after 100
+// rounds of warm-up, one statement at a time: the stacks of each group
+// (a range of stacks) take turns, in an order that rotates from round to
+// round (no stack always follows the same one), one group after the
+// other; before, called with a group's index, runs before it. It returns
+// each stack's latencies.
+func interleave(stacks []ovhStack, groups [][2]int, op func(ctx context.Context, db costDB, i int) error, before func(g int) error) ([][]time.Duration, error) {
+	lat := make([][]time.Duration, len(stacks))
+	for g, group := range groups {
+		if err := before(g); err != nil {
+			return nil, err
+		}
+		n := group[1] - group[0]
+		for i := range overheadRounds + 100 {
+			for k := range n {
+				j := group[0] + (k+i)%n
+				s := stacks[j]
+				t0 := time.Now()
+				if err := op(s.ctx, s.db, i); err != nil {
+					return nil, fmt.Errorf("%s: %w", s.name, err)
+				}
+				if i >= 100 { // the first ones open connections and fill caches
+					lat[j] = append(lat[j], time.Since(t0))
+				}
+			}
+		}
+	}
+	return lat, nil
 }
 
 // overheadInsert is Overhead for a one-row autocommit INSERT, through pgx's
@@ -217,37 +225,15 @@ func overheadInsert(ctx context.Context, e *Env, pgx, routed *sql.DB, pool *pgxp
 		CREATE TABLE ovh_ins (id bigserial PRIMARY KEY, v text NOT NULL)`); err != nil {
 		return Table{}, err
 	}
-	const insert = "INSERT INTO ovh_ins (v) VALUES ($1)"
-	viaSQL := func(db *sql.DB) func() error {
-		return func() error { _, err := db.ExecContext(ctx, insert, "x"); return err }
+	insert := func(ctx context.Context, db costDB, _ int) error {
+		return db.exec(ctx, "INSERT INTO ovh_ins (v) VALUES ($1)", "x")
 	}
-	viaPgx := func(db interface {
-		Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
-	}) func() error {
-		return func() error { _, err := db.Exec(ctx, insert, "x"); return err }
-	}
-	stacks := []struct {
-		name string
-		exec func() error
-		base int // the index of the stack it is compared with
-	}{{"pgx", viaSQL(pgx), 0}, {"pgrouted", viaSQL(routed), 0}, {"pgxpool", viaPgx(pool), 2}, {"pgrouted.Pool", viaPgx(routedPool), 2}}
 	// Each pair takes turns on its own, as in Overhead.
-	lat := make([][]time.Duration, len(stacks))
-	for _, group := range [][2]int{{0, 2}, {2, 4}} {
-		n := group[1] - group[0]
-		for i := range overheadRounds + 100 {
-			for k := range n {
-				j := group[0] + (k+i)%n
-				s := stacks[j]
-				t0 := time.Now()
-				if err := s.exec(); err != nil {
-					return Table{}, fmt.Errorf("%s: %w", s.name, err)
-				}
-				if i >= 100 {
-					lat[j] = append(lat[j], time.Since(t0))
-				}
-			}
-		}
+	stacks := []ovhStack{{"pgx", costSQL{pgx}, ctx, ""}, {"pgrouted", costSQL{routed}, ctx, "pgx"},
+		{"pgxpool", costPool{pool}, ctx, ""}, {"pgrouted.Pool", costPool{routedPool}, ctx, "pgxpool"}}
+	lat, err := interleave(stacks, [][2]int{{0, 2}, {2, 4}}, insert, func(int) error { return nil })
+	if err != nil {
+		return Table{}, err
 	}
 	t := Table{
 		Title: "Overhead, interleaved: INSERT",
@@ -256,16 +242,17 @@ func overheadInsert(ctx context.Context, e *Env, pgx, routed *sql.DB, pool *pgxp
 			"is left to the first read that needs it: the write is pgx's one statement).", overheadRounds),
 		Header: []string{"stack", "p50", "p90", "p99", "p50 vs baseline"},
 	}
-	p50s := make([]time.Duration, len(stacks))
+	p50s := map[string]time.Duration{}
 	for j, s := range stacks {
 		sortDurations(lat[j])
-		p50s[j] = percentile(lat[j], 50)
+		p50 := percentile(lat[j], 50)
+		p50s[s.name] = p50
 		vs := "baseline"
-		if s.base != j {
-			vs = fmt.Sprintf("%+.1f%% (%s)", 100*(float64(p50s[j])/float64(p50s[s.base])-1), stacks[s.base].name)
+		if s.base != "" {
+			vs = fmt.Sprintf("%+.1f%% (%s)", 100*(float64(p50)/float64(p50s[s.base])-1), s.base)
 		}
-		t.Add(s.name, p50s[j], percentile(lat[j], 90), percentile(lat[j], 99), vs)
-		e.Facts["overhead-insert/"+s.name+"/p50_us"] = float64(p50s[j]) / 1e3
+		t.Add(s.name, p50, percentile(lat[j], 90), percentile(lat[j], 99), vs)
+		e.Facts["overhead-insert/"+s.name+"/p50_us"] = float64(p50) / 1e3
 	}
 	return t, nil
 }
