@@ -237,7 +237,9 @@ func (u *deferredUse) served(started bool, now time.Time) {
 // read of a write's state as a read started (and served), the next ones
 // of the same state as reads it served.
 func (u *deferredUse) skip(st *markState, now time.Time) {
-	if u.skipped.Swap(st) == st {
+	// Loaded first: the reads after the first of a write's state write
+	// nothing shared here (add writes nothing once its count is full).
+	if u.skipped.Load() == st || u.skipped.Swap(st) == st {
 		u.add(0, 1)
 		return
 	}
