@@ -135,6 +135,9 @@ func NewConnector(cfg *Config) (*Connector, error) {
 		Discover: discover,
 		Interval: own.ProbeInterval,
 		Lease:    own.Lease,
+		// Subscribed before the first probe: the boot's events are
+		// logged too.
+		EventBuffer: 64,
 	})
 	if err != nil {
 		c.closePools()
@@ -142,9 +145,8 @@ func NewConnector(cfg *Config) (*Connector, error) {
 	}
 	c.top = top
 	c.history = top.History()
-	events, _ := top.Subscribe(64)
 	c.logDone = make(chan struct{})
-	go c.watch(events)
+	go c.watch(top.Events())
 	c.stopTerms, c.termsDone = make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(c.termsDone)

@@ -73,6 +73,11 @@ type subscription struct {
 	ch chan Event
 }
 
+// Events returns the subscription New made under Options.EventBuffer,
+// before any probe: it misses no event. It is nil when EventBuffer was 0.
+// Close closes it.
+func (t *Topology) Events() <-chan Event { return t.events }
+
 // Subscribe returns a channel of events, buffered with room for buffer of
 // them, and a function that cancels the subscription and closes the channel.
 // Events that find the channel full are dropped (and counted by

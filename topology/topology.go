@@ -53,6 +53,12 @@ type Options struct {
 	// HistoryCapacity is how many primary samples the WAL position history
 	// keeps (see [lagmeter.History]). Default [lagmeter.DefaultCapacity].
 	HistoryCapacity int
+	// EventBuffer, when above 0, makes New subscribe to the events before
+	// any prober starts, with room for that many: [Topology.Events]
+	// returns that subscription, which holds every event from the first
+	// probe on. (A [Topology.Subscribe] after New may miss the first
+	// probes' events.)
+	EventBuffer int
 
 	// Provider, when set, is the authority on which host leads and which
 	// serve (Patroni, an orchestrator, the application): a host is then the
@@ -95,6 +101,7 @@ type Topology struct {
 	subMu   sync.Mutex
 	subs    map[*subscription]struct{}
 	dropped atomic.Uint64
+	events  <-chan Event // the subscription Options.EventBuffer asked for
 
 	closeOnce sync.Once
 }
@@ -141,6 +148,9 @@ func New(hosts []Host, opts Options) (*Topology, error) {
 		for i := range first.Hosts {
 			first.Hosts[i].NoReads = true
 		}
+	}
+	if opts.EventBuffer > 0 {
+		t.events, _ = t.Subscribe(opts.EventBuffer)
 	}
 	t.probers.Store(&[]*prober{})
 	t.snap.Store(first)

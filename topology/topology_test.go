@@ -479,3 +479,39 @@ func TestChangedWakesOnNewSnapshot(t *testing.T) {
 		t.Fatal("Close did not close the channel from Changed")
 	}
 }
+
+// TestEventsHoldTheBoot checks Options.EventBuffer: its subscription is
+// made before any probe, so the boot's events (every host up, the primary
+// found) are there however late it is read.
+func TestEventsHoldTheBoot(t *testing.T) {
+	top := start(t, hosts(t, "", 0, 1, 2), topology.Options{Interval: time.Minute, EventBuffer: 16})
+	if top.Events() == nil {
+		t.Fatal("Events is nil under EventBuffer 16")
+	}
+	// Read late: every host probed before the first read.
+	waitFor(t, top, 10*time.Second, "every host probed", rolesKnown)
+	up := map[string]bool{}
+	primary := ""
+	for len(up) < 3 || primary == "" {
+		select {
+		case e := <-top.Events():
+			switch e.Kind {
+			case topology.EventHostUp:
+				up[e.Host] = true
+			case topology.EventPrimaryChanged:
+				primary = e.Host
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("the boot's events: hosts up %v, primary %q", up, primary)
+		}
+	}
+	if primary != "node0" {
+		t.Fatalf("primary-changed names %q, want node0", primary)
+	}
+	if d := top.Dropped(); d != 0 {
+		t.Fatalf("%d events dropped", d)
+	}
+	if top2 := start(t, hosts(t, "", 0), topology.Options{Interval: time.Minute}); top2.Events() != nil {
+		t.Fatal("Events is not nil without EventBuffer")
+	}
+}
