@@ -26,15 +26,18 @@ type poolRows struct {
 	onClose
 	errFn func(error) error // what Err returns for the query's error
 
-	// positioned is set (its reader not nil) for the rows of a
-	// positioned write: Close reads the position after it first, and
-	// Err says the lost error (queryPositionedPgx).
-	positioned positionedRows
+	// positioned is set for the rows of a positioned write: Close reads
+	// the position after it first, and Err says the lost error
+	// (queryPositionedPgx).
+	positioned *positionedRows
 
-	// checked is set (its reader not nil) for the rows of a read sent
-	// after its replica's position check (readChecked): Close ends the
-	// pipeline, and Err says the connection's error after the read.
-	checked pgpipe.Checked
+	// checked is set for the rows of a read sent after its replica's
+	// position check (readChecked): Close ends the pipeline, and Err says
+	// the connection's error after the read.
+	//
+	// Both are pointers: a plain read's rows (in every Query's pgxQuery)
+	// would otherwise carry half a kilobyte they do not use.
+	checked *pgpipe.Checked
 }
 
 // onClose is what happens once a call's open results (rows, batch results)
@@ -92,10 +95,10 @@ func (r *poolRows) Close() {
 	}
 	r.closed = true
 	r.Rows.Close()
-	if r.positioned.p.RR != nil {
+	if r.positioned != nil {
 		r.positioned.finish()
 	}
-	if r.checked.RR != nil {
+	if r.checked != nil {
 		r.checked.Finish()
 	}
 	r.onClose.run()
@@ -113,10 +116,10 @@ func (r *poolRows) Conn() *pgx.Conn {
 // Err implements pgx.Rows.
 func (r *poolRows) Err() error {
 	err := r.Rows.Err()
-	if r.positioned.p.RR != nil {
+	if r.positioned != nil {
 		return r.positioned.lostErr(err)
 	}
-	if err == nil && r.checked.RR != nil {
+	if err == nil && r.checked != nil {
 		err = r.checked.Err()
 	}
 	if r.errFn != nil {

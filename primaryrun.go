@@ -142,11 +142,18 @@ func (cn *conn) execPrimary(ctx context.Context, sc *stdlib.Conn, positioned, wr
 // Whatever answered first (a row, a command tag) leaves the outcome
 // unknown: the error stays.
 func endedUnanswered(r sqlclass.Result, cl *call, err error) bool {
-	var pe *pgconn.PgError
-	if !cl.unanswered || !r.DML || !cl.single || !errors.As(err, &pe) {
+	if !cl.unanswered || !r.DML || !cl.single || err == nil {
 		return false
 	}
-	return pe.SeverityUnlocalized == "FATAL" || pe.SeverityUnlocalized == "PANIC"
+	return fatal(err)
+}
+
+// fatal reports whether err is the server's FATAL or PANIC error. (Apart
+// from endedUnanswered, which every primary statement calls: its error's
+// variable, which errors.As takes the address of, lives on the heap.)
+func fatal(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && (pe.SeverityUnlocalized == "FATAL" || pe.SeverityUnlocalized == "PANIC")
 }
 
 // primaryFailed handles the error of attempt on the primary session sc.
@@ -282,8 +289,12 @@ func (cn *conn) queryPositioned(ctx context.Context, sc *stdlib.Conn, query stri
 // closing runs (the Pool's release of the connection).
 func (cn *conn) queryPositionedPgx(ctx context.Context, sc *stdlib.Conn, cl *call) error {
 	pc := sc.Conn()
-	r := &poolRows{conn: pc, first: true}
-	w := &r.positioned
+	both := &struct {
+		r poolRows
+		w positionedRows
+	}{r: poolRows{conn: pc, first: true}}
+	r, w := &both.r, &both.w
+	r.positioned = w
 	if err := w.p.Start(ctx, pc, cn.descsOf(), cn.c.stmtsOf(cn.host, pc), cl.query, cl.args, true); err != nil {
 		cl.unanswered = true
 		return err

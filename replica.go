@@ -382,8 +382,8 @@ func (cn *conn) readChecked(ctx context.Context, b *borrowed, wm lagmeter.Waterm
 		if pr = cl.px.rowsBuf; pr == nil {
 			pr = new(poolRows)
 		}
-		*pr = poolRows{conn: pc, first: true}
-		c = &pr.checked
+		c = new(pgpipe.Checked)
+		*pr = poolRows{conn: pc, first: true, checked: c}
 	} else {
 		cr.Rows, cr.c = pgpipe.Rows{}, pgpipe.Checked{} // a stale statement's second run
 		c = &cr.c
