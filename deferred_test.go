@@ -449,8 +449,11 @@ func testDeferredPositionReadWhenItPays(t *testing.T, open opener) {
 		const m, reads = 32, 4
 		onReplica, late := 0, 0
 		reasons = map[pgrouted.Reason]int{}
+		var seq strings.Builder // each write's reads' reasons, for a failure
 		for i := range m {
+			seq.WriteString("\n")
 			for _, ev := range pair(t, db, rec, n+i, reads) {
+				fmt.Fprintf(&seq, " %s", ev.Reason)
 				reasons[ev.Reason]++
 				if i >= m/2 {
 					late++
@@ -462,7 +465,7 @@ func testDeferredPositionReadWhenItPays(t *testing.T, open opener) {
 		}
 		t.Logf("then %d writes, %d reads each: %v; of the last %d reads, %d on a replica", m, reads, reasons, late, onReplica)
 		if onReplica < late*3/4 {
-			t.Fatalf("after %d writes read back %d times each, %d of the last %d reads on a replica (%v): the record did not follow", m/2, reads, onReplica, late, reasons)
+			t.Fatalf("after %d writes read back %d times each, %d of the last %d reads on a replica (%v): the record did not follow; each write's reads:%s", m/2, reads, onReplica, late, reasons, seq.String())
 		}
 	})
 

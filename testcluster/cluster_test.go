@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -131,6 +132,31 @@ func TestDSNOf(t *testing.T) {
 		var rec bool
 		if err := conn.QueryRow(ctx, "SELECT pg_is_in_recovery()").Scan(&rec); err != nil || rec != c.want {
 			t.Errorf("%s: in recovery = %v, %v; want %v", conn.Config().Host, rec, err, c.want)
+		}
+	}
+}
+
+// TestServerProcesses checks Node.PostmasterPID and Node.ServerProcesses
+// (what the benchmarks measure a server's CPU time from): a connection's
+// backend is among its node's server processes, and no other node's.
+func TestServerProcesses(t *testing.T) {
+	ctx := testCtx(t)
+	for _, n := range shared.Nodes() {
+		if n.PostmasterPID() == 0 {
+			t.Fatalf("%s: PostmasterPID 0 while it runs", n)
+		}
+		conn := connect(t, ctx, n.DSN())
+		var be int
+		if err := conn.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&be); err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range shared.Nodes() {
+			if got := slices.Contains(o.ServerProcesses(), be); got != (o == n) {
+				t.Errorf("backend %d of %s: among %s's server processes: %v", be, n, o, got)
+			}
+		}
+		if slices.Contains(n.ServerProcesses(), n.PostmasterPID()) {
+			t.Errorf("%s: the postmaster is among its own server processes", n)
 		}
 	}
 }
@@ -640,25 +666,16 @@ func TestPasswordSyncAndClose(t *testing.T) {
 	dir := c.Dir()
 	var pids []int
 	for _, node := range c.Nodes() {
-		pids = append(pids, postmasterPID(t, node.DataDir()))
+		pid := node.PostmasterPID()
+		if pid == 0 {
+			t.Fatalf("%s: no postmaster.pid", node)
+		}
+		pids = append(pids, pid)
 	}
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
 	checkGone(t, dir, pids, 0)
-}
-
-func postmasterPID(t *testing.T, dataDir string) int {
-	t.Helper()
-	b, err := os.ReadFile(dataDir + "/postmaster.pid")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var pid int
-	if _, err := fmt.Sscan(string(b), &pid); err != nil {
-		t.Fatal(err)
-	}
-	return pid
 }
 
 // checkGone waits up to wait for the processes and the directory to

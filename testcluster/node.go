@@ -73,6 +73,23 @@ func (n *Node) DataDir() string { return n.dataDir }
 // LogFile is the node's server log.
 func (n *Node) LogFile() string { return n.logFile }
 
+// PostmasterPID is the process id of the node's server (its postmaster),
+// from postmaster.pid in its data directory: 0 when the server is not
+// running.
+func (n *Node) PostmasterPID() int { return postmasterPID(n.dataDir) }
+
+// ServerProcesses lists the processes the node's postmaster started, from
+// /proc: backends, walsenders and its own processes (checkpointer, WAL
+// writer, the startup process of a standby, …), not the postmaster itself.
+// It is empty when the server is not running.
+func (n *Node) ServerProcesses() []int {
+	pm := n.PostmasterPID()
+	if pm == 0 {
+		return nil
+	}
+	return childrenOf(pm)
+}
+
 // Fault is the network fault point in front of the node: latency, blackhole
 // and connection resets for every client connection. The replication
 // connections of the node's standbys do not go through it; each standby's

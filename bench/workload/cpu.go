@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -80,42 +79,23 @@ func runTime(pid int, st procStat) time.Duration {
 	return time.Duration(st.utime+st.stime) * clockTick
 }
 
-// postmasterPID reads the postmaster's process id from the first line of
-// postmaster.pid in dataDir.
-func postmasterPID(dataDir string) (int, error) {
-	b, err := os.ReadFile(filepath.Join(dataDir, "postmaster.pid"))
-	if err != nil {
-		return 0, err
+// serverCPU is the CPU time node's server has used (see the file
+// comment): in all, and in its client backends (kind tells them from the
+// server's own processes).
+func serverCPU(node *testcluster.Node, kind, skip func(pid int) bool) (total, backends time.Duration, err error) {
+	pm := node.PostmasterPID()
+	if pm == 0 {
+		return 0, 0, fmt.Errorf("%s: not running", node.Name())
 	}
-	line, _, _ := strings.Cut(string(b), "\n")
-	pid, err := strconv.Atoi(strings.TrimSpace(line))
-	if err != nil || pid <= 0 {
-		return 0, fmt.Errorf("%s/postmaster.pid: no process id", dataDir)
-	}
-	return pid, nil
-}
-
-// serverCPU is the CPU time the server whose postmaster is pm has used
-// (see the file comment): in all, and in its client backends (kind tells
-// them from the server's own processes).
-func serverCPU(pm int, kind, skip func(pid int) bool) (total, backends time.Duration, err error) {
 	st, err := readProcStat(pm)
 	if err != nil {
 		return 0, 0, err
 	}
 	total = runTime(pm, st) + time.Duration(st.cutime+st.cstime)*clockTick
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		return 0, 0, err
-	}
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == pm {
-			continue
-		}
+	for _, pid := range node.ServerProcesses() {
 		cs, err := readProcStat(pid)
 		if err != nil || cs.ppid != pm || skip(pid) {
-			continue // gone meanwhile, not the server's, or left out
+			continue // gone meanwhile, or left out
 		}
 		d := runTime(pid, cs)
 		total += d
@@ -158,10 +138,8 @@ func isBackend(pid int) bool {
 // cpuMeter reads the CPU time of each server of a cluster: the primary
 // and the replicas.
 type cpuMeter struct {
-	c        *testcluster.Cluster
-	primary  int   // postmaster pid
-	replicas []int // postmaster pids
-	backend  map[int]bool
+	c       *testcluster.Cluster
+	backend map[int]bool
 	// probes are the backends of pgrouted's probe connections, left out
 	// once skipProbes found them: their work is per second, not per
 	// statement (measured apart: ServerCost's idle connector).
@@ -169,20 +147,12 @@ type cpuMeter struct {
 }
 
 func newCPUMeter(c *testcluster.Cluster) (*cpuMeter, error) {
-	m := &cpuMeter{c: c, backend: map[int]bool{}, probes: map[int]bool{}}
-	pid, err := postmasterPID(c.Primary().DataDir())
-	if err != nil {
-		return nil, err
-	}
-	m.primary = pid
-	for _, r := range c.Replicas() {
-		pid, err := postmasterPID(r.DataDir())
-		if err != nil {
-			return nil, err
+	for _, n := range c.Nodes() {
+		if n.PostmasterPID() == 0 {
+			return nil, fmt.Errorf("%s: not running", n.Name())
 		}
-		m.replicas = append(m.replicas, pid)
 	}
-	return m, nil
+	return &cpuMeter{c: c, backend: map[int]bool{}, probes: map[int]bool{}}, nil
 }
 
 // isBackend is isBackend, remembered per process.
@@ -234,11 +204,11 @@ func (m *cpuMeter) sample() (cpuSample, error) {
 	s := cpuSample{at: time.Now()}
 	var err error
 	skip := func(pid int) bool { return m.probes[pid] }
-	if s.primary, s.primaryBE, err = serverCPU(m.primary, m.isBackend, skip); err != nil {
+	if s.primary, s.primaryBE, err = serverCPU(m.c.Primary(), m.isBackend, skip); err != nil {
 		return s, err
 	}
-	for _, pm := range m.replicas {
-		d, be, err := serverCPU(pm, m.isBackend, skip)
+	for _, r := range m.c.Replicas() {
+		d, be, err := serverCPU(r, m.isBackend, skip)
 		if err != nil {
 			return s, err
 		}
