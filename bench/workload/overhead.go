@@ -181,11 +181,12 @@ type ovhOpener struct {
 
 const ovhProbe = "&pgrouted_probe_interval=250ms"
 
-func (o *ovhOpener) sql(dsn string) costDB {
+// sqlDB opens a set's database/sql stack with open.
+func (o *ovhOpener) sqlDB(open func() (*sql.DB, error)) costDB {
 	if o.err != nil {
 		return nil
 	}
-	db, err := sql.Open("pgx", dsn)
+	db, err := open()
 	if o.err = err; err != nil {
 		return nil
 	}
@@ -193,17 +194,17 @@ func (o *ovhOpener) sql(dsn string) costDB {
 	return costSQL{db}
 }
 
+// sql opens pgx's database/sql driver on dsn.
+func (o *ovhOpener) sql(dsn string) costDB {
+	return o.sqlDB(func() (*sql.DB, error) { return sql.Open("pgx", dsn) })
+}
+
 // routed opens pgrouted on dsn, once its reads go to a replica.
 func (o *ovhOpener) routed(dsn string) costDB {
-	if o.err != nil {
-		return nil
-	}
-	db, _, err := o.e.openRouted(o.ctx, dsn, ovhProbe)
-	if o.err = err; err != nil {
-		return nil
-	}
-	o.closes = append(o.closes, func() { db.Close() })
-	return costSQL{db}
+	return o.sqlDB(func() (*sql.DB, error) {
+		db, _, err := o.e.openRouted(o.ctx, dsn, ovhProbe)
+		return db, err
+	})
 }
 
 func (o *ovhOpener) pool(dsn string) costDB {
