@@ -107,10 +107,18 @@ func newStory(d *demo, n storyNodes, maxLag time.Duration) *story {
 			what:  "crash recovery, then a successful probe closes its circuit and it serves reads again",
 			action: func(ctx context.Context) error {
 				s.note(n.killed.Name(), "starting: crash recovery")
-				err := n.killed.Start(ctx)
+				if err := n.killed.Start(ctx); err != nil {
+					return err
+				}
 				s.note(n.killed.Name(), "restarted")
 				w.closeWindow(killWin, 2*time.Second)
-				return err
+				// What the phase shows (its circuit closed, reads on it
+				// again) before the failover begins: a slow machine's
+				// crash recovery leaves the probes less time.
+				if !d.serving(ctx, n.killed.Name(), servingWait) {
+					s.note(n.killed.Name(), "restarted, not serving yet")
+				}
+				return ctx.Err()
 			},
 		},
 		{
@@ -218,6 +226,25 @@ func (s *story) run(ctx context.Context, start time.Time, duration time.Duration
 		s.mu.Unlock()
 	}
 	return sleepUntil(ctx, start.Add(duration))
+}
+
+// servingWait bounds how long the story waits for a host started again
+// to serve reads (demo.serving).
+const servingWait = 15 * time.Second
+
+// serving reports whether the connector sees host name healthy with its
+// circuit closed, waiting for it at most limit.
+func (d *demo) serving(ctx context.Context, name string, limit time.Duration) bool {
+	for deadline := time.Now().Add(limit); ; {
+		for _, h := range d.conn.Topology().Hosts {
+			if h.Name == name && h.Healthy && h.Circuit == "closed" {
+				return true
+			}
+		}
+		if time.Now().After(deadline) || sleepUntil(ctx, time.Now().Add(50*time.Millisecond)) != nil {
+			return false
+		}
+	}
 }
 
 func sleepUntil(ctx context.Context, t time.Time) error {
