@@ -19,8 +19,10 @@ func failoverDB(t *testing.T, open dsnOpener, user string) (client, *pgrouted.Co
 	// No staleness budget: the new primary's history starts empty, and
 	// the default budget would keep the first reads after the failover
 	// off the replicas (position-unknown) whatever the watermark says,
-	// which is what these tests read.
-	dsn := cluster.DSN() + "&pgrouted_probe_interval=100ms&pgrouted_max_lag=none&pgrouted_names=" + names()
+	// which is what these tests read. Open circuits probed every second
+	// at most: a replica rebuilt during the failover (seconds of failed
+	// probes) is back as soon as it runs, not after a doubled backoff.
+	dsn := cluster.DSN() + "&pgrouted_probe_interval=100ms&pgrouted_max_lag=none&pgrouted_circuit_max_backoff=1s&pgrouted_names=" + names()
 	if user != "" {
 		u, err := url.Parse(dsn)
 		if err != nil {
