@@ -58,7 +58,7 @@ cluster was up (a normal end) with 0 stale reads and 0 errors so far; 1
 otherwise, or when the cluster cannot start; 2 on bad arguments; 130 when
 interrupted before the cluster was up.`, stderr)
 	opts := demoOptions{MaxLag: 2 * time.Second, Think: 20 * time.Millisecond}
-	fs.DurationVar(&opts.Duration, "duration", 20*time.Second, fmt.Sprintf("length of the story, from the first statement (at least %v)", minDemoDuration))
+	fs.DurationVar(&opts.Duration, "duration", 20*time.Second, fmt.Sprintf("length of the story, from the first statement (at least %v; a slow step lengthens it)", minDemoDuration))
 	fs.IntVar(&opts.Replicas, "replicas", 2, fmt.Sprintf("number of streaming replicas (1 to %d)", maxDemoReplicas))
 	fs.BoolVar(&opts.NoColor, "no-color", false, "no colors and no cursor control: print plain snapshots")
 	fs.BoolVar(&opts.JSON, "json", false, "print only a JSON summary on stdout at the end (events go to stderr)")

@@ -161,6 +161,13 @@ func newStory(d *demo, n storyNodes, maxLag time.Duration) *story {
 			title: "after the failover",
 			what: fmt.Sprintf("%s is the primary; the old primary %s stays down; reads on the replicas that follow %s",
 				n.promoted.Name(), n.primary.Name(), n.promoted.Name()),
+			action: func(ctx context.Context) error {
+				// What the phase shows (writes on the new primary)
+				// before the story ends: on a slow machine the
+				// failover's steps can take the time the phase had.
+				w.fo.waitFirst(ctx, servingWait)
+				return ctx.Err()
+			},
 		},
 	}
 	return s
@@ -200,10 +207,15 @@ func (s *story) summaries() []PhaseSummary {
 
 // run plays the story from start over duration, and returns when it is
 // over (nil), when ctx ends (its error) or when an action fails. changed
-// is called at each phase start.
+// is called at each phase start. An action that runs past the next
+// phase's time (a slow machine's server start, promotion or wait) moves
+// the rest of the story, its end included, by as much: every later phase
+// keeps its length.
 func (s *story) run(ctx context.Context, start time.Time, duration time.Duration, events *eventLog, changed func()) error {
+	var slip time.Duration
+	at := func(f float64) time.Time { return start.Add(time.Duration(f*float64(duration)) + slip) }
 	for i, p := range s.phases {
-		if err := sleepUntil(ctx, start.Add(time.Duration(p.at*float64(duration)))); err != nil {
+		if err := sleepUntil(ctx, at(p.at)); err != nil {
 			return err
 		}
 		began := time.Now()
@@ -224,8 +236,15 @@ func (s *story) run(ctx context.Context, start time.Time, duration time.Duration
 		s.mu.Lock()
 		s.done[len(s.done)-1].TookMs = ms(time.Since(began))
 		s.mu.Unlock()
+		next := 1.0
+		if i+1 < len(s.phases) {
+			next = s.phases[i+1].at
+		}
+		if late := time.Since(at(next)); late > 0 {
+			slip += late
+		}
 	}
-	return sleepUntil(ctx, start.Add(duration))
+	return sleepUntil(ctx, at(1))
 }
 
 // servingWait bounds how long the story waits for a host started again

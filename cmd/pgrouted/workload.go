@@ -80,6 +80,20 @@ type failoverWatch struct {
 	onFirst   func()    // called once, at the first write on the new primary
 }
 
+// waitFirst waits until a write ran on the new primary, at most limit,
+// or until ctx ends.
+func (f *failoverWatch) waitFirst(ctx context.Context, limit time.Duration) {
+	for deadline := time.Now().Add(limit); time.Now().Before(deadline) && ctx.Err() == nil; {
+		f.mu.Lock()
+		done := f.to == "" || !f.firstNew.IsZero()
+		f.mu.Unlock()
+		if done {
+			return
+		}
+		sleepUntil(ctx, time.Now().Add(20*time.Millisecond))
+	}
+}
+
 func newWorkload(db *sql.DB, events *eventLog, think time.Duration) *workload {
 	return &workload{db: db, events: events, think: think, interruptedByName: map[string]uint64{}}
 }

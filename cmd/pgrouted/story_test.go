@@ -1,0 +1,45 @@
+package main
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+// TestStoryKeepsPhaseLengths: an action that runs past the next phase's
+// time moves the rest of the story, its end included, so that the later
+// phases keep their length (on a slow machine the phase after a failover
+// still shows writes on the new primary).
+func TestStoryKeepsPhaseLengths(t *testing.T) {
+	const d = time.Second
+	overrun := 700 * time.Millisecond
+	s := &story{cur: -1, notes: map[string]string{}}
+	var startedLast time.Time
+	s.phases = []phase{
+		{at: 0, title: "one"},
+		{at: 0.5, title: "two", action: func(ctx context.Context) error {
+			time.Sleep(overrun) // planned: 0.3 s until the next phase
+			return nil
+		}},
+		{at: 0.8, title: "three", action: func(ctx context.Context) error {
+			startedLast = time.Now()
+			return nil
+		}},
+	}
+	start := time.Now()
+	if err := s.run(context.Background(), start, d, newEventLog(nil), func() {}); err != nil {
+		t.Fatal(err)
+	}
+	ended := time.Now()
+	// Phase two's action ended at 0.5 s + 0.7 s: phase three starts then
+	// (not at 0.8 s) and lasts its 0.2 s.
+	if got, want := startedLast.Sub(start), d/2+overrun; got < want {
+		t.Fatalf("the last phase started %v after the start, before phase two's action ended (%v)", got, want)
+	}
+	if got, want := ended.Sub(startedLast), d/5; got < want {
+		t.Fatalf("the last phase lasted %v, want its 0.2 of the duration (%v): the end did not move with it", got, want)
+	}
+	if got := s.summaries(); len(got) != 3 || got[1].TookMs < float64(overrun.Milliseconds()) {
+		t.Fatalf("phases: %+v", got)
+	}
+}
