@@ -3,6 +3,7 @@ package pgrouted_test
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"fmt"
 	"os"
 	"strings"
@@ -119,7 +120,9 @@ func openDSN(t testing.TB, dsn string, tweak func(*pgrouted.Config)) (*sql.DB, *
 // connector's writes.
 func waitReplicaRoute(t testing.TB, conn *pgrouted.Connector) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
+	// Generous: on a CI machine whose CPUs are shared by every lane,
+	// probes can time out for seconds, and the circuits they open back off.
+	deadline := time.Now().Add(45 * time.Second)
 	for {
 		d, err := conn.Explain(context.Background(), "SELECT 1")
 		// "replica-check" is not enough: the check may still send the
@@ -128,7 +131,8 @@ func waitReplicaRoute(t testing.TB, conn *pgrouted.Connector) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("reads still do not go to a replica: %+v, %v", d, err)
+			top, _ := json.Marshal(conn.Topology())
+			t.Fatalf("reads still do not go to a replica after 45s: %+v, %v; topology: %s", d, err, top)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -140,7 +144,7 @@ func waitReplicaRoute(t testing.TB, conn *pgrouted.Connector) {
 // test of how reads spread over all of them needs this too.
 func replicasReady(t testing.TB, conn *pgrouted.Connector) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
+	deadline := time.Now().Add(45 * time.Second)
 	for {
 		top := conn.Topology()
 		ready, standbys := top.Primary != "", 0
@@ -157,7 +161,7 @@ func replicasReady(t testing.TB, conn *pgrouted.Connector) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the standbys are not all eligible after 15s: %+v", top.Hosts)
+			t.Fatalf("the standbys are not all eligible after 45s: %+v", top.Hosts)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

@@ -3,6 +3,7 @@ package otelroute_test
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"fmt"
 	"os"
 	"strings"
@@ -107,14 +108,15 @@ func open(t *testing.T, tel *telemetry, tweak func(*pgrouted.Config), opts []ote
 	}
 	db := sql.OpenDB(conn)
 	t.Cleanup(func() { db.Close() })
-	deadline := time.Now().Add(15 * time.Second)
+	deadline := time.Now().Add(45 * time.Second)
 	for {
 		d, err := conn.Explain(context.Background(), "SELECT 1")
 		if err == nil && !d.Primary && d.Reason == pgrouted.ReasonReplica && conn.Topology().Primary != "" {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("reads still do not go to a replica after 15s: %+v, %v", d, err)
+			top, _ := json.Marshal(conn.Topology())
+			t.Fatalf("reads still do not go to a replica after 45s: %+v, %v; topology: %s", d, err, top)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

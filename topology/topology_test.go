@@ -100,7 +100,7 @@ func TestRolesWhateverTheOrder(t *testing.T) {
 	for _, order := range [][]int{{0, 1, 2}, {2, 1, 0}, {1, 0, 2}, {1, 2, 0}} {
 		t.Run(fmt.Sprint(order), func(t *testing.T) {
 			top := start(t, hosts(t, "", order...), topology.Options{Interval: 100 * time.Millisecond})
-			s, _ := waitFor(t, top, 10*time.Second, "all roles known", func(s *topology.Snapshot) bool {
+			s, _ := waitFor(t, top, 30*time.Second, "all roles known", func(s *topology.Snapshot) bool {
 				return rolesKnown(s) && s.Primary >= 0
 			})
 			if got := primaryName(s); got != "node0" {
@@ -148,7 +148,7 @@ func TestSyncStateReported(t *testing.T) {
 	top := start(t, hosts(t, "", 0, 1, 2), topology.Options{Interval: 100 * time.Millisecond})
 	// A standby appears in pg_stat_replication once its walreceiver has
 	// connected: one restored by the previous test may take a moment.
-	waitFor(t, top, 10*time.Second, "node1 reported sync and node2 async", func(s *topology.Snapshot) bool {
+	waitFor(t, top, 30*time.Second, "node1 reported sync and node2 async", func(s *topology.Snapshot) bool {
 		return s.Primary >= 0 && s.Hosts[s.Index("node1")].SyncState == "sync" && s.Hosts[s.Index("node2")].SyncState == "async"
 	})
 }
@@ -164,7 +164,7 @@ func TestFailoverFollowed(t *testing.T) {
 	// before it is promoted: the switch floor checked below is what it
 	// was last seen to replay (a busy machine can promote it before its
 	// first probe otherwise, and the floor is unknown).
-	s0, _ := waitFor(t, top, 10*time.Second, "node0 primary and node1 a standby", func(s *topology.Snapshot) bool {
+	s0, _ := waitFor(t, top, 30*time.Second, "node0 primary and node1 a standby", func(s *topology.Snapshot) bool {
 		h := s.Hosts[s.Index("node1")]
 		return primaryName(s) == "node0" && h.Role == topology.RoleStandby && h.Timeline != 0 && h.ReplayLSN != 0
 	})
@@ -207,7 +207,7 @@ func TestFailoverFollowed(t *testing.T) {
 	if err := old.Rejoin(ctx, promoted); err != nil {
 		t.Fatal(err)
 	}
-	s, _ = waitFor(t, top, 10*time.Second, "node0 standby", func(s *topology.Snapshot) bool {
+	s, _ = waitFor(t, top, 30*time.Second, "node0 standby", func(s *topology.Snapshot) bool {
 		h := s.Hosts[s.Index("node0")]
 		return h.Healthy && h.Role == topology.RoleStandby
 	})
@@ -251,7 +251,7 @@ func TestSplitBrain(t *testing.T) {
 
 	top := start(t, hosts(t, "", 0, 1, 2), topology.Options{Interval: 100 * time.Millisecond})
 	blind := start(t, hosts(t, "noprivs", 0, 1, 2), topology.Options{Interval: 100 * time.Millisecond})
-	waitFor(t, top, 10*time.Second, "node0 primary", func(s *topology.Snapshot) bool { return primaryName(s) == "node0" })
+	waitFor(t, top, 30*time.Second, "node0 primary", func(s *topology.Snapshot) bool { return primaryName(s) == "node0" })
 	// With one primary, an unreadable timeline does not matter.
 	bs, _ := waitFor(t, blind, 10*time.Second, "node0 primary (unprivileged)", func(s *topology.Snapshot) bool { return primaryName(s) == "node0" })
 	if h := bs.Hosts[0]; h.Timeline != 0 {
@@ -264,12 +264,12 @@ func TestSplitBrain(t *testing.T) {
 	if err := cluster.Node(1).Promote(ctx); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, top, 10*time.Second, "node1 primary", func(s *topology.Snapshot) bool { return primaryName(s) == "node1" })
+	waitFor(t, top, 30*time.Second, "node1 primary", func(s *topology.Snapshot) bool { return primaryName(s) == "node1" })
 	// The old primary starts again, as a primary: split brain.
 	if err := p.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	s, _ := waitFor(t, top, 10*time.Second, "both out of recovery", func(s *topology.Snapshot) bool {
+	s, _ := waitFor(t, top, 30*time.Second, "both out of recovery", func(s *topology.Snapshot) bool {
 		return s.Hosts[0].Healthy && s.Hosts[0].Role == topology.RolePrimary && s.Hosts[1].Role == topology.RolePrimary
 	})
 	epoch := s.Epoch
@@ -301,7 +301,7 @@ func TestLeaseExpiresWhenPrimaryCutOff(t *testing.T) {
 	restore(t)
 	lease := time.Second
 	top := start(t, hosts(t, "", 0, 1, 2), topology.Options{Interval: 100 * time.Millisecond, Timeout: 300 * time.Millisecond, Lease: lease})
-	s0, _ := waitFor(t, top, 10*time.Second, "node0 primary", func(s *topology.Snapshot) bool { return primaryName(s) == "node0" })
+	s0, _ := waitFor(t, top, 30*time.Second, "node0 primary", func(s *topology.Snapshot) bool { return primaryName(s) == "node0" })
 	if err := cluster.Node(0).Fault().Blackhole(); err != nil {
 		t.Fatal(err)
 	}
@@ -310,7 +310,7 @@ func TestLeaseExpiresWhenPrimaryCutOff(t *testing.T) {
 	cut := time.Now()
 	// Remember the last snapshot that still named a primary.
 	last := s0
-	s, took := waitFor(t, top, 10*time.Second, "no authoritative primary", func(s *topology.Snapshot) bool {
+	s, took := waitFor(t, top, 30*time.Second, "no authoritative primary", func(s *topology.Snapshot) bool {
 		if s.Primary >= 0 {
 			last = s
 		}
@@ -339,7 +339,7 @@ func TestLeaseExpiresWhenPrimaryCutOff(t *testing.T) {
 	if err := cluster.Node(0).Fault().Heal(); err != nil {
 		t.Fatal(err)
 	}
-	s, _ = waitFor(t, top, 10*time.Second, "node0 primary again", func(s *topology.Snapshot) bool {
+	s, _ = waitFor(t, top, 30*time.Second, "node0 primary again", func(s *topology.Snapshot) bool {
 		return primaryName(s) == "node0" && s.LeaseValid(time.Now())
 	})
 	if s.Epoch != s0.Epoch {
@@ -350,7 +350,7 @@ func TestLeaseExpiresWhenPrimaryCutOff(t *testing.T) {
 func TestRTTFollowsLatency(t *testing.T) {
 	restore(t)
 	top := start(t, hosts(t, "", 0, 1, 2), topology.Options{Interval: 50 * time.Millisecond})
-	waitFor(t, top, 10*time.Second, "RTT known", func(s *topology.Snapshot) bool { return s.Hosts[1].RTT > 0 })
+	waitFor(t, top, 30*time.Second, "RTT known", func(s *topology.Snapshot) bool { return s.Hosts[1].RTT > 0 })
 	before := top.Snapshot().Hosts[1].RTT
 	if err := cluster.Node(1).Fault().Latency(30 * time.Millisecond); err != nil {
 		t.Fatal(err)
@@ -369,7 +369,7 @@ func TestRTTFollowsLatency(t *testing.T) {
 func TestSlowHostDoesNotDelayOthers(t *testing.T) {
 	restore(t)
 	top := start(t, hosts(t, "", 0, 1, 2), topology.Options{Interval: 100 * time.Millisecond, Timeout: 5 * time.Second})
-	waitFor(t, top, 10*time.Second, "roles known", rolesKnown)
+	waitFor(t, top, 30*time.Second, "roles known", rolesKnown)
 	// node2 hangs every probe for the whole 5s timeout.
 	if err := cluster.Node(2).Fault().Blackhole(); err != nil {
 		t.Fatal(err)
@@ -391,7 +391,7 @@ func TestSlowHostDoesNotDelayOthers(t *testing.T) {
 
 func TestProbeNow(t *testing.T) {
 	top := start(t, hosts(t, "", 0, 1, 2), topology.Options{Interval: time.Minute})
-	s, _ := waitFor(t, top, 10*time.Second, "first probes", rolesKnown)
+	s, _ := waitFor(t, top, 30*time.Second, "first probes", rolesKnown)
 	first, other := s.Hosts[1].LastProbe, s.Hosts[0].LastProbe
 	top.ProbeNow(1)
 	// The interval is a minute: only ProbeNow can explain a second probe.
@@ -422,7 +422,7 @@ func TestCloseLeavesNoGoroutine(t *testing.T) {
 
 func TestSnapshotReadAllocatesNothing(t *testing.T) {
 	top := start(t, hosts(t, "", 0, 1, 2), topology.Options{Interval: 100 * time.Millisecond})
-	waitFor(t, top, 10*time.Second, "primary", func(s *topology.Snapshot) bool { return s.Primary >= 0 })
+	waitFor(t, top, 30*time.Second, "primary", func(s *topology.Snapshot) bool { return s.Primary >= 0 })
 	allocs := testing.AllocsPerRun(1000, func() {
 		s := top.Snapshot()
 		if h, ok := s.PrimaryHost(time.Now()); !ok || h.Name == "" {
@@ -459,7 +459,7 @@ func BenchmarkSnapshot(b *testing.B) {
 // interval of a minute), and at Close.
 func TestChangedWakesOnNewSnapshot(t *testing.T) {
 	top := start(t, hosts(t, "", 0, 1, 2), topology.Options{Interval: time.Minute})
-	waitFor(t, top, 10*time.Second, "first probes", rolesKnown)
+	waitFor(t, top, 30*time.Second, "first probes", rolesKnown)
 	ch := top.Changed()
 	before := top.Snapshot()
 	top.ProbeNow(1)
@@ -489,7 +489,7 @@ func TestEventsHoldTheBoot(t *testing.T) {
 		t.Fatal("Events is nil under EventBuffer 16")
 	}
 	// Read late: every host probed before the first read.
-	waitFor(t, top, 10*time.Second, "every host probed", rolesKnown)
+	waitFor(t, top, 30*time.Second, "every host probed", rolesKnown)
 	up := map[string]bool{}
 	primary := ""
 	for len(up) < 3 || primary == "" {

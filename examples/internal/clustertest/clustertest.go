@@ -9,6 +9,7 @@ package clustertest
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -254,14 +255,17 @@ func OnReplicas(t testing.TB, what string, events []pgrouted.RouteEvent) {
 // replay position, and fall back to the primary while it is behind.
 func WaitReplicaRoute(t testing.TB, conn *pgrouted.Connector) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
+	// Generous: on a CI machine whose CPUs are shared by every lane,
+	// probes can time out for seconds, and the circuits they open back off.
+	deadline := time.Now().Add(45 * time.Second)
 	for {
 		d, err := conn.Explain(context.Background(), "SELECT 1")
 		if err == nil && !d.Primary && IsReplica(d.Endpoint) && d.Reason == pgrouted.ReasonReplica {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("reads still do not go to a replica: %+v, %v", d, err)
+			top, _ := json.Marshal(conn.Topology())
+			t.Fatalf("reads still do not go to a replica after 45s: %+v, %v; topology: %s", d, err, top)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
