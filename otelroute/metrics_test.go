@@ -144,7 +144,7 @@ func TestMetricsMatchStats(t *testing.T) {
 		st        pgrouted.Stats
 		top, top2 pgrouted.Snapshot
 	)
-	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(45 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		st, top = conn.Stats(), conn.Topology()
 		got = collect(t, tel)
 		top2 = conn.Topology()
@@ -153,7 +153,7 @@ func TestMetricsMatchStats(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no quiet instant with every standby's lag bound known in 15s: %s", hostState(top2))
+			t.Fatalf("no quiet instant with every standby's lag bound known in 45s: %s", hostState(top2))
 		}
 	}
 	if st.Fallbacks[pgrouted.ReasonBehind] == 0 || st.RouteErrors[pgrouted.ReasonWriteOnReplica] == 0 || st.Statements[cluster.Primary().Name()][pgrouted.OpWrite] < 3 {

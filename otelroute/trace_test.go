@@ -182,14 +182,14 @@ func TestSpans(t *testing.T) {
 		// whichever did; and the other one must be eligible for the
 		// retry (with probes an hour apart, one whose first probe is
 		// late stays out).
-		deadline := time.Now().Add(15 * time.Second)
+		deadline := time.Now().Add(45 * time.Second)
 		for {
 			n, _, _ := traced(t, ctx, tel, db, trace.SpanKindInternal, "SELECT inet_server_port()")
 			if n == victim && standbysProbed(conn) {
 				break
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("reads go to %s, not to %s, 15s after opening", n.Name(), victim.Name())
+				t.Fatalf("reads go to %s, not to %s, 45s after opening", n.Name(), victim.Name())
 			}
 			time.Sleep(10 * time.Millisecond)
 		}

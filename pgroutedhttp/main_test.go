@@ -229,10 +229,10 @@ func startApp(t *testing.T) (*app, string) {
 	return a, "http://" + ln.Addr().String()
 }
 
-// waitReady polls base's /ready for up to 30s.
+// waitReady polls base's /ready for up to 60s.
 func waitReady(t *testing.T, base string) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	for {
 		resp, err := http.Get(base + "/ready")
 		var body []byte
@@ -244,7 +244,7 @@ func waitReady(t *testing.T, base string) {
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s not ready after 30s: %v %s", base, err, body)
+			t.Fatalf("%s not ready after 60s: %v %s", base, err, body)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

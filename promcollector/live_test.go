@@ -72,7 +72,7 @@ func open(t *testing.T) (*sql.DB, *pgrouted.Connector, *prometheus.Registry) {
 	// The first probes are done: the primary is known (else a failover
 	// right away would be the first primary this Connector sees, epoch 1),
 	// and reads go to a replica.
-	waitFor(t, 15*time.Second, "the primary known and reads routed to a replica", func() bool {
+	waitFor(t, 45*time.Second, "the primary known and reads routed to a replica", func() bool {
 		d, err := conn.Explain(context.Background(), "SELECT 1")
 		return err == nil && !d.Primary && d.Endpoint != "" && conn.Topology().Primary == cluster.Primary().Name()
 	})
@@ -264,7 +264,7 @@ func TestLagAndCircuit(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, 15*time.Second, "node1's lag in bytes and seconds", func() bool {
+	waitFor(t, 45*time.Second, "node1's lag in bytes and seconds", func() bool {
 		b, ok1 := value(t, reg, "pgrouted_replica_lag_bytes", "endpoint", "node1")
 		s, ok2 := value(t, reg, "pgrouted_replica_lag_bound_seconds", "endpoint", "node1")
 		return ok1 && ok2 && b > 100*1024 && s > 0.5
@@ -272,7 +272,7 @@ func TestLagAndCircuit(t *testing.T) {
 	if err := node1.ResumeReplay(ctx); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 15*time.Second, "node1 caught up", func() bool {
+	waitFor(t, 45*time.Second, "node1 caught up", func() bool {
 		b, ok := value(t, reg, "pgrouted_replica_lag_bytes", "endpoint", "node1")
 		return ok && b < 100*1024
 	})
@@ -280,7 +280,7 @@ func TestLagAndCircuit(t *testing.T) {
 	if err := node2.Kill(ctx); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 15*time.Second, "node2's circuit open", func() bool {
+	waitFor(t, 45*time.Second, "node2's circuit open", func() bool {
 		return mustValue(t, reg, "pgrouted_circuit_open", "endpoint", "node2") == 1 &&
 			mustValue(t, reg, "pgrouted_healthy", "endpoint", "node2") == 0
 	})
@@ -321,7 +321,7 @@ func TestFailoverMetrics(t *testing.T) {
 	if _, err := db.ExecContext(ctx, "CREATE TABLE IF NOT EXISTS pf (id int)"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 15*time.Second, "the new primary in the metrics", func() bool {
+	waitFor(t, 45*time.Second, "the new primary in the metrics", func() bool {
 		return mustValue(t, reg, "pgrouted_current_primary", "endpoint", "node1") == 1
 	})
 	if v := mustValue(t, reg, "pgrouted_role", "endpoint", "node1", "role", "primary"); v != 1 {

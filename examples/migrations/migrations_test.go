@@ -81,7 +81,7 @@ func process(t *testing.T) (*sql.DB, *pgrouted.Connector, *recorder) {
 	}
 	db := sql.OpenDB(conn)
 	t.Cleanup(func() { db.Close() })
-	deadline := time.Now().Add(15 * time.Second)
+	deadline := time.Now().Add(45 * time.Second)
 	for {
 		d, err := conn.Explain(context.Background(), "SELECT 1")
 		if err == nil && !d.Primary && conn.Topology().Primary != "" {
