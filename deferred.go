@@ -141,7 +141,7 @@ func (c *Connector) resolveDeferred(ctx context.Context, v *view, rc *readCtx, p
 		c.readPosition(ctx, d) // global.go
 		if d.err == nil {
 			c.counters.deferredReads.Add(1)
-			c.deferredUse.served(d.started, rc.now)
+			c.deferredUse.read(rc.st, d.started, rc.now)
 		}
 	}
 	st := rc.st
@@ -229,6 +229,25 @@ func (u *deferredUse) served(started bool, now time.Time) {
 	}
 	u.last.Store(int64(now.Sub(clockBase)))
 	u.add(1, 1)
+}
+
+// read counts a read at now that read its caller's deferred position (a
+// position read it started or joined), st its mark's state. A position
+// read of a state that a read sent to the primary already counted as
+// started (skip: the first read after the write) counts as a read served:
+// a write's position is read once, whichever read makes it, so that the
+// reads after a write count as many position reads as there were writes.
+// Otherwise a process that sends the first reads after each write to the
+// primary and then reads the position (the write aged past the replicas'
+// catch-up) would count two position reads per write, and the reads it
+// sends to the primary would never make them pay.
+func (u *deferredUse) read(st *markState, started bool, now time.Time) {
+	if started && u.skipped.Load() == st {
+		u.last.Store(int64(now.Sub(clockBase)))
+		u.add(0, 1)
+		return
+	}
+	u.served(started, now)
 }
 
 // skip counts a read at now that the record sent to the primary without

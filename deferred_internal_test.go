@@ -241,6 +241,36 @@ func TestDeferredUseRecord(t *testing.T) {
 	if paid == 0 {
 		t.Fatalf("after %d writes read back 3 times each: not worth reading their positions", deferredWindow)
 	}
+	// The same after a window of one read per write, but each write's
+	// fourth read reads its position (it came after the replicas' catch-up
+	// age): one position read per write, not two (read after skip), and
+	// the record says reading them pays within two windows of writes.
+	u = deferredUse{}
+	for range deferredLearn {
+		u.served(true, now)
+	}
+	for range 4 * deferredWindow {
+		u.skip(&markState{pending: true}, now)
+	}
+	paid = 0
+	for i := range 2 * deferredWindow {
+		st := &markState{pending: true}
+		for range 3 {
+			if u.worth(now) {
+				paid = i + 1
+				break
+			}
+			u.skip(st, now)
+		}
+		if paid > 0 {
+			break
+		}
+		u.read(st, true, now)
+	}
+	if paid == 0 {
+		t.Fatalf("after %d writes read back 3 times each then read at their positions: not worth reading the positions first", 2*deferredWindow)
+	}
+	t.Logf("three reads per write, the fourth at the position: worth reading it after %d writes", paid)
 	// A read that relies on the last position read makes them pay.
 	u = deferredUse{}
 	for range deferredLearn {

@@ -291,6 +291,7 @@ func TestGlobalRouting(t *testing.T) {
 	}
 	const readers, each = 32, 50
 	st0 := gconn.Stats()
+	ev0 := len(grec.snapshot())
 	errs := make(chan error, readers)
 	for range readers {
 		go func() {
@@ -312,8 +313,26 @@ func TestGlobalRouting(t *testing.T) {
 	st := gconn.Stats()
 	fetches, reads := st.PositionFetches-st0.PositionFetches, st.GlobalReads-st0.GlobalReads
 	t.Logf("32 concurrent global readers: %d reads served by %d position fetches (%.3f per read)", reads, fetches, float64(fetches)/float64(reads))
-	if reads != readers*each {
-		t.Fatalf("%d global reads counted, want %d", reads, readers*each)
+	// Every read used the read index, or ran on the primary without it
+	// (no replica eligible at that moment: on a starved machine the
+	// probes can time a replica out): the count is what the reads' events
+	// say, and most of them shared fetches.
+	global, onPrimary := 0, 0
+	for _, ev := range grec.snapshot()[ev0:] {
+		switch {
+		case ev.Global:
+			global++
+		case ev.Primary:
+			onPrimary++
+		default:
+			t.Fatalf("a read under the global default ran on %s without the read index (%s)", ev.Endpoint, ev.Reason)
+		}
+	}
+	if global+onPrimary != readers*each || reads != uint64(global) {
+		t.Fatalf("%d global reads counted, %d by the events (%d more on the primary), want %d in all", reads, global, onPrimary, readers*each)
+	}
+	if global < readers*each/2 {
+		t.Fatalf("only %d of %d reads used the read index (%d on the primary)", global, readers*each, onPrimary)
 	}
 	if fetches*5 > reads {
 		t.Fatalf("%d position fetches for %d reads, want at most one fifth", fetches, reads)
