@@ -74,8 +74,14 @@ func patroniDSN(pc *testcluster.PatroniCluster, members []*testcluster.PatroniMe
 	return withParams(dsn, extra...)
 }
 
+// withParams adds extra to dsn, after a probe interval of 1s: the probe's
+// timeout follows it (at least 500ms), and a probe that must open a new
+// connection to a Patroni member authenticates with SCRAM, whose key
+// derivation alone, under -race on a CI machine whose CPUs every lane
+// shares, can take most of 500ms (a clean-clone CI run saw the replicas'
+// probes fail "failed SASL auth: timeout" for 45s).
 func withParams(dsn string, extra ...string) string {
-	dsn += "&pgrouted_probe_interval=100ms"
+	dsn += "&pgrouted_probe_interval=1s"
 	for _, e := range extra {
 		dsn += "&" + e
 	}
