@@ -13,7 +13,8 @@
 # series of jobs (see "Jobs and lanes" below), each job with its output in
 # a file of its own. While they run, a line says when each job starts and
 # ends; when all have ended, each job's output is printed whole between two
-# lines that name it, then a summary of the jobs.
+# lines that name it, then a summary of the jobs, then what the failing
+# tests said (scripts/failures.awk).
 #
 # The root package is the longest: its tests run one after the other on one
 # shared cluster (many break and restore it), several minutes with -race.
@@ -256,6 +257,13 @@ for log in "$tmp"/job-*.log; do
 done
 echo "======== summary"
 printf '%s\n' "${summary[@]}"
+# What the failing tests said, job by job (their whole output is above):
+# the end of a long run's output then says why it failed.
+for log in "$tmp"/job-*.log; do
+	[ "$(jobresult "$log" | cut -f1)" = ok ] && continue
+	echo "======== $(cat "$log.name"): what the failing tests said (the last lines each logged)"
+	awk -v max=8 -f scripts/failures.awk "$log" | head -n 80
+done
 if pgrouted_leftovers "$tmp"; then
 	echo "ok: no PostgreSQL process and no cluster directory left behind"
 else

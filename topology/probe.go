@@ -90,6 +90,12 @@ type prober struct {
 	layout   lagmeter.WALLayout
 	failures int
 
+	// connectBudget is how long the next connection may take to open
+	// (see Options.Timeout): the host's ConnectTimeout for a prober's
+	// first; then twice what the last one took to open, at least Timeout,
+	// or twice the last budget when it ran out, at most ConnectTimeout.
+	connectBudget time.Duration
+
 	// historyOf is the timeline whose history file the prober tried to
 	// read last (once per timeline: a role without the privilege is not
 	// asked again), and switches what it read.
@@ -168,8 +174,6 @@ func (p *prober) closeConn() {
 func (p *prober) probe(parent context.Context) (res result) {
 	res.i = p.i
 	res.sentAt = time.Now()
-	ctx, cancel := context.WithTimeout(parent, p.t.opts.Timeout)
-	defer cancel()
 	defer func() {
 		if res.err != nil {
 			p.closeConn()
@@ -177,15 +181,15 @@ func (p *prober) probe(parent context.Context) (res result) {
 		}
 	}()
 	if p.conn == nil || p.conn.IsClosed() {
-		conn, err := pgconn.ConnectConfig(ctx, p.host.Config)
-		if err != nil {
+		if err := p.connect(parent); err != nil {
 			res.err = err
 			return res
 		}
-		p.conn = conn
-		p.newServer()
-		p.started, p.backend, p.switched = "", 0, false
+		// The probe is sent now: a lease counts from here.
+		res.sentAt = time.Now()
 	}
+	ctx, cancel := context.WithTimeout(parent, p.t.opts.Timeout)
+	defer cancel()
 	sql, privIdx, tlIdx, sysIdx := probeRoleSQL, -1, 1, -1
 	if !p.privChecked {
 		sql += ";\n" + probePrivilegesSQL
@@ -269,6 +273,33 @@ func (p *prober) probe(parent context.Context) (res result) {
 	}
 	res.missing = p.missing
 	return res
+}
+
+// connect opens the probe connection within the connect budget, and sets
+// the budget for the next one, which replaces this one after a failed
+// probe: twice the budget (up to the host's ConnectTimeout) when this one
+// ran out of time, so that a host slow to authenticate (SCRAM on starved
+// CPUs) is given the time it needs and comes back; else twice the time this
+// one took, at least the probe's timeout, so that a host quick to connect
+// that stops answering is seen as soon as before.
+func (p *prober) connect(parent context.Context) error {
+	limit := max(p.host.Config.ConnectTimeout, p.t.opts.Timeout)
+	budget := min(max(p.connectBudget, p.t.opts.Timeout), limit)
+	ctx, cancel := context.WithTimeout(parent, budget)
+	defer cancel()
+	start := time.Now()
+	conn, err := pgconn.ConnectConfig(ctx, p.host.Config)
+	if err != nil {
+		if parent.Err() == nil && (errors.Is(err, context.DeadlineExceeded) || pgconn.Timeout(err)) {
+			p.connectBudget = min(2*budget, limit)
+		}
+		return err
+	}
+	p.connectBudget = min(max(2*time.Since(start), p.t.opts.Timeout), limit)
+	p.conn = conn
+	p.newServer()
+	p.started, p.backend, p.switched = "", 0, false
+	return nil
 }
 
 // newServer forgets what the prober knew of the server: another one may

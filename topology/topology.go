@@ -44,8 +44,15 @@ type Host struct {
 type Options struct {
 	// Interval between two probes of a host. Default 1s.
 	Interval time.Duration
-	// Timeout of one probe, connection included. Default: Interval, at
-	// least 500ms.
+	// Timeout of one probe's query. Default: Interval, at least 500ms. A
+	// probe that must first open a connection (dial, TLS, authentication)
+	// has a connect budget of its own, between Timeout and the host's
+	// connect timeout (see [DefaultProbeConnectTimeout]): the whole of it
+	// for a prober's first connection; then twice what the last one took,
+	// at least Timeout, or twice the last budget when that ran out. A host
+	// quick to connect that stops answering is thus seen within Timeout,
+	// and one that only connects slowly (SCRAM authentication on starved
+	// CPUs) is not kept down for as long as it stays slow.
 	Timeout time.Duration
 	// Lease is how long a primary stays authoritative after the last probe
 	// that confirmed it. Default 10s.
@@ -173,9 +180,15 @@ func New(hosts []Host, opts Options) (*Topology, error) {
 	return t, nil
 }
 
+// DefaultProbeConnectTimeout caps the time a probe may take to open its
+// connection when the host's configuration has no ConnectTimeout (the DSN's
+// connect_timeout). See [Options].Timeout.
+const DefaultProbeConnectTimeout = 5 * time.Second
+
 // probeHost returns h as its prober connects: a copy of its configuration
-// with application_name pgrouted-probe, no hooks, and a connect timeout
-// within the probe's.
+// with application_name pgrouted-probe, no hooks, and as ConnectTimeout the
+// cap of the prober's connect budget: the host's own connect timeout, else
+// DefaultProbeConnectTimeout, at least the probe's timeout.
 func probeHost(h Host, timeout time.Duration) Host {
 	cfg := h.Config.Copy()
 	cfg.ValidateConnect = nil
@@ -186,9 +199,10 @@ func probeHost(h Host, timeout time.Duration) Host {
 		cfg.RuntimeParams = map[string]string{}
 	}
 	cfg.RuntimeParams["application_name"] = ProbeApplicationName
-	if cfg.ConnectTimeout <= 0 || cfg.ConnectTimeout > timeout {
-		cfg.ConnectTimeout = timeout
+	if cfg.ConnectTimeout <= 0 {
+		cfg.ConnectTimeout = DefaultProbeConnectTimeout
 	}
+	cfg.ConnectTimeout = max(cfg.ConnectTimeout, timeout)
 	h.Config = cfg
 	return h
 }
