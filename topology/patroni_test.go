@@ -295,10 +295,14 @@ func TestPatroniCloseLeavesNoGoroutine(t *testing.T) {
 	f.set(0, member(t, 0, "leader", "running", nil), member(t, 1, "replica", "streaming", nil), member(t, 2, "replica", "streaming", nil), member(t, 2, "replica", "streaming", nil))
 	// The probers' connections go through testcluster's fault proxies,
 	// whose handlers end a moment after the probers closed them: theirs
-	// are the test cluster's goroutines, not the Topology's.
+	// are the test cluster's goroutines, not the Topology's. So are the
+	// fake Patroni server's connection handlers, which end a moment after
+	// the Topology's client closed its connections (the client's own
+	// goroutines are still checked).
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent(),
 		goleak.IgnoreAnyFunction("github.com/pgrouted/pgrouted/testcluster/internal/faultproxy.(*Proxy).read"),
-		goleak.IgnoreAnyFunction("github.com/pgrouted/pgrouted/testcluster/internal/faultproxy.(*Proxy).handle"))
+		goleak.IgnoreAnyFunction("github.com/pgrouted/pgrouted/testcluster/internal/faultproxy.(*Proxy).handle"),
+		goleak.IgnoreAnyFunction("net/http.(*conn).serve"))
 	p, err := topology.NewPatroni([]string{f.URL}, time.Second, nil)
 	if err != nil {
 		t.Fatal(err)
