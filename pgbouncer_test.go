@@ -3,6 +3,7 @@ package pgrouted_test
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -257,8 +258,10 @@ func TestPooledRouting(t *testing.T) {
 	if !strings.Contains(logs.String(), "host behind a connection pooler") {
 		t.Fatalf("the pooler in front of the primary was not logged: %q", logs.String())
 	}
-	// A read-only transaction runs on a replica; the pooler keeps one
-	// server session for the whole transaction.
+	// A read-only transaction runs on a replica (once one is eligible: on
+	// a loaded machine late probes can leave none for a moment); the
+	// pooler keeps one server session for the whole transaction.
+	waitReplicaRoute(t, conn)
 	tx, err := db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
 	if err != nil {
 		t.Fatal(err)
@@ -282,7 +285,8 @@ func TestPooledRouting(t *testing.T) {
 	}
 	evs := rec.snapshot()
 	if ev := evs[len(evs)-1]; ev.Primary || ev.Reason != pgrouted.ReasonInTx {
-		t.Fatalf("the read-only transaction's last statement: %+v, want a replica (in-tx)", ev.Decision)
+		top, _ := json.Marshal(conn.Topology())
+		t.Fatalf("the read-only transaction's last statement: %+v, want a replica (in-tx); topology now: %s", ev.Decision, top)
 	}
 }
 

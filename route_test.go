@@ -139,10 +139,12 @@ func TestRoutingTable(t *testing.T) {
 	setupRouteTables(t)
 	db, conn, rec := open(t)
 	db.SetMaxIdleConns(0) // a fresh connection per case: no pin carries over
-	ctx := testCtx(t)
 	for i, tc := range routeCases {
 		marker := fmt.Sprintf("routecase%03d", i)
 		t.Run(marker, func(t *testing.T) {
+			// A context per case: the table's 80 cases together take
+			// longer than one test's context on a loaded machine.
+			ctx := testCtx(t)
 			// Reads right after the previous case's write wait for the
 			// replicas to hold it (read-your-writes): let them catch up.
 			waitReplicaRoute(t, conn)

@@ -29,7 +29,11 @@ func TestKilledReplicaCostsNoRead(t *testing.T) {
 func testKilledReplicaCostsNoRead(t *testing.T, open opener) {
 	ctx := testCtx(t)
 	restore(t)
-	db, conn, rec := open(t)
+	// The open circuit's probes back off, doubling from the probe interval
+	// (100ms) for as long as node2 is down (longer on a loaded machine):
+	// capped at 2s, a good probe comes well within the wait for node2 to
+	// come back, whatever the schedule reached.
+	db, conn, rec := open(t, "pgrouted_circuit_max_backoff=2s")
 	db.SetMaxIdleConns(16)
 	waitClientReads(t, db, rec, 10*time.Second, "reads on node2", func(on map[string]int) bool { return on["node2"] > 0 })
 	var phase atomic.Int32 // 0 before, 1 killed, 2 restarted
