@@ -678,13 +678,15 @@ func testTermEndsDuringReturningRows(t *testing.T, open dsnOpener) {
 }
 
 // slowCommitTable creates term_ret, whose inserts, one in 1000 rows, sleep
-// 2s at commit (a deferred trigger).
+// 5s at commit (a deferred trigger): the time the tests have, once they
+// saw the sleep, to end the primary's term before the commit answers (on a
+// loaded machine, seconds).
 func slowCommitTable(t *testing.T, ctx context.Context) {
 	t.Helper()
 	mustExec(t, ctx, cluster.Primary(), `
 CREATE TABLE IF NOT EXISTS term_ret (id bigserial PRIMARY KEY, v text NOT NULL, run text NOT NULL);
 CREATE OR REPLACE FUNCTION term_ret_slow_commit() RETURNS trigger LANGUAGE plpgsql AS
-	$$ BEGIN PERFORM pg_sleep(2); RETURN NULL; END $$;
+	$$ BEGIN PERFORM pg_sleep(5); RETURN NULL; END $$;
 DROP TRIGGER IF EXISTS term_ret_slow ON term_ret;
 CREATE CONSTRAINT TRIGGER term_ret_slow AFTER INSERT ON term_ret DEFERRABLE INITIALLY DEFERRED
 	FOR EACH ROW WHEN (NEW.id % 1000 = 0) EXECUTE FUNCTION term_ret_slow_commit()`)

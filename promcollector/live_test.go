@@ -55,8 +55,11 @@ func open(t *testing.T) (*sql.DB, *pgrouted.Connector, *prometheus.Registry) {
 	for _, r := range cluster.Replicas() {
 		names = append(names, r.Name())
 	}
+	// An open circuit's probes back off to 2s at most: the tests wait for a
+	// killed host to come back, and the backoff reached otherwise depends
+	// on how long it was down.
 	dsn := strings.Replace(cluster.DSN(), "postgres@", "postgres:"+marker+"@", 1) +
-		"&pgrouted_probe_interval=100ms&pgrouted_lease=5s&pgrouted_write_timeout=20s&pgrouted_names=" + strings.Join(names, ",")
+		"&pgrouted_probe_interval=100ms&pgrouted_lease=5s&pgrouted_write_timeout=20s&pgrouted_circuit_max_backoff=2s&pgrouted_names=" + strings.Join(names, ",")
 	cfg, err := pgrouted.ParseConfig(dsn)
 	if err != nil {
 		t.Fatal(err)

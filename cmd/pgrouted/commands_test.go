@@ -77,9 +77,15 @@ func TestParseFlagsInterleaved(t *testing.T) {
 	}
 }
 
+// probeWait is the --timeout of the commands the tests run: how long they
+// wait for every host's first probe. The commands go on as soon as every
+// host answered; on a CI machine whose CPUs every lane shares, the first
+// probes alone can take seconds.
+const probeWait = "45s"
+
 func TestTopologyCommand(t *testing.T) {
 	ctx := testCtx(t)
-	code, out, errs := runCmd(t, ctx, "topology", testDSN("pgrouted_max_lag=2s"))
+	code, out, errs := runCmd(t, ctx, "topology", "--timeout", probeWait, testDSN("pgrouted_max_lag=2s"))
 	if code != exitOK {
 		t.Fatalf("exit %d\n%s\n%s", code, out, errs)
 	}
@@ -93,7 +99,7 @@ func TestTopologyCommand(t *testing.T) {
 		t.Errorf("ANSI codes in output that is not a terminal")
 	}
 
-	code, out, errs = runCmd(t, ctx, "topology", "--json", testDSN())
+	code, out, errs = runCmd(t, ctx, "topology", "--timeout", probeWait, "--json", testDSN())
 	var top pgrouted.Snapshot
 	if code != exitOK || json.Unmarshal([]byte(out), &top) != nil {
 		t.Fatalf("exit %d, %q %s", code, out, errs)
@@ -161,7 +167,7 @@ func TestExplainCommand(t *testing.T) {
 		{"/* pgrouted:primary */ SELECT 1", exitOK, []string{"node0 (the primary)", "forced"}, true},
 		{"/* pgrouted:replica */ DELETE FROM t", exitFailure, []string{"write-on-replica", "error:", "runs on:  nowhere"}, false},
 	} {
-		code, out, errs := runCmd(t, ctx, "explain", dsn, tc.query)
+		code, out, errs := runCmd(t, ctx, "explain", "--timeout", probeWait, dsn, tc.query)
 		if code != tc.code {
 			t.Errorf("%q: exit %d, want %d\n%s%s", tc.query, code, tc.code, out, errs)
 			continue
@@ -172,7 +178,7 @@ func TestExplainCommand(t *testing.T) {
 			}
 		}
 	}
-	code, out, errs := runCmd(t, ctx, "explain", "--json", dsn, "--", "-- a comment\nSELECT 1")
+	code, out, errs := runCmd(t, ctx, "explain", "--timeout", probeWait, "--json", dsn, "--", "-- a comment\nSELECT 1")
 	var d struct {
 		pgrouted.Decision
 		Query string `json:"query"`
