@@ -92,8 +92,12 @@ func frozenPrimary(t *testing.T, open opener, interval time.Duration, fault func
 	mustExec(t, ctx, cluster.Primary(), "DROP TABLE IF EXISTS fz; CREATE TABLE fz (w int, seq int, at timestamptz DEFAULT clock_timestamp())")
 	replicated(t, ctx)
 	old, promoted := cluster.Node(0), cluster.Node(1)
+	// The old primary's open circuit is probed less and less often while
+	// it stays frozen (the wait doubles from the probe interval): capped
+	// at 2s, the wait for it to be probed back after the heal does not
+	// depend on how long the freeze lasted (longer on a loaded machine).
 	db, conn, rec := open(t, "pgrouted_probe_interval="+interval.String(), "pgrouted_lease=60s", "pgrouted_write_timeout=60s",
-		fmt.Sprintf("connect_timeout=%d", int(frozenConnectTimeout/time.Second)))
+		"pgrouted_circuit_max_backoff=2s", fmt.Sprintf("connect_timeout=%d", int(frozenConnectTimeout/time.Second)))
 
 	// outcome is one statement's end.
 	type outcome struct {
