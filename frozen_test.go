@@ -560,7 +560,9 @@ func testFrozenPrimaryLeaseEnds(t *testing.T, open opener) {
 	mustExec(t, ctx, cluster.Primary(), "DROP TABLE IF EXISTS fl; CREATE TABLE fl (id int)")
 	replicated(t, ctx)
 	const lease = 2 * time.Second
-	pool, conn, _ := open(t, "pgrouted_lease="+lease.String(), "pgrouted_write_timeout=1s",
+	// pgrouted_circuit_max_backoff: as in frozenPrimary, the wait for the
+	// thawed primary does not depend on how long the freeze lasted.
+	pool, conn, _ := open(t, "pgrouted_lease="+lease.String(), "pgrouted_write_timeout=1s", "pgrouted_circuit_max_backoff=2s",
 		fmt.Sprintf("connect_timeout=%d", int(frozenConnectTimeout/time.Second)))
 	// One connection throughout, whose primary session is the one frozen
 	// (database/sql and pgxpool would ping a pooled one before reusing
