@@ -3,7 +3,9 @@
 //
 // [New] starts one prober per host, each on its own small connection
 // (application_name "pgrouted-probe", the data path's credentials and TLS),
-// every [Options].Interval, with a timeout. A probe is one simple-protocol
+// every [Options].Interval, with a timeout (a probe that must first open its
+// connection has a connect budget of its own: see [Options].Timeout). A
+// probe is one simple-protocol
 // round trip reading pg_is_in_recovery(), a primary's WAL insert position and
 // its pg_stat_replication sync states, a standby's replay and receive
 // positions, the timeline and the system identifier. Its round-trip time feeds
