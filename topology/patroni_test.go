@@ -302,6 +302,7 @@ func TestPatroniCloseLeavesNoGoroutine(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent(),
 		goleak.IgnoreAnyFunction("github.com/pgrouted/pgrouted/testcluster/internal/faultproxy.(*Proxy).read"),
 		goleak.IgnoreAnyFunction("github.com/pgrouted/pgrouted/testcluster/internal/faultproxy.(*Proxy).handle"),
+		goleak.IgnoreAnyFunction("github.com/pgrouted/pgrouted/testcluster/internal/faultproxy.(*Proxy).write"),
 		goleak.IgnoreAnyFunction("net/http.(*conn).serve"))
 	p, err := topology.NewPatroni([]string{f.URL}, time.Second, nil)
 	if err != nil {

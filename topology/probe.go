@@ -90,11 +90,11 @@ type prober struct {
 	layout   lagmeter.WALLayout
 	failures int
 
-	// connectBudget is how long the next connection may take to open
-	// (see Options.Timeout): the host's ConnectTimeout for a prober's
-	// first; then twice what the last one took to open, at least Timeout,
-	// or twice the last budget when it ran out, at most ConnectTimeout.
-	connectBudget time.Duration
+	// connectBudget is how long the next connection may take to open,
+	// queryBudget how long the next probe query may take to answer (see
+	// Options.Timeout and budget).
+	connectBudget budget
+	queryBudget   budget
 
 	// historyOf is the timeline whose history file the prober tried to
 	// read last (once per timeline: a role without the privilege is not
@@ -188,7 +188,9 @@ func (p *prober) probe(parent context.Context) (res result) {
 		// The probe is sent now: a lease counts from here.
 		res.sentAt = time.Now()
 	}
-	ctx, cancel := context.WithTimeout(parent, p.t.opts.Timeout)
+	timeout, limit := p.t.opts.Timeout, p.limit()
+	allowed := p.queryBudget.get(timeout, limit)
+	ctx, cancel := context.WithTimeout(parent, allowed)
 	defer cancel()
 	sql, privIdx, tlIdx, sysIdx := probeRoleSQL, -1, 1, -1
 	if !p.privChecked {
@@ -205,9 +207,13 @@ func (p *prober) probe(parent context.Context) (res result) {
 	elapsed := time.Since(start)
 	var pgErr *pgconn.PgError
 	if err != nil && !errors.As(err, &pgErr) {
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) && parent.Err() == nil {
+			p.queryBudget.ranOut(allowed, limit)
+		}
 		res.err = err
 		return res
 	}
+	p.queryBudget.took(elapsed, timeout, limit)
 	if len(results) == 0 || results[0].Err != nil || len(results[0].Rows) != 1 {
 		if len(results) > 0 && results[0].Err != nil {
 			err = results[0].Err
@@ -275,27 +281,54 @@ func (p *prober) probe(parent context.Context) (res result) {
 	return res
 }
 
-// connect opens the probe connection within the connect budget, and sets
-// the budget for the next one, which replaces this one after a failed
-// probe: twice the budget (up to the host's ConnectTimeout) when this one
-// ran out of time, so that a host slow to authenticate (SCRAM on starved
-// CPUs) is given the time it needs and comes back; else twice the time this
-// one took, at least the probe's timeout, so that a host quick to connect
-// that stops answering is seen as soon as before.
+// budget is how long the next of a prober's steps of one kind (opening its
+// connection, or its query) may take, given how the last went: twice what
+// the last took, at least the probe's timeout, so that a host quick to
+// answer that stops answering is seen as soon as ever; twice the last
+// budget when the last ran out of it, so that a host only slow to answer
+// (SCRAM authentication, a query on starved CPUs) is given the time it
+// needs and comes back instead of failing every probe for as long as it
+// stays slow; never more than the prober's limit, which is also where a
+// prober starts (nothing to detect before a host's first answer).
+type budget struct {
+	next time.Duration // 0: the limit
+}
+
+// get returns the budget of the next step.
+func (b *budget) get(timeout, limit time.Duration) time.Duration {
+	if b.next == 0 {
+		return limit
+	}
+	return min(max(b.next, timeout), limit)
+}
+
+// took records a step that ended in d.
+func (b *budget) took(d, timeout, limit time.Duration) { b.next = min(max(2*d, timeout), limit) }
+
+// ranOut records a step that ran out of its budget, allowed.
+func (b *budget) ranOut(allowed, limit time.Duration) { b.next = min(2*allowed, limit) }
+
+// limit is the longest a probe's connection, or its query, may take: the
+// host's connect timeout (probeHost), at least the probe's timeout.
+func (p *prober) limit() time.Duration {
+	return max(p.host.Config.ConnectTimeout, p.t.opts.Timeout)
+}
+
+// connect opens the probe connection within the connect budget.
 func (p *prober) connect(parent context.Context) error {
-	limit := max(p.host.Config.ConnectTimeout, p.t.opts.Timeout)
-	budget := min(max(p.connectBudget, p.t.opts.Timeout), limit)
-	ctx, cancel := context.WithTimeout(parent, budget)
+	timeout, limit := p.t.opts.Timeout, p.limit()
+	allowed := p.connectBudget.get(timeout, limit)
+	ctx, cancel := context.WithTimeout(parent, allowed)
 	defer cancel()
 	start := time.Now()
 	conn, err := pgconn.ConnectConfig(ctx, p.host.Config)
 	if err != nil {
-		if parent.Err() == nil && (errors.Is(err, context.DeadlineExceeded) || pgconn.Timeout(err)) {
-			p.connectBudget = min(2*budget, limit)
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) && parent.Err() == nil {
+			p.connectBudget.ranOut(allowed, limit)
 		}
 		return err
 	}
-	p.connectBudget = min(max(2*time.Since(start), p.t.opts.Timeout), limit)
+	p.connectBudget.took(time.Since(start), timeout, limit)
 	p.conn = conn
 	p.newServer()
 	p.started, p.backend, p.switched = "", 0, false

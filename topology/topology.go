@@ -44,15 +44,16 @@ type Host struct {
 type Options struct {
 	// Interval between two probes of a host. Default 1s.
 	Interval time.Duration
-	// Timeout of one probe's query. Default: Interval, at least 500ms. A
-	// probe that must first open a connection (dial, TLS, authentication)
-	// has a connect budget of its own, between Timeout and the host's
-	// connect timeout (see [DefaultProbeConnectTimeout]): the whole of it
-	// for a prober's first connection; then twice what the last one took,
-	// at least Timeout, or twice the last budget when that ran out. A host
-	// quick to connect that stops answering is thus seen within Timeout,
-	// and one that only connects slowly (SCRAM authentication on starved
-	// CPUs) is not kept down for as long as it stays slow.
+	// Timeout of one probe. Default: Interval, at least 500ms. It is the
+	// time a probe has to open its connection, and then to answer, when
+	// the host's last connection and last answer took less than half of
+	// it; otherwise twice what they took, and twice the time allowed after
+	// one that ran out of it, up to the host's connect timeout (see
+	// [DefaultProbeConnectTimeout]), which is also what a prober's first
+	// connection and first query have. A host quick to answer that stops
+	// answering is thus seen within Timeout, and one that only answers
+	// slowly (SCRAM authentication, queries on starved CPUs) is not kept
+	// down for as long as it stays slow: its probes take the time it needs.
 	Timeout time.Duration
 	// Lease is how long a primary stays authoritative after the last probe
 	// that confirmed it. Default 10s.

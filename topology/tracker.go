@@ -73,7 +73,6 @@ func newTracker(t *Topology, first *Snapshot) *tracker {
 func (tr *tracker) startProber(i int, h Host) {
 	t := tr.t
 	p := &prober{t: t, i: i, host: h, kick: make(chan struct{}, 1), stop: make(chan struct{})}
-	p.connectBudget = h.Config.ConnectTimeout // nothing to detect before the first answer
 	tr.hosts[i].endpoint, tr.hosts[i].prober = endpointOf(h), p
 	probers := append(slices.Clone(*t.probers.Load()), p)
 	t.probers.Store(&probers)

@@ -61,3 +61,36 @@ func TestSlowConnectingHostComesBack(t *testing.T) {
 	delay.Store(int64(slow))
 	lose("node1 healthy again, its connections slower than a probe's timeout")
 }
+
+// TestSlowAnsweringHostComesBack: a host whose answers take longer than a
+// probe's timeout (queries on starved CPUs) is probed again, with the time
+// it needs, instead of failing every probe for as long as it stays slow;
+// once quick again, its probes have the probe's timeout again. Every
+// answer of node1 is delayed by its fault point.
+func TestSlowAnsweringHostComesBack(t *testing.T) {
+	restore(t)
+	const slow = 800 * time.Millisecond // above the probes' 500ms timeout
+	top := start(t, hosts(t, "", 0, 1, 2), topology.Options{Interval: 100 * time.Millisecond})
+	waitFor(t, top, 30*time.Second, "node1 probed", func(s *topology.Snapshot) bool { return s.Hosts[1].Healthy })
+	fault := cluster.Node(1).Fault()
+	if err := fault.Latency(slow); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fault.Latency(0) })
+	waitFor(t, top, 30*time.Second, "node1 down, its probe timed out", func(s *topology.Snapshot) bool { return !s.Hosts[1].Healthy })
+	s, took := waitFor(t, top, 40*time.Second, "node1 healthy again, answering in more than a probe's timeout", func(s *topology.Snapshot) bool {
+		return s.Hosts[1].Healthy && s.Hosts[1].Role == topology.RoleStandby
+	})
+	t.Logf("node1 healthy again %v after its first failed probe; RTT EWMA %v", took, s.Hosts[1].RTT)
+	// Its answers really were slow: the probes that brought it back took
+	// longer than the timeout.
+	waitFor(t, top, 30*time.Second, "node1's RTT EWMA above the probes' timeout", func(s *topology.Snapshot) bool {
+		return s.Hosts[1].Healthy && s.Hosts[1].RTT > 500*time.Millisecond
+	})
+	if err := fault.Latency(0); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, top, 30*time.Second, "node1 quick again", func(s *topology.Snapshot) bool {
+		return s.Hosts[1].Healthy && s.Hosts[1].RTT < 100*time.Millisecond
+	})
+}
