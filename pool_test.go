@@ -708,6 +708,9 @@ func TestPoolRefusedBatchRunsOnPrimary(t *testing.T) {
 	setupFunctions(t, ctx)
 	p, rec := openPool(t, nil, "pgrouted_read_functions=app.add_item")
 	for _, callbacks := range []bool{true, false} {
+		// The last round's write must be on the replicas, and the
+		// connector must know it, for the batch to be planned there.
+		waitReplicaRoute(t, p.Connector())
 		v := fmt.Sprintf("pool-batch-refused-%d", time.Now().UnixNano())
 		marker := fmt.Sprintf("/* refused batch %v */", callbacks)
 		b := &pgx.Batch{}
@@ -738,7 +741,13 @@ func TestPoolRefusedBatchRunsOnPrimary(t *testing.T) {
 			t.Fatalf("callbacks %v: %v", callbacks, err)
 		}
 		if !before || after || n != 1 || id == 0 {
-			t.Fatalf("callbacks %v: first statement in recovery %v; the refused one's id %d; the last one saw %d rows, in recovery %v; want the replica, then the primary, one row", callbacks, before, id, n, after)
+			var routed []string
+			for _, e := range rec.snapshot() {
+				if strings.Contains(e.Query, marker) {
+					routed = append(routed, fmt.Sprintf("%q: %+v", e.Query, e.Decision))
+				}
+			}
+			t.Fatalf("callbacks %v: first statement in recovery %v; the refused one's id %d; the last one saw %d rows, in recovery %v; want the replica, then the primary, one row; routes: %s", callbacks, before, id, n, after, strings.Join(routed, "; "))
 		}
 		e := eventWith(t, rec, "app.add_item($1) "+marker)
 		if !e.Primary || !e.Retried || e.Reason != pgrouted.ReasonRetry25006 {

@@ -40,7 +40,8 @@ shard1=(
 	TestWatermarkAcrossFailoverWithoutHistory TestRoutingTable
 	TestWriteToADemotedPrimary TestGlobalAcrossProcesses
 	TestWeightedOverThreeReplicas TestReplicaReadAllocations
-	TestKilledReplicaCostsNoRead
+	TestKilledReplicaCostsNoRead TestPooledFailover
+	TestTermEndsDuringReturningRows
 )
 shard2=(
 	TestOrdinaryRoleFailover TestGlobalThroughFailover
