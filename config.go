@@ -73,6 +73,6 @@ func ParseConfig(connString string) (*Config, error) {
 	return &Config{Config: *c}, nil
 }
 
-// DefaultConnectTimeout bounds the opening of a data connection when the DSN
-// has no connect_timeout.
+// DefaultConnectTimeout bounds the opening of a data connection, and of a
+// probe's connection, when the DSN has no connect_timeout.
 var DefaultConnectTimeout = 5 * time.Second

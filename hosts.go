@@ -113,8 +113,13 @@ func retarget(cfg *tls.Config, from, host string) *tls.Config {
 
 // topologyHost is h as the topology probes it, with the hooks that tell h
 // of its probes (its circuit breaker) and, for a discovered host, of its
-// removal.
+// removal. Without connect_timeout, its probes' connections give up after
+// DefaultConnectTimeout, as its data connections do.
 func (c *Connector) topologyHost(h *host, cfg *pgconn.Config) topology.Host {
+	if cfg.ConnectTimeout == 0 {
+		cfg = cfg.Copy()
+		cfg.ConnectTimeout = DefaultConnectTimeout
+	}
 	return topology.Host{
 		Name: h.Name, Addr: h.Addr, Config: cfg,
 		OnProbe:  h.breaker.ReportProbe,

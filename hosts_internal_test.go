@@ -2,6 +2,7 @@ package pgrouted
 
 import (
 	"testing"
+	"time"
 
 	"github.com/pgrouted/pgrouted/dsn"
 	"github.com/pgrouted/pgrouted/topology"
@@ -47,5 +48,40 @@ func TestDiscoveredHostSettings(t *testing.T) {
 	}
 	if _, ok := c.discoverHost(9, topology.Member{Name: "x", Host: "db7.example", Port: 6000}); ok {
 		t.Fatal("a member added at an index out of step with the host table")
+	}
+}
+
+// A probe's connection gives up after DefaultConnectTimeout when the DSN
+// has no connect_timeout, as a data connection does, and after the DSN's
+// connect_timeout when it has one; the hosts' configurations stay as
+// parsed.
+func TestProbeConnectTimeout(t *testing.T) {
+	for _, tc := range []struct {
+		dsn  string
+		want time.Duration
+	}{
+		{"host=db1.example,db2.example user=app", DefaultConnectTimeout},
+		{"host=db1.example,db2.example user=app connect_timeout=2", 2 * time.Second},
+	} {
+		cfg, err := ParseConfig(tc.dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := &Connector{cfg: *cfg}
+		for i, h := range cfg.Hosts {
+			hs, err := newHost(i, h, &cfg.Config, nil, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.hosts.add(hs)
+			before := h.ConnConfig.ConnectTimeout
+			if got := c.topologyHost(hs, &h.ConnConfig.Config).Config.ConnectTimeout; got != tc.want {
+				t.Errorf("%s: host %s: probes connect with a timeout of %v, want %v", tc.dsn, h.Name, got, tc.want)
+			}
+			if h.ConnConfig.ConnectTimeout != before {
+				t.Errorf("%s: host %s: its configuration's connect timeout changed to %v", tc.dsn, h.Name, h.ConnConfig.ConnectTimeout)
+			}
+		}
+		c.closePools()
 	}
 }

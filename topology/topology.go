@@ -48,9 +48,9 @@ type Options struct {
 	// time a probe has to open its connection, and then to answer, when
 	// the host's last connection and last answer took less than half of
 	// it; otherwise twice what they took, and twice the time allowed after
-	// one that ran out of it, up to the host's connect timeout (see
-	// [DefaultProbeConnectTimeout]), which is also what a prober's first
-	// connection and first query have. A host quick to answer that stops
+	// one that ran out of it, up to the host's connect timeout (its
+	// Config's ConnectTimeout, 5s when zero), which is also what a
+	// prober's first connection and first query have. A host quick to answer that stops
 	// answering is thus seen within Timeout, and one that only answers
 	// slowly (SCRAM authentication, queries on starved CPUs) is not kept
 	// down for as long as it stays slow: its probes take the time it needs.
@@ -181,15 +181,16 @@ func New(hosts []Host, opts Options) (*Topology, error) {
 	return t, nil
 }
 
-// DefaultProbeConnectTimeout caps the time a probe may take to open its
-// connection when the host's configuration has no ConnectTimeout (the DSN's
-// connect_timeout). See [Options].Timeout.
-const DefaultProbeConnectTimeout = 5 * time.Second
+// defaultConnectTimeout caps the time a probe may take to open its
+// connection when the host's configuration has no ConnectTimeout (pgrouted
+// sets its own default there: its DefaultConnectTimeout). See
+// [Options].Timeout.
+const defaultConnectTimeout = 5 * time.Second
 
 // probeHost returns h as its prober connects: a copy of its configuration
 // with application_name pgrouted-probe, no hooks, and as ConnectTimeout the
 // cap of the prober's connect budget: the host's own connect timeout, else
-// DefaultProbeConnectTimeout, at least the probe's timeout.
+// defaultConnectTimeout, at least the probe's timeout.
 func probeHost(h Host, timeout time.Duration) Host {
 	cfg := h.Config.Copy()
 	cfg.ValidateConnect = nil
@@ -201,7 +202,7 @@ func probeHost(h Host, timeout time.Duration) Host {
 	}
 	cfg.RuntimeParams["application_name"] = ProbeApplicationName
 	if cfg.ConnectTimeout <= 0 {
-		cfg.ConnectTimeout = DefaultProbeConnectTimeout
+		cfg.ConnectTimeout = defaultConnectTimeout
 	}
 	cfg.ConnectTimeout = max(cfg.ConnectTimeout, timeout)
 	h.Config = cfg
