@@ -8,10 +8,11 @@ import (
 	"github.com/pgrouted/pgrouted/topology"
 )
 
-// A discovered host takes the DSN's settings from its first TCP host, its
-// TLS server name following the member's host.
-func TestDiscoveredHostSettings(t *testing.T) {
-	cfg, err := ParseConfig("host=/tmp,db1.example,db2.example port=5432,5433,5434 user=app dbname=shop sslmode=verify-full sslrootcert=system pgrouted_discover=true")
+// hostsOnly returns a Connector on dsn with its hosts (their pools open no
+// connection until asked) and nothing else: no topology, no catalog.
+func hostsOnly(t *testing.T, dsn string) (*Connector, *Config) {
+	t.Helper()
+	cfg, err := ParseConfig(dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -23,6 +24,13 @@ func TestDiscoveredHostSettings(t *testing.T) {
 		}
 		c.hosts.add(hs)
 	}
+	return c, cfg
+}
+
+// A discovered host takes the DSN's settings from its first TCP host, its
+// TLS server name following the member's host.
+func TestDiscoveredHostSettings(t *testing.T) {
+	c, cfg := hostsOnly(t, "host=/tmp,db1.example,db2.example port=5432,5433,5434 user=app dbname=shop sslmode=verify-full sslrootcert=system pgrouted_discover=true")
 	defer c.closePools()
 	th, ok := c.discoverHost(3, topology.Member{Name: "pg-new", Host: "db9.example", Port: 6000})
 	if !ok {
@@ -63,17 +71,9 @@ func TestProbeConnectTimeout(t *testing.T) {
 		{"host=db1.example,db2.example user=app", DefaultConnectTimeout},
 		{"host=db1.example,db2.example user=app connect_timeout=2", 2 * time.Second},
 	} {
-		cfg, err := ParseConfig(tc.dsn)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c := &Connector{cfg: *cfg}
+		c, cfg := hostsOnly(t, tc.dsn)
 		for i, h := range cfg.Hosts {
-			hs, err := newHost(i, h, &cfg.Config, nil, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			c.hosts.add(hs)
+			hs := c.hosts.all()[i]
 			before := h.ConnConfig.ConnectTimeout
 			if got := c.topologyHost(hs, &h.ConnConfig.Config).Config.ConnectTimeout; got != tc.want {
 				t.Errorf("%s: host %s: probes connect with a timeout of %v, want %v", tc.dsn, h.Name, got, tc.want)
