@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pgrouted/pgrouted/circuit"
@@ -96,12 +97,7 @@ func newHost(i int, h dsn.Host, cfg *dsn.Config, onChange func(circuit.Change), 
 		return nil, fmt.Errorf("pgrouted: pool for %s: %w", h.Name, err)
 	}
 	pc.ConnConfig = h.ConnConfig.Copy()
-	if pc.ConnConfig.ConnectTimeout == 0 {
-		// A host that stopped answering must not hold a read or a write
-		// for ever: without connect_timeout, give up after
-		// DefaultConnectTimeout.
-		pc.ConnConfig.ConnectTimeout = DefaultConnectTimeout
-	}
+	boundConnect(&pc.ConnConfig.Config)
 	if cfg.ReplicaMaxConns > 0 {
 		pc.MaxConns = cfg.ReplicaMaxConns
 	}
@@ -158,6 +154,15 @@ func newHost(i int, h dsn.Host, cfg *dsn.Config, onChange func(circuit.Change), 
 	}
 	hs.replicas = stdlib.GetPoolConnector(hs.pool)
 	return hs, nil
+}
+
+// boundConnect gives cfg, a copy of a host's configuration, a connect
+// timeout when the DSN has none: DefaultConnectTimeout. A host that stopped
+// answering must not hold a read, a write or a probe for ever.
+func boundConnect(cfg *pgconn.Config) {
+	if cfg.ConnectTimeout == 0 {
+		cfg.ConnectTimeout = DefaultConnectTimeout
+	}
 }
 
 // pgx keeps two caches of statement descriptions on every connection, each

@@ -113,13 +113,11 @@ func retarget(cfg *tls.Config, from, host string) *tls.Config {
 
 // topologyHost is h as the topology probes it, with the hooks that tell h
 // of its probes (its circuit breaker) and, for a discovered host, of its
-// removal. Without connect_timeout, its probes' connections give up after
-// DefaultConnectTimeout, as its data connections do.
+// removal. Its probes' connections have the connect timeout its data
+// connections have (boundConnect).
 func (c *Connector) topologyHost(h *host, cfg *pgconn.Config) topology.Host {
-	if cfg.ConnectTimeout == 0 {
-		cfg = cfg.Copy()
-		cfg.ConnectTimeout = DefaultConnectTimeout
-	}
+	cfg = cfg.Copy()
+	boundConnect(cfg)
 	return topology.Host{
 		Name: h.Name, Addr: h.Addr, Config: cfg,
 		OnProbe:  h.breaker.ReportProbe,

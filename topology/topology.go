@@ -50,10 +50,11 @@ type Options struct {
 	// it; otherwise twice what they took, and twice the time allowed after
 	// one that ran out of it, up to the host's connect timeout (its
 	// Config's ConnectTimeout, 5s when zero), which is also what a
-	// prober's first connection and first query have. A host quick to answer that stops
-	// answering is thus seen within Timeout, and one that only answers
-	// slowly (SCRAM authentication, queries on starved CPUs) is not kept
-	// down for as long as it stays slow: its probes take the time it needs.
+	// prober's first connection and first query have. A host quick to
+	// answer that stops answering is thus seen within Timeout, and one
+	// that only answers slowly (SCRAM authentication, queries on starved
+	// CPUs) is not kept down for as long as it stays slow: its probes take
+	// the time it needs.
 	Timeout time.Duration
 	// Lease is how long a primary stays authoritative after the last probe
 	// that confirmed it. Default 10s.
