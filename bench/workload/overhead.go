@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -34,7 +35,9 @@ const (
 // and pgrouted.Pool, and of a one-row autocommit INSERT (overheadInsert),
 // one statement at a time and interleaved, so that a change of load on the
 // machine falls on every stack alike; medians resist the load's spikes
-// better than the Go benchmarks' means.
+// better than the Go benchmarks' means. It measures with the servers and
+// this process on CPUs of their own (pinCPUs), which the targets use, then
+// again left to the scheduler, for information.
 func Overhead(ctx context.Context, e *Env) ([]Table, error) {
 	if err := e.Restore(ctx); err != nil {
 		return nil, err
@@ -51,6 +54,39 @@ func Overhead(ctx context.Context, e *Env) ([]Table, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Pinned first (pin.go): the targets' measure. Then the same left to
+	// the scheduler, for information.
+	unpin, client, servers, pinned, err := pinCPUs(e.Cluster)
+	if err != nil {
+		return nil, err
+	}
+	placement := fmt.Sprintf("The servers ran on CPUs %v and this process on CPU %d (see below).", servers, client)
+	if !pinned {
+		placement = "This machine has one CPU: the client and the servers shared it."
+	}
+	reads, rerr := overheadReads(ctx, e, d, "overhead", "Overhead, interleaved", placement)
+	var ins Table
+	if rerr == nil {
+		ins, rerr = overheadInsert(ctx, e, d, "overhead-insert", "Overhead, interleaved: INSERT")
+	}
+	if err := errors.Join(rerr, unpin()); err != nil || !pinned {
+		return []Table{reads, ins}, err
+	}
+	placement = "Left to the scheduler: the client and the servers on any CPU. For information: not the targets' measure (see *Overhead, interleaved*)."
+	ureads, err := overheadReads(ctx, e, d, "unpinned/overhead", "Overhead, interleaved, unpinned", placement)
+	if err != nil {
+		return nil, err
+	}
+	uins, err := overheadInsert(ctx, e, d, "unpinned/overhead-insert", "Overhead, interleaved, unpinned: INSERT")
+	if err != nil {
+		return nil, err
+	}
+	return []Table{reads, ins, ureads, uins}, nil
+}
+
+// overheadReads is Overhead's SELECT, its facts under prefix, its table
+// titled title and saying where the processes ran (placement).
+func overheadReads(ctx context.Context, e *Env, d ovhDSNs, prefix, title, placement string) (Table, error) {
 	const (
 		pgxName     = "pgx"
 		replicaName = "pgx straight to a replica"
@@ -79,9 +115,12 @@ func Overhead(ctx context.Context, e *Env) ([]Table, error) {
 			{name: "pgrouted, 2 replicas (round-robin)", base: altName},
 		},
 		open: func(o *ovhOpener) ([]costDB, error) {
-			pgx, pgxR, pgxR2 := o.sql(d.primary), o.sql(d.replica), o.sql(d.replica2)
+			// Every pgx stack has connections of its own: one that
+			// another stack's statements also ran on would be warmer
+			// than pgrouted's.
+			pgx, pgxR := o.sql(d.primary), o.sql(d.replica)
+			alt := costAlt{dbs: []costDB{o.sql(d.replica), o.sql(d.replica2)}, i: new(int)}
 			routed, routed1 := o.routed(d.all), o.routed(d.one)
-			alt := costAlt{dbs: []costDB{pgxR, pgxR2}, i: new(int)}
 			return []costDB{pgx, pgxR, o.sql(d.replica), alt, routed, routed1, routed}, o.err
 		},
 	}, {
@@ -98,19 +137,19 @@ func Overhead(ctx context.Context, e *Env) ([]Table, error) {
 	}}
 	res, err := interleave(ctx, e, groups, read)
 	if err != nil {
-		return nil, err
+		return Table{}, err
 	}
 	t := Table{
-		Title: "Overhead, interleaved",
+		Title: title,
 		Intro: fmt.Sprintf("A one-row `SELECT` by primary key, %d times through each stack, one statement at a time, the stacks taking turns "+
-			"in an order that rotates from round to round, each statement timed on its own: pgx's database/sql driver straight to the primary, straight to a replica "+
+			"in a random order drawn afresh for each round (no stack always follows the same one: a statement right after one on the same server finds it warmer), each statement timed on its own: pgx's database/sql driver straight to the primary, straight to a replica "+
 			"(twice: two connections, the same code), "+
 			"and alternating over the two replicas statement by statement; pgrouted with the statement routed to the primary (the same server as pgx); "+
 			"pgrouted opened on the primary and the replica pgx straight to a replica reads from (*1 replica*: its reads go to that server); and pgrouted on the "+
 			"whole cluster, its reads round-robin over both replicas. Then, taking turns among themselves, pgx's pool (pgxpool) straight to the primary "+
 			"and to that replica, and pgrouted.Pool opened on the primary and that replica, forced to the primary and not. "+
 			"Every stack connects to the servers' own addresses, not through testcluster's fault points "+
-			"(which copy every byte in this process, at more CPU per statement than the server spends on it). %s", overheadRounds, setsText),
+			"(which copy every byte in this process, at more CPU per statement than the server spends on it). %s %s", overheadRounds, setsText, placement),
 		Header: []string{"stack", "p50", "p90", "p99", "p50 vs pgx", "p50 vs pgx straight to a replica", "vs the same servers through pgx: the sets' p50 ratios"},
 	}
 	for j, s := range res.stacks {
@@ -119,14 +158,10 @@ func Overhead(ctx context.Context, e *Env) ([]Table, error) {
 		if j > 0 {
 			vsReplica = res.vsPooled(j, replicaName)
 		}
-		t.Add(s.name, p50, percentile(res.all[j], 90), percentile(res.all[j], 99), vsPgx, vsReplica, res.vsBase(e, "overhead", j))
-		e.Facts["overhead/"+s.name+"/p50_us"] = float64(p50) / 1e3
+		t.Add(s.name, p50, percentile(res.all[j], 90), percentile(res.all[j], 99), vsPgx, vsReplica, res.vsBase(e, prefix, j))
+		e.Facts[prefix+"/"+s.name+"/p50_us"] = float64(p50) / 1e3
 	}
-	ins, err := overheadInsert(ctx, e, d)
-	if err != nil {
-		return nil, err
-	}
-	return []Table{t, ins}, nil
+	return t, nil
 }
 
 // setsText says how interleave's sets of connections are used.
@@ -287,7 +322,7 @@ func (r *ovhResult) vsBase(e *Env, prefix string, j int) string {
 // interleave runs op through each stack overheadRounds times, one
 // statement at a time, on overheadSets sets of connections in turn: for
 // each set, each group's connections are opened, its stacks take turns
-// (in an order that rotates from round to round: no stack always follows
+// (in a random order drawn afresh for each round: no stack always follows
 // the same one) for overheadRounds/overheadSets rounds after
 // overheadWarmUp untimed ones, and its connections are closed before the
 // next group's open.
@@ -299,6 +334,8 @@ func interleave(ctx context.Context, e *Env, groups []ovhGroup, op func(ctx cont
 	res.all = make([][]time.Duration, len(res.stacks))
 	res.sets = make([][]time.Duration, len(res.stacks))
 	rounds := overheadRounds / overheadSets
+	// A fixed seed: the same orders in every run.
+	order := rand.New(rand.NewPCG(1, 2))
 	for range overheadSets {
 		first := 0
 		for _, g := range groups {
@@ -312,8 +349,7 @@ func interleave(ctx context.Context, e *Env, groups []ovhGroup, op func(ctx cont
 			n := len(g.stacks)
 			set := make([][]time.Duration, n)
 			for i := range overheadWarmUp + rounds {
-				for k := range n {
-					j := (k + i) % n
+				for _, j := range order.Perm(n) {
 					s := g.stacks[j]
 					sctx := s.ctx
 					if sctx == nil {
@@ -345,8 +381,9 @@ func interleave(ctx context.Context, e *Env, groups []ovhGroup, op func(ctx cont
 }
 
 // overheadInsert is Overhead for a one-row autocommit INSERT, through pgx's
-// driver and pgrouted, pgxpool and pgrouted.Pool (all on the primary).
-func overheadInsert(ctx context.Context, e *Env, d ovhDSNs) (Table, error) {
+// driver and pgrouted, pgxpool and pgrouted.Pool (all on the primary), its
+// facts under prefix and its table titled title.
+func overheadInsert(ctx context.Context, e *Env, d ovhDSNs, prefix, title string) (Table, error) {
 	if err := e.Cluster.Primary().Exec(ctx, `
 		DROP TABLE IF EXISTS ovh_ins;
 		CREATE TABLE ovh_ins (id bigserial PRIMARY KEY, v text NOT NULL)`); err != nil {
@@ -372,7 +409,7 @@ func overheadInsert(ctx context.Context, e *Env, d ovhDSNs) (Table, error) {
 		return Table{}, err
 	}
 	t := Table{
-		Title: "Overhead, interleaved: INSERT",
+		Title: title,
 		Intro: fmt.Sprintf("A one-row autocommit `INSERT`, %d times through each stack, as above: pgx's database/sql driver straight to the primary and pgrouted "+
 			"on the whole cluster, pgxpool straight to the primary and pgrouted.Pool on the primary and one replica (without a Session, the write's WAL position "+
 			"is left to the first read that needs it: the write is pgx's one statement).", overheadRounds),
@@ -382,10 +419,10 @@ func overheadInsert(ctx context.Context, e *Env, d ovhDSNs) (Table, error) {
 		p50 := percentile(res.all[j], 50)
 		vs := "baseline"
 		if s.base != "" {
-			vs = res.vsBase(e, "overhead-insert", j)
+			vs = res.vsBase(e, prefix, j)
 		}
 		t.Add(s.name, p50, percentile(res.all[j], 90), percentile(res.all[j], 99), vs)
-		e.Facts["overhead-insert/"+s.name+"/p50_us"] = float64(p50) / 1e3
+		e.Facts[prefix+"/"+s.name+"/p50_us"] = float64(p50) / 1e3
 	}
 	return t, nil
 }

@@ -358,6 +358,21 @@ func writeCostTargets(b *bytes.Buffer, facts map[string]float64, raw map[string]
 			fmt.Fprintf(b, "| %s | %s | %s |\n", w.target, text, verdict(d <= w.limit))
 		}
 	}
+	// The same, left to the scheduler (workload Overhead): for
+	// information, with its resolution (an A/A pair).
+	for _, w := range []struct{ what, routed string }{
+		{"serial INSERT, pgrouted", "overhead-insert/pgrouted"},
+		{"pgrouted forced to the primary", "overhead/pgrouted, forced to the primary"},
+		{"replica read, pgrouted", "overhead/pgrouted, 1 replica"},
+		{"pgrouted.Pool forced to the primary", "overhead/pgrouted.Pool, forced to the primary"},
+		{"serial INSERT, pgrouted.Pool", "overhead-insert/pgrouted.Pool"},
+		{"replica read, pgrouted.Pool", "overhead/pgrouted.Pool, 1 replica"},
+		{"the measure's resolution: pgx's driver straight to a replica on a second connection, against the first", "overhead/pgx straight to a replica, a second connection"},
+	} {
+		if _, text, ok := wallRatio(facts, "unpinned/"+w.routed); ok {
+			fmt.Fprintf(b, "| (information, not a target) unpinned (*Overhead, interleaved, unpinned*: client and servers left to the scheduler): %s | %s | — |\n", w.what, text)
+		}
+	}
 	if _, text, ok := wallRatio(facts, "overhead/pgrouted, 2 replicas (round-robin)"); ok {
 		fmt.Fprintf(b, "| (information, not a target) replica read wall time (p50, interleaved): pgrouted on the whole cluster, round-robin over its 2 replicas, "+
 			"against pgx's database/sql driver alternating over the same 2 | %s | — |\n", text)
