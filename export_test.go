@@ -37,10 +37,16 @@ func PrimaryCacheCapacities(dc any) (stmt, desc int, ok bool) {
 
 // PoolInUse returns the number of p's connections in use: a call running,
 // rows or batch results open, a transaction, an acquired connection.
-func PoolInUse(p *Pool) int { return p.db.Stats().InUse }
+func PoolInUse(p *Pool) int {
+	n, _ := p.conns.counts()
+	return n
+}
 
 // PoolIdle returns the number of p's idle connections.
-func PoolIdle(p *Pool) int { return p.db.Stats().Idle }
+func PoolIdle(p *Pool) int {
+	_, n := p.conns.counts()
+	return n
+}
 
 // FetchPosition is one read of the primary's position by c, outside the
 // read index (Connector.fetchPosition).

@@ -2,7 +2,6 @@ package pgrouted
 
 import (
 	"context"
-	"database/sql"
 	"database/sql/driver"
 	"strings"
 	"time"
@@ -202,11 +201,11 @@ func (px *pgxCall) holds(b *borrowed) bool {
 	return true
 }
 
-// putOnClose puts the Pool's connection (sc, cn) the call ran on back once
-// its open results are closed (see Pool.put).
-func (px *pgxCall) putOnClose(p *Pool, sc *sql.Conn, cn *conn) {
+// putOnClose puts the Pool's connection cn the call ran on back once its
+// open results are closed (see Pool.put).
+func (px *pgxCall) putOnClose(p *Pool, cn *conn) {
 	o := px.onClose()
-	o.pool, o.sc, o.cn = p, sc, cn
+	o.pool, o.cn = p, cn
 }
 
 // wroteLater raises the read-your-writes watermark once the call's open

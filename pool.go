@@ -2,7 +2,6 @@ package pgrouted
 
 import (
 	"context"
-	"database/sql"
 	"database/sql/driver"
 	"errors"
 	"time"
@@ -34,8 +33,8 @@ import (
 //
 // A Pool is safe for concurrent use.
 type Pool struct {
-	c  *Connector
-	db *sql.DB // the driver's connections, pooled by database/sql
+	c     *Connector
+	conns poolConns // the driver's connections (pool_conns.go)
 }
 
 // ErrSessionState: a statement that changes session state was run through
@@ -69,11 +68,9 @@ func NewPoolWithConfig(ctx context.Context, cfg *Config) (*Pool, error) {
 			return nil, err
 		}
 	}
-	db := sql.OpenDB(c)
 	// Keep as many primary sessions idle as a host's pool holds
 	// connections (pgxpool's MaxConns, or pgrouted_replica_max_conns).
-	db.SetMaxIdleConns(int(c.hosts.all()[0].maxConns))
-	return &Pool{c: c, db: db}, nil
+	return &Pool{c: c, conns: poolConns{c: c, maxIdle: int(c.hosts.all()[0].maxConns)}}, nil
 }
 
 // Connector returns the Connector the Pool runs on: [Connector.Explain],
@@ -94,37 +91,28 @@ func (p *Pool) Topology() Snapshot { return p.c.Topology() }
 // Stats returns the Pool's Connector's counters (see [Connector.Stats]).
 func (p *Pool) Stats() Stats { return p.c.Stats() }
 
-// Close closes every connection and stops the topology probers. It waits
-// for the connections in use (open rows, transactions, acquired
-// connections) only as database/sql does: they are closed when released.
+// Close closes the idle connections and stops the topology probers. It
+// does not wait for the connections in use (open rows, transactions,
+// acquired connections): they are closed when released. Calls after it
+// fail. Closing a Pool again does nothing.
 func (p *Pool) Close() {
-	p.db.Close() // closes the Connector
+	if p.conns.close() {
+		p.c.Close()
+	}
 }
 
-// take takes a connection of the pool: database/sql's, and the driver's
-// under it, which the caller uses alone until put.
-func (p *Pool) take(ctx context.Context) (*sql.Conn, *conn, error) {
-	sc, err := p.db.Conn(ctx)
-	if err != nil {
-		return nil, nil, err
-	}
-	var cn *conn
-	_ = sc.Raw(func(dc any) error {
-		cn = dc.(*conn)
-		return nil
-	})
-	return sc, cn, nil
+// take takes a connection of the pool, which the caller uses alone until
+// put.
+func (p *Pool) take(ctx context.Context) (*conn, error) {
+	return p.conns.take(ctx)
 }
 
 // put gives a connection back after a call whose outcome was err. One
 // that failed, that is pinned to its primary session (session state was
 // changed on it) or that is left inside a transaction is closed instead:
 // no later call inherits its state.
-func (p *Pool) put(sc *sql.Conn, cn *conn, err error) {
-	if errors.Is(err, driver.ErrBadConn) || cn.bad || cn.pinned || cn.tx != nil || cn.inSQLTx() {
-		_ = sc.Raw(func(any) error { return driver.ErrBadConn })
-	}
-	sc.Close()
+func (p *Pool) put(cn *conn, err error) {
+	p.conns.put(cn, !errors.Is(err, driver.ErrBadConn) && !cn.bad && !cn.pinned && cn.tx == nil && !cn.inSQLTx())
 }
 
 // errBatchTx refuses a batch that begins a transaction.
@@ -143,16 +131,16 @@ func (p *Pool) run(ctx context.Context, cl *call) error {
 		return err
 	}
 	for attempt := 0; ; attempt++ {
-		sc, cn, err := p.take(ctx)
+		cn, err := p.take(ctx)
 		if err != nil {
 			return err
 		}
 		err = cn.run(ctx, cl)
 		if err == nil && cl.px.open() {
-			cl.px.putOnClose(p, sc, cn)
+			cl.px.putOnClose(p, cn)
 			return nil
 		}
-		p.put(sc, cn, err)
+		p.put(cn, err)
 		if errors.Is(err, driver.ErrBadConn) && attempt < maxBadConnRetries && !cl.px.once() && ctx.Err() == nil {
 			// It runs again, on another connection: its event says so
 			// (RouteEvent.Retried), as for a statement the primary path
@@ -242,12 +230,12 @@ func (p *Pool) CopyFrom(ctx context.Context, tableName pgx.Identifier, columnNam
 // Ping checks the primary, opening a session on it if needed (waiting up
 // to pgrouted_write_timeout for a primary).
 func (p *Pool) Ping(ctx context.Context) error {
-	sc, cn, err := p.take(ctx)
+	cn, err := p.take(ctx)
 	if err != nil {
 		return err
 	}
 	err = pingPrimary(ctx, cn)
-	p.put(sc, cn, err)
+	p.put(cn, err)
 	return err
 }
 
@@ -273,16 +261,16 @@ func pingPrimary(ctx context.Context, cn *conn) error {
 // reads forced to a replica with [WithRoute]. Release it when done; one
 // whose session state was changed is closed then, not reused.
 func (p *Pool) Acquire(ctx context.Context) (*PoolConn, error) {
-	sc, cn, err := p.take(ctx)
+	cn, err := p.take(ctx)
 	if err != nil {
 		return nil, err
 	}
 	if _, err := cn.primaryConn(ctx, OpWrite); err != nil {
-		p.put(sc, cn, err)
+		p.put(cn, err)
 		return nil, err
 	}
 	cn.pinned = true
-	return &PoolConn{p: p, sc: sc, cn: cn}, nil
+	return &PoolConn{p: p, cn: cn}, nil
 }
 
 // AcquireFunc acquires a connection, calls f with it and releases it.
@@ -309,16 +297,16 @@ func (p *Pool) Begin(ctx context.Context) (pgx.Tx, error) {
 // after the commit.
 func (p *Pool) BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error) {
 	for attempt := 0; ; attempt++ {
-		sc, cn, err := p.take(ctx)
+		cn, err := p.take(ctx)
 		if err != nil {
 			return nil, err
 		}
 		t, err := beginOn(ctx, cn, opts)
 		if err == nil {
-			t.release = func(err error) { p.put(sc, cn, err) }
+			t.release = func(err error) { p.put(cn, err) }
 			return t, nil
 		}
-		p.put(sc, cn, err)
+		p.put(cn, err)
 		if errors.Is(err, driver.ErrBadConn) && attempt < maxBadConnRetries && ctx.Err() == nil {
 			continue
 		}

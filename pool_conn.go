@@ -2,7 +2,6 @@ package pgrouted
 
 import (
 	"context"
-	"database/sql"
 	"database/sql/driver"
 	"errors"
 	"fmt"
@@ -19,7 +18,6 @@ import (
 // released, and another one acquired.
 type PoolConn struct {
 	p  *Pool
-	sc *sql.Conn
 	cn *conn
 	// dirty is set once session state may have been changed: Release
 	// closes the connection instead of giving it back.
@@ -65,11 +63,11 @@ func (c *PoolConn) Release() {
 	}
 	c.released = true
 	if c.dirty {
-		c.p.put(c.sc, c.cn, driver.ErrBadConn)
+		c.p.put(c.cn, driver.ErrBadConn)
 		return
 	}
 	c.cn.pinned, c.cn.descs = false, nil
-	c.p.put(c.sc, c.cn, nil)
+	c.p.put(c.cn, nil)
 }
 
 // Exec runs sql on the connection's session, as pgx.Conn.Exec does.

@@ -1,7 +1,6 @@
 package pgrouted
 
 import (
-	"database/sql"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
@@ -50,7 +49,6 @@ type onClose struct {
 	after    []func()
 	afterBuf [2]func() // after's first ones, without an allocation
 	pool     *Pool
-	sc       *sql.Conn
 	cn       *conn
 }
 
@@ -66,8 +64,8 @@ func (o *onClose) run() {
 	o.after = nil
 	if p := o.pool; p != nil {
 		o.pool = nil
-		p.put(o.sc, o.cn, nil)
-		o.sc, o.cn = nil, nil
+		p.put(o.cn, nil)
+		o.cn = nil
 	}
 }
 

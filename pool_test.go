@@ -858,3 +858,83 @@ func TestPoolTermEndsDuringBatch(t *testing.T) {
 		})
 	}
 }
+
+// TestPoolConnections: the Pool keeps up to as many idle connections as a
+// host's pool holds (pgrouted_replica_max_conns), closes one whose session
+// state was changed instead of keeping it, and after Close closes the ones
+// still in use when they are released, and refuses new calls.
+func TestPoolConnections(t *testing.T) {
+	ctx := testCtx(t)
+	p, _ := openPool(t, nil, "pgrouted_replica_max_conns=2")
+	primary := pgrouted.WithRoute(ctx, pgrouted.Primary)
+	counts := func(wantInUse, wantIdle int, when string) {
+		t.Helper()
+		if in, idle := pgrouted.PoolInUse(p), pgrouted.PoolIdle(p); in != wantInUse || idle != wantIdle {
+			t.Fatalf("%s: %d connections in use and %d idle, want %d and %d", when, in, idle, wantInUse, wantIdle)
+		}
+	}
+	var open []pgx.Rows
+	for range 3 {
+		rows, err := p.Query(primary, "SELECT pg_backend_pid()")
+		if err != nil {
+			t.Fatal(err)
+		}
+		open = append(open, rows)
+	}
+	counts(3, 0, "three rows open")
+	pids := map[int32]bool{}
+	for _, rows := range open {
+		var pid int32
+		for rows.Next() {
+			if err := rows.Scan(&pid); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+		pids[pid] = true
+	}
+	if len(pids) != 3 {
+		t.Fatalf("three open rows ran on %d primary sessions, want 3", len(pids))
+	}
+	counts(0, 2, "their rows closed")
+
+	// A reused connection keeps its primary session.
+	var pid int32
+	if err := p.QueryRow(primary, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	if !pids[pid] {
+		t.Fatalf("a call after them ran on a new primary session (%d), not on one of theirs %v", pid, pids)
+	}
+	counts(0, 2, "a call after them")
+
+	// One whose session state changed is closed when released.
+	c, err := p.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	counts(1, 1, "a connection acquired")
+	if _, err := c.Exec(ctx, "SET application_name = 'pool-connections'"); err != nil {
+		t.Fatal(err)
+	}
+	c.Release()
+	counts(0, 1, "the acquired connection, its session state changed, released")
+
+	rows, err := p.Query(primary, "SELECT 1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Close()
+	counts(1, 0, "the Pool closed with rows open")
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		t.Fatalf("rows open when the Pool closed: %v", err)
+	}
+	counts(0, 0, "those rows closed")
+	if _, err := p.Exec(ctx, "SELECT 1"); err == nil || !strings.Contains(err.Error(), "Pool is closed") {
+		t.Fatalf("a call after Close: %v, want the Pool's closed error", err)
+	}
+	p.Close() // again: nothing
+}
