@@ -101,12 +101,6 @@ func (p *Pool) Close() {
 	}
 }
 
-// take takes a connection of the pool, which the caller uses alone until
-// put.
-func (p *Pool) take(ctx context.Context) (*conn, error) {
-	return p.conns.take(ctx)
-}
-
 // put gives a connection back after a call whose outcome was err. One
 // that failed, that is pinned to its primary session (session state was
 // changed on it) or that is left inside a transaction is closed instead:
@@ -131,7 +125,7 @@ func (p *Pool) run(ctx context.Context, cl *call) error {
 		return err
 	}
 	for attempt := 0; ; attempt++ {
-		cn, err := p.take(ctx)
+		cn, err := p.conns.take(ctx)
 		if err != nil {
 			return err
 		}
@@ -230,7 +224,7 @@ func (p *Pool) CopyFrom(ctx context.Context, tableName pgx.Identifier, columnNam
 // Ping checks the primary, opening a session on it if needed (waiting up
 // to pgrouted_write_timeout for a primary).
 func (p *Pool) Ping(ctx context.Context) error {
-	cn, err := p.take(ctx)
+	cn, err := p.conns.take(ctx)
 	if err != nil {
 		return err
 	}
@@ -261,7 +255,7 @@ func pingPrimary(ctx context.Context, cn *conn) error {
 // reads forced to a replica with [WithRoute]. Release it when done; one
 // whose session state was changed is closed then, not reused.
 func (p *Pool) Acquire(ctx context.Context) (*PoolConn, error) {
-	cn, err := p.take(ctx)
+	cn, err := p.conns.take(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -297,7 +291,7 @@ func (p *Pool) Begin(ctx context.Context) (pgx.Tx, error) {
 // after the commit.
 func (p *Pool) BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error) {
 	for attempt := 0; ; attempt++ {
-		cn, err := p.take(ctx)
+		cn, err := p.conns.take(ctx)
 		if err != nil {
 			return nil, err
 		}

@@ -8,7 +8,8 @@ import (
 
 // poolConns is a Pool's driver connections (conn): the idle ones, the most
 // recently used last, and how many are in use. A call takes one, runs on
-// it alone and puts it back, as it would through database/sql's pool, with
+// it alone and puts it back (Pool.put, which decides whether it may be
+// kept), as it would through database/sql's pool, with
 // the same checks (driver.SessionResetter when one is reused,
 // driver.Validator when it is put back) but without database/sql's
 // per-call *sql.Conn, its locks and its bookkeeping: a pgx-native call

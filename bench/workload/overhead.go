@@ -69,8 +69,11 @@ func Overhead(ctx context.Context, e *Env) ([]Table, error) {
 	if rerr == nil {
 		ins, rerr = overheadInsert(ctx, e, d, "overhead-insert", "Overhead, interleaved: INSERT")
 	}
-	if err := errors.Join(rerr, unpin()); err != nil || !pinned {
-		return []Table{reads, ins}, err
+	if err := errors.Join(rerr, unpin()); err != nil {
+		return nil, err
+	}
+	if !pinned {
+		return []Table{reads, ins}, nil
 	}
 	placement = "Left to the scheduler: the client and the servers on any CPU. For information: not the targets' measure (see *Overhead, interleaved*)."
 	ureads, err := overheadReads(ctx, e, d, "unpinned/overhead", "Overhead, interleaved, unpinned", placement)
