@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql/driver"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -287,22 +288,38 @@ func queryCall(query string, args []any) *call {
 	return &newPgxQuery(query, args).cl
 }
 
-// pgxQuery is what a Query or QueryRow allocates, in one piece: its call,
-// the call's pgx side, its rows, QueryRow's row and the replica connection
-// it borrows.
+// pgxQuery is what a Query allocates, in one piece: its call, the call's
+// pgx side, its rows and the replica connection it borrows. QueryRow takes
+// one from pgxQueries and gives it back once its row is scanned.
 type pgxQuery struct {
 	cl      call
 	px      pgxCall
 	rows    poolRows
-	row     poolRow
 	replica borrowed
 }
 
 func newPgxQuery(query string, args []any) *pgxQuery {
-	q := new(pgxQuery)
+	return new(pgxQuery).init(query, args)
+}
+
+// init makes q, a zero pgxQuery, the Query of query with args.
+func (q *pgxQuery) init(query string, args []any) *pgxQuery {
 	q.px = pgxCall{kind: pxQuery, args: args, rowsBuf: &q.rows, replicaBuf: &q.replica}
 	q.cl = call{query: query, isQuery: true, px: &q.px}
 	return q
+}
+
+// pgxQueries recycles QueryRow's pgxQuery (most of the bytes a read
+// allocates): a pgx.Row is scanned once, after which nothing refers to it
+// (its rows are closed: the replica connection given back, the Pool's
+// connection put back, the call reported). The caller keeps the poolRow,
+// which is not recycled: a second Scan finds the first one's outcome.
+var pgxQueries = sync.Pool{New: func() any { return new(pgxQuery) }}
+
+// recycle gives q back to pgxQueries, zeroed.
+func (q *pgxQuery) recycle() {
+	*q = pgxQuery{}
+	pgxQueries.Put(q)
 }
 
 // newPgxCall returns cl with its pgx side px, allocated together.

@@ -337,13 +337,12 @@ func queryOn(ctx context.Context, run runFunc, sql string, args []any) (pgx.Rows
 }
 
 func queryRowOn(ctx context.Context, run runFunc, sql string, args []any) pgx.Row {
-	q := newPgxQuery(sql, args)
+	q := pgxQueries.Get().(*pgxQuery).init(sql, args)
 	if err := run(ctx, &q.cl); err != nil {
-		q.row = poolRow{rows: errRows{err}, err: err}
-	} else {
-		q.row = poolRow{rows: q.px.rows}
+		q.recycle()
+		return &poolRow{rows: errRows{err}, err: err}
 	}
-	return &q.row
+	return &poolRow{rows: q.px.rows, q: q}
 }
 
 // sendBatchOn sends b by run. In autocommit, a batch that ran on a

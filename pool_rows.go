@@ -130,15 +130,33 @@ func (r *poolRows) Err() error {
 type poolRow struct {
 	rows pgx.Rows
 	err  error
+	// q is the query the rows belong to, given back to pgxQueries once
+	// they are scanned (nil: nothing to give back).
+	q *pgxQuery
 }
 
 // Scan implements pgx.Row: pgx.ErrNoRows when the query returned none.
-func (r *poolRow) Scan(dest ...any) error {
+// A second Scan returns the first one's error, or pgx.ErrNoRows, as
+// pgx's rows do once closed.
+func (r *poolRow) Scan(dest ...any) (err error) {
 	if r.err != nil {
 		return r.err
 	}
+	if r.rows == nil {
+		return pgx.ErrNoRows
+	}
 	rows := r.rows
-	defer rows.Close()
+	defer func() {
+		rows.Close()
+		r.rows = nil
+		if err != nil {
+			r.err = err
+		}
+		if q := r.q; q != nil {
+			r.q = nil
+			q.recycle()
+		}
+	}()
 	for _, d := range dest {
 		if _, ok := d.(*pgtype.DriverBytes); ok {
 			return fmt.Errorf("cannot scan into *pgtype.DriverBytes from QueryRow")

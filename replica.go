@@ -122,7 +122,7 @@ func (cn *conn) runOnReplica(ctx context.Context, h *host, at target, cl *call) 
 		checked = new(checkedRows)
 		b = &checked.b
 	case cl.isQuery && cl.px == nil:
-		rows = new(replicaRows)
+		rows = replicaRowsPool.Get().(*replicaRows)
 		b = &rows.b
 	case cl.px != nil && cl.px.replicaBuf != nil:
 		b = cl.px.replicaBuf
@@ -132,6 +132,7 @@ func (cn *conn) runOnReplica(ctx context.Context, h *host, at target, cl *call) 
 	}
 	err := cn.borrow(ctx, h, b, at.check && !pipelined, at.wm, at.wait, cl)
 	if err != nil {
+		rows.recycle()
 		return err
 	}
 	for {
@@ -164,6 +165,7 @@ func (cn *conn) runOnReplica(ctx context.Context, h *host, at target, cl *call) 
 			err = &clientError{err}
 		}
 		b.giveBack()
+		rows.recycle()
 		return err
 	}
 }

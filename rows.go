@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql/driver"
 	"io"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/stdlib"
@@ -17,16 +18,34 @@ import (
 // replicaRows are the rows of an autocommit database/sql query on a
 // borrowed replica connection (pgpipe.Rows.Query, with stdlib's
 // conversions and column types), which goes back to its pool when they are
-// closed. The rows and the borrowed connection are one allocation.
+// closed. The rows and the borrowed connection are one piece, taken from
+// replicaRowsPool and given back to it by Close.
 type replicaRows struct {
 	pgpipe.Rows
 	b borrowed
 }
 
-// Close implements driver.Rows.
+// replicaRowsPool recycles replicaRows (most of the bytes a replica read
+// allocates). database/sql closes a driver.Rows once and never touches it
+// again; nothing in pgrouted keeps one (cl.rows is the caller's from the
+// moment the statement returns, and a replica path that fails gives its
+// rows back at once, unseen).
+var replicaRowsPool = sync.Pool{New: func() any { return new(replicaRows) }}
+
+// recycle gives r, which nothing refers to any more, back to
+// replicaRowsPool, zeroed. A nil r does nothing.
+func (r *replicaRows) recycle() {
+	if r != nil {
+		*r = replicaRows{}
+		replicaRowsPool.Put(r)
+	}
+}
+
+// Close implements driver.Rows. database/sql calls it once.
 func (r *replicaRows) Close() error {
 	err := r.Rows.Close()
 	r.b.giveBack()
+	r.recycle()
 	return err
 }
 
