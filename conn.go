@@ -83,6 +83,11 @@ type call struct {
 	// px is set for a call of the pgx-native API (pool.go): pgx runs it,
 	// and its results are pgx's (pgxcall.go).
 	px *pgxCall
+
+	// class is query's classification when classified is set (the Pool
+	// classifies a statement before it runs: Pool.refuseSessionState).
+	class      sqlclass.Result
+	classified bool
 }
 
 // on runs cl through pgx on sc with args (cl.args, or them after an exec
@@ -143,8 +148,11 @@ func (cn *conn) run(ctx context.Context, cl *call) (err error) {
 	if cn.bad {
 		return driver.ErrBadConn
 	}
-	began := time.Now()
-	r := cn.c.classify(ctx, cl.query)
+	began := cn.c.began()
+	r := cl.class
+	if !cl.classified {
+		r = cn.c.classify(ctx, cl.query)
+	}
 	cl.single = r.Statements == 1
 	if r.ChangesCatalog || cn.catalogPending {
 		defer cn.catalogChanged()

@@ -13,6 +13,15 @@ import (
 // every statement (Config.OnRoute, counted for Stats), and the topology's
 // and circuits' events (Config.Logger).
 
+// began is the start of a statement's RouteEvent.Duration: the clock is
+// read only when there is an OnRoute to hand it to.
+func (c *Connector) began() time.Time {
+	if c.cfg.OnRoute == nil {
+		return time.Time{}
+	}
+	return time.Now()
+}
+
 // report counts a statement planned p, which ran as cl records (or failed
 // with err, began at began), and hands its RouteEvent to Config.OnRoute. It
 // is the one place a RouteEvent is built; nothing reads one to decide.

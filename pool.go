@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql/driver"
 	"errors"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -147,30 +146,40 @@ func (p *Pool) run(ctx context.Context, cl *call) error {
 }
 
 // refuseSessionState returns ErrSessionState, and reports the statement,
-// when cl changes session state by its text (see Pool).
+// when cl changes session state by its text (see Pool). A statement's
+// classification is kept in cl for conn.run.
 func (p *Pool) refuseSessionState(ctx context.Context, cl *call) error {
-	texts := []string{cl.query}
-	if cl.px.kind == pxBatch {
-		texts = texts[:0]
-		for _, q := range cl.px.batch.QueuedQueries {
-			texts = append(texts, q.SQL)
+	if cl.px.kind != pxBatch {
+		cl.class, cl.classified = p.c.classify(ctx, cl.query), true
+		if changesSession(cl.class, cl.query) {
+			return p.refuse(ctx, cl.query)
 		}
+		return nil
 	}
-	for _, q := range texts {
-		if p.c.changesSession(ctx, q) {
-			pl := plan{op: OpWrite, class: sqlclass.Session, reason: ReasonSessionState, err: ErrSessionState}
-			p.c.report(ctx, &pl, &call{query: q}, time.Now(), ErrSessionState)
-			return ErrSessionState
+	for _, q := range cl.px.batch.QueuedQueries {
+		if p.c.changesSession(ctx, q.SQL) {
+			return p.refuse(ctx, q.SQL)
 		}
 	}
 	return nil
+}
+
+// refuse reports query, refused with ErrSessionState, and returns that.
+func (p *Pool) refuse(ctx context.Context, query string) error {
+	pl := plan{op: OpWrite, class: sqlclass.Session, reason: ReasonSessionState, err: ErrSessionState}
+	p.c.report(ctx, &pl, &call{query: query}, p.c.began(), ErrSessionState)
+	return ErrSessionState
 }
 
 // changesSession reports whether query changes session state by its text:
 // not only through a function the catalog does not know as STABLE or
 // IMMUTABLE, which runs on the primary without pinning (see Pool).
 func (c *Connector) changesSession(ctx context.Context, query string) bool {
-	r := c.classify(ctx, query)
+	return changesSession(c.classify(ctx, query), query)
+}
+
+// changesSession is Connector.changesSession for query classified r.
+func changesSession(r sqlclass.Result, query string) bool {
 	if !r.Has(sqlclass.Session) {
 		return false
 	}

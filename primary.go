@@ -30,10 +30,10 @@ func (cn *conn) primaryConn(ctx context.Context, op string) (*stdlib.Conn, error
 		// happens; the server will tell.
 		return cn.primary, nil
 	}
-	deadline := time.Now().Add(cn.c.cfg.WriteTimeout)
+	var deadline time.Time // set by the first wait (waitPrimary) or dial: the write timeout from then
 	var lastErr error
 	for {
-		t, err := cn.c.waitPrimary(ctx, op, deadline)
+		t, err := cn.c.waitPrimary(ctx, op, &deadline)
 		if err != nil {
 			return nil, withCause(err, lastErr)
 		}
@@ -52,6 +52,9 @@ func (cn *conn) primaryConn(ctx context.Context, op string) (*stdlib.Conn, error
 				continue
 			}
 			return cn.primary, nil
+		}
+		if deadline.IsZero() {
+			deadline = time.Now().Add(cn.c.cfg.WriteTimeout)
 		}
 		h := t.host
 		dctx, release := t.dialContext(ctx)
@@ -168,9 +171,11 @@ func (cn *conn) descsOf() *pgpipe.Descs {
 	return cn.descs
 }
 
-// waitPrimary returns the current primary's term, waiting until deadline
-// for one with a valid lease. It wakes on each new topology snapshot.
-func (c *Connector) waitPrimary(ctx context.Context, op string, deadline time.Time) (*term, error) {
+// waitPrimary returns the current primary's term, waiting until *deadline
+// for one with a valid lease (a zero *deadline is set, when it first has to
+// wait, to pgrouted_write_timeout from then: the calls of one statement
+// share it). It wakes on each new topology snapshot.
+func (c *Connector) waitPrimary(ctx context.Context, op string, deadline *time.Time) (*term, error) {
 	var kicked time.Time
 	for {
 		changed := c.top.Changed()
@@ -178,7 +183,10 @@ func (c *Connector) waitPrimary(ctx context.Context, op string, deadline time.Ti
 			return t, nil
 		}
 		now := time.Now()
-		if !now.Before(deadline) {
+		if deadline.IsZero() {
+			*deadline = now.Add(c.cfg.WriteTimeout)
+		}
+		if !now.Before(*deadline) {
 			return nil, &RouteError{Op: op, Reason: ReasonNoPrimary}
 		}
 		const rekick = 200 * time.Millisecond
@@ -197,7 +205,7 @@ func (c *Connector) waitPrimary(ctx context.Context, op string, deadline time.Ti
 		}
 		until := kicked.Add(rekick)
 		if deadline.Before(until) {
-			until = deadline
+			until = *deadline
 		}
 		if err := c.awaitSnapshot(ctx, changed, until); err != nil {
 			return nil, err

@@ -51,7 +51,12 @@ func (cn *conn) runOnPrimary(ctx context.Context, p *plan, r sqlclass.Result, cl
 		positioned := cn.positioned(ctx, r, cl)
 		// writes: its watermark is raised after it (raiseAfter).
 		writes := p.class != sqlclass.Read && !inTx
-		cl.sent, cl.unanswered = monoNow(), false
+		cl.unanswered = false
+		if p.class != sqlclass.Read {
+			// What the watermark raised after it will say it followed
+			// (raiseAfter): a read raises none.
+			cl.sent = monoNow()
+		}
 		pos, err := cn.execPrimary(ctx, sc, positioned, writes, cl)
 		if endedUnanswered(r, cl, err) && !inTx && !cn.pinned {
 			// Nothing committed: as if it had not been sent.

@@ -60,7 +60,7 @@ func (cn *conn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, 
 // begin opens the transaction of cl (BEGIN) where the connector decides:
 // BeginTx's, and the pgx-native API's (pool_tx.go).
 func (cn *conn) begin(ctx context.Context, readOnly, serializable bool, cl *call) (_ *tx, err error) {
-	began := time.Now()
+	began := cn.c.began()
 	var p plan
 	cn.c.plan(ctx, &request{begin: true, readOnly: readOnly, serializable: serializable, pinned: cn.pinned, inTx: cn.inSQLTx()}, true, &p)
 	defer func() { cn.c.report(ctx, &p, cl, began, err) }()
@@ -164,7 +164,7 @@ func (t *tx) run(ctx context.Context, r sqlclass.Result, cl *call, began time.Ti
 // Commit implements driver.Tx. After a read-write transaction commits, the
 // read-your-writes watermark moves to the primary's position.
 func (t *tx) Commit() error {
-	began := time.Now()
+	began := t.cn.c.began()
 	cn := t.cn
 	if !t.wrote || cn.primary == nil || !cn.c.tracksWrites(t.ctx) || cn.c.deferPosition(t.ctx) {
 		err := t.inner.Commit()
@@ -198,7 +198,7 @@ func (t *tx) Commit() error {
 
 // Rollback implements driver.Tx.
 func (t *tx) Rollback() error {
-	began := time.Now()
+	began := t.cn.c.began()
 	err := t.inner.Rollback()
 	t.end(began, "ROLLBACK", err)
 	return err
