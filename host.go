@@ -272,9 +272,13 @@ func (h *host) dropIdle() {
 // its pool is opening, so that reads stuck on a host that stopped answering
 // can be interrupted when its circuit opens.
 type hostFlight struct {
-	n       atomic.Int64 // in-flight reads, for selection and observation
-	mu      sync.Mutex
-	conns   map[*borrowed]struct{}
+	n  atomic.Int64 // in-flight reads, for selection and observation
+	mu sync.Mutex
+	// conns is the borrowed connections, a list through their prev and
+	// next (no map to hash into and out of at every read): conns.next is
+	// the first, and the last one's next is &conns. The zero hostFlight's
+	// list is empty (conns.next nil).
+	conns   borrowed
 	dialing map[*dialingConn]struct{}
 }
 
@@ -318,23 +322,40 @@ func (f *hostFlight) opened(c net.Conn) {
 	}
 }
 
+// add counts b, just borrowed, as in flight.
 func (f *hostFlight) add(b *borrowed) {
 	f.n.Add(1)
 	f.mu.Lock()
-	if f.conns == nil {
-		f.conns = make(map[*borrowed]struct{})
+	head := &f.conns
+	if head.next == nil {
+		head.next, head.prev = head, head
 	}
-	f.conns[b] = struct{}{}
+	b.prev, b.next = head.prev, head
+	head.prev.next = b
+	head.prev = b
 	f.mu.Unlock()
 }
 
+// remove stops counting b, given back; one not counted (never added, or
+// removed already) is left alone.
 func (f *hostFlight) remove(b *borrowed) {
 	f.mu.Lock()
-	if _, ok := f.conns[b]; ok {
-		delete(f.conns, b)
+	if b.next != nil {
+		b.prev.next, b.next.prev = b.next, b.prev
+		b.prev, b.next = nil, nil
 		f.n.Add(-1)
 	}
 	f.mu.Unlock()
+}
+
+// each calls fn with every borrowed connection; f.mu is held.
+func (f *hostFlight) each(fn func(*borrowed)) {
+	if f.conns.next == nil {
+		return
+	}
+	for b := f.conns.next; b != &f.conns; b = b.next {
+		fn(b)
+	}
 }
 
 // abort closes the network connection under every borrowed connection, and
@@ -343,14 +364,12 @@ func (f *hostFlight) remove(b *borrowed) {
 // yet.
 func (f *hostFlight) abort() int {
 	f.mu.Lock()
-	cs := make([]net.Conn, 0, len(f.conns)+len(f.dialing))
-	for b := range f.conns {
-		cs = append(cs, b.conn().PgConn().Conn())
-	}
+	cs := make([]net.Conn, 0, int(f.n.Load())+len(f.dialing))
+	f.each(func(b *borrowed) { cs = append(cs, b.conn().PgConn().Conn()) })
+	n := len(cs)
 	for d := range f.dialing {
 		cs = append(cs, d.Conn)
 	}
-	n := len(f.conns)
 	f.dialing = nil
 	f.mu.Unlock()
 	// Outside the lock: closing a pool connection's network connection

@@ -230,6 +230,9 @@ type borrowed struct {
 	sc    *stdlib.Conn
 	h     *host
 	given bool
+	// prev and next link it into its host's list of borrowed connections
+	// while it is in flight (hostFlight); nil otherwise.
+	prev, next *borrowed
 }
 
 // conn returns the borrowed pgx connection.
