@@ -1,6 +1,8 @@
 package pgrouted_test
 
 import (
+	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"strings"
@@ -8,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/pgrouted/pgrouted"
 )
 
 // The replica reads' rows (the driver's) and QueryRow's call (the Pool's)
@@ -24,8 +27,13 @@ func TestRecycledReadsKeepTheirRows(t *testing.T) {
 		CREATE TABLE recycle_kv (id int PRIMARY KEY, v text NOT NULL);
 		INSERT INTO recycle_kv SELECT g, 'v' || g FROM generate_series(1, 200) g`)
 	replicated(t, ctx)
-	db, _, dbRec := open(t)
+	db, dbConn, dbRec := open(t)
 	p, poolRec := openPool(t, nil)
+	// The writes and their read-backs through connectors of their own: a
+	// write moves its connector's watermark, which would send some plain
+	// reads to the primary.
+	wdb, wdbConn, _ := open(t)
+	wp, _ := openPool(t, nil)
 
 	const workers, reads = 8, 150
 	var wg sync.WaitGroup
@@ -44,6 +52,13 @@ func TestRecycledReadsKeepTheirRows(t *testing.T) {
 				}
 				if err := p.QueryRow(ctx, "SELECT v FROM recycle_kv /* recycle-row */ WHERE id = $1", id).Scan(&v); err != nil || v != want {
 					errs <- fmt.Errorf("Pool QueryRow of %d: %q, %v", id, v, err)
+					return
+				}
+				// A write and its read-back, which a replica serves after a
+				// check of its position (checkedRows, readChecked), or the
+				// primary.
+				if err := recycleReadBack(ctx, wdb, wp, w, i); err != nil {
+					errs <- err
 					return
 				}
 				// Several rows: from id to id+3.
@@ -89,6 +104,16 @@ func TestRecycledReadsKeepTheirRows(t *testing.T) {
 	close(errs)
 	for err := range errs {
 		t.Error(err)
+	}
+	// Every borrowed replica connection was given back, and counted out:
+	// a recycled one still counted in flight would make its host look
+	// busy for ever.
+	for name, c := range map[string]interface{ Topology() pgrouted.Snapshot }{"database/sql": dbConn, "Pool": p, "database/sql (writes)": wdbConn, "Pool (writes)": wp} {
+		for _, h := range c.Topology().Hosts {
+			if h.InflightReads != 0 {
+				t.Errorf("%s: %s counts %d reads in flight after every read ended", name, h.Name, h.InflightReads)
+			}
+		}
 	}
 	// The reads were replica reads, the ones whose pieces are recycled.
 	for name, rec := range map[string]*routes{"database/sql": dbRec, "Pool": poolRec} {
@@ -161,4 +186,29 @@ func TestPoolRowScannedTwice(t *testing.T) {
 			t.Errorf("Scan %d of no row: %v; want pgx.ErrNoRows", i+1, err)
 		}
 	}
+}
+
+// recycleReadBack writes a row through database/sql and through the Pool,
+// each with a Session, and reads each back at once.
+func recycleReadBack(ctx context.Context, db *sql.DB, p *pgrouted.Pool, w, i int) error {
+	for k, via := range []string{"database/sql", "Pool"} {
+		sctx := pgrouted.WithSession(ctx, pgrouted.NewSession())
+		id := 1000 + (w*1000+i)*2 + k
+		want := fmt.Sprintf("w%d", id)
+		var v string
+		var err error
+		if via == "Pool" {
+			if _, err = p.Exec(sctx, "INSERT INTO recycle_kv VALUES ($1, $2)", id, want); err == nil {
+				err = p.QueryRow(sctx, "SELECT v FROM recycle_kv /* recycle-back */ WHERE id = $1", id).Scan(&v)
+			}
+		} else {
+			if _, err = db.ExecContext(sctx, "INSERT INTO recycle_kv VALUES ($1, $2)", id, want); err == nil {
+				err = db.QueryRowContext(sctx, "SELECT v FROM recycle_kv /* recycle-back */ WHERE id = $1", id).Scan(&v)
+			}
+		}
+		if err != nil || v != want {
+			return fmt.Errorf("%s read-back of %d: %q, %v", via, id, v, err)
+		}
+	}
+	return nil
 }
