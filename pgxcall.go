@@ -276,21 +276,19 @@ func namedArgs(args []any, buf []driver.NamedValue) []driver.NamedValue {
 	return nv
 }
 
-// execCall, queryCall, batchCall and copyCall build the calls of the
-// pgx-native API.
+// execCall, batchCall and copyCall build the calls of the pgx-native API
+// (a Query's and a QueryRow's: pgxQuery).
 func execCall(query string, args []any) *call {
 	cl := newPgxCall(call{query: query}, pgxCall{kind: pxExec, args: args})
 	cl.args = namedArgs(args, cl.px.argBuf[:])
 	return cl
 }
 
-func queryCall(query string, args []any) *call {
-	return &newPgxQuery(query, args).cl
-}
-
-// pgxQuery is what a Query allocates, in one piece: its call, the call's
-// pgx side, its rows and the replica connection it borrows. QueryRow takes
-// one from pgxQueries and gives it back once its row is scanned.
+// pgxQuery is a Query's or a QueryRow's call, the call's pgx side, its
+// rows and the replica connection it borrows, in one piece taken from
+// pgxQueries. QueryRow gives it back once its row is scanned; Query as
+// soon as the call returns, its rows and borrowed connection being in a
+// queryResults of their own (rows may be read after they are closed).
 type pgxQuery struct {
 	cl      call
 	px      pgxCall
@@ -298,8 +296,11 @@ type pgxQuery struct {
 	replica borrowed
 }
 
-func newPgxQuery(query string, args []any) *pgxQuery {
-	return new(pgxQuery).init(query, args)
+// queryResults is what a Query's results keep once its call is over:
+// the rows, and the replica connection they hold until closed.
+type queryResults struct {
+	rows    poolRows
+	replica borrowed
 }
 
 // init makes q, a zero pgxQuery, the Query of query with args.
@@ -309,11 +310,14 @@ func (q *pgxQuery) init(query string, args []any) *pgxQuery {
 	return q
 }
 
-// pgxQueries recycles QueryRow's pgxQuery (most of the bytes a read
-// allocates): a pgx.Row is scanned once, after which nothing refers to it
-// (its rows are closed: the replica connection given back, the Pool's
-// connection put back, the call reported). The caller keeps the poolRow,
-// which is not recycled: a second Scan finds the first one's outcome.
+// pgxQueries recycles the pgxQuery of Query and QueryRow (most of the
+// bytes a read allocates). Nothing refers to a call once it returned (the
+// closures its results run when closed hold the connection, not the call;
+// its arguments were encoded when sent), and a QueryRow's rows are closed
+// by its Scan, after which nothing refers to them either (the replica
+// connection given back, the Pool's connection put back, the call
+// reported). The caller keeps the poolRow, which is not recycled: a second
+// Scan finds the first one's outcome.
 var pgxQueries = sync.Pool{New: func() any { return new(pgxQuery) }}
 
 // recycle gives q back to pgxQueries, zeroed.

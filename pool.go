@@ -338,11 +338,16 @@ func execOn(ctx context.Context, run runFunc, sql string, args []any) (pgconn.Co
 }
 
 func queryOn(ctx context.Context, run runFunc, sql string, args []any) (pgx.Rows, error) {
-	cl := queryCall(sql, args)
-	if err := run(ctx, cl); err != nil {
+	res := new(queryResults)
+	q := pgxQueries.Get().(*pgxQuery).init(sql, args)
+	q.px.rowsBuf, q.px.replicaBuf = &res.rows, &res.replica
+	err := run(ctx, &q.cl)
+	rows := q.px.rows
+	q.recycle()
+	if err != nil {
 		return errRows{err}, err
 	}
-	return cl.px.rows, nil
+	return rows, nil
 }
 
 func queryRowOn(ctx context.Context, run runFunc, sql string, args []any) pgx.Row {

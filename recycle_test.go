@@ -212,3 +212,33 @@ func recycleReadBack(ctx context.Context, db *sql.DB, p *pgrouted.Pool, w, i int
 	}
 	return nil
 }
+
+// TestPoolRowsReadAfterClose: a Pool Query's rows answer after they are
+// closed, and after later queries reused the call they came from (pgx's
+// own rows do: pgx.CollectRows reads Err after the last row, and code
+// reads CommandTag once done).
+func TestPoolRowsReadAfterClose(t *testing.T) {
+	ctx := testCtx(t)
+	p, _ := openPool(t, nil)
+	rows, err := p.Query(ctx, "SELECT g AS n FROM generate_series(1, 4) g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	if err != nil || len(got) != 4 {
+		t.Fatalf("rows: %v, %v", got, err)
+	}
+	for range 20 {
+		other, err := p.Query(ctx, "SELECT 'x' AS s, 1 AS m")
+		if err != nil {
+			t.Fatal(err)
+		}
+		other.Close()
+	}
+	if err := rows.Err(); err != nil {
+		t.Errorf("Err after Close: %v", err)
+	}
+	if tag := rows.CommandTag().String(); tag != "SELECT 4" {
+		t.Errorf("CommandTag after Close: %q, want SELECT 4", tag)
+	}
+}
