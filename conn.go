@@ -41,11 +41,50 @@ type conn struct {
 	ownsConnector bool // opened by Driver.Open: Close closes the Connector
 }
 
-// pipelineOK reports whether a statement with args for host may be sent
-// through a pgconn pipeline (pgpipe.OK): not in the exec modes the user
-// chose instead of pgx's default ones, nor under a pgx QueryTracer.
-func (c *Connector) pipelineOK(host *host, args []driver.NamedValue) bool {
-	return pgpipe.OK(host.ConnConfig, args)
+// pipelineUse is what a call would be sent in a pgconn pipeline for.
+type pipelineUse uint8
+
+const (
+	// pipeChecked: a replica read after the check of the replica's
+	// position, in one round trip (conn.readChecked).
+	pipeChecked pipelineUse = iota
+	// pipePositioned: an autocommit write with the read of the position
+	// after its commit (conn.positioned).
+	pipePositioned
+	// pipeTx: a statement in a transaction, between a savepoint and its
+	// release (tx.exec).
+	pipeTx
+)
+
+// pipelines reports whether cl may be sent on host in a pgconn pipeline
+// for use: the one rule for every pipelined path. The call must have the
+// shape the path reads back (pipeChecked: one statement returning rows, a
+// database/sql query or a pgx Query of the Pool; pipePositioned: an Exec
+// or a Query, whose command tag or rows the pipeline gives, not pgx's
+// batches or copies; pipeTx: one database/sql statement, a query or one
+// with arguments: a pgx call in a transaction gets pgx's own rows, and a
+// stale refusal aborts the transaction as it does in pgx), and pgx must
+// allow it (pgpipe.OK: not in the exec modes the user chose instead of
+// pgx's default ones, nor under a pgx QueryTracer). The callers check
+// what the statement is (a read, a write, a plain statement in a
+// transaction).
+func (c *Connector) pipelines(host *host, cl *call, use pipelineUse) bool {
+	switch use {
+	case pipeChecked:
+		if !cl.isQuery || !cl.single || (cl.px != nil && cl.px.kind != pxQuery) {
+			return false
+		}
+	case pipePositioned:
+		if !cl.px.positionable() {
+			return false
+		}
+	case pipeTx:
+		if !cl.single || cl.px != nil || (!cl.isQuery && len(cl.args) == 0) {
+			return false
+		}
+	}
+	cl.px.nameArgs(cl)
+	return pgpipe.OK(host.ConnConfig, cl.args)
 }
 
 // call is one statement to run (a query or an exec), the BEGIN of a
@@ -179,15 +218,10 @@ func (cn *conn) run(ctx context.Context, cl *call) (err error) {
 }
 
 // execute runs cl where p says: on a replica, then on the primary when the
-// replica path fell back (a failure, a refusal: p becomes the plan for the
-// primary, see plan.fellBack), or on the primary.
+// replica path fell back (onReplicas), or on the primary.
 func (cn *conn) execute(ctx context.Context, p *plan, r sqlclass.Result, cl *call) error {
-	if !p.primary {
-		o, err := cn.runOnReplicas(ctx, p, cl)
-		if err != nil || !o.fallBack {
-			return err
-		}
-		p.fellBack(o)
+	if done, err := cn.onReplicas(ctx, p, cl); done {
+		return err
 	}
 	return cn.runOnPrimary(ctx, p, r, cl)
 }

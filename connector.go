@@ -12,6 +12,7 @@ import (
 
 	"github.com/pgrouted/pgrouted/circuit"
 	"github.com/pgrouted/pgrouted/dsn"
+	"github.com/pgrouted/pgrouted/internal/consistency"
 	"github.com/pgrouted/pgrouted/lagmeter"
 	"github.com/pgrouted/pgrouted/topology"
 )
@@ -31,17 +32,17 @@ type Connector struct {
 	budget  lagmeter.Budget
 	history *lagmeter.History // the primary's WAL positions (from topology)
 
-	// writes is the position of the last writes through this connector.
-	writes mark
-	// catchUpSkips counts the reads sent to the primary because their
-	// replicas' checks at their write's age mostly fail (catchup.go).
-	catchUpSkips atomic.Uint32
-	// deferredUse is the record of what the reads of deferred positions
-	// served (deferred.go).
-	deferredUse deferredUse
-	// index shares the reads of the primary's position among global reads
-	// (readindex.go, global.go).
-	index *readIndex
+	// writes is the read-your-writes state of the writes through this
+	// connector (a Session has its own); explore, deferredUse and index
+	// are the rest of read-your-writes' shared records
+	// (internal/consistency; consistency.go is their glue): the reads
+	// that found no replica worth checking, what the reads of deferred
+	// positions served, and the read index, which shares the reads of the
+	// primary's position among global reads.
+	writes      consistency.Mark
+	explore     consistency.Explore
+	deferredUse consistency.DeferredUse
+	index       *consistency.ReadIndex
 	// booted is set once every host answered (pgrouted_strict_boot).
 	booted atomic.Bool
 	// counters are behind Stats (with each host's statement counters).
@@ -100,7 +101,7 @@ func NewConnector(cfg *Config) (*Connector, error) {
 		return nil, err
 	}
 	c := &Connector{cfg: own, funcs: newCatalog(read, write), classes: newClassCache()}
-	c.index = newReadIndex(c.fetchPosition)
+	c.index = consistency.NewReadIndex(c.fetchPosition, positionTimeout)
 	if d, ok := own.MaxLag.Time(); ok {
 		c.budget.MaxTime = d
 	} else if n, ok := own.MaxLag.Bytes(); ok {
@@ -254,7 +255,7 @@ func (c *Connector) Close() error {
 	}
 	c.closed = true
 	c.funcs.close()
-	c.index.close()
+	c.index.Close()
 	if c.stopTerms != nil {
 		close(c.stopTerms)
 		<-c.termsDone
@@ -278,7 +279,7 @@ func (c *Connector) Close() error {
 }
 
 func (c *Connector) closePools() {
-	c.index.close() // a failed NewConnector too
+	c.index.Close() // a failed NewConnector too
 	for _, h := range c.hosts.all() {
 		h.pool.Close()
 	}

@@ -3,13 +3,16 @@ package pgrouted
 import (
 	"context"
 	"time"
+
+	"github.com/pgrouted/pgrouted/dsn"
 )
 
 // This file holds the per-request options a context carries: the route
 // forced (WithRoute), the staleness budget (WithMaxLag), the user's
 // read-your-writes Session (WithSession) and the replica wait
-// (WithReplicaWait) and the consistency (WithConsistency), each with the
-// reader the routing code uses.
+// (WithReplicaWait) and the consistency (WithConsistency). A statement
+// reads them once, into its plan: the route, and the read-your-writes
+// Intent (Connector.intentOf, consistency.go).
 //
 // They are kept together in one options value under one context key: each
 // With* copies the options it finds and changes its own field, so the
@@ -73,8 +76,6 @@ func WithSession(ctx context.Context, s *Session) context.Context {
 	return withOption(ctx, func(o *options) { o.session = s })
 }
 
-func sessionFrom(ctx context.Context) *Session { return optionsFrom(ctx).session }
-
 // WithReplicaWait returns a context whose reads may wait up to d on a
 // replica that has not yet replayed the caller's writes, for its replay to
 // reach them, instead of running on the primary (it overrides
@@ -82,15 +83,6 @@ func sessionFrom(ctx context.Context) *Session { return optionsFrom(ctx).session
 // session and global consistency, where reads have a position to wait for.
 func WithReplicaWait(ctx context.Context, d time.Duration) context.Context {
 	return withOption(ctx, func(o *options) { o.replicaWait, o.hasWait = d, true })
-}
-
-// replicaWait is the wait of a read in ctx: WithReplicaWait's, else
-// pgrouted_replica_wait's.
-func (c *Connector) replicaWait(ctx context.Context) time.Duration {
-	if o := optionsFrom(ctx); o.hasWait {
-		return max(o.replicaWait, 0)
-	}
-	return c.cfg.ReplicaWait
 }
 
 // WithConsistency returns a context whose statements use consistency c
@@ -103,11 +95,6 @@ func WithConsistency(ctx context.Context, c Consistency) context.Context {
 	return withOption(ctx, func(o *options) { o.consistency = c })
 }
 
-// consistency is the consistency of the statements of ctx.
-func (c *Connector) consistency(ctx context.Context) Consistency {
-	return c.consistencyOf(optionsFrom(ctx))
-}
-
 // consistencyOf is the consistency of the statements of a context with
 // options o.
 func (c *Connector) consistencyOf(o *options) Consistency {
@@ -117,3 +104,23 @@ func (c *Connector) consistencyOf(o *options) Consistency {
 	}
 	return c.cfg.Consistency
 }
+
+// Consistency is what a read on a replica must see: pgrouted_consistency,
+// or WithConsistency for one request.
+type Consistency = dsn.Consistency
+
+// The consistencies, for [WithConsistency].
+const (
+	// ConsistencySession: a read sees the writes of its Session (see
+	// [WithSession]), or else of its Connector, made before it.
+	ConsistencySession = dsn.ConsistencySession
+	// ConsistencyEventual: a read may run on any replica inside the
+	// staleness budget.
+	ConsistencyEventual = dsn.ConsistencyEventual
+	// ConsistencyGlobal: a read sees every transaction committed on the
+	// primary before it began, by any client; a Session in the context is
+	// a floor. After the read begins, the primary's WAL position is read
+	// (shared among concurrent reads); the read then needs that position
+	// on its replica, as a session read needs its Session's.
+	ConsistencyGlobal = dsn.ConsistencyGlobal
+)

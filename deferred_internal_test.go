@@ -7,26 +7,38 @@ import (
 	"time"
 
 	"github.com/pgrouted/pgrouted/dsn"
+	"github.com/pgrouted/pgrouted/internal/consistency"
 	"github.com/pgrouted/pgrouted/lagmeter"
 )
 
 // deferredConnector is benchConnector (a primary and 2 standbys of system
 // 7, timeline 1, replayed to 1<<30) whose caller wrote once with its
 // position deferred, and whose position reads answer with fetch.
-func deferredConnector(t *testing.T, fetch fetchFunc) (*Connector, *view) {
+func deferredConnector(t *testing.T, fetch consistency.Fetch) (*Connector, *view) {
 	t.Helper()
 	c, v := benchConnector(&testing.B{}, dsn.SelectRoundRobin, 2)
-	c.writes.wroteDeferred(lagmeter.Watermark{SystemID: 7, Timeline: 1}, monoNow())
-	c.index = newReadIndex(fetch)
-	t.Cleanup(c.index.close)
+	c.writes.WroteDeferred(lagmeter.Watermark{SystemID: 7, Timeline: 1}, consistency.Now())
+	c.index = consistency.NewReadIndex(fetch, time.Minute)
+	t.Cleanup(c.index.Close)
 	return c, v
+}
+
+// sessionRead is the context of a session read in v, as planReplica
+// makes it (its Settle of the connector's mark committed).
+func sessionRead(t *testing.T, c *Connector, v *view) *readCtx {
+	t.Helper()
+	in := c.intentOf(noOptions)
+	rc := new(readCtx)
+	if err := c.readCtx(rc, context.Background(), &in, false, v, true); err != nil {
+		t.Fatal(err)
+	}
+	return rc
 }
 
 // pickDeferred is planReplica's pick and resolution of a read in v.
 func pickDeferred(t *testing.T, c *Connector, v *view) (pick, *readCtx) {
 	t.Helper()
-	rc := &readCtx{ctx: context.Background(), mark: &c.writes, st: c.writes.load(), now: monoNow(), cons: dsn.ConsistencySession}
-	c.settleDeferred(rc, v, true)
+	rc := sessionRead(t, c, v)
 	pk := c.pickReplica(v, rc, true, nil)
 	if pk.host == nil || !pk.pending || !pk.check {
 		t.Fatalf("a read after a deferred write: pick %+v, want a replica to check once the position is read", pk)
@@ -61,7 +73,7 @@ func TestDeferredPositionResolves(t *testing.T) {
 			if fetches != 1 {
 				t.Fatalf("%d position reads, want 1", fetches)
 			}
-			if st := c.writes.load(); st.pending || st.wm.LSN != tc.lsn {
+			if st := c.writes.Load(); st.Pending() || st.Watermark().LSN != tc.lsn {
 				t.Fatalf("mark after the read: %+v, want the position read, settled", st)
 			}
 		})
@@ -80,7 +92,7 @@ func TestDeferredPositionOtherHistory(t *testing.T) {
 	if pk.host != nil || pk.reason != ReasonPositionUnknown {
 		t.Fatalf("pick %+v, want none for %s", pk, ReasonPositionUnknown)
 	}
-	if st := c.writes.load(); st.pending || !st.unknown {
+	if st := c.writes.Load(); st.Pending() || !st.Unknown() {
 		t.Fatalf("mark %+v, want the position unknown", st)
 	}
 }
@@ -95,7 +107,7 @@ func TestDeferredPositionFetchFails(t *testing.T) {
 	if pk.host != nil || pk.reason != ReasonPositionUnknown {
 		t.Fatalf("pick %+v, want none for %s", pk, ReasonPositionUnknown)
 	}
-	if st := c.writes.load(); !st.pending || st.unknown {
+	if st := c.writes.Load(); !st.Pending() || st.Unknown() {
 		t.Fatalf("mark %+v, want the write still deferred", st)
 	}
 }
@@ -109,11 +121,11 @@ func TestDeferredPositionSettledByProbe(t *testing.T) {
 		return lagmeter.Watermark{}, errors.New("unexpected")
 	})
 	p := *v.hosts[0].probe
-	p.LastSuccess = monoNow().Add(time.Millisecond)
+	p.LastSuccess = consistency.Now().Add(time.Millisecond)
 	v.hosts[0].probe, v.walEnd = &p, 1<<29
-	rc := &readCtx{ctx: context.Background(), mark: &c.writes, st: c.writes.load(), now: monoNow(), cons: dsn.ConsistencySession}
-	c.settleDeferred(rc, v, true)
-	if st := c.writes.load(); st.pending || st.wm.LSN != 1<<29 {
+	v.setPrimaryState()
+	rc := sessionRead(t, c, v)
+	if st := c.writes.Load(); st.Pending() || st.Watermark().LSN != 1<<29 {
 		t.Fatalf("mark %+v, want it settled at the probe's position", st)
 	}
 	if pk := c.pickReplica(v, rc, true, nil); pk.host == nil || pk.pending || pk.check {
@@ -125,46 +137,10 @@ func TestDeferredPositionSettledByProbe(t *testing.T) {
 	p2 := *v.hosts[0].probe
 	p2.Timeline = 2
 	v.hosts[0].probe = &p2
-	rc = &readCtx{ctx: context.Background(), mark: &c.writes, st: c.writes.load(), now: monoNow(), cons: dsn.ConsistencySession}
-	c.settleDeferred(rc, v, true)
-	if st := c.writes.load(); st.pending || !st.unknown {
+	v.setPrimaryState()
+	sessionRead(t, c, v)
+	if st := c.writes.Load(); st.Pending() || !st.Unknown() {
 		t.Fatalf("mark %+v after a failover, want the position unknown", st)
-	}
-}
-
-// TestDeferredMark: what a mark keeps of deferred writes and of positions
-// read after them.
-func TestDeferredMark(t *testing.T) {
-	on := lagmeter.Watermark{SystemID: 7, Timeline: 1}
-	var m mark
-	t0 := monoNow()
-	m.wroteDeferred(on, t0)
-	if st := m.load(); !st.pending || st.pendingAt != t0 || st.unknown {
-		t.Fatalf("after a deferred write: %+v", st)
-	}
-	// A position read by a query sent before the deferred write was
-	// acknowledged does not cover it; one sent after does.
-	w := lagmeter.Watermark{SystemID: 7, Timeline: 1, LSN: 100}
-	m.wrote(w, time.Now(), t0.Add(-time.Millisecond))
-	if st := m.load(); !st.pending {
-		t.Fatalf("a position read before the deferred write settled it: %+v", st)
-	}
-	m.wrote(w, time.Now(), t0.Add(time.Millisecond))
-	if st := m.load(); st.pending || st.wm != w {
-		t.Fatalf("a position read after the deferred write did not settle it: %+v", st)
-	}
-	// A deferred write on another history while one is deferred: the
-	// older one's position is unknown.
-	m.wroteDeferred(on, t0)
-	m.wroteDeferred(lagmeter.Watermark{SystemID: 7, Timeline: 2}, t0.Add(time.Millisecond))
-	if st := m.load(); !st.pending || !st.unknown || st.pendingOn.Timeline != 2 {
-		t.Fatalf("two histories: %+v", st)
-	}
-	// Without a known history the position is unknown at once.
-	var m2 mark
-	m2.wroteDeferred(lagmeter.Watermark{}, t0)
-	if st := m2.load(); st.pending || !st.unknown {
-		t.Fatalf("unknown history: %+v", st)
 	}
 }
 
@@ -176,125 +152,33 @@ func TestDeferredReadJoinsARunningPositionRead(t *testing.T) {
 	c, v := deferredConnector(t, func(context.Context) (lagmeter.Watermark, error) {
 		return lagmeter.Watermark{SystemID: 7, Timeline: 1, LSN: 1<<30 + 100}, nil
 	})
-	now := monoNow()
-	rc := &readCtx{ctx: context.Background(), mark: &c.writes, st: c.writes.load(), now: now, cons: dsn.ConsistencySession}
+	rc := sessionRead(t, c, v)
+	now := rc.now
 	// Failed checks at the read's own write age (the write was made
 	// when the connector was, some microseconds before: its bucket).
 	for i := range v.hosts {
 		for range 8 {
-			v.hosts[i].catchUp.record(now.Sub(rc.st.lastWrite), now, false)
+			v.hosts[i].catchUp.Record(now.Sub(rc.st.LastWrite()), now, false)
 		}
 	}
-	c.catchUpSkips.Store(1) // not an exploring read
+	// The first reads that find no replica worth checking do not explore
+	// (consistency.Explore: one in several does).
 	if pk := c.pickReplica(v, rc, true, nil); pk.host != nil || pk.reason != ReasonCatchingUp {
 		t.Fatalf("alone: pick %+v, want none for %s", pk, ReasonCatchingUp)
 	}
-	c.index.busy.Store(true)
-	c.catchUpSkips.Store(1)
+	// A position read under way: a read that blocks the index's fetch.
+	release := make(chan struct{})
+	c.index = consistency.NewReadIndex(func(ctx context.Context) (lagmeter.Watermark, error) {
+		<-release
+		return lagmeter.Watermark{}, errors.New("released")
+	}, time.Minute)
+	t.Cleanup(c.index.Close)
+	t.Cleanup(func() { close(release) })
+	go c.index.Join(context.Background())
+	for !c.index.Waiting() {
+		time.Sleep(time.Millisecond)
+	}
 	if pk := c.pickReplica(v, rc, true, nil); pk.host == nil || !pk.pending || !pk.check {
 		t.Fatalf("with a position read under way: pick %+v, want a replica to check", pk)
-	}
-}
-
-// TestDeferredUseRecord: the record of what deferred positions' reads
-// served says to read one while it is too short to tell, while they serve
-// deferredPays reads each, and once its last one is older than
-// catchUpRecheck. The reads it sends to the primary count as the
-// positions' reads would have: a process that starts reading more after
-// each write makes them pay again. Its counts are halved as they reach
-// deferredWindow, so it follows a change of pattern.
-func TestDeferredUseRecord(t *testing.T) {
-	now := monoNow()
-	var u deferredUse
-	for i := range deferredLearn {
-		if !u.worth(now) {
-			t.Fatalf("after %d position reads: not worth one, want worth while learning", i)
-		}
-		u.served(true, now)
-	}
-	// One read per write, each sent to the primary: not worth it.
-	for range 4 * deferredWindow {
-		if u.worth(now) {
-			t.Fatal("each position read serving one read: worth one")
-		}
-		u.skip(&markState{pending: true}, now)
-	}
-	if !u.worth(now.Add(catchUpRecheck + time.Millisecond)) {
-		t.Fatal("a record older than catchUpRecheck still stops the read")
-	}
-	// Then three reads per write, sent to the primary: within a window
-	// of writes, the record says reading the position pays.
-	paid := 0
-	for i := range deferredWindow {
-		st := &markState{pending: true}
-		for range 3 {
-			if u.worth(now) {
-				paid = max(paid, i+1)
-				break
-			}
-			u.skip(st, now)
-		}
-		if paid > 0 {
-			break
-		}
-	}
-	if paid == 0 {
-		t.Fatalf("after %d writes read back 3 times each: not worth reading their positions", deferredWindow)
-	}
-	// The same after a window of one read per write, but each write's
-	// fourth read reads its position (it came after the replicas' catch-up
-	// age): one position read per write, not two (read after skip), and
-	// the record says reading them pays within two windows of writes.
-	u = deferredUse{}
-	for range deferredLearn {
-		u.served(true, now)
-	}
-	for range 4 * deferredWindow {
-		u.skip(&markState{pending: true}, now)
-	}
-	paid = 0
-	for i := range 2 * deferredWindow {
-		st := &markState{pending: true}
-		for range 3 {
-			if u.worth(now) {
-				paid = i + 1
-				break
-			}
-			u.skip(st, now)
-		}
-		if paid > 0 {
-			break
-		}
-		u.read(st, true, now)
-	}
-	if paid == 0 {
-		t.Fatalf("after %d writes read back 3 times each then read at their positions: not worth reading the positions first", 2*deferredWindow)
-	}
-	t.Logf("three reads per write, the fourth at the position: worth reading it after %d writes", paid)
-	// A read that relies on the last position read makes them pay.
-	u = deferredUse{}
-	for range deferredLearn {
-		u.served(true, now)
-	}
-	for range deferredLearn * (deferredPays - 1) {
-		u.served(false, now)
-	}
-	if !u.worth(now) {
-		t.Fatalf("position reads serving %d reads each: not worth one", deferredPays)
-	}
-	// A burst of reads relying on one position, then a change of
-	// pattern: position reads serving one read each. Within a window, the
-	// record says so.
-	for range 10000 {
-		u.served(false, now)
-	}
-	for range deferredWindow {
-		u.served(true, now)
-	}
-	if u.worth(now) {
-		t.Fatal("after a window of position reads serving one read each: still worth one")
-	}
-	if s := u.n.Load() >> 32; s >= deferredWindow {
-		t.Fatalf("%d position reads counted, want fewer than deferredWindow (%d)", s, deferredWindow)
 	}
 }

@@ -38,8 +38,8 @@ func (c *Connector) report(ctx context.Context, p *plan, cl *call, began time.Ti
 		Err:        err,
 		Retried:    cl.retried || cl.reruns > 0,
 		Waited:     cl.waited,
-		WriteLost:  p.lost,
-		Global:     p.global.used, // global.go
+		WriteLost:  p.writeLost,
+		Global:     p.global.used,
 		GlobalWait: p.global.wait,
 	}
 	if cl.ran != nil {

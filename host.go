@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pgrouted/pgrouted/circuit"
 	"github.com/pgrouted/pgrouted/dsn"
+	"github.com/pgrouted/pgrouted/internal/consistency"
 	"github.com/pgrouted/pgrouted/internal/pgpipe"
 	"github.com/pgrouted/pgrouted/lagmeter"
 	"github.com/pgrouted/pgrouted/topology"
@@ -56,7 +57,7 @@ type host struct {
 
 	// catchUp is the record of its position checks by the age of the
 	// write they looked for (catchup.go).
-	catchUp catchUp
+	catchUp consistency.CatchUp
 
 	// missed is the last position a replica wait on it did not see in
 	// time (replicawait.go).

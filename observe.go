@@ -424,12 +424,12 @@ func (c *Connector) Stats() Stats {
 		ReplicaWaitTime:     time.Duration(k.wait.nanos.Load()),
 		ReplicaWaitTimeouts: k.wait.timeouts.Load(),
 
-		PositionFetches:       c.index.fetches.Load(), // global.go
-		PositionFetchErrors:   c.index.failed.Load(),
+		PositionFetches:       c.index.Fetches(),
+		PositionFetchErrors:   c.index.Failed(),
 		DeferredPositionReads: deferred,
-		GlobalReads:           c.index.served.Load() - deferred, // served counts both, each before deferredReads
-		GlobalWaitTime:        time.Duration(c.index.waited.Load()),
-		PositionsShared:       c.index.shared.Load(),
+		GlobalReads:           c.index.Served() - deferred, // Served counts both, each before deferredReads
+		GlobalWaitTime:        c.index.Waited(),
+		PositionsShared:       c.index.Shared(),
 	}
 	if e := c.top.Snapshot().Epoch; e > 1 {
 		st.Failovers = e - 1

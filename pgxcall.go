@@ -5,10 +5,10 @@ import (
 	"database/sql/driver"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/pgrouted/pgrouted/internal/consistency"
 	"github.com/pgrouted/pgrouted/internal/pgpipe"
 	"github.com/pgrouted/pgrouted/internal/sqlclass"
 )
@@ -209,34 +209,24 @@ func (px *pgxCall) putOnClose(p *Pool, cn *conn) {
 	o.pool, o.cn = p, cn
 }
 
-// wroteLater raises the read-your-writes watermark once the call's open
+// raiseOnClose raises the read-your-writes marks once the call's open
 // results, from a statement that is not a read on cn's primary session,
-// are closed (as wroteRows does), and reports whether there are any. A
-// write whose primary's term ended while its rows, its batch's results or
-// its commit's answer were on their way ends with ErrOutcomeUnknown from
-// them too.
-func (px *pgxCall) wroteLater(ctx context.Context, cn *conn) bool {
+// are closed (conn.raiseAfterRows, as the driver's writeRows do), and
+// reports whether there are any. A write whose primary's term ended while
+// its rows, its batch's results or its commit's answer were on their way
+// ends with ErrOutcomeUnknown from them too (resultErr).
+func (px *pgxCall) raiseOnClose(ctx context.Context, cn *conn, in *consistency.Intent) bool {
 	if !px.open() {
 		return false
 	}
 	host, sc := cn.host, cn.primary
-	px.afterClose(func() {
-		if cn.primary != nil && !cn.inSQLTx() {
-			cn.c.wroteThen(ctx, host, cn.primary.Conn())
-		} else {
-			cn.c.wrote(ctx, host, 0, time.Time{})
-		}
-	})
+	px.afterClose(func() { cn.raiseAfterRows(ctx, in, host) })
 	if sc != nil {
 		// Err is read once the rows are closed, and the connection given
-		// back to its pool, which may have closed its session since.
-		lost := cn.lostLater(sc)
-		errFn := func(err error) error {
-			if err == nil || pgpipe.IsPgError(err) || !lost() {
-				return err
-			}
-			return lostError(OpWrite, err)
-		}
+		// back to its pool, which may have closed its session or opened
+		// another since: the session's own term is asked.
+		t := cn.term
+		errFn := func(err error) error { return resultErr(err, t, sc) }
 		if px.rows != nil {
 			px.rows.errFn = errFn
 		} else {
@@ -260,7 +250,7 @@ func (t *pgxTxInner) Commit() error { return t.tx.Commit(t.ctx) }
 func (t *pgxTxInner) Rollback() error { return t.tx.Rollback(t.ctx) }
 
 // namedArgs returns args as the driver's paths take them (the positioned
-// write encodes them, pipelineOK looks at the first), in buf when they
+// write encodes them, pipelines looks at the first), in buf when they
 // fit.
 func namedArgs(args []any, buf []driver.NamedValue) []driver.NamedValue {
 	if len(args) == 0 {
@@ -345,7 +335,7 @@ func batchCall(c *Connector, ctx context.Context, b *pgx.Batch) *call {
 	text, rank := "", -1
 	for _, q := range b.QueuedQueries {
 		r := c.classify(ctx, q.SQL)
-		k := 2 * classRank[r.Class]
+		k := 2 * r.Class.Rank()
 		if r.Class == sqlclass.Read && r.Hint == sqlclass.HintPrimary {
 			k = 1 // over any read, under any other statement
 		}
@@ -354,16 +344,6 @@ func batchCall(c *Connector, ctx context.Context, b *pgx.Batch) *call {
 		}
 	}
 	return &call{query: text, px: &pgxCall{kind: pxBatch, batch: b}}
-}
-
-// classRank orders the classes as sqlclass does (see sqlclass.Class).
-var classRank = [...]int{
-	sqlclass.Read:    0,
-	sqlclass.Write:   1,
-	sqlclass.Unknown: 2,
-	sqlclass.Lock:    3,
-	sqlclass.Tx:      4,
-	sqlclass.Session: 5,
 }
 
 // copyCall's text is the COPY statement pgx sends.

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/pgrouted/pgrouted/dsn"
+	"github.com/pgrouted/pgrouted/internal/consistency"
 	"github.com/pgrouted/pgrouted/internal/sqlclass"
 	"github.com/pgrouted/pgrouted/lagmeter"
 	"github.com/pgrouted/pgrouted/topology"
@@ -25,15 +26,22 @@ type plan struct {
 	replica target // the replica and its check, when !primary
 	reason  Reason
 	forced  Route
-	// fallback: the primary may run it when no replica can (see
-	// plan.fallBack).
-	fallback bool
-	err      error     // the statement cannot run
-	lost     bool      // the caller's last write was found lost in a failover
-	pin      bool      // the connection stays on the primary after it (beyond a Session class)
-	fn       string    // the function that decided (see Decision.Function)
-	global   indexRead // the primary's position under global consistency (global.go)
-	deferred indexRead // the position of the caller's deferred writes (deferred.go)
+	// replicaForced: the context forces the replica (WithRoute): a
+	// saturated one still serves.
+	replicaForced bool
+	// canFallback: the primary may run it when no replica can (see
+	// plan.fallback).
+	canFallback bool
+	err         error     // the statement cannot run
+	writeLost   bool      // the caller's last write was found lost in a failover
+	pin         bool      // the connection stays on the primary after it (beyond a Session class)
+	fn          string    // the function that decided (see Decision.Function)
+	global      indexRead // the primary's position under global consistency (consistency.go)
+	deferred    indexRead // the position of the caller's deferred writes (consistency.go)
+	// in is the statement's read-your-writes intent, resolved once from
+	// its context: its reads and the raise of the marks after its writes
+	// (or its transaction's commit) use it.
+	in consistency.Intent
 }
 
 // target is the replica a read (or a read-only transaction) runs on, and
@@ -94,7 +102,7 @@ func opOf(c sqlclass.Class) string {
 //     falls back to the primary, except when forced to a replica or under
 //     pgrouted_fallback=error: then it fails with ErrNoReplica. The replica
 //     path asks the plan the same question when the chosen replica fails
-//     its check or its connection, or refuses the statement (plan.fallBack).
+//     its check or its connection, or refuses the statement (plan.fallback).
 //
 // advance moves the round-robin position; Explain does not. The plan is
 // written to p, a zero plan the caller keeps (on its stack): a plan is too
@@ -102,8 +110,9 @@ func opOf(c sqlclass.Class) string {
 func (c *Connector) plan(ctx context.Context, q *request, advance bool, p *plan) {
 	o := optionsFrom(ctx)
 	route := o.route
+	p.in, p.replicaForced = c.intentOf(o), route == Replica
 	if q.begin {
-		c.planTx(ctx, o, q, route, advance, p)
+		c.planTx(ctx, q, route, advance, p)
 		return
 	}
 	switch q.r.Hint {
@@ -119,7 +128,7 @@ func (c *Connector) plan(ctx context.Context, q *request, advance bool, p *plan)
 		// It wrote when it ran on a replica: its effects are not known.
 		class = sqlclass.Session
 	}
-	p.op, p.class, p.forced, p.fallback = opOf(class), class, route, c.fallback(route)
+	p.op, p.class, p.forced, p.canFallback = opOf(class), class, route, c.canFallback(route)
 	if class != sqlclass.Read {
 		if route == Replica {
 			p.err = &RouteError{Op: p.op, Reason: ReasonWriteOnReplica}
@@ -155,12 +164,12 @@ func (c *Connector) plan(ctx context.Context, q *request, advance bool, p *plan)
 		p.primary, p.reason = true, ReasonPinned
 		return
 	}
-	c.planReplica(ctx, o, p, advance)
+	c.planReplica(ctx, p, advance)
 }
 
-// planTx is plan for BeginTx (p is zero).
-func (c *Connector) planTx(ctx context.Context, o *options, q *request, route Route, advance bool, p *plan) {
-	p.op, p.class, p.forced, p.fallback, p.primary = OpTx, sqlclass.Tx, route, c.fallback(route), true
+// planTx is plan for BeginTx (p holds only its intent).
+func (c *Connector) planTx(ctx context.Context, q *request, route Route, advance bool, p *plan) {
+	p.op, p.class, p.forced, p.canFallback, p.primary = OpTx, sqlclass.Tx, route, c.canFallback(route), true
 	switch {
 	case !q.readOnly && route == Replica:
 		p.primary, p.reason = false, ReasonWriteOnReplica
@@ -184,35 +193,35 @@ func (c *Connector) planTx(ctx context.Context, o *options, q *request, route Ro
 		p.reason = ReasonSerializableRO
 	default:
 		p.primary = false
-		c.planReplica(ctx, o, p, advance)
+		c.planReplica(ctx, p, advance)
 	}
 }
 
 // planReplica completes p, a read or a read-only transaction that may run
 // on a replica, with the replica that serves it or, when none is eligible,
-// the fallback or the error. o are ctx's options.
-func (c *Connector) planReplica(ctx context.Context, o *options, p *plan, advance bool) {
+// the fallback or the error.
+func (c *Connector) planReplica(ctx context.Context, p *plan, advance bool) {
 	v := c.view()
 	var rc readCtx
-	if err := c.readCtx(&rc, ctx, o, v, advance); err != nil {
+	if err := c.readCtx(&rc, ctx, &p.in, p.replicaForced, v, advance); err != nil {
 		p.err = err
 		return
 	}
-	c.globalPosition(ctx, v, &rc, &p.global, advance) // global.go
-	p.lost = rc.lost
+	c.globalPosition(ctx, v, &rc, &p.global, advance)
+	p.writeLost = rc.lost
 	pk := c.pickReplica(v, &rc, advance, nil)
 	switch {
 	case !advance:
 	case pk.pending:
-		pk = c.resolveDeferred(ctx, v, &rc, pk, &p.deferred) // deferred.go
-	case pk.host != nil && rc.st.fetched && rc.cons == dsn.ConsistencySession:
+		pk = c.resolveDeferred(ctx, v, &rc, pk, &p.deferred)
+	case pk.host != nil && rc.st.Fetched() && p.in.Level == consistency.Session:
 		// It relies on the position a read of a deferred one read.
-		c.deferredUse.served(false, rc.now)
+		c.deferredUse.Served(false, rc.now)
 	}
 	if pk.host != nil {
 		p.replica.host, p.replica.check, p.replica.wm = pk.host, pk.check, pk.wm
 		if pk.check {
-			p.replica.wait, p.replica.wrote = c.waitFor(ctx, pk), pk.wrote
+			p.replica.wait, p.replica.wrote = c.waitFor(&p.in, pk), pk.wrote
 		}
 		switch {
 		case p.forced == Replica:
@@ -230,37 +239,37 @@ func (c *Connector) planReplica(ctx context.Context, o *options, p *plan, advanc
 		return
 	}
 	p.reason = pk.reason
-	if p.err = p.fallBack(pk.reason, nil); p.err == nil {
+	if p.err = p.fallback(pk.reason, nil); p.err == nil {
 		p.primary = true
 	}
 }
 
-// fallback reports whether a statement routed route may run on the
+// canFallback reports whether a statement routed route may run on the
 // primary when no replica can serve it: not when forced to a replica, nor
 // under pgrouted_fallback=error.
-func (c *Connector) fallback(route Route) bool {
+func (c *Connector) canFallback(route Route) bool {
 	return route != Replica && c.cfg.Fallback != dsn.FallbackError
 }
 
-// fallBack answers whether p, planned for a replica, may run on the primary
-// when no replica can serve it, for reason: nil when it may, else the error
-// it fails with (ErrNoReplica with reason, wrapping cause). It is the one
-// rule for every statement planned for a replica: an autocommit read, a
-// read-only transaction, Prepare's describe, and a read its replica
-// refused with SQLSTATE 25006.
-func (p *plan) fallBack(reason Reason, cause error) error {
-	if p.fallback {
+// fallback answers whether p, planned for a replica, may fall back (run on
+// the primary) when no replica can serve it, for reason: nil when it may,
+// else the error it fails with (ErrNoReplica with reason, wrapping cause).
+// It is the one rule for every statement planned for a replica: an
+// autocommit read, a read-only transaction, Prepare's describe, and a read
+// its replica refused with SQLSTATE 25006.
+func (p *plan) fallback(reason Reason, cause error) error {
+	if p.canFallback {
 		return nil
 	}
 	return &RouteError{Op: p.op, Reason: reason, cause: cause}
 }
 
-// fellBack makes p the plan for the primary after the replica path fell
+// toPrimary makes p the plan for the primary after the replica path fell
 // back (o): it runs there for o's reason; a statement the replica refused
 // (it wrote through something its text and the catalog did not show) is
-// then run as an unknown statement, its watermark raised after it, and it
+// then run as an unknown statement, the marks raised after it, and it
 // pins the connection to the primary (its effects are not known).
-func (p *plan) fellBack(o replicaOutcome) {
+func (p *plan) toPrimary(o replicaOutcome) {
 	p.primary, p.reason = true, o.reason
 	if o.refused {
 		p.class, p.pin = sqlclass.Unknown, true
@@ -273,20 +282,20 @@ func (p *plan) fellBack(o replicaOutcome) {
 func (c *Connector) replan(ctx context.Context, p *plan, skip *host) (target, bool) {
 	v := c.view()
 	var rc readCtx
-	if err := c.readCtx(&rc, ctx, optionsFrom(ctx), v, true); err != nil {
+	if err := c.readCtx(&rc, ctx, &p.in, p.replicaForced, v, true); err != nil {
 		return target{}, false
 	}
 	g := p.global
-	c.globalPosition(ctx, v, &rc, &g, true) // global.go: the plan's position
+	c.globalPosition(ctx, v, &rc, &g, true) // the plan's position
 	next := c.pickReplica(v, &rc, true, skip)
 	if next.pending {
 		d := p.deferred
-		next = c.resolveDeferred(ctx, v, &rc, next, &d) // deferred.go
+		next = c.resolveDeferred(ctx, v, &rc, next, &d)
 	}
 	if next.host == nil {
 		return target{}, false
 	}
-	return target{host: next.host, check: next.check, wm: next.wm, wait: c.waitFor(ctx, next), wrote: next.wrote}, true
+	return target{host: next.host, check: next.check, wm: next.wm, wait: c.waitFor(&p.in, next), wrote: next.wrote}, true
 }
 
 // decision describes a plan for Explain and RouteEvent.
@@ -317,8 +326,8 @@ type pick struct {
 	check  bool
 	wm     lagmeter.Watermark
 	wrote  time.Time // see target.wrote
-	// pending: the caller's position is deferred (deferred.go); host must
-	// check it once it is read (Connector.resolveDeferred).
+	// pending: the caller's position is deferred (consistency.DeferredUse);
+	// host must check it once it is read (Connector.resolveDeferred).
 	pending bool
 }
 
@@ -342,30 +351,32 @@ func (c *Connector) pickReplica(v *view, rc *readCtx, advance bool, skip *host) 
 	nCand, maybeAt := 0, len(buf)
 	standbys, healthy, saturated := 0, 0, 0
 	unknown := false
-	session := rc.cons != dsn.ConsistencyEventual // session or global: a position to reach
-	wm := rc.st.wm
+	level := rc.in.Level
+	session := level != consistency.Eventual // session or global: a position to reach
+	wm := rc.st.Watermark()
 	if !session {
 		wm = lagmeter.Watermark{}
 	}
-	// A deferred position (deferred.go): no replica is proven to hold it
-	// until it is read, which only the pick's replica needs.
-	pending := session && rc.st.pending
+	// A deferred position: no replica is proven to hold it until it is
+	// read, which only the pick's replica needs.
+	pending := session && rc.st.Pending()
 	sp := v.switchPoint(wm.Timeline)
-	pinned := rc.cons == dsn.ConsistencySession && c.cfg.PinAfterWrite > 0 && rc.now.Sub(rc.st.lastWrite) < c.cfg.PinAfterWrite
+	lastWrite := rc.st.LastWrite()
+	pinned := level == consistency.Session && c.cfg.PinAfterWrite > 0 && rc.now.Sub(lastWrite) < c.cfg.PinAfterWrite
 	// recent: the caller's position is its own last write, whose age
 	// tells how likely a replica that must check is to hold it
-	// (catchup.go), and whose position, when deferred, is worth reading
-	// only when such reads serve more than one read (deferred.go), unless
-	// the read may wait for it.
+	// (consistency.CatchUp), and whose position, when deferred, is worth
+	// reading only when such reads serve more than one read
+	// (consistency.DeferredUse), unless the read may wait for it.
 	var age time.Duration
 	// A read that may not fall back to the primary checks in any case.
-	recent := rc.cons == dsn.ConsistencySession && !rc.st.lastWrite.IsZero() && (!wm.IsZero() || pending) &&
+	recent := level == consistency.Session && !lastWrite.IsZero() && (!wm.IsZero() || pending) &&
 		!rc.forced && c.cfg.Fallback != dsn.FallbackError
 	if recent {
-		age = rc.now.Sub(rc.st.lastWrite)
-		// A deferred position read already under way (deferred.go) is
-		// shared: a read that joins it costs the primary nothing more.
-		recent = c.replicaWait(rc.ctx) <= 0 && !(pending && c.index.waiting())
+		age = rc.now.Sub(lastWrite)
+		// A deferred position read already under way is shared: a read
+		// that joins it costs the primary nothing more.
+		recent = rc.in.Wait <= 0 && !(pending && c.index.Waiting())
 	}
 	// Byte lag does not grow while the primary is not probed.
 	byteLease := rc.budget.MaxBytes == 0 || v.snap.LeaseValid(rc.now)
@@ -398,7 +409,7 @@ func (c *Connector) pickReplica(v *view, rc *readCtx, advance bool, skip *host) 
 			unknown = unknown || why == lagmeter.ReasonPositionUnknown
 			continue
 		}
-		if !byteLease || (session && rc.st.unknown) {
+		if !byteLease || (session && rc.st.Unknown()) {
 			unknown = true
 			continue
 		}
@@ -427,11 +438,11 @@ func (c *Connector) pickReplica(v *view, rc *readCtx, advance bool, skip *host) 
 			cand = c.worthChecking(cand, age, rc.now, advance)
 			catchingUp = len(cand) == 0
 			// A deferred position read for this read alone would cost the
-			// primary what the read does (deferred.go).
-			if pending && !catchingUp && !c.deferredUse.worth(rc.now) {
+			// primary what the read does (consistency.DeferredUse).
+			if pending && !catchingUp && !c.deferredUse.Worth(rc.now) {
 				cand, deferred = nil, true
 				if advance {
-					c.deferredUse.skip(rc.st, rc.now)
+					c.deferredUse.Skip(rc.st, rc.now)
 				}
 			}
 		}
@@ -455,7 +466,7 @@ func (c *Connector) pickReplica(v *view, rc *readCtx, advance bool, skip *host) 
 	}
 	pk := pick{host: c.choose(rc.ctx, cand, advance), check: checking, wm: wm, pending: pending}
 	if checking && recent {
-		pk.wrote = rc.st.lastWrite
+		pk.wrote = lastWrite
 	}
 	return pk
 }

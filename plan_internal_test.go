@@ -10,6 +10,7 @@ import (
 	"github.com/pgrouted/pgrouted/lagmeter"
 
 	"github.com/pgrouted/pgrouted/dsn"
+	"github.com/pgrouted/pgrouted/internal/consistency"
 	"github.com/pgrouted/pgrouted/topology"
 )
 
@@ -132,7 +133,7 @@ func benchConnector(b *testing.B, policy dsn.SelectPolicy, n int) (*Connector, *
 		s.Hosts = append(s.Hosts, h)
 	}
 	c.picker = newPicker(policy, 20*time.Millisecond, nil, nil)
-	c.writes.wrote(lagmeter.Watermark{SystemID: 7, Timeline: 1, LSN: 1 << 29}, time.Now(), time.Time{})
+	c.writes.Wrote(lagmeter.Watermark{SystemID: 7, Timeline: 1, LSN: 1 << 29}, time.Now(), time.Time{})
 	return c, newView(s, c.hosts.all())
 }
 
@@ -143,7 +144,8 @@ func BenchmarkPickReplica(b *testing.B) {
 		for _, n := range []int{3, 32} {
 			b.Run(fmt.Sprintf("%s/%d", policy, n), func(b *testing.B) {
 				c, s := benchConnector(b, policy, n)
-				rc := readCtx{ctx: context.Background(), mark: &c.writes, st: c.writes.load(), now: time.Now()}
+				in := c.intentOf(noOptions)
+				rc := readCtx{ctx: context.Background(), in: &in, st: c.writes.Load(), now: time.Now()}
 				b.ReportAllocs()
 				for b.Loop() {
 					if p := c.pickReplica(s, &rc, true, nil); p.host == nil || p.host.idx < 1 {
@@ -158,9 +160,46 @@ func BenchmarkPickReplica(b *testing.B) {
 func TestPickReplicaAllocatesNothing(t *testing.T) {
 	for _, policy := range []dsn.SelectPolicy{dsn.SelectRoundRobin, dsn.SelectWeighted, dsn.SelectLeastInflight, dsn.SelectNearest, dsn.SelectRandom} {
 		c, s := benchConnector(&testing.B{}, policy, 32)
-		rc := readCtx{ctx: context.Background(), mark: &c.writes, st: c.writes.load(), now: time.Now()}
+		in := c.intentOf(noOptions)
+		rc := readCtx{ctx: context.Background(), in: &in, st: c.writes.Load(), now: time.Now()}
 		if n := testing.AllocsPerRun(200, func() { c.pickReplica(s, &rc, true, nil) }); n != 0 {
 			t.Errorf("%s: %v allocations per pick", policy, n)
 		}
+	}
+}
+
+// TestWorthChecking: of the replicas a read must check, those whose checks
+// at its write's age mostly fail are dropped; when that leaves none, one
+// read in consistency.ExploreEvery keeps them all (Explain never does, nor counts).
+func TestWorthChecking(t *testing.T) {
+	var c Connector
+	a, b := &host{}, &host{}
+	age := 100 * time.Microsecond
+	now := consistency.Now()
+	for range 3 {
+		a.catchUp.Record(age, now, false)
+	}
+	cand := func() []*hostView { return []*hostView{{host: a}, {host: b}} }
+	if got := c.worthChecking(cand(), age, now, true); len(got) != 1 || got[0].host != b {
+		t.Fatalf("kept %d replicas, want the one whose checks succeed", len(got))
+	}
+	for range 3 {
+		b.catchUp.Record(age, now, false)
+	}
+	for range 100 {
+		if got := c.worthChecking(cand(), age, now, false); len(got) != 0 {
+			t.Fatal("Explain explored")
+		}
+	}
+	explored := 0
+	for range 8 * consistency.ExploreEvery {
+		if got := c.worthChecking(cand(), age, now, true); len(got) == 2 {
+			explored++
+		} else if len(got) != 0 {
+			t.Fatalf("kept %d replicas, want all or none", len(got))
+		}
+	}
+	if explored != 8 {
+		t.Fatalf("%d of %d reads explored, want 1 in %d", explored, 8*consistency.ExploreEvery, consistency.ExploreEvery)
 	}
 }

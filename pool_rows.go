@@ -115,7 +115,7 @@ func (r *poolRows) Conn() *pgx.Conn {
 func (r *poolRows) Err() error {
 	err := r.Rows.Err()
 	if r.positioned != nil {
-		return r.positioned.lostErr(err)
+		return resultErr(err, r.positioned.term, r.positioned.sc)
 	}
 	if err == nil && r.checked != nil {
 		err = r.checked.Err()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql/driver"
 	"errors"
+	"io"
 	"time"
 
 	"github.com/jackc/pgx/v5/stdlib"
@@ -125,37 +126,43 @@ func (cn *conn) closePrimary() {
 	cn.descs = nil
 }
 
-// lost reports whether the primary session sc broke because its term ended
-// (term.go): the host stopped being the primary while a statement ran.
-func (cn *conn) lost(sc *stdlib.Conn) bool {
-	return sessionLost(cn.term, sc)
+// termEnded reports whether the primary session sc broke because its term
+// ended (term.go): the host stopped being the primary while a statement
+// ran.
+func (cn *conn) termEnded(sc *stdlib.Conn) bool {
+	return sessionTermEnded(cn.term, sc)
 }
 
-// lostLater returns lost for the primary session sc, for results read
-// after cn may have moved on (pgx's rows of a Pool, read after the
-// connection went back to its pool and closed its session or opened
-// another): it asks about sc's own term, the current one now.
-func (cn *conn) lostLater(sc *stdlib.Conn) func() bool {
-	t := cn.term
-	return func() bool { return sessionLost(t, sc) }
-}
-
-// sessionLost reports whether sc, a primary session opened under term t,
-// broke because t ended.
-func sessionLost(t *term, sc *stdlib.Conn) bool {
+// sessionTermEnded reports whether sc, a primary session opened under term
+// t, broke because t ended.
+func sessionTermEnded(t *term, sc *stdlib.Conn) bool {
 	return t != nil && t.ended() && sc.Conn().IsClosed()
 }
 
-// lostError is the error of a statement that was sent to a primary whose
-// term ended before it answered, with the connection's error err: the
-// statement may have run there, and is not run again. err stays as it is
-// when nothing was sent (driver.ErrBadConn: database/sql runs it again on
-// a new connection).
-func lostError(op string, err error) error {
+// outcomeUnknown is the error of a statement that was sent to a primary
+// whose term ended before it answered, with the connection's error err:
+// the statement may have run there, and is not run again
+// (ErrOutcomeUnknown, reason primary-lost). err stays as it is when
+// nothing was sent (driver.ErrBadConn: database/sql runs it again on a new
+// connection).
+func outcomeUnknown(op string, err error) error {
 	if err == nil || errors.Is(err, driver.ErrBadConn) || errors.Is(err, ErrOutcomeUnknown) {
 		return err
 	}
 	return &RouteError{Op: op, Reason: ReasonPrimaryLost, cause: err}
+}
+
+// resultErr is the error of a write's results read after its statement
+// returned (its rows, pgx's rows or batch results, the answer of its
+// commit) from sc, a primary session opened under term t (nil: none):
+// err, unless it is the connection's (not the server's, nor the rows'
+// end) and t ended: then the write's outcome is unknown. It is the one
+// rule for every face's results.
+func resultErr(err error, t *term, sc *stdlib.Conn) error {
+	if err == nil || err == io.EOF || pgpipe.IsPgError(err) || sc == nil || !sessionTermEnded(t, sc) {
+		return err
+	}
+	return outcomeUnknown(OpWrite, err)
 }
 
 // descsOf returns the statement descriptions valid on the primary

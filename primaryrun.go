@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pgrouted/pgrouted/internal/consistency"
 	"github.com/pgrouted/pgrouted/internal/pgpipe"
 	"github.com/pgrouted/pgrouted/internal/sqlclass"
 	"github.com/pgrouted/pgrouted/lagmeter"
@@ -17,8 +18,8 @@ import (
 // This file is the primary path's run of a statement on the primary
 // session: the run itself, the WAL position read after a write's commit
 // (pipelined with the write, internal/pgpipe; or deferred to the first
-// read that needs it, deferred.go), the bookkeeping that
-// follows a write (the read-your-writes watermark), and the rerun of an
+// read that needs it, consistency.DeferredUse), the bookkeeping that
+// follows a write (raising the read-your-writes marks), and the rerun of an
 // autocommit write that a demoted primary refused with SQLSTATE 25006.
 
 // readOnly25006 reports a "read-only transaction" refusal: the statement
@@ -48,16 +49,16 @@ func (cn *conn) runOnPrimary(ctx context.Context, p *plan, r sqlclass.Result, cl
 			}
 			cn.pin()
 		}
-		positioned := cn.positioned(ctx, r, cl)
-		// writes: its watermark is raised after it (raiseAfter).
+		positioned := cn.positioned(&p.in, r, cl)
+		// writes: the marks are raised after it (raiseAfterStatement).
 		writes := p.class != sqlclass.Read && !inTx
 		cl.unanswered = false
 		if p.class != sqlclass.Read {
-			// What the watermark raised after it will say it followed
-			// (raiseAfter): a read raises none.
-			cl.sent = monoNow()
+			// What the marks raised after it will say they followed
+			// (raiseAfterStatement): a read raises none.
+			cl.sent = consistency.Now()
 		}
-		pos, err := cn.execPrimary(ctx, sc, positioned, writes, cl)
+		pos, err := cn.execPrimary(ctx, &p.in, sc, positioned, writes, cl)
 		if endedUnanswered(r, cl, err) && !inTx && !cn.pinned {
 			// Nothing committed: as if it had not been sent.
 			err = driver.ErrBadConn
@@ -83,20 +84,21 @@ func (cn *conn) runOnPrimary(ctx context.Context, p *plan, r sqlclass.Result, cl
 			}
 		}
 		if p.class != sqlclass.Read && !cn.inSQLTx() {
-			cn.raiseAfter(ctx, positioned, pos, cl, err)
+			cn.raiseAfterStatement(ctx, &p.in, positioned, pos, cl, err)
 		}
 		return err
 	}
 }
 
-// execPrimary runs cl on the primary session sc: pipelined with the read
-// of the position after its commit when positioned (pos is then that
-// position, or 0; for a query, it is read when the rows are closed).
-func (cn *conn) execPrimary(ctx context.Context, sc *stdlib.Conn, positioned, writes bool, cl *call) (pos lagmeter.LSN, err error) {
+// execPrimary runs cl, with intent in, on the primary session sc:
+// pipelined with the read of the position after its commit when
+// positioned (pos is then that position, or 0; for a query, it is read
+// when the rows are closed).
+func (cn *conn) execPrimary(ctx context.Context, in *consistency.Intent, sc *stdlib.Conn, positioned, writes bool, cl *call) (pos lagmeter.LSN, err error) {
 	switch {
 	case !positioned && writes && cl.isQuery && cl.px == nil:
-		// Rows that raise the watermark once closed.
-		r := &wroteRows{cn: cn, sc: sc, ctx: ctx, host: cn.host}
+		// Rows that raise the marks once closed.
+		r := &writeRows{cn: cn, sc: sc, ctx: ctx, in: in, host: cn.host}
 		if err = r.Rows.Query(ctx, sc.Conn(), cl.query, cn.c.statementArgs(cn.host, cl.args), nil); err != nil {
 			cl.unanswered = !r.Rows.Answered()
 			return 0, err
@@ -112,13 +114,13 @@ func (cn *conn) execPrimary(ctx context.Context, sc *stdlib.Conn, positioned, wr
 		err = driver.ErrBadConn
 	case cl.isQuery && cl.px != nil:
 		// The same for the pgx-native API, with pgx's rows.
-		err = cn.queryPositionedPgx(ctx, sc, cl)
+		err = cn.queryPositionedPgx(ctx, in, sc, cl)
 	case cl.isQuery:
 		// INSERT … RETURNING: the statement commits once its rows are all
 		// sent; the position after it is read when they are closed.
 		host, sent := cn.host, cl.sent // not cl: it would go to the heap
 		cl.rows, err = cn.queryPositioned(ctx, sc, cl.query, cl.args, func(pos lagmeter.LSN, werr error) {
-			cn.c.wroteAfter(ctx, host, pos, sent, werr)
+			cn.c.raiseOutcome(in, host, pos, sent, werr)
 		})
 		cl.unanswered = err != nil // before its first row
 	default:
@@ -175,13 +177,14 @@ func (cn *conn) primaryFailed(ctx context.Context, p *plan, sc *stdlib.Conn, err
 		// looked at the host; a write that may have run may not. When
 		// the host stopped being the primary before it answered (its
 		// term ended), the error says the outcome is unknown.
-		lost := cn.lost(sc)
+		ended := cn.termEnded(sc)
 		cn.closePrimary()
 		first := cn.c.probeNow(host)
-		if lost {
+		if ended {
 			// A statement that stopped in the middle is nobody's fault
-			// but the topology's: the lost error, whatever pgx said.
-			err = lostError(p.op, err)
+			// but the topology's: its outcome is unknown, whatever pgx
+			// said.
+			err = outcomeUnknown(p.op, err)
 		}
 		if cn.pinned || inTx {
 			cn.bad = true
@@ -197,7 +200,7 @@ func (cn *conn) primaryFailed(ctx context.Context, p *plan, sc *stdlib.Conn, err
 		} else if p.class != sqlclass.Read {
 			// The answer was lost: the write may have committed, at a
 			// position nobody read.
-			cn.c.wrote(ctx, host, 0, time.Time{})
+			cn.c.raise(&p.in, host, 0, time.Time{})
 		}
 		return false, true, err
 	case readOnly25006(err) && p.class != sqlclass.Read:
@@ -217,33 +220,34 @@ func (cn *conn) primaryFailed(ctx context.Context, p *plan, sc *stdlib.Conn, err
 	return false, false, err
 }
 
-// raiseAfter raises the read-your-writes watermark after an autocommit
-// statement that is not a read ran on the primary with outcome err.
-func (cn *conn) raiseAfter(ctx context.Context, positioned bool, pos lagmeter.LSN, cl *call, err error) {
+// raiseAfterStatement raises the read-your-writes marks after an
+// autocommit statement, with intent in, that is not a read ran on the
+// primary with outcome err.
+func (cn *conn) raiseAfterStatement(ctx context.Context, in *consistency.Intent, positioned bool, pos lagmeter.LSN, cl *call, err error) {
 	switch {
 	case positioned && cl.isQuery:
 		// Raised when the rows are closed.
 	case positioned:
-		cn.c.wroteAfter(ctx, cn.host, pos, cl.sent, err)
-	case err == nil && cl.px.wroteLater(ctx, cn):
+		cn.c.raiseOutcome(in, cn.host, pos, cl.sent, err)
+	case err == nil && cl.px.raiseOnClose(ctx, cn, in):
 		// pgx's rows or batch results: the same, when they are closed.
 	case err == nil && cl.rows != nil:
-		// A statement returning rows (wroteRows): it commits once its rows
+		// A statement returning rows (writeRows): it commits once its rows
 		// are all sent, and the session is busy until they are closed;
-		// the watermark is raised then.
-	case cn.c.deferPosition(ctx):
+		// the marks are raised then.
+	case in.Defers():
 		// Committed (autocommit, or COMMIT), even after an error, since
 		// part of a string may have run: its position is read when a
-		// read needs it (deferred.go).
-		cn.c.wroteDeferred(ctx, cn.host)
+		// read needs it.
+		cn.c.raiseDeferred(in, cn.host)
 	default:
-		// Committed (autocommit, or COMMIT): raise the watermark, even
-		// after an error, since part of a string may have run.
+		// Committed (autocommit, or COMMIT): raise the marks, even after
+		// an error, since part of a string may have run.
 		var pos lagmeter.LSN
 		if cn.primary != nil {
-			pos = cn.c.insertLSN(ctx, cn.primary.Conn())
+			pos = cn.c.insertLSN(ctx, in, cn.primary.Conn())
 		}
-		cn.c.wrote(ctx, cn.host, pos, cl.sent)
+		cn.c.raise(in, cn.host, pos, cl.sent)
 	}
 }
 
@@ -252,14 +256,13 @@ func (cn *conn) raiseAfter(ctx context.Context, positioned bool, pos lagmeter.LS
 // that follows its commit (see execPositioned): one INSERT, UPDATE, DELETE,
 // MERGE or data-modifying WITH (not COPY, DDL, CALL or DO, which the
 // ordinary path runs as pgx does), made with a Session (a write without
-// one defers its position: deferred.go), with pgx's
-// default extended-protocol modes and no pgx option among its arguments.
-func (cn *conn) positioned(ctx context.Context, r sqlclass.Result, cl *call) bool {
-	if !r.DML || !cn.c.tracksWrites(ctx) || cn.c.deferPosition(ctx) || cn.inSQLTx() || !cl.px.positionable() {
+// one defers its position: consistency.Intent.Positioned), that may be
+// pipelined (pipelines).
+func (cn *conn) positioned(in *consistency.Intent, r sqlclass.Result, cl *call) bool {
+	if !r.DML || !in.Positioned() || cn.inSQLTx() {
 		return false
 	}
-	cl.px.nameArgs(cl)
-	return cn.c.pipelineOK(cn.host, cl.args)
+	return cn.c.pipelines(cn.host, cl, pipePositioned)
 }
 
 // execPositioned runs one statement on the primary session in autocommit
@@ -275,15 +278,10 @@ func (cn *conn) execPositioned(ctx context.Context, sc *stdlib.Conn, query strin
 // closed the position after the commit is read from the same pipeline and
 // handed to done with the statement's outcome (see Connector.wroteAfter).
 // The term may end while the rows or the commit's answer are on their
-// way: the write may have committed, and the error says so (lostError).
+// way: the write may have committed, and the error says so (resultErr).
 func (cn *conn) queryPositioned(ctx context.Context, sc *stdlib.Conn, query string, args []driver.NamedValue, done func(lagmeter.LSN, error)) (driver.Rows, error) {
-	lostErr := func(err error) error {
-		if err != nil && !pgpipe.IsPgError(err) && cn.lost(sc) {
-			return lostError(OpWrite, err)
-		}
-		return err
-	}
-	return pgpipe.Query(ctx, sc.Conn(), cn.descsOf(), cn.c.stmtsOf(cn.host, sc.Conn()), query, args, lostErr, done)
+	errFn := func(err error) error { return resultErr(err, cn.term, sc) }
+	return pgpipe.Query(ctx, sc.Conn(), cn.descsOf(), cn.c.stmtsOf(cn.host, sc.Conn()), query, args, errFn, done)
 }
 
 // queryPositionedPgx is queryPositioned for a Query of the pgx-native
@@ -292,7 +290,7 @@ func (cn *conn) queryPositioned(ctx context.Context, sc *stdlib.Conn, query stri
 // pgxCall.on reads it, and the position after the commit is read when
 // they are closed (positionedRows.finish), before anything else their
 // closing runs (the Pool's release of the connection).
-func (cn *conn) queryPositionedPgx(ctx context.Context, sc *stdlib.Conn, cl *call) error {
+func (cn *conn) queryPositionedPgx(ctx context.Context, in *consistency.Intent, sc *stdlib.Conn, cl *call) error {
 	pc := sc.Conn()
 	both := &struct {
 		r poolRows
@@ -304,7 +302,7 @@ func (cn *conn) queryPositionedPgx(ctx context.Context, sc *stdlib.Conn, cl *cal
 		cl.unanswered = true
 		return err
 	}
-	w.cn, w.term, w.sc, w.ctx, w.host, w.sent = cn, cn.term, sc, ctx, cn.host, cl.sent
+	w.cn, w.term, w.sc, w.in, w.host, w.sent = cn, cn.term, sc, in, cn.host, cl.sent
 	r.Rows = pgx.RowsFromResultReader(pc.TypeMap(), w.p.RR)
 	r.more = r.Rows.Next()
 	if r.Rows.Err() != nil {
@@ -319,19 +317,19 @@ func (cn *conn) queryPositionedPgx(ctx context.Context, sc *stdlib.Conn, cl *cal
 
 // positionedRows is what pgx's rows of a positioned write
 // (queryPositionedPgx) do once closed: read the position after the
-// commit and raise the watermark to it.
+// commit and raise the marks to it.
 type positionedRows struct {
 	p    pgpipe.Pending
 	cn   *conn
-	term *term // the session's, when the statement ran: cn's may have moved on by the time the rows are read (conn.lostLater)
+	term *term // the session's, when the statement ran: cn's may have moved on by the time the rows are read
 	sc   *stdlib.Conn
-	ctx  context.Context
+	in   *consistency.Intent
 	host *host
 	sent time.Time
 }
 
 // finish reads the position after the statement, whose rows are closed,
-// raises the watermark, and returns the statement's outcome.
+// raises the marks, and returns the statement's outcome.
 func (w *positionedRows) finish() error {
 	// The reader's own error, not a Scan's: the statement's outcome.
 	_, rerr := w.p.RR.Close()
@@ -339,18 +337,8 @@ func (w *positionedRows) finish() error {
 	if !sent {
 		return err
 	}
-	err = w.lostErr(err)
-	w.cn.c.wroteAfter(w.ctx, w.host, pos, w.sent, err)
-	return err
-}
-
-// lostErr is the error of the rows for an error err of the connection:
-// the write's outcome is unknown when its primary's term ended (see
-// queryPositioned).
-func (w *positionedRows) lostErr(err error) error {
-	if err != nil && !pgpipe.IsPgError(err) && sessionLost(w.term, w.sc) {
-		return lostError(OpWrite, err)
-	}
+	err = resultErr(err, w.term, w.sc)
+	w.cn.c.raiseOutcome(w.in, w.host, pos, w.sent, err)
 	return err
 }
 

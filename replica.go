@@ -25,13 +25,31 @@ import (
 
 // replicaOutcome is what the replica path did with a statement planned
 // for a replica, when it did not fail: it ran, or it did not and the plan
-// lets the primary run it (fallBack, for reason).
+// lets the primary run it (fallback, for reason).
 type replicaOutcome struct {
-	fallBack bool
+	fallback bool
 	reason   Reason
 	// refused: a replica refused the statement with SQLSTATE 25006: it
-	// writes (see plan.fellBack).
+	// writes (see plan.toPrimary).
 	refused bool
+}
+
+// onReplicas is the one route of a statement planned for a replica (an
+// autocommit statement, the BEGIN of a read-only transaction, Prepare's
+// describe): the replica path runs it, and when it falls back, p becomes
+// the plan for the primary. done reports that the replica path ran it or
+// failed (err is then the outcome); otherwise the caller runs it on the
+// primary, as it does when p planned the primary from the start.
+func (cn *conn) onReplicas(ctx context.Context, p *plan, cl *call) (done bool, err error) {
+	if p.primary {
+		return false, nil
+	}
+	o, err := cn.runOnReplicas(ctx, p, cl)
+	if err != nil || !o.fallback {
+		return true, err
+	}
+	p.toPrimary(o)
+	return false, nil
 }
 
 // runOnReplicas runs cl on the replica p planned. When the replica's
@@ -39,7 +57,7 @@ type replicaOutcome struct {
 // recovery conflict, it tries one other eligible replica. When a replica
 // refuses the statement with SQLSTATE 25006 (it was not a read after all),
 // is found behind by its check, or no replica could run it, the plan says
-// whether the primary may run it instead (plan.fallBack): the outcome then
+// whether the primary may run it instead (plan.fallback): the outcome then
 // says so and why, else the error is the plan's. What happened on the way
 // (the host tried, a retry, a wait) is recorded in cl.
 func (cn *conn) runOnReplicas(ctx context.Context, p *plan, cl *call) (replicaOutcome, error) {
@@ -64,20 +82,20 @@ func (cn *conn) runOnReplicas(ctx context.Context, p *plan, cl *call) (replicaOu
 			h.breaker.ReportFailure()
 		}
 		if errors.Is(err, errNotCaughtUp) {
-			if ferr := p.fallBack(ReasonBehind, nil); ferr != nil {
+			if ferr := p.fallback(ReasonBehind, nil); ferr != nil {
 				return replicaOutcome{}, ferr
 			}
-			return replicaOutcome{fallBack: true, reason: ReasonBehind}, nil
+			return replicaOutcome{fallback: true, reason: ReasonBehind}, nil
 		}
 		if readOnly25006(err) {
 			// It wrote, through something the text and the catalog did not
 			// show: the same text goes to the primary first from now on.
 			cn.c.refused.add(cl.query)
-			if ferr := p.fallBack(ReasonRetry25006, err); ferr != nil {
+			if ferr := p.fallback(ReasonRetry25006, err); ferr != nil {
 				return replicaOutcome{}, ferr
 			}
 			cl.retried = true
-			return replicaOutcome{fallBack: true, reason: ReasonRetry25006, refused: true}, nil
+			return replicaOutcome{fallback: true, reason: ReasonRetry25006, refused: true}, nil
 		}
 		if ctx.Err() != nil || (!replicaRetryable(err) && !h.removed.Load()) {
 			// A host removed from the provider's view (pgrouted_discover)
@@ -93,10 +111,10 @@ func (cn *conn) runOnReplicas(ctx context.Context, p *plan, cl *call) (replicaOu
 				continue
 			}
 		}
-		if ferr := p.fallBack(ReasonUnhealthy, err); ferr != nil {
+		if ferr := p.fallback(ReasonUnhealthy, err); ferr != nil {
 			return replicaOutcome{}, ferr
 		}
-		return replicaOutcome{fallBack: true, reason: ReasonReplicaFailed}, nil
+		return replicaOutcome{fallback: true, reason: ReasonReplicaFailed}, nil
 	}
 }
 
@@ -111,7 +129,7 @@ func (cn *conn) runOnReplica(ctx context.Context, h *host, at target, cl *call) 
 		return cn.describeOnReplica(ctx, h, at, cl)
 	}
 	cl.wrote = at.wrote
-	pipelined := at.check && cn.pipelinable(h, cl)
+	pipelined := at.check && cn.c.pipelines(h, cl, pipeChecked)
 	// A database/sql query's rows hold the borrowed connection, a pgx
 	// Query's call does: one allocation for both.
 	var rows *replicaRows
@@ -340,18 +358,6 @@ func (cn *conn) noteCheck(b *borrowed, hv *hostView, wm lagmeter.Watermark, wait
 	}
 	cl.waited += cn.c.waited(b.h, hv.probe.Conn, wm, wait, sent, err)
 	b.h.recordCheck(cl.wrote, wait, sent, err)
-}
-
-// pipelinable reports whether a read can be sent in a pgconn pipeline
-// (see readChecked): one statement that returns rows (a database/sql
-// query, or a pgx Query of the Pool), and see Connector.pipelineOK, which
-// looks at a pgx Query's arguments as the driver's paths take them.
-func (cn *conn) pipelinable(host *host, cl *call) bool {
-	if !cl.isQuery || !cl.single || (cl.px != nil && cl.px.kind != pxQuery) {
-		return false
-	}
-	cl.px.nameArgs(cl)
-	return cn.c.pipelineOK(host, cl.args)
 }
 
 // readChecked runs a read on a borrowed replica connection after checking,

@@ -1,11 +1,11 @@
 package pgrouted
 
 import (
-	"context"
 	"errors"
 	"sync/atomic"
 	"time"
 
+	"github.com/pgrouted/pgrouted/internal/consistency"
 	"github.com/pgrouted/pgrouted/lagmeter"
 )
 
@@ -39,14 +39,14 @@ import (
 // probe or a check) or its server restarted, or until a primary probe
 // shows that the position it missed was not written (a forged one).
 
-// waitFor is how long a read planned with pk may wait on its replica:
+// waitFor is how long a read with intent in, planned with pk, may wait on its replica:
 // only a checked read (the replica may not hold the caller's position yet)
 // waits, and not on a replica known to lag more than the wait.
-func (c *Connector) waitFor(ctx context.Context, pk pick) time.Duration {
+func (c *Connector) waitFor(in *consistency.Intent, pk pick) time.Duration {
 	if !pk.check || pk.wm.IsZero() {
 		return 0
 	}
-	d := c.replicaWait(ctx)
+	d := in.Wait
 	if d <= 0 {
 		return 0
 	}

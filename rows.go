@@ -3,11 +3,10 @@ package pgrouted
 import (
 	"context"
 	"database/sql/driver"
-	"io"
 	"sync"
-	"time"
 
 	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pgrouted/pgrouted/internal/consistency"
 	"github.com/pgrouted/pgrouted/internal/pgpipe"
 )
 
@@ -69,42 +68,30 @@ func (r *checkedRows) Close() error {
 	return err
 }
 
-// wroteRows are the rows of an autocommit statement that wrote on the
+// writeRows are the rows of an autocommit statement that wrote on the
 // primary (pgpipe.Rows.Query, as stdlib's QueryContext runs it): closing
-// them raises the read-your-writes watermark.
-type wroteRows struct {
+// them raises the read-your-writes marks (conn.raiseAfterRows).
+type writeRows struct {
 	pgpipe.Rows
 	cn   *conn
 	sc   *stdlib.Conn // the primary session the rows come from
 	ctx  context.Context
+	in   *consistency.Intent // the statement's plan's
 	host *host
 	done bool
 }
 
 // Next implements driver.Rows.
-func (r *wroteRows) Next(dest []driver.Value) error {
-	return r.lostErr(r.Rows.Next(dest))
-}
-
-// lostErr is err, or the error of a write whose primary was lost while
-// its rows or its commit's answer were on their way (primary.go: lost).
-func (r *wroteRows) lostErr(err error) error {
-	if err == nil || err == io.EOF || pgpipe.IsPgError(err) || r.sc == nil || !r.cn.lost(r.sc) {
-		return err
-	}
-	return lostError(OpWrite, err)
+func (r *writeRows) Next(dest []driver.Value) error {
+	return resultErr(r.Rows.Next(dest), r.cn.term, r.sc)
 }
 
 // Close implements driver.Rows.
-func (r *wroteRows) Close() error {
-	err := r.lostErr(r.Rows.Close())
+func (r *writeRows) Close() error {
+	err := resultErr(r.Rows.Close(), r.cn.term, r.sc)
 	if !r.done {
 		r.done = true
-		if r.cn.primary != nil && !r.cn.inSQLTx() {
-			r.cn.c.wroteThen(r.ctx, r.host, r.cn.primary.Conn())
-		} else {
-			r.cn.c.wrote(r.ctx, r.host, 0, time.Time{})
-		}
+		r.cn.raiseAfterRows(r.ctx, r.in, r.host)
 	}
 	return err
 }

@@ -4,8 +4,9 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"sync/atomic"
-	"time"
+
+	"github.com/pgrouted/pgrouted/internal/consistency"
+	"github.com/pgrouted/pgrouted/lagmeter"
 )
 
 // Session is one user's read-your-writes state: the WAL position of their
@@ -20,12 +21,8 @@ import (
 // such a token instead ([Session.IgnoreForeign]).
 // A Session is safe for concurrent use.
 type Session struct {
-	m       mark
-	foreign atomic.Pointer[foreignPolicy] // set by IgnoreForeign
+	m consistency.Mark
 }
-
-// foreignPolicy is what IgnoreForeign asked for.
-type foreignPolicy struct{ dropped func() }
 
 // NewSession returns a Session without writes.
 func NewSession() *Session { return &Session{} }
@@ -41,33 +38,7 @@ var ErrForeignSession = errors.New("pgrouted: session token belongs to another c
 // failing with [ErrForeignSession], and calls dropped (when not nil) once
 // for the token it dropped. Call it before s is used.
 func (s *Session) IgnoreForeign(dropped func()) {
-	s.foreign.Store(&foreignPolicy{dropped: dropped})
-}
-
-// dropForeign returns the state a read of s uses when st, s's state, names
-// another system than sys: an error wrapping ErrForeignSession, unless s
-// ignores foreign tokens; then a fresh state, which replaces st when commit
-// is true (not for Explain).
-func (s *Session) dropForeign(st *markState, sys uint64, commit bool) (*markState, error) {
-	pol := s.foreign.Load()
-	if pol == nil {
-		return st, fmt.Errorf("%w: the token names system %d, this cluster is %d", ErrForeignSession, st.wm.SystemID, sys)
-	}
-	if !commit {
-		return zeroMark, nil
-	}
-	for {
-		if s.m.p.CompareAndSwap(st, zeroMark) {
-			if pol.dropped != nil {
-				pol.dropped()
-			}
-			return zeroMark, nil
-		}
-		// Another statement dropped it, or a write replaced it.
-		if st = s.m.load(); st.wm.IsZero() || st.wm.SystemID == sys {
-			return st, nil
-		}
-	}
+	s.m.IgnoreForeign(dropped)
 }
 
 // unknownSuffix marks a token whose last write's position could not be
@@ -79,18 +50,18 @@ const unknownSuffix = ";unknown"
 // writes, else the watermark's text form ("v1:<system id>:<timeline>:<LSN>"),
 // followed by ";unknown" when the last write's position is not known.
 func (s *Session) MarshalText() ([]byte, error) {
-	st := s.m.load()
-	if st.wm.IsZero() && !st.unknown {
+	st := s.m.Load()
+	if st.Empty() {
 		return []byte{}, nil
 	}
 	var b []byte
-	if !st.wm.IsZero() {
+	if wm := st.Watermark(); !wm.IsZero() {
 		var err error
-		if b, err = st.wm.MarshalText(); err != nil {
+		if b, err = wm.MarshalText(); err != nil {
 			return nil, err
 		}
 	}
-	if st.unknown {
+	if st.Unknown() {
 		b = append(b, unknownSuffix...)
 	}
 	return b, nil
@@ -100,16 +71,13 @@ func (s *Session) MarshalText() ([]byte, error) {
 // Session's state with the token's, and rejects a malformed token with an
 // error that says what is wrong.
 func (s *Session) UnmarshalText(text []byte) error {
-	st := &markState{}
-	if t, ok := bytes.CutSuffix(text, []byte(unknownSuffix)); ok {
-		text = t
-		st.unknown, st.unknownAt = true, time.Now()
-	}
-	if len(text) > 0 {
-		if err := st.wm.UnmarshalText(text); err != nil {
+	var wm lagmeter.Watermark
+	t, unknown := bytes.CutSuffix(text, []byte(unknownSuffix))
+	if len(t) > 0 {
+		if err := wm.UnmarshalText(t); err != nil {
 			return fmt.Errorf("pgrouted: session token: %w", err)
 		}
 	}
-	s.m.p.Store(st)
+	s.m.Restore(wm, unknown, consistency.Now())
 	return nil
 }

@@ -54,14 +54,11 @@ func (cn *conn) describe(ctx context.Context, query string) (*pgconn.StatementDe
 	if p.err != nil {
 		return nil, p.err
 	}
-	if !p.primary {
-		cl := call{query: query, describe: true}
-		o, err := cn.runOnReplicas(ctx, &p, &cl)
-		if err != nil || !o.fallBack {
-			return cl.sd, err
-		}
-		// The replicas could not check it: the primary does.
+	cl := call{query: query, describe: true}
+	if done, err := cn.onReplicas(ctx, &p, &cl); done {
+		return cl.sd, err
 	}
+	// The plan, or the replicas' fallback: the primary checks it.
 	sc, err := cn.primaryConn(ctx, OpWrite)
 	if err != nil {
 		return nil, err

@@ -133,11 +133,14 @@ func (c *Connector) moveTerm(v *view, now time.Time) *term {
 // followTerms ends each term as soon as a snapshot shows the topology moved
 // on, whether or not a statement is running, until stop is closed. The
 // tracker publishes a snapshot after every probe and re-evaluates leases on
-// a tick, so this also sees a lease run out.
+// a tick, so this also sees a lease run out. Each snapshot's probe of the
+// primary read its position: it is offered to the read index
+// (consistency.go), where global reads may wait for one.
 func (c *Connector) followTerms(stop <-chan struct{}) {
 	for {
 		changed := c.top.Changed()
 		c.liveTerm()
+		c.offerProbe(c.view())
 		select {
 		case <-changed:
 		case <-stop:

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pgrouted/pgrouted/internal/consistency"
 	"github.com/pgrouted/pgrouted/internal/sqlclass"
 )
 
@@ -25,6 +26,9 @@ type tx struct {
 	begin   *driver.TxOptions // BeginTx's options (nil for the pgx-native API's): see tx.restart
 	tainted bool              // session state was changed on the borrowed connection
 	stale   txStale           // the recovery from stale statements (txstale.go)
+	// in is the read-your-writes intent of its BEGIN's context: the raise
+	// of the marks after its commit uses it.
+	in consistency.Intent
 }
 
 // BeginTx implements driver.ConnBeginTx. Where the transaction runs is
@@ -67,22 +71,17 @@ func (cn *conn) begin(ctx context.Context, readOnly, serializable bool, cl *call
 	if p.err != nil {
 		return nil, p.err
 	}
-	if !p.primary {
-		o, err := cn.runOnReplicas(ctx, &p, cl)
+	if done, err := cn.onReplicas(ctx, &p, cl); done {
 		if err != nil {
 			return nil, err
 		}
-		if !o.fallBack {
-			return cl.tx, nil
-		}
-		// The replicas failed: the primary runs it (o says why).
-		p.fellBack(o)
+		return cl.tx, nil
 	}
-	return cn.beginOnPrimary(ctx, cl, readOnly)
+	return cn.beginOnPrimary(ctx, &p, cl, readOnly)
 }
 
-// beginOnPrimary opens a transaction on the primary session.
-func (cn *conn) beginOnPrimary(ctx context.Context, cl *call, readOnly bool) (*tx, error) {
+// beginOnPrimary opens a transaction on the primary session, planned p.
+func (cn *conn) beginOnPrimary(ctx context.Context, p *plan, cl *call, readOnly bool) (*tx, error) {
 	sc, err := cn.primaryConn(ctx, OpTx)
 	if err != nil {
 		return nil, err
@@ -96,7 +95,7 @@ func (cn *conn) beginOnPrimary(ctx context.Context, cl *call, readOnly bool) (*t
 		}
 		return nil, err
 	}
-	cn.tx = &tx{cn: cn, ctx: ctx, inner: inner, host: cn.host, wrote: !readOnly, begin: cl.begin}
+	cn.tx = &tx{cn: cn, ctx: ctx, inner: inner, host: cn.host, wrote: !readOnly, begin: cl.begin, in: p.in}
 	return cn.tx, nil
 }
 
@@ -149,8 +148,8 @@ func (t *tx) run(ctx context.Context, r sqlclass.Result, cl *call, began time.Ti
 		// A stale statement of pgx's path aborted the transaction: its
 		// descriptions are dropped, and the error returned.
 		cn.runAgain(err, cl)
-		if t.replica == nil && cn.lost(sc) {
-			err = lostError(opOf(r.Class), err)
+		if t.replica == nil && cn.termEnded(sc) {
+			err = outcomeUnknown(opOf(r.Class), err)
 		}
 	}
 	err = withPoolerHint(err)
@@ -162,37 +161,37 @@ func (t *tx) run(ctx context.Context, r sqlclass.Result, cl *call, began time.Ti
 }
 
 // Commit implements driver.Tx. After a read-write transaction commits, the
-// read-your-writes watermark moves to the primary's position.
+// read-your-writes marks are raised to the primary's position.
 func (t *tx) Commit() error {
 	began := t.cn.c.began()
 	cn := t.cn
-	if !t.wrote || cn.primary == nil || !cn.c.tracksWrites(t.ctx) || cn.c.deferPosition(t.ctx) {
+	if !t.wrote || cn.primary == nil || !t.in.Positioned() {
 		err := t.inner.Commit()
-		if err != nil && t.replica == nil && cn.primary != nil && cn.lost(cn.primary) {
-			err = lostError(OpTx, err)
+		if err != nil && t.replica == nil && cn.primary != nil && cn.termEnded(cn.primary) {
+			err = outcomeUnknown(OpTx, err)
 		}
 		t.end(began, "COMMIT", err)
 		switch {
-		case !t.wrote || t.replica != nil || !cn.c.deferPosition(t.ctx):
+		case !t.wrote || t.replica != nil || !t.in.Defers():
 		case err == nil:
-			// Its position is read when a read needs it (deferred.go).
-			cn.c.wroteDeferred(t.ctx, t.host)
+			// Its position is read when a read needs it.
+			cn.c.raiseDeferred(&t.in, t.host)
 		default:
-			cn.c.wroteAfter(t.ctx, t.host, 0, time.Time{}, err)
+			cn.c.raiseOutcome(&t.in, t.host, 0, time.Time{}, err)
 		}
 		return err
 	}
 	// One round trip: COMMIT, then the position after it.
 	sc := cn.primary
-	sent := monoNow()
+	sent := consistency.Now()
 	pos, err := cn.commitPositioned(t.ctx)
-	if err != nil && cn.lost(sc) {
+	if err != nil && cn.termEnded(sc) {
 		// The primary was replaced before it answered: the transaction
 		// may have committed there.
-		err = lostError(OpTx, err)
+		err = outcomeUnknown(OpTx, err)
 	}
 	t.end(began, "COMMIT", err)
-	cn.c.wroteAfter(t.ctx, t.host, pos, sent, err)
+	cn.c.raiseOutcome(&t.in, t.host, pos, sent, err)
 	return err
 }
 

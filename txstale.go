@@ -90,9 +90,7 @@ func (t *tx) exec(ctx context.Context, sc *stdlib.Conn, r sqlclass.Result, cl *c
 	first := !t.stale.sent
 	t.stale.sent = true
 	plain := r.Statements == 1 && !r.ChangesCatalog && (r.DML || r.Class == sqlclass.Read || r.Class == sqlclass.Lock)
-	// A pgx call (Pool) gets pgx's own rows, not the pipeline's: pgx runs
-	// it, and a stale refusal aborts the transaction as it does in pgx.
-	if plain && cl.single && cl.px == nil && (cl.isQuery || len(cl.args) > 0) && t.cn.c.pipelineOK(t.host, cl.args) {
+	if plain && t.cn.c.pipelines(t.host, cl, pipeTx) {
 		recovered, err = t.runPipelined(ctx, sc, cl, true, first)
 		if err == nil {
 			if t.stale.checked == nil {

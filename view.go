@@ -3,6 +3,7 @@ package pgrouted
 import (
 	"sync/atomic"
 
+	"github.com/pgrouted/pgrouted/internal/consistency"
 	"github.com/pgrouted/pgrouted/lagmeter"
 	"github.com/pgrouted/pgrouted/topology"
 )
@@ -28,6 +29,10 @@ type view struct {
 	// against it (hostView.byteLag), and a write acknowledged before that
 	// probe was sent is at or before it.
 	walEnd lagmeter.LSN
+
+	// pst is what read-your-writes needs of the primary's last probe
+	// (primaryState).
+	pst consistency.Primary
 }
 
 // hostView is a host and its state in one snapshot.
@@ -63,7 +68,6 @@ func (c *Connector) view() *view {
 	}
 	v := newView(s, c.hosts.all())
 	c.views.p.Store(v)
-	c.offerProbe(v) // global.go
 	return v
 }
 
@@ -76,8 +80,54 @@ func newView(s *topology.Snapshot, hosts []*host) *view {
 	if s.Primary >= 0 {
 		v.primary = &v.hosts[s.Primary]
 		v.walEnd = v.primary.probe.Layout.RecordEnd(v.primary.probe.InsertLSN)
+		v.setPrimaryState()
 	}
 	return v
+}
+
+// setPrimaryState sets v.pst from v's primary's probe and v.walEnd.
+func (v *view) setPrimaryState() {
+	p := v.primary.probe
+	v.pst = consistency.Primary{
+		SystemID: p.SystemID, Timeline: p.Timeline, End: v.walEnd,
+		Probed: p.InsertLSN != 0, ProbedAt: p.LastSuccess,
+		Switches: p.Switches, SwitchFloor: p.SwitchFloor,
+	}
+}
+
+// primaryState is what v's primary's last probe showed, as
+// read-your-writes needs it; nil when v has no primary.
+func (v *view) primaryState() *consistency.Primary {
+	if v.primary == nil {
+		return nil
+	}
+	return &v.pst
+}
+
+// switchPoint is where the current primary's timeline history left
+// timeline tli, or 0 when it is not known: a replica on a newer timeline
+// than a watermark is then not known to hold it (see
+// lagmeter.Watermark.ReachedBy). Once a primary on the newer timeline is
+// known, a read's Settle has moved the watermark to its timeline already.
+func (v *view) switchPoint(tli uint32) lagmeter.LSN {
+	if v.primary == nil {
+		return 0
+	}
+	sp, _ := lagmeter.SwitchPoint(v.primary.probe.Switches, tli)
+	return sp
+}
+
+// systemID is the system identifier the probes read, or 0.
+func (v *view) systemID() uint64 {
+	if v.primary != nil && v.primary.probe.SystemID != 0 {
+		return v.primary.probe.SystemID
+	}
+	for i := range v.hosts {
+		if id := v.hosts[i].probe.SystemID; id != 0 {
+			return id
+		}
+	}
+	return 0
 }
 
 // of returns h in v, nil when v's snapshot does not name it (a host

@@ -175,3 +175,8 @@ func (r Result) FuncName(sql string) string {
 func (r Result) Has(c Class) bool {
 	return c < numClasses && r.seen&(1<<c) != 0
 }
+
+// Rank is c's place in the order of danger (Read 0, Write 1, Unknown 2,
+// Lock 3, Tx 4, Session 5; see [Class]), for callers that weigh statements
+// against each other as a string of statements is weighed.
+func (c Class) Rank() int { return int(rank[c]) }

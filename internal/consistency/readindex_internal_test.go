@@ -1,4 +1,4 @@
-package pgrouted
+package consistency
 
 import (
 	"context"
@@ -30,7 +30,7 @@ func TestReadIndexFetchStartsAfterRead(t *testing.T) {
 		time.Sleep(time.Duration(rand.IntN(300)) * time.Microsecond)
 		return lagmeter.Watermark{SystemID: 1, Timeline: 1, LSN: lagmeter.LSN(started)}, nil
 	})
-	defer ri.close()
+	defer ri.Close()
 	const readers, each = 32, 200
 	var early atomic.Int64
 	var wg sync.WaitGroup
@@ -84,7 +84,7 @@ func TestReadIndexJoinsNextFetch(t *testing.T) {
 		}
 		return lagmeter.Watermark{SystemID: 1, Timeline: 1, LSN: lagmeter.LSN(k)}, nil
 	})
-	defer ri.close()
+	defer ri.Close()
 	defer open() // before close, even when the test fails
 	first := make(chan lagmeter.Watermark, 1)
 	go func() {
@@ -125,14 +125,14 @@ func TestReadIndexJoinsNextFetch(t *testing.T) {
 func TestReadIndexErrorsAndCancel(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	boom := errors.New("boom")
-	ri := newReadIndex(func(ctx context.Context) (lagmeter.Watermark, error) { return lagmeter.Watermark{}, boom })
+	ri := NewReadIndex(func(ctx context.Context) (lagmeter.Watermark, error) { return lagmeter.Watermark{}, boom }, time.Minute)
 	if _, err := ri.get(context.Background()); !errors.Is(err, boom) {
 		t.Fatalf("get after a failed fetch: %v", err)
 	}
 	if ri.failed.Load() != 1 || ri.served.Load() != 0 {
 		t.Fatalf("failed %d served %d", ri.failed.Load(), ri.served.Load())
 	}
-	ri.close()
+	ri.Close()
 
 	ri = newReadIndex(func(ctx context.Context) (lagmeter.Watermark, error) {
 		<-ctx.Done()
@@ -143,8 +143,8 @@ func TestReadIndexErrorsAndCancel(t *testing.T) {
 	if _, err := ri.get(ctx); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("get with a context that ended: %v", err)
 	}
-	ri.close() // ends the fetch still in flight
-	if _, err := ri.get(context.Background()); !errors.Is(err, errIndexClosed) {
+	ri.Close() // ends the fetch still in flight
+	if _, err := ri.get(context.Background()); !errors.Is(err, ErrClosed) {
 		t.Fatalf("get after close: %v", err)
 	}
 }
@@ -177,7 +177,7 @@ func TestReadIndexOfferServesWaiters(t *testing.T) {
 		}
 		return lagmeter.Watermark{SystemID: 1, Timeline: 1, LSN: lagmeter.LSN(k)}, nil
 	})
-	defer ri.close()
+	defer ri.Close()
 	defer open()
 	offered := func(lsn lagmeter.LSN) lagmeter.Watermark {
 		return lagmeter.Watermark{SystemID: 1, Timeline: 1, LSN: lsn}
@@ -210,7 +210,7 @@ func TestReadIndexOfferServesWaiters(t *testing.T) {
 	// Sent at the latest join: after the first read joined (it serves
 	// it, though its fetch is still blocked), not after the latest join,
 	// so not known to be after that read began: the waiting round stays.
-	if !ri.offer(offered(100), lastJoin) {
+	if !ri.Offer(offered(100), lastJoin) {
 		t.Fatal("an offer sent after the first read joined did not serve it")
 	}
 	if wm := <-first; wm.LSN != 100 {
@@ -222,7 +222,7 @@ func TestReadIndexOfferServesWaiters(t *testing.T) {
 	default:
 	}
 	// Sent after every join: it serves the waiting round.
-	if !ri.offer(offered(200), monoNow()) {
+	if !ri.Offer(offered(200), Now()) {
 		t.Fatal("an offer sent after every join served nobody")
 	}
 	for range late {
@@ -243,7 +243,7 @@ func TestReadIndexOfferServesWaiters(t *testing.T) {
 		t.Fatalf("served %d reads, want %d", s, late+1)
 	}
 	// No round waits: an offer serves nobody.
-	if ri.offer(offered(300), monoNow()) {
+	if ri.Offer(offered(300), Now()) {
 		t.Fatal("an offer with no read waiting served one")
 	}
 }
@@ -263,7 +263,7 @@ func TestReadIndexOfferAfterReadBegan(t *testing.T) {
 		return lagmeter.Watermark{SystemID: 1, Timeline: 1, LSN: lagmeter.LSN(started)}, nil
 	})
 	ri.now = func() time.Time { return at(tick()) }
-	defer ri.close()
+	defer ri.Close()
 	const readers, each, offerers = 32, 200, 4
 	var early atomic.Int64
 	var wg, offering sync.WaitGroup
@@ -280,7 +280,7 @@ func TestReadIndexOfferAfterReadBegan(t *testing.T) {
 				}
 				sent := tick() // the position query is sent after this tick
 				time.Sleep(time.Duration(rand.IntN(200)) * time.Microsecond)
-				ri.offer(lagmeter.Watermark{SystemID: 1, Timeline: 1, LSN: lagmeter.LSN(sent)}, at(sent))
+				ri.Offer(lagmeter.Watermark{SystemID: 1, Timeline: 1, LSN: lagmeter.LSN(sent)}, at(sent))
 			}
 		}()
 	}
@@ -318,7 +318,10 @@ func TestReadIndexOfferAfterReadBegan(t *testing.T) {
 }
 
 // get is join without started, for the tests.
-func (ri *readIndex) get(ctx context.Context) (lagmeter.Watermark, error) {
-	wm, _, err := ri.join(ctx)
+func (ri *ReadIndex) get(ctx context.Context) (lagmeter.Watermark, error) {
+	wm, _, err := ri.Join(ctx)
 	return wm, err
 }
+
+// newReadIndex is NewReadIndex with a timeout no test reaches.
+func newReadIndex(fetch Fetch) *ReadIndex { return NewReadIndex(fetch, time.Minute) }

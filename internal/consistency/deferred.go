@@ -1,14 +1,11 @@
-package pgrouted
+package consistency
 
 import (
-	"context"
 	"sync/atomic"
 	"time"
-
-	"github.com/pgrouted/pgrouted/lagmeter"
 )
 
-// This file is the deferred position of a write: a write that moves only
+// This file is the rule of the deferred position of a write: a write that moves only
 // the Connector's read-your-writes mark (no Session in its context) does
 // not read the primary's WAL position after its commit. It runs as pgx
 // runs it, one statement, and costs the primary what it costs through pgx;
@@ -34,7 +31,7 @@ import (
 // when they were sent, as any check is, so the record keeps telling how
 // soon each replica holds a write; reads later after the write go to the
 // replicas. So do reads made while a position read is under way
-// (readIndex.busy), whatever the record says: they share it, at no cost
+// (ReadIndex.Waiting), whatever the record says: they share it, at no cost
 // to the primary, which in a process whose goroutines write and read all
 // the time (every read "right after" someone's write) keeps the replicas
 // serving.
@@ -48,7 +45,7 @@ import (
 // against it until the next write). So each Connector keeps a record of
 // how many reads its positions' reads served lately (deferredUse): when
 // they served fewer than deferredPays each, a read that would start one
-// goes to the primary instead (ReasonDeferred). Those reads count in the
+// goes to the primary instead (reason position-deferred). Those reads count in the
 // record as the position's read would have counted them: the first read
 // after a write as a position read started, the others before the next
 // write as reads it served. So the record follows the process's reads
@@ -62,115 +59,11 @@ import (
 // The position read is on the write's history or the mark cannot use it:
 // when the primary's system or timeline is no longer the write's (a
 // failover since), the write's position is unknown, as a position whose
-// read failed is (watermark.go: reads go to the primary until a probe of
+// read failed is (Settle: reads go to the primary until a probe of
 // the new primary settles it). So a write whose position nobody read
 // before a failover is reported as possibly lost, not as lost: telling
 // needs its position, which a Session's writes read at once (its token
 // carries it across processes).
-
-// deferPosition reports whether a write made with ctx leaves its position
-// to be read when a read needs it: when no Session is in ctx.
-func (c *Connector) deferPosition(ctx context.Context) bool {
-	return sessionFrom(ctx) == nil
-}
-
-// wroteDeferred records a committed write on primary host whose position
-// is deferred (see the file's comment).
-func (c *Connector) wroteDeferred(ctx context.Context, host *host) {
-	if !c.tracksWrites(ctx) {
-		return
-	}
-	var on lagmeter.Watermark
-	if hv := c.view().of(host); hv != nil {
-		if h := hv.probe; h.SystemID != 0 && h.Timeline != 0 {
-			on = lagmeter.Watermark{SystemID: h.SystemID, Timeline: h.Timeline}
-		}
-	}
-	c.writes.wroteDeferred(on, monoNow())
-}
-
-// sameHistory reports whether the watermarks a and b are on one history:
-// the same system and timeline.
-func sameHistory(a, b lagmeter.Watermark) bool {
-	return a.SystemID == b.SystemID && a.Timeline == b.Timeline
-}
-
-// settleDeferred is readCtx's part for a deferred position (rc.st.pending),
-// in view v: a primary on another history than the write's makes it
-// unknown; a probe of the write's primary sent after it settles it. It
-// commits what it learns to the mark when commit is true (not for
-// Explain); a read made while another write changed the mark uses it
-// without committing it (that write is not before the read).
-func (c *Connector) settleDeferred(rc *readCtx, v *view, commit bool) {
-	st := rc.st
-	if !st.pending || v.primary == nil {
-		return
-	}
-	p := v.primary.probe
-	if p.SystemID == 0 || p.Timeline == 0 {
-		return
-	}
-	next := *st
-	other := p.SystemID != st.pendingOn.SystemID || p.Timeline != st.pendingOn.Timeline
-	if other {
-		// A failover since the write: whether it survived needs its
-		// position, which nobody read.
-		next.pending, next.unknown, next.unknownAt = false, true, rc.now
-	} else if w, ok := probedPosition(v); ok && p.InsertLSN != 0 && p.LastSuccess.After(st.pendingAt) {
-		next.pending, next.wm = false, later(st.wm, w)
-	} else {
-		return
-	}
-	if commit && rc.mark.p.CompareAndSwap(st, &next) && other {
-		c.mayHaveLost(st.pendingOn, p.Timeline) // watermark.go
-	}
-	rc.st = &next
-}
-
-// resolveDeferred completes pk, a replica picked for a read whose
-// position is deferred (pk.pending), with that position: read now (one
-// read of the primary's position after the read began, shared with
-// concurrent reads: readindex.go), or the one d holds from the read's
-// first plan. The replica then serves the read as pickReplica would have
-// with the position known: without a check when its last probe shows it
-// at the position, else after checking it. A position that cannot be had,
-// or that is on another history than the write's, sends the read where an
-// unknown position does (ReasonPositionUnknown).
-func (c *Connector) resolveDeferred(ctx context.Context, v *view, rc *readCtx, pk pick, d *indexRead) pick {
-	if !d.done {
-		c.readPosition(ctx, d) // global.go
-		if d.err == nil {
-			c.counters.deferredReads.Add(1)
-			c.deferredUse.read(rc.st, d.started, rc.now)
-		}
-	}
-	st := rc.st
-	if d.err != nil {
-		return pick{reason: ReasonPositionUnknown}
-	}
-	next := *st
-	if !sameHistory(d.wm, st.pendingOn) {
-		next.pending, next.unknown, next.unknownAt = false, true, rc.now
-		if rc.mark.p.CompareAndSwap(st, &next) {
-			c.mayHaveLost(st.pendingOn, d.wm.Timeline) // watermark.go
-		}
-		rc.st = &next
-		return pick{reason: ReasonPositionUnknown}
-	}
-	next.pending, next.wm, next.fetched = false, later(st.wm, d.wm), true
-	rc.mark.p.CompareAndSwap(st, &next)
-	rc.st = &next
-	pk.pending, pk.wm = false, next.wm
-	h := pk.host
-	pk.check = true
-	if h.probe.Healthy {
-		pos := lagmeter.Position{SystemID: h.probe.SystemID, Timeline: h.probe.Timeline, Replay: h.replay()}
-		if ok, _ := pk.wm.ReachedBy(pos, v.switchPoint(pk.wm.Timeline)); ok {
-			pk.check, pk.wrote = false, time.Time{}
-		}
-	}
-	return pk
-}
 
 const (
 	// deferredPays: a position's read pays when it serves this many reads
@@ -185,16 +78,16 @@ const (
 	deferredLearn = 4
 )
 
-// deferredUse is a Connector's record of what the reads of its deferred
+// DeferredUse is a Connector's record of what the reads of its deferred
 // positions served lately, or would have served: how many were started
 // and how many reads they served (see the file's comment). It is safe for
 // concurrent use.
-type deferredUse struct {
+type DeferredUse struct {
 	n    atomic.Uint64 // position reads started in the high 32 bits, reads served in the low 32
-	last atomic.Int64  // when the last one started (ns since clockBase)
+	last atomic.Int64  // when the last one started (ns since base)
 	// skipped is the mark state of the last read sent to the primary by
 	// the record (a write's: the next write makes another).
-	skipped atomic.Pointer[markState]
+	skipped atomic.Pointer[State]
 }
 
 // add counts started position reads and served reads, halving both
@@ -203,7 +96,7 @@ type deferredUse struct {
 // tell nothing more, and a burst of reads relying on one position (a
 // process that wrote once, then reads) would outweigh the position reads
 // after it for long.
-func (u *deferredUse) add(started, served uint64) {
+func (u *DeferredUse) add(started, served uint64) {
 	for {
 		cur := u.n.Load()
 		s, r := cur>>32+started, min(cur&(1<<32-1)+served, deferredPays*deferredWindow)
@@ -218,20 +111,20 @@ func (u *deferredUse) add(started, served uint64) {
 	}
 }
 
-// served counts a read that a position's read served, at now: one it
+// Served counts a read that a position's read served, at now: one it
 // started or joined (started: it opened the read's round), or one that
-// relied on the position it read (planReplica: a replica read planned
-// while the caller's mark is that position, markState.fetched).
-func (u *deferredUse) served(started bool, now time.Time) {
+// relied on the position it read (a replica read planned while the
+// caller's mark is that position, State.Fetched).
+func (u *DeferredUse) Served(started bool, now time.Time) {
 	if !started {
 		u.add(0, 1)
 		return
 	}
-	u.last.Store(int64(now.Sub(clockBase)))
+	u.last.Store(nanos(now))
 	u.add(1, 1)
 }
 
-// read counts a read at now that read its caller's deferred position (a
+// Read counts a read at now that read its caller's deferred position (a
 // position read it started or joined), st its mark's state. A position
 // read of a state that a read sent to the primary already counted as
 // started (skip: the first read after the write) counts as a read served:
@@ -241,37 +134,37 @@ func (u *deferredUse) served(started bool, now time.Time) {
 // primary and then reads the position (the write aged past the replicas'
 // catch-up) would count two position reads per write, and the reads it
 // sends to the primary would never make them pay.
-func (u *deferredUse) read(st *markState, started bool, now time.Time) {
+func (u *DeferredUse) Read(st *State, started bool, now time.Time) {
 	if started && u.skipped.Load() == st {
-		u.last.Store(int64(now.Sub(clockBase)))
+		u.last.Store(nanos(now))
 		u.add(0, 1)
 		return
 	}
-	u.served(started, now)
+	u.Served(started, now)
 }
 
-// skip counts a read at now that the record sent to the primary without
-// reading its caller's deferred position (ReasonDeferred), st its mark's
+// Skip counts a read at now that the record sent to the primary without
+// reading its caller's deferred position (position-deferred), st its mark's
 // state, as the position's read would have counted it: the first such
 // read of a write's state as a read started (and served), the next ones
 // of the same state as reads it served.
-func (u *deferredUse) skip(st *markState, now time.Time) {
+func (u *DeferredUse) Skip(st *State, now time.Time) {
 	// Loaded first: the reads after the first of a write's state write
 	// nothing shared here (add writes nothing once its count is full).
 	if u.skipped.Load() == st || u.skipped.Swap(st) == st {
 		u.add(0, 1)
 		return
 	}
-	u.served(true, now)
+	u.Served(true, now)
 }
 
-// worth reports whether a read at now should start a read of its
+// Worth reports whether a read at now should start a read of its
 // caller's deferred position: the record's position reads served (or
 // would have served) deferredPays reads each, or it is too short or too
 // old to tell.
-func (u *deferredUse) worth(now time.Time) bool {
+func (u *DeferredUse) Worth(now time.Time) bool {
 	cur := u.n.Load()
 	s, r := cur>>32, cur&(1<<32-1)
 	return s < deferredLearn || r >= deferredPays*s ||
-		time.Duration(int64(now.Sub(clockBase))-u.last.Load()) > catchUpRecheck
+		since(u.last.Load(), now) > catchUpRecheck
 }

@@ -1,7 +1,6 @@
-package pgrouted
+package consistency
 
 import (
-	"errors"
 	"math/bits"
 	"sync/atomic"
 	"time"
@@ -17,7 +16,7 @@ import (
 // failed check costs the replica a round trip, and the read then costs the
 // primary what it would have cost anyway, one round trip later. A read
 // right after its write is the usual case (bench/RESULTS.md: the read-back
-// right after a write). One read in catchUpExplore of those still checks,
+// right after a write). One read in ExploreEvery of those still checks,
 // and any read does once its replica's record at that age is older than
 // catchUpRecheck, so that a replica that replays faster again is noticed
 // within about catchUpRecheck times the checks it takes to clear its
@@ -34,7 +33,7 @@ const (
 	// catchUpOne is a share of 1 in the record's fixed point.
 	catchUpOne = 1 << 16
 	// catchUpWeight: each check moves the shares it counts for (see
-	// catchUp.record) by 1/2^catchUpWeight of the way to its outcome.
+	// CatchUp.Record) by 1/2^catchUpWeight of the way to its outcome.
 	catchUpWeight = 2
 	// catchUpMaxMissed is the largest share of failed checks at which a
 	// read still checks: a check more likely to fail than to find the
@@ -47,22 +46,22 @@ const (
 	// 75% of reads on replicas at 0 ms of delay with checks kept at 90%
 	// success, 91% with 50%; bench/RESULTS.md).
 	catchUpMaxMissed = catchUpOne / 2
-	// catchUpExplore: one read in catchUpExplore still checks a replica
+	// ExploreEvery: one read in ExploreEvery still checks a replica
 	// whose checks mostly fail, so that its record follows it.
-	catchUpExplore = 8
+	ExploreEvery = 8
 	// catchUpRecheck: a record no check has refreshed for that long no
 	// longer stops a check.
 	catchUpRecheck = time.Second
 )
 
-// catchUp is a replica's record of its position checks by write age.
-type catchUp struct {
+// CatchUp is a replica's record of its position checks by write age.
+type CatchUp struct {
 	buckets [catchUpBuckets]catchUpBucket
 }
 
 type catchUpBucket struct {
 	missed atomic.Uint32 // share of failed checks, fixed point catchUpOne
-	at     atomic.Int64  // when the last check was recorded (ns since clockBase)
+	at     atomic.Int64  // when the last check was recorded (ns since base)
 }
 
 // catchUpBucketOf is the bucket of a write age.
@@ -73,41 +72,23 @@ func catchUpBucketOf(age time.Duration) int {
 	return min(bits.Len64(uint64(age/catchUpFirst)), catchUpBuckets-1)
 }
 
-// worth reports whether a read at now whose last write is age old should
+// Worth reports whether a read at now whose last write is age old should
 // check the replica's position: the replica's checks at that age mostly
 // found the write, or there is no recent record.
-func (c *catchUp) worth(age time.Duration, now time.Time) bool {
+func (c *CatchUp) Worth(age time.Duration, now time.Time) bool {
 	b := &c.buckets[catchUpBucketOf(age)]
-	return b.missed.Load() <= catchUpMaxMissed || time.Duration(int64(now.Sub(clockBase))-b.at.Load()) > catchUpRecheck
+	return b.missed.Load() <= catchUpMaxMissed || since(b.at.Load(), now) > catchUpRecheck
 }
 
-// worthChecking keeps, in place, the replicas of cand (all of which must
-// check the position of a read at now whose last write is age old) whose
-// checks at that age mostly succeed, or were not recorded lately. When none does, one such read in
-// catchUpExplore (counted only with advance: Explain changes nothing)
-// keeps them all, so that their records follow them.
-func (c *Connector) worthChecking(cand []*hostView, age time.Duration, now time.Time, advance bool) []*hostView {
-	kept := cand[:0]
-	for _, h := range cand {
-		if h.catchUp.worth(age, now) {
-			kept = append(kept, h)
-		}
-	}
-	if len(kept) == 0 && advance && c.catchUpSkips.Add(1)%catchUpExplore == 0 {
-		return cand
-	}
-	return kept
-}
-
-// record adds the outcome of a check sent at sent when the caller's last
+// Record adds the outcome of a check sent at sent when the caller's last
 // write was age old: found when the replica had replayed it. Replay goes
 // in WAL order, so the outcome holds beyond its own age: a replica that
 // lacked a write lacked every younger one then (a later position), and
 // one that held it held every older one. A check that found the write
 // counts for its age and all older ones, one that did not for its age and
 // all younger ones.
-func (c *catchUp) record(age time.Duration, sent time.Time, found bool) {
-	i, at := catchUpBucketOf(age), int64(sent.Sub(clockBase))
+func (c *CatchUp) Record(age time.Duration, sent time.Time, found bool) {
+	i, at := catchUpBucketOf(age), nanos(sent)
 	if found {
 		for j := i; j < catchUpBuckets; j++ {
 			c.buckets[j].record(at, found)
@@ -119,7 +100,7 @@ func (c *catchUp) record(age time.Duration, sent time.Time, found bool) {
 	}
 }
 
-// record adds one outcome to b at at (ns since clockBase).
+// record adds one outcome to b at at (ns since base).
 func (b *catchUpBucket) record(at int64, found bool) {
 	b.at.Store(at)
 	target := uint32(0)
@@ -140,18 +121,11 @@ func (b *catchUpBucket) record(at int64, found bool) {
 	}
 }
 
-// recordCheck adds the outcome of a position check sent at sent on h for
-// a read whose caller wrote at wrote (zero: not recorded; see
-// target.wrote), when the check did not wait: err is the check's (nil:
-// found; errNotCaughtUp: not found; anything else tells nothing).
-func (h *host) recordCheck(wrote time.Time, wait time.Duration, sent time.Time, err error) {
-	if wrote.IsZero() || wait > 0 {
-		return
-	}
-	switch {
-	case err == nil:
-		h.catchUp.record(sent.Sub(wrote), sent, true)
-	case errors.Is(err, errNotCaughtUp):
-		h.catchUp.record(sent.Sub(wrote), sent, false)
-	}
-}
+// Explore is a Connector's count of the reads that found no replica worth
+// checking (CatchUp.Worth): one in ExploreEvery of them checks anyway,
+// so that the replicas' records follow them.
+type Explore struct{ n atomic.Uint32 }
+
+// Explore reports whether this read, which found no replica worth
+// checking, should check them all.
+func (e *Explore) Explore() bool { return e.n.Add(1)%ExploreEvery == 0 }

@@ -1,4 +1,4 @@
-package pgrouted
+package consistency
 
 import (
 	"context"
@@ -29,20 +29,22 @@ import (
 // sent after a read began serves that read, not only a fetch. The positions
 // pgrouted reads anyway (after a write's commit, pipelined with it; after a
 // COMMIT; a probe of the primary) are offered to the index with the time
-// they were sent (offer): a round whose reads all joined before that time
+// they were sent (Offer): a round whose reads all joined before that time
 // is completed with it at once, and the fetch it waited for is not made.
-// Times are read from the monotonic clock (monoNow); a round keeps the
+// Times are read from the monotonic clock (Now); a round keeps the
 // time of its latest join, taken under the index's lock, and an offer sent
 // at or before it serves nobody in the round.
 
-// fetchFunc reads the primary's position (see Connector.fetchPosition).
-type fetchFunc func(context.Context) (lagmeter.Watermark, error)
+// Fetch reads the primary's position (the end of the last record
+// inserted before pg_current_wal_insert_lsn()).
+type Fetch func(context.Context) (lagmeter.Watermark, error)
 
-// readIndex shares the fetches of the primary's position among concurrent
+// ReadIndex shares the fetches of the primary's position among concurrent
 // global reads. It is safe for concurrent use.
-type readIndex struct {
-	fetch fetchFunc
-	now   func() time.Time // monoNow; a logical clock in tests
+type ReadIndex struct {
+	fetch   Fetch
+	timeout time.Duration    // bounds a fetch
+	now     func() time.Time // Now; a logical clock in tests
 
 	mu      sync.Mutex
 	running *fetchRound // the fetch in flight, nil when none
@@ -58,7 +60,7 @@ type readIndex struct {
 	failed  atomic.Uint64 // fetches that failed
 	shared  atomic.Uint64 // rounds completed by an offered position instead of their fetch
 	busy    atomic.Bool   // a round is running or waiting (running or next set; written under mu)
-	waited  atomic.Uint64 // nanoseconds reads waited for their positions (Connector.globalPosition)
+	waited  atomic.Uint64 // nanoseconds reads waited for their positions (AddWait)
 }
 
 // fetchRound is one fetch and the reads waiting for it.
@@ -66,13 +68,13 @@ type fetchRound struct {
 	done     chan struct{} // closed once wm and err are set (by complete)
 	wm       lagmeter.Watermark
 	err      error
-	waiters  int       // the reads that joined it (under readIndex.mu)
-	lastJoin time.Time // when the latest of them joined (monoNow, under readIndex.mu)
-	finished bool      // done is closed (under readIndex.mu)
+	waiters  int       // the reads that joined it (under ReadIndex.mu)
+	lastJoin time.Time // when the latest of them joined (Now, under ReadIndex.mu)
+	finished bool      // done is closed (under ReadIndex.mu)
 }
 
 // complete sets r's answer and wakes its reads, unless an offer or its
-// fetch did first. Called under readIndex.mu.
+// fetch did first. Called under ReadIndex.mu.
 func (r *fetchRound) complete(wm lagmeter.Watermark, err error) bool {
 	if r.finished {
 		return false
@@ -83,21 +85,22 @@ func (r *fetchRound) complete(wm lagmeter.Watermark, err error) bool {
 	return true
 }
 
-// newReadIndex returns a read index whose fetches call fetch.
-func newReadIndex(fetch fetchFunc) *readIndex {
+// NewReadIndex returns a read index whose fetches call fetch, each
+// bounded by timeout.
+func NewReadIndex(fetch Fetch, timeout time.Duration) *ReadIndex {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &readIndex{fetch: fetch, now: monoNow, base: ctx, cancel: cancel}
+	return &ReadIndex{fetch: fetch, timeout: timeout, now: Now, base: ctx, cancel: cancel}
 }
 
-// join returns the primary's position read by a fetch that started after
-// join was called, waiting for it (or for ctx to end), and reports whether
+// Join returns the primary's position read by a fetch that started after
+// Join was called, waiting for it (or for ctx to end), and reports whether
 // the caller opened the round it waited for (started: no read waited for
 // that fetch before it).
-func (ri *readIndex) join(ctx context.Context) (_ lagmeter.Watermark, started bool, _ error) {
+func (ri *ReadIndex) Join(ctx context.Context) (_ lagmeter.Watermark, started bool, _ error) {
 	ri.mu.Lock()
 	if ri.closed {
 		ri.mu.Unlock()
-		return lagmeter.Watermark{}, false, errIndexClosed
+		return lagmeter.Watermark{}, false, ErrClosed
 	}
 	r := ri.next
 	switch {
@@ -132,11 +135,11 @@ func (ri *readIndex) join(ctx context.Context) (_ lagmeter.Watermark, started bo
 }
 
 // run runs the fetch of r, then the next one while reads wait for one.
-func (ri *readIndex) run(r *fetchRound) {
+func (ri *ReadIndex) run(r *fetchRound) {
 	defer ri.wg.Done()
 	for r != nil {
 		ri.fetches.Add(1)
-		ctx, cancel := context.WithTimeout(ri.base, positionTimeout)
+		ctx, cancel := context.WithTimeout(ri.base, ri.timeout)
 		wm, err := ri.fetch(ctx)
 		cancel()
 		if err != nil {
@@ -151,13 +154,13 @@ func (ri *readIndex) run(r *fetchRound) {
 	}
 }
 
-// offer gives the index a position of the primary, wm, read by a query
-// sent at sent or later (a time of monoNow's clock, taken before the query
+// Offer gives the index a position of the primary, wm, read by a query
+// sent at sent or later (a time of Now's clock, taken before the query
 // was sent): it completes the rounds whose reads all joined before sent.
 // A waiting round so completed is dropped (its fetch is not made); a
 // round whose fetch is in flight is completed at once, and the fetch's
 // answer, when it comes, is not used. It reports whether it served a read.
-func (ri *readIndex) offer(wm lagmeter.Watermark, sent time.Time) bool {
+func (ri *ReadIndex) Offer(wm lagmeter.Watermark, sent time.Time) bool {
 	if wm.IsZero() || sent.IsZero() {
 		return false
 	}
@@ -177,16 +180,16 @@ func (ri *readIndex) offer(wm lagmeter.Watermark, sent time.Time) bool {
 	return served
 }
 
-// waiting reports whether a global read waits for a position: when none
+// Waiting reports whether a global read waits for a position: when none
 // does, an offer would serve nobody, and the positions of writes are not
 // offered at all (a process without global reads pays nothing per write).
 // A read that joins just after a false answer waits for its own fetch.
-func (ri *readIndex) waiting() bool { return ri != nil && ri.busy.Load() }
+func (ri *ReadIndex) Waiting() bool { return ri != nil && ri.busy.Load() }
 
-// close cancels the fetch in flight and waits for it to end; a later get
+// Close cancels the fetch in flight and waits for it to end; a later get
 // fails. A nil index (a Connector that failed before it had one) has
 // nothing to close.
-func (ri *readIndex) close() {
+func (ri *ReadIndex) Close() {
 	if ri == nil {
 		return
 	}
@@ -197,5 +200,24 @@ func (ri *readIndex) close() {
 	ri.wg.Wait()
 }
 
-// errIndexClosed: the Connector was closed.
-var errIndexClosed = errors.New("pgrouted: connector closed")
+// ErrClosed: the read index was closed (its Connector was).
+var ErrClosed = errors.New("pgrouted: connector closed")
+
+// Fetches counts the fetches started.
+func (ri *ReadIndex) Fetches() uint64 { return ri.fetches.Load() }
+
+// Failed counts the fetches that failed.
+func (ri *ReadIndex) Failed() uint64 { return ri.failed.Load() }
+
+// Served counts the reads given a position.
+func (ri *ReadIndex) Served() uint64 { return ri.served.Load() }
+
+// Shared counts the rounds an offered position completed instead of their
+// fetch.
+func (ri *ReadIndex) Shared() uint64 { return ri.shared.Load() }
+
+// Waited is the total time reads waited for their positions (AddWait).
+func (ri *ReadIndex) Waited() time.Duration { return time.Duration(ri.waited.Load()) }
+
+// AddWait adds d, the time one read waited for its position, to Waited.
+func (ri *ReadIndex) AddWait(d time.Duration) { ri.waited.Add(uint64(d)) }

@@ -1,0 +1,51 @@
+package consistency
+
+import "time"
+
+// Level is what a read on a replica must see.
+type Level uint8
+
+// The levels (pgrouted_consistency, WithConsistency).
+const (
+	// Session: a read sees the writes of its Session, or else of its
+	// Connector, made before it.
+	Session Level = iota
+	// Eventual: a read may run on any replica inside the staleness budget.
+	Eventual
+	// Global: a read sees every transaction committed on the primary
+	// before it began, by any client; a Session's writes are a floor.
+	Global
+)
+
+// Intent is what a statement's context asks of read-your-writes, resolved
+// once per statement (or transaction) from the context's options and the
+// Connector's configuration, and carried by its plan: no later step walks
+// the context again.
+type Intent struct {
+	// Level is the statement's consistency.
+	Level Level
+	// Mark is the read-your-writes state its reads need and its writes
+	// raise: the Session's (Session set), else the Connector's.
+	Mark    *Mark
+	Session bool
+	// Tracks: its writes move the marks (unless the Connector's and the
+	// context's consistency are both eventual: a Session is a floor under
+	// global consistency, and a request may select session in a process
+	// whose default is eventual).
+	Tracks bool
+	// Wait is how long a read may wait on a replica for its replay to
+	// reach the position (0: no wait).
+	Wait time.Duration
+	// MaxLag is the context's staleness budget, when HasMaxLag.
+	MaxLag    time.Duration
+	HasMaxLag bool
+}
+
+// Defers reports whether a write leaves its position to be read when a
+// read needs it: without a Session (a Session's writes read it at once,
+// so that its token can carry it across processes).
+func (in *Intent) Defers() bool { return !in.Session }
+
+// Positioned reports whether a write reads the position after its commit
+// at once (pipelined with it where pgx allows).
+func (in *Intent) Positioned() bool { return in.Tracks && in.Session }
