@@ -12,10 +12,11 @@ import (
 	"github.com/pgrouted/pgrouted/internal/sqlclass"
 )
 
-// This file is what the SQL text hides: the functions a statement calls
-// (the primary's catalog, read into a snapshot that classification uses
-// without allocating) and the statements a replica refused although they
-// looked like reads. See "Functions" in the package documentation.
+// This file is what the SQL text hides of the functions a statement calls:
+// the primary's catalog, read into a snapshot that classification uses
+// without allocating. (The statements a replica refused although they
+// looked like reads are refused.go's.) See "Functions" in the package
+// documentation.
 
 // catalogBootWait bounds how long a statement that calls a function waits
 // for the first snapshot of the catalog, instead of being taken for a call

@@ -30,7 +30,7 @@ type Config struct {
 	//
 	// Behind a connection pooler it also receives, once, that a host is
 	// behind one, and that a connection pinned session state on one
-	// (pooler.go).
+	// (txpooler.go).
 	Logger *slog.Logger
 
 	// Select, when set, chooses the replica of a read among two or more
@@ -60,6 +60,19 @@ type Candidate struct {
 	ByteLag  uint64        // WAL bytes behind the primary's last probe
 	// ByteLagKnown is false when ByteLag is unknown.
 	ByteLagKnown bool
+}
+
+// Clone returns a deep copy of c, its hooks included (OnRoute, Logger,
+// Select, Provider: the same functions and values, which a copy shares).
+// It shadows the embedded dsn.Config's Clone, which copies only the parsed
+// DSN. A nil c clones to nil.
+func (c *Config) Clone() *Config {
+	if c == nil {
+		return nil
+	}
+	cp := *c
+	cp.Config = *c.Config.Clone()
+	return &cp
 }
 
 // ParseConfig parses a DSN: any connection string pgx accepts (URL or

@@ -88,45 +88,70 @@ func (c *Connector) pipelines(host *host, cl *call, use pipelineUse) bool {
 }
 
 // call is one statement to run (a query or an exec), the BEGIN of a
-// transaction or the describe of a Prepare, and its outcome: its results,
-// and what became of it on the way, which its RouteEvent reports
-// (Connector.report) and nothing decides on.
+// transaction or the describe of a Prepare, and its outcome. Its parts
+// are by role, each carried by every path that runs a call: what runs
+// (callText), what it returned (callResults) and what became of it on the
+// way (callOutcome), which its RouteEvent reports (Connector.report) and
+// nothing decides on; px is the pgx side of a call of the pgx-native API.
 type call struct {
-	query    string
-	args     []driver.NamedValue
-	isQuery  bool
-	single   bool              // one statement (see sqlclass.Result.Statements)
-	reruns   int               // the runs after a stale statement (stale.go)
-	begin    *driver.TxOptions // BeginTx: the transaction's options
-	describe bool              // PrepareContext: describe it (stmt.go)
-
-	rows driver.Rows
-	res  driver.Result
-	tx   *tx                          // the transaction begun
-	sd   *pgconn.StatementDescription // its description (describe)
-
-	ran     *host // the host that ran it, or was tried last; nil for none
-	primary bool  // ran is the primary
-	retried bool  // it ran again, elsewhere or on another connection (RouteEvent.Retried)
-	// replicaFailed: a replica's connection failed under it and it ran
-	// elsewhere (Stats.ReplicaRetries).
-	replicaFailed bool
-	waited        time.Duration // how long it waited on replicas for their replay (replicawait.go)
-	wrote         time.Time     // the caller's last write, when a replica's check of it is worth recording (catchup.go)
-	sent          time.Time     // (monoNow) before it was sent to the primary, and the position read after it
-	// unanswered: it failed before the server answered it (no row, no
-	// command tag), as far as the path that ran it can tell (see
-	// endedUnanswered).
-	unanswered bool
+	callText
+	callResults
+	callOutcome
 
 	// px is set for a call of the pgx-native API (pool.go): pgx runs it,
 	// and its results are pgx's (pgxcall.go).
 	px *pgxCall
+}
+
+// callKind is what a call runs.
+type callKind uint8
+
+const (
+	callStatement callKind = iota // a query or an exec
+	callBegin                     // BeginTx: the transaction's BEGIN
+	callDescribe                  // PrepareContext: describe it (stmt.go)
+)
+
+// callText is what a call runs.
+type callText struct {
+	kind    callKind
+	query   string
+	args    []driver.NamedValue
+	isQuery bool
+	single  bool              // one statement (see sqlclass.Result.Statements)
+	begin   *driver.TxOptions // callBegin: the transaction's options
 
 	// class is query's classification when classified is set (the Pool
 	// classifies a statement before it runs: Pool.refuseSessionState).
 	class      sqlclass.Result
 	classified bool
+}
+
+// callResults is what a call returned to the driver's face: a query's
+// rows, an exec's result, a describe's description (a transaction begun
+// is its conn's).
+type callResults struct {
+	rows driver.Rows
+	res  driver.Result
+	sd   *pgconn.StatementDescription
+}
+
+// callOutcome is what became of a call on the way.
+type callOutcome struct {
+	ran     *host // the host that ran it, or was tried last; nil for none
+	primary bool  // ran is the primary
+	retried bool  // it ran again, elsewhere or on another connection (RouteEvent.Retried)
+	reruns  int   // the runs after a stale statement (stale.go)
+	// replicaFailed: a replica's connection failed under it and it ran
+	// elsewhere (Stats.ReplicaRetries).
+	replicaFailed bool
+	waited        time.Duration // how long it waited on replicas for their replay (replicawait.go)
+	wrote         time.Time     // the caller's last write, when a replica's check of it is worth recording (consistency.CatchUp)
+	sent          time.Time     // (consistency.Now) before it was sent to the primary, and the position read after it
+	// unanswered: it failed before the server answered it (no row, no
+	// command tag), as far as the path that ran it can tell (see
+	// endedUnanswered).
+	unanswered bool
 }
 
 // on runs cl through pgx on sc with args (cl.args, or them after an exec
@@ -149,7 +174,7 @@ func (cl *call) on(ctx context.Context, sc *stdlib.Conn, args []driver.NamedValu
 
 // ExecContext implements driver.ExecerContext.
 func (cn *conn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
-	cl := call{query: query, args: args}
+	cl := call{callText: callText{query: query, args: args}}
 	err := cn.run(ctx, &cl)
 	return cl.res, err
 }
@@ -157,7 +182,7 @@ func (cn *conn) ExecContext(ctx context.Context, query string, args []driver.Nam
 // QueryContext implements driver.QueryerContext. Rows stream from the
 // server; a replica connection goes back to its pool when they are closed.
 func (cn *conn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
-	cl := call{query: query, args: args, isQuery: true}
+	cl := call{callText: callText{query: query, args: args, isQuery: true}}
 	err := cn.run(ctx, &cl)
 	return cl.rows, err
 }

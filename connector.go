@@ -32,17 +32,8 @@ type Connector struct {
 	budget  lagmeter.Budget
 	history *lagmeter.History // the primary's WAL positions (from topology)
 
-	// writes is the read-your-writes state of the writes through this
-	// connector (a Session has its own); explore, deferredUse and index
-	// are the rest of read-your-writes' shared records
-	// (internal/consistency; consistency.go is their glue): the reads
-	// that found no replica worth checking, what the reads of deferred
-	// positions served, and the read index, which shares the reads of the
-	// primary's position among global reads.
-	writes      consistency.Mark
-	explore     consistency.Explore
-	deferredUse consistency.DeferredUse
-	index       *consistency.ReadIndex
+	// rw is read-your-writes' shared state (consistency.go).
+	rw readYourWrites
 	// booted is set once every host answered (pgrouted_strict_boot).
 	booted atomic.Bool
 	// counters are behind Stats (with each host's statement counters).
@@ -52,17 +43,11 @@ type Connector struct {
 	funcs   *catalog
 	refused refusedSet
 	classes *classCache // classifications by text (classcache.go)
-	// schema counts the schema changes seen through the connector: a
-	// connection whose cached statements are older drops them (stale.go).
-	schema atomic.Uint64
-
-	// pinLogged is set once a connection pinned session state behind a
-	// connection pooler was logged (pooler.go).
-	pinLogged atomic.Bool
-
-	// loggedTimeline is the last timeline for which a possible loss of
-	// writes was logged.
-	loggedTimeline atomic.Uint32
+	// schema counts the schema changes seen through the connector
+	// (stale.go); pooler is what was said of connection poolers
+	// (txpooler.go).
+	schema schemaCount
+	pooler poolerNotes
 
 	// drains are the pools of removed hosts being closed.
 	drains sync.WaitGroup
@@ -86,8 +71,7 @@ func NewConnector(cfg *Config) (*Connector, error) {
 	if cfg == nil {
 		return nil, fmt.Errorf("pgrouted: NewConnector: nil Config")
 	}
-	own := *cfg
-	own.Config = *cfg.Config.Clone()
+	own := *cfg.Clone()
 	own.Config.SetDefaults() // a zero field is its default
 	if err := own.Config.Validate(); err != nil {
 		return nil, err
@@ -101,7 +85,7 @@ func NewConnector(cfg *Config) (*Connector, error) {
 		return nil, err
 	}
 	c := &Connector{cfg: own, funcs: newCatalog(read, write), classes: newClassCache()}
-	c.index = consistency.NewReadIndex(c.fetchPosition, positionTimeout)
+	c.rw.index = consistency.NewReadIndex(c.fetchPosition, positionTimeout)
 	if d, ok := own.MaxLag.Time(); ok {
 		c.budget.MaxTime = d
 	} else if n, ok := own.MaxLag.Bytes(); ok {
@@ -255,7 +239,7 @@ func (c *Connector) Close() error {
 	}
 	c.closed = true
 	c.funcs.close()
-	c.index.Close()
+	c.rw.index.Close()
 	if c.stopTerms != nil {
 		close(c.stopTerms)
 		<-c.termsDone
@@ -279,7 +263,7 @@ func (c *Connector) Close() error {
 }
 
 func (c *Connector) closePools() {
-	c.index.Close() // a failed NewConnector too
+	c.rw.index.Close() // a failed NewConnector too
 	for _, h := range c.hosts.all() {
 		h.pool.Close()
 	}

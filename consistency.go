@@ -5,6 +5,7 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -24,11 +25,28 @@ import (
 // the primary's position (after a write, for the read index), and reports
 // the losses the transitions find.
 
+// readYourWrites is a Connector's share of read-your-writes: the state of
+// the writes through it (a Session has its own) and the records its reads
+// share.
+type readYourWrites struct {
+	writes consistency.Mark
+	// explore counts the reads that found no replica worth checking
+	// (worthChecking); deferredUse is what the reads of deferred positions
+	// served; index shares the reads of the primary's position among
+	// global reads (and deferred ones).
+	explore     consistency.Explore
+	deferredUse consistency.DeferredUse
+	index       *consistency.ReadIndex
+	// loggedTimeline is the last timeline for which a possible loss of
+	// writes was logged (reportLoss).
+	loggedTimeline atomic.Uint32
+}
+
 // intentOf resolves the read-your-writes intent of a statement whose
 // context has options o: once per statement (or transaction), carried by
 // its plan.
 func (c *Connector) intentOf(o *options) consistency.Intent {
-	in := consistency.Intent{Level: levelOf(c.consistencyOf(o)), Mark: &c.writes, Wait: c.cfg.ReplicaWait}
+	in := consistency.Intent{Level: levelOf(c.consistencyOf(o)), Mark: &c.rw.writes, Wait: c.cfg.ReplicaWait}
 	in.Tracks = c.cfg.Consistency != dsn.ConsistencyEventual || in.Level != consistency.Eventual
 	if o.session != nil {
 		in.Mark, in.Session = &o.session.m, true
@@ -105,7 +123,7 @@ func (c *Connector) reportLoss(e consistency.Effect) {
 		}
 	case consistency.MayBeLost:
 		c.counters.timelineResets.Add(1)
-		if last := c.loggedTimeline.Load(); e.Timeline > last && c.loggedTimeline.CompareAndSwap(last, e.Timeline) && c.cfg.Logger != nil {
+		if last := c.rw.loggedTimeline.Load(); e.Timeline > last && c.rw.loggedTimeline.CompareAndSwap(last, e.Timeline) && c.cfg.Logger != nil {
 			c.cfg.Logger.Warn("pgrouted: writes acknowledged before a failover may have been lost; reading them from the primary until the new timeline's position is known",
 				"watermark", e.From.String(), "timeline", e.Timeline)
 		}
@@ -130,7 +148,7 @@ func (c *Connector) raise(in *consistency.Intent, host *host, lsn lagmeter.LSN, 
 	}
 	c.positionRead(host, w, sent)
 	now := time.Now()
-	c.writes.Wrote(w, now, sent)
+	c.rw.writes.Wrote(w, now, sent)
 	if in.Session {
 		in.Mark.Wrote(w, now, sent)
 	}
@@ -175,7 +193,7 @@ func (c *Connector) raiseDeferred(in *consistency.Intent, host *host) {
 			on = lagmeter.Watermark{SystemID: h.SystemID, Timeline: h.Timeline}
 		}
 	}
-	c.writes.WroteDeferred(on, consistency.Now())
+	c.rw.writes.WroteDeferred(on, consistency.Now())
 }
 
 // raiseAfterRows raises the marks once the rows of a write on primary host
@@ -277,9 +295,9 @@ func (c *Connector) globalPosition(ctx context.Context, v *view, rc *readCtx, g 
 func (c *Connector) readPosition(ctx context.Context, g *indexRead) {
 	g.done = true
 	start := consistency.Now()
-	g.wm, g.started, g.err = c.index.Join(ctx)
+	g.wm, g.started, g.err = c.rw.index.Join(ctx)
 	g.wait = consistency.Now().Sub(start)
-	c.index.AddWait(g.wait)
+	c.rw.index.AddWait(g.wait)
 }
 
 // mayServeGlobal reports whether a replica might serve a read of rc once
@@ -313,7 +331,7 @@ func (c *Connector) resolveDeferred(ctx context.Context, v *view, rc *readCtx, p
 		c.readPosition(ctx, d)
 		if d.err == nil {
 			c.counters.deferredReads.Add(1)
-			c.deferredUse.Read(rc.st, d.started, rc.now)
+			c.rw.deferredUse.Read(rc.st, d.started, rc.now)
 		}
 	}
 	if d.err != nil {
@@ -386,7 +404,7 @@ func (c *Connector) fetchPosition(ctx context.Context) (lagmeter.Watermark, erro
 // a position is served by it, instead of by a fetch. It is used only while
 // host is the primary of the current term, as a fetch's answer is.
 func (c *Connector) positionRead(host *host, w lagmeter.Watermark, sent time.Time) {
-	if !c.index.Waiting() {
+	if !c.rw.index.Waiting() {
 		return
 	}
 	c.offerPosition(c.view(), host, w, sent)
@@ -407,7 +425,7 @@ func (c *Connector) offerProbe(v *view) {
 // primary in the current term, within its lease, and w is on its history.
 // It takes no lock of the terms (it runs from Connector.view).
 func (c *Connector) offerPosition(v *view, host *host, w lagmeter.Watermark, sent time.Time) {
-	if !c.index.Waiting() || w.IsZero() || sent.IsZero() || !v.isPrimary(host) {
+	if !c.rw.index.Waiting() || w.IsZero() || sent.IsZero() || !v.isPrimary(host) {
 		return
 	}
 	t := c.terms.cur.Load()
@@ -417,7 +435,7 @@ func (c *Connector) offerPosition(v *view, host *host, w lagmeter.Watermark, sen
 	if p := v.primary.probe; w.SystemID != p.SystemID || w.Timeline != p.Timeline {
 		return
 	}
-	c.index.Offer(w, sent)
+	c.rw.index.Offer(w, sent)
 }
 
 // worthChecking keeps, in place, the replicas of cand (all of which must
@@ -433,7 +451,7 @@ func (c *Connector) worthChecking(cand []*hostView, age time.Duration, now time.
 			kept = append(kept, h)
 		}
 	}
-	if len(kept) == 0 && advance && c.explore.Explore() {
+	if len(kept) == 0 && advance && c.rw.explore.Explore() {
 		return cand
 	}
 	return kept

@@ -17,9 +17,9 @@ import (
 func deferredConnector(t *testing.T, fetch consistency.Fetch) (*Connector, *view) {
 	t.Helper()
 	c, v := benchConnector(&testing.B{}, dsn.SelectRoundRobin, 2)
-	c.writes.WroteDeferred(lagmeter.Watermark{SystemID: 7, Timeline: 1}, consistency.Now())
-	c.index = consistency.NewReadIndex(fetch, time.Minute)
-	t.Cleanup(c.index.Close)
+	c.rw.writes.WroteDeferred(lagmeter.Watermark{SystemID: 7, Timeline: 1}, consistency.Now())
+	c.rw.index = consistency.NewReadIndex(fetch, time.Minute)
+	t.Cleanup(c.rw.index.Close)
 	return c, v
 }
 
@@ -73,7 +73,7 @@ func TestDeferredPositionResolves(t *testing.T) {
 			if fetches != 1 {
 				t.Fatalf("%d position reads, want 1", fetches)
 			}
-			if st := c.writes.Load(); st.Pending() || st.Watermark().LSN != tc.lsn {
+			if st := c.rw.writes.Load(); st.Pending() || st.Watermark().LSN != tc.lsn {
 				t.Fatalf("mark after the read: %+v, want the position read, settled", st)
 			}
 		})
@@ -92,7 +92,7 @@ func TestDeferredPositionOtherHistory(t *testing.T) {
 	if pk.host != nil || pk.reason != ReasonPositionUnknown {
 		t.Fatalf("pick %+v, want none for %s", pk, ReasonPositionUnknown)
 	}
-	if st := c.writes.Load(); st.Pending() || !st.Unknown() {
+	if st := c.rw.writes.Load(); st.Pending() || !st.Unknown() {
 		t.Fatalf("mark %+v, want the position unknown", st)
 	}
 }
@@ -107,7 +107,7 @@ func TestDeferredPositionFetchFails(t *testing.T) {
 	if pk.host != nil || pk.reason != ReasonPositionUnknown {
 		t.Fatalf("pick %+v, want none for %s", pk, ReasonPositionUnknown)
 	}
-	if st := c.writes.Load(); !st.Pending() || st.Unknown() {
+	if st := c.rw.writes.Load(); !st.Pending() || st.Unknown() {
 		t.Fatalf("mark %+v, want the write still deferred", st)
 	}
 }
@@ -125,7 +125,7 @@ func TestDeferredPositionSettledByProbe(t *testing.T) {
 	v.hosts[0].probe, v.walEnd = &p, 1<<29
 	v.setPrimaryState()
 	rc := sessionRead(t, c, v)
-	if st := c.writes.Load(); st.Pending() || st.Watermark().LSN != 1<<29 {
+	if st := c.rw.writes.Load(); st.Pending() || st.Watermark().LSN != 1<<29 {
 		t.Fatalf("mark %+v, want it settled at the probe's position", st)
 	}
 	if pk := c.pickReplica(v, rc, true, nil); pk.host == nil || pk.pending || pk.check {
@@ -139,7 +139,7 @@ func TestDeferredPositionSettledByProbe(t *testing.T) {
 	v.hosts[0].probe = &p2
 	v.setPrimaryState()
 	sessionRead(t, c, v)
-	if st := c.writes.Load(); st.Pending() || !st.Unknown() {
+	if st := c.rw.writes.Load(); st.Pending() || !st.Unknown() {
 		t.Fatalf("mark %+v after a failover, want the position unknown", st)
 	}
 }
@@ -168,14 +168,14 @@ func TestDeferredReadJoinsARunningPositionRead(t *testing.T) {
 	}
 	// A position read under way: a read that blocks the index's fetch.
 	release := make(chan struct{})
-	c.index = consistency.NewReadIndex(func(ctx context.Context) (lagmeter.Watermark, error) {
+	c.rw.index = consistency.NewReadIndex(func(ctx context.Context) (lagmeter.Watermark, error) {
 		<-release
 		return lagmeter.Watermark{}, errors.New("released")
 	}, time.Minute)
-	t.Cleanup(c.index.Close)
+	t.Cleanup(c.rw.index.Close)
 	t.Cleanup(func() { close(release) })
-	go c.index.Join(context.Background())
-	for !c.index.Waiting() {
+	go c.rw.index.Join(context.Background())
+	for !c.rw.index.Waiting() {
 		time.Sleep(time.Millisecond)
 	}
 	if pk := c.pickReplica(v, rc, true, nil); pk.host == nil || !pk.pending || !pk.check {

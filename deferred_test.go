@@ -33,7 +33,7 @@ func testWriteDefersItsPosition(t *testing.T, open opener) {
 	replicated(t, ctx)
 	app := "deferred_" + strings.ReplaceAll(t.Name(), "/", "_")
 	// Probes every 3 s: a probe of the primary sent after the writes
-	// would settle their position without a read of it (deferred.go).
+	// would settle their position without a read of it (internal/consistency).
 	db, conn, rec := open(t, "application_name="+app, "pgrouted_probe_interval=3s")
 
 	// lastStatements are the last statements of the client's sessions on
@@ -391,7 +391,7 @@ func testDeferredPositionReadWhenItPays(t *testing.T, open opener) {
 	mustExec(t, ctx, cluster.Primary(), "DROP TABLE IF EXISTS deferred_pays; CREATE TABLE deferred_pays (id int)")
 	replicated(t, ctx)
 	// Probes every 3 s: a probe of the primary sent after a write would
-	// settle its position without a read of it (deferred.go). Each
+	// settle its position without a read of it (internal/consistency). Each
 	// read-back waits until the replicas replayed its write, so that a
 	// replica's check would find it: only the position's read decides.
 	extra := "pgrouted_probe_interval=3s"

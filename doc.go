@@ -21,7 +21,7 @@
 //
 // # Routing
 //
-// Each statement is classified lexically (package internal/sqlclass): SELECT,
+// Each statement is classified lexically: SELECT,
 // WITH without data-modifying parts, VALUES, TABLE, SHOW and EXPLAIN without
 // ANALYZE of a write are reads; FOR UPDATE/SHARE makes a read a lock;
 // SELECT … INTO, nextval, pg_notify and the like are writes; SET, RESET,
@@ -29,7 +29,7 @@
 // locks change session state. Keywords inside literals, quoted identifiers,
 // dollar quotes and comments do not count; a string of several statements
 // takes its most dangerous class. A text is classified once per snapshot
-// of the function catalog (catalog.go) and remembered (classcache.go): the
+// of the function catalog and remembered: the
 // texts an application sends again and again cost one lookup.
 //
 //   - A read in autocommit mode runs on an eligible replica (round-robin).
@@ -67,166 +67,7 @@
 //     release, and a refusal is rolled back to the savepoint and the
 //     statement sent again, freshly described; the transaction's first
 //     statement needs no savepoint: refused, it begins the transaction
-//     again (stale.go, txstale.go).
-//
-// # How a statement is routed
-//
-// The source files follow a statement through the driver, in this order:
-//
-//   - driver.go: sql.Open("pgrouted", dsn) parses the DSN into a [Config]
-//     (config.go).
-//   - connector.go: the [Connector] holds the hosts (host.go: one host's
-//     pools, circuit breaker, known replay position, in-flight reads;
-//     hosts.go: the host table and discovered hosts) and the topology
-//     probers; Connect hands database/sql a connection.
-//   - conn.go (and stmt.go for Prepare's describe): the driver.Conn
-//     surface. A statement is classified and handed on; a statement inside
-//     a database/sql transaction goes straight to tx.go.
-//   - catalog.go: what the text hides. The functions a statement calls are
-//     judged by a snapshot of the primary's catalog (a VOLATILE or unknown
-//     user function sends it to the primary and pins the connection), and
-//     statements a replica refused before go to the primary first
-//     (refused.go). classcache.go remembers each text's classification under the
-//     catalog snapshot it was made with.
-//   - plan.go: the one decision, for every statement, every read-only
-//     transaction, Prepare's describe and [Connector.Explain]: primary or
-//     replica, which replica, whether it must check its replay position
-//     first, whether it may fall back to the primary (plan.fallBack, the
-//     one rule), and the reason. It reads the request's options
-//     (context.go), the topology through a view (view.go: each host with
-//     its probe state, and the one byte-lag reading), what a read needs a
-//     replica to hold (watermark.go: the position of the caller's writes,
-//     across failovers; global.go and readindex.go: under global
-//     consistency, the primary's position read after the read began,
-//     shared among concurrent reads; deferred.go: the position of the
-//     writes without a Session, read by the first read that needs it) and
-//     which eligible replica serves it (pick.go: one picker per
-//     pgrouted_select policy, and Config.Select).
-//     catchup.go: per replica, how often its checks found a write of a
-//     given age; a read right after its write skips replicas that seldom
-//     have it yet.
-//   - replica.go: the replica path. Borrow a connection, check the replay
-//     position on it when the plan says so, run, and on a connection
-//     failure try another replica; it returns an outcome (ran, or fall
-//     back for a reason) and the plan says whether the primary may run it.
-//     replicawait.go: whether a read may wait on its replica for the
-//     caller's position, and the wait's accounting.
-//   - primary.go: the primary session. Open or reuse it (waiting for a
-//     primary during a failover) and wait for the topology to follow a
-//     primary that failed. term.go: the primary's term, from the snapshot
-//     that confirms it until another primary is confirmed or its lease
-//     runs out; primary sessions open under it, and its end abandons dials
-//     to the old primary and closes the sessions still open there.
-//   - primaryrun.go: a statement run on the primary session: a write
-//     pipelined with the read of the WAL position after its commit (with
-//     a Session; without one, the position is deferred: deferred.go), the
-//     watermark raised after it, and the rerun of an autocommit write that
-//     a demoted primary refused.
-//   - internal/pgpipe: how both paths send what they decided, built on
-//     pgx's internals (the pgx version it mirrors and what to re-check on
-//     an upgrade are in its package doc): the replica check, or wait,
-//     pipelined with the read; the write pipelined with the position read;
-//     arguments encoded as pgx does, with descriptions cached per host; the
-//     rows of a pipelined query, with pgx stdlib's conversions.
-//   - stale.go: the recovery from a statement a schema change made stale,
-//     on either path.
-//   - rows.go: the rows returned; closing them gives the replica
-//     connection back or raises the watermark.
-//   - tx.go: BeginTx executes the plan's decision; statements inside the
-//     transaction run on its connection; COMMIT raises the watermark.
-//     txstale.go: a statement inside a transaction, sent with a savepoint
-//     (pgpipe.SendGuarded) when a schema change made elsewhere may have
-//     made it stale.
-//   - events.go builds the statement's [RouteEvent] from its plan and what
-//     the paths recorded (Connector.report), and observe.go counts it
-//     ([Stats]); [Connector.Topology] shows what the probes see.
-//   - pooler.go: what changes on a host behind a connection pooler.
-//   - pool.go, pool_conn.go, pool_tx.go, pool_rows.go: the pgx-native
-//     [Pool] (below); pgxcall.go: what a pgx call changes on the paths
-//     above (pgx runs it on the same connection, and its results are
-//     pgx's).
-//
-// # pgx and sqlc
-//
-// Code written against pgxpool, or generated by sqlc for pgx/v5 (whose
-// Queries take a DBTX: Exec, Query, QueryRow, CopyFrom, SendBatch), runs
-// on a [Pool]:
-//
-//	pool, err := pgrouted.NewPool(ctx, "postgres://app:secret@db1,db2,db3/app")
-//	q := db.New(pool) // sqlc's generated code
-//
-// A Pool is a [Connector] and the driver's connections, pooled by
-// database/sql, with pgxpool's methods: every statement takes the path a
-// database/sql statement takes (the same decision, replica and primary
-// paths, watermark, 25006 rerun, context options, hint comments, route
-// events), and pgx runs it on the chosen connection, so rows, rows'
-// errors (a *pgconn.PgError matches with errors.As), command tags and
-// transactions are pgx's own: pgx.CollectRows, RowToStructByName, pgtype
-// values and FieldDescriptions work on a replica's rows, whose connection
-// goes back when they are closed. A pgx QueryTracer in the hosts' pgx
-// configurations sees every statement (pgrouted's pipelines are not used
-// then); Config.OnRoute, and so package otelroute, sees the Pool's
-// statements as it sees the driver's.
-//
-//   - [Pool.Exec], [Pool.Query], [Pool.QueryRow]: routed as the driver
-//     routes the same statement. A Pool keeps no session between calls, as
-//     pgxpool does not: a statement that changes session state by its text
-//     (SET, LISTEN, CREATE TEMP, set_config(…, false), advisory locks) is
-//     refused with [ErrSessionState] before anything is sent; one that
-//     calls a VOLATILE function runs on the primary and does not pin.
-//   - [Pool.Begin], [Pool.BeginTx] (pgx.TxOptions): on the primary; a
-//     read-only transaction on one replica for its whole life under
-//     pgrouted_readonly_tx=replica, except at SERIALIZABLE isolation; Commit
-//     raises the watermark, so the next read sees the transaction's writes.
-//   - [Pool.SendBatch]: on the primary when a statement of the batch must
-//     run there (the watermark rises when its results are closed), on a
-//     replica when all are reads; errors come from the results, as in pgx,
-//     and a batch is not run again elsewhere. A batch that begins a
-//     transaction (pgx.Batch.BeginTx) is refused: use BeginTx.
-//   - [Pool.CopyFrom]: on the primary, never run twice (its source is read
-//     as it is sent); the rows are read back at once through the Pool.
-//   - [Pool.Acquire]: a [PoolConn] pinned to a primary session, for session
-//     state; released, it goes back to the Pool unless its session state
-//     was changed, in which case it is closed.
-//
-// # Failover
-//
-// Writes wait up to pgrouted_write_timeout for a primary whose lease is
-// valid, then fail with [ErrNoPrimary]. A connection whose primary session
-// belongs to an older primary epoch reports itself invalid, so database/sql
-// drops it; one without session state reopens its session on the new
-// primary. SQLSTATE 25006 on the primary session (the host was demoted)
-// triggers an immediate probe, and an autocommit write that it refused runs
-// again once the topology has moved.
-//
-// A primary that stops answering without closing anything (frozen, or cut
-// off by the network) does not hold anyone: primary sessions belong to the
-// primary's term, which ends as soon as the probes confirm another primary
-// (or the lease runs out). Then a dial to the old primary is abandoned
-// (nothing was sent: the statement runs on the new primary, or waits for
-// one), and the connections of the sessions still open there are closed. A
-// statement that was waiting for the old primary's answer fails with a
-// [RouteError] matching [ErrOutcomeUnknown] (reason [ReasonPrimaryLost]):
-// it may have run there, and pgrouted never runs it again; so do the rows
-// of a write (INSERT … RETURNING) cut off before its commit's answer. A
-// write whose commit was answered is a success even when the read of its
-// position that follows it is cut off: the caller's position becomes
-// unknown, and its reads go to the primary until a probe reads a later one.
-// A read that had returned no row runs again on the new primary.
-//
-// # Topology providers
-//
-// With pgrouted_topology=patroni (pgrouted_patroni_endpoints) or
-// [Config].Provider, a provider is the authority on which host leads: a
-// write goes to a host only when the provider names it leader and the
-// host's own probe finds it out of recovery, both within pgrouted_lease;
-// two running leaders, an unknown leader or a provider silent past the
-// lease mean no primary (writes wait, then fail closed). Reads still need
-// the replicas' own replay positions; members the provider does not list as
-// running or streaming, or tags noloadbalance, serve none. Under
-// pgrouted_discover=true, members the DSN does not name become hosts. See
-// package topology ([topology.Authorize], [topology.Patroni],
-// [topology.Manual]).
+//     again.
 //
 // # Read-your-writes
 //
@@ -240,7 +81,7 @@
 // connection that serves it (a replica found behind skips the read, which
 // then runs on the primary). A read so soon after its write that its
 // replicas' checks at that age mostly fail goes to the primary without a
-// check (catchup.go; reason catching-up).
+// check (reason catching-up).
 //
 // A watermark is (system identifier, timeline, LSN). After a failover, one
 // of an older timeline is compared with the switch point in the new
@@ -272,7 +113,7 @@
 // and the read needs it on its replica as a session read needs its
 // watermark: proven by a probe, checked inline, or waited for
 // (pgrouted_replica_wait); else the primary, or [ErrNoReplica] under
-// pgrouted_fallback=error. The read is shared (readindex.go): one is in
+// pgrouted_fallback=error. The read is shared: one is in
 // flight at a time, and reads that arrive meanwhile wait for the next one,
 // which starts after they began; so the primary sees one small query per
 // round trip. It runs with the simple protocol on a connection of the
@@ -293,9 +134,9 @@
 // with its position read, a checked read, a statement inside a
 // transaction), use the unnamed statement (cache_describe) instead of named
 // prepared statements, which a pooler in transaction mode shares between
-// clients (pooler.go); elsewhere, in pgx's default mode (cache_statement),
+// clients; elsewhere, in pgx's default mode (cache_statement),
 // the pipelined statements are named prepared statements, prepared once
-// per connection as pgx prepares its own (internal/pgpipe). The
+// per connection as pgx prepares its own. The
 // error of a named statement that a pooler refuses (42P05, 26000) says which
 // setting avoids it. Routing, read-your-writes, the replica checks and
 // failover work per statement and per transaction, so they hold through a
@@ -318,5 +159,6 @@
 //
 // The package testcluster starts a real primary with streaming replicas from
 // local PostgreSQL binaries, for the project's tests and for users'
-// integration tests.
+// integration tests. How the package is built, file by file, is
+// docs/architecture.md in the repository.
 package pgrouted

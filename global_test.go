@@ -511,7 +511,7 @@ func testGlobalThroughFailover(t *testing.T, open opener) {
 // TestGlobalWritesServeReads: in a process that writes as well as reads,
 // the positions its writes with a Session read after their commits
 // (autocommit writes, COMMITs; a write without one defers its position:
-// deferred.go) serve its waiting global reads in place of fetches
+// internal/consistency) serve its waiting global reads in place of fetches
 // (Stats.PositionsShared), and no read misses a row another process's
 // write had acknowledged before the read began.
 func TestGlobalWritesServeReads(t *testing.T) {

@@ -2,12 +2,10 @@ package pgrouted
 
 import (
 	"context"
-	"crypto/tls"
 	"database/sql/driver"
 	"fmt"
 	"net"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -44,7 +42,7 @@ type host struct {
 	caches cacheSizing
 
 	// poolerLogged is set once the pooler in front of it was logged
-	// (pooler.go).
+	// (txpooler.go).
 	poolerLogged atomic.Bool
 
 	// known is a replay position read on a data connection (the inline
@@ -56,7 +54,7 @@ type host struct {
 	leads atomic.Bool
 
 	// catchUp is the record of its position checks by the age of the
-	// write they looked for (catchup.go).
+	// write they looked for (consistency.CatchUp).
 	catchUp consistency.CatchUp
 
 	// missed is the last position a replica wait on it did not see in
@@ -173,7 +171,7 @@ func boundConnect(cfg *pgconn.Config) {
 // the description cache of cache_describe mode (the unnamed statement).
 // pgx's own path on a connection uses one of them, by the exec mode: in
 // pgx's default mode, cache_statement, except on a host behind a
-// connection pooler, where pgrouted asks for cache_describe (pooler.go). So
+// connection pooler, where pgrouted asks for cache_describe (txpooler.go). So
 // once a host has answered a probe, a connection opened to it gets the
 // cache it will not use at a small capacity (smallCacheCapacity): still
 // there for a statement that asks for the other mode by argument, whose
@@ -267,118 +265,6 @@ func (h *host) dropIdle() {
 		pc.Conn().PgConn().Conn().Close()
 		pc.Release()
 	}
-}
-
-// hostFlight is a host's borrowed connections, and the network connections
-// its pool is opening, so that reads stuck on a host that stopped answering
-// can be interrupted when its circuit opens.
-type hostFlight struct {
-	n  atomic.Int64 // in-flight reads, for selection and observation
-	mu sync.Mutex
-	// conns is the borrowed connections, a list through their prev and
-	// next (no map to hash into and out of at every read): conns.next is
-	// the first, and the last one's next is &conns. The zero hostFlight's
-	// list is empty (conns.next nil).
-	conns   borrowed
-	dialing map[*dialingConn]struct{}
-}
-
-// dialingConn is a network connection of the pool while pgx opens a
-// PostgreSQL connection on it (startup, authentication).
-type dialingConn struct {
-	net.Conn
-	f *hostFlight
-}
-
-// Close implements net.Conn.
-func (c *dialingConn) Close() error {
-	c.f.mu.Lock()
-	delete(c.f.dialing, c)
-	c.f.mu.Unlock()
-	return c.Conn.Close()
-}
-
-// opening tracks c until opened is called with it.
-func (f *hostFlight) opening(c net.Conn) net.Conn {
-	d := &dialingConn{Conn: c, f: f}
-	f.mu.Lock()
-	if f.dialing == nil {
-		f.dialing = make(map[*dialingConn]struct{})
-	}
-	f.dialing[d] = struct{}{}
-	f.mu.Unlock()
-	return d
-}
-
-// opened stops tracking the network connection under a PostgreSQL
-// connection pgx has opened (c, or the one under its TLS layer).
-func (f *hostFlight) opened(c net.Conn) {
-	if tc, ok := c.(*tls.Conn); ok {
-		c = tc.NetConn()
-	}
-	if d, ok := c.(*dialingConn); ok {
-		f.mu.Lock()
-		delete(f.dialing, d)
-		f.mu.Unlock()
-	}
-}
-
-// add counts b, just borrowed, as in flight.
-func (f *hostFlight) add(b *borrowed) {
-	f.n.Add(1)
-	f.mu.Lock()
-	head := &f.conns
-	if head.next == nil {
-		head.next, head.prev = head, head
-	}
-	b.prev, b.next = head.prev, head
-	head.prev.next = b
-	head.prev = b
-	f.mu.Unlock()
-}
-
-// remove stops counting b, given back; one not counted (never added, or
-// removed already) is left alone.
-func (f *hostFlight) remove(b *borrowed) {
-	f.mu.Lock()
-	if b.next != nil {
-		b.prev.next, b.next.prev = b.next, b.prev
-		b.prev, b.next = nil, nil
-		f.n.Add(-1)
-	}
-	f.mu.Unlock()
-}
-
-// each calls fn with every borrowed connection; f.mu is held.
-func (f *hostFlight) each(fn func(*borrowed)) {
-	if f.conns.next == nil {
-		return
-	}
-	for b := f.conns.next; b != &f.conns; b = b.next {
-		fn(b)
-	}
-}
-
-// abort closes the network connection under every borrowed connection, and
-// every one the pool is opening: a read waiting on a host that stopped
-// answering fails at once, and runs elsewhere if no row reached the caller
-// yet.
-func (f *hostFlight) abort() int {
-	f.mu.Lock()
-	cs := make([]net.Conn, 0, int(f.n.Load())+len(f.dialing))
-	f.each(func(b *borrowed) { cs = append(cs, b.conn().PgConn().Conn()) })
-	n := len(cs)
-	for d := range f.dialing {
-		cs = append(cs, d.Conn)
-	}
-	f.dialing = nil
-	f.mu.Unlock()
-	// Outside the lock: closing a pool connection's network connection
-	// takes it (dialingConn.Close).
-	for _, c := range cs {
-		c.Close()
-	}
-	return n
 }
 
 // wire reports whether h answered a probe yet and, if so, whether pgx's

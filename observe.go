@@ -354,7 +354,7 @@ type counters struct {
 
 	timelineResets atomic.Uint64
 	lostWrites     atomic.Uint64
-	deferredReads  atomic.Uint64 // reads that read a deferred write's position (deferred.go)
+	deferredReads  atomic.Uint64 // reads that read a deferred write's position (consistency.go)
 
 	catalogRouted atomic.Uint64 // statements sent to the primary by a function verdict
 	functionPins  atomic.Uint64 // connections pinned by a function verdict or a refused read
@@ -424,12 +424,12 @@ func (c *Connector) Stats() Stats {
 		ReplicaWaitTime:     time.Duration(k.wait.nanos.Load()),
 		ReplicaWaitTimeouts: k.wait.timeouts.Load(),
 
-		PositionFetches:       c.index.Fetches(),
-		PositionFetchErrors:   c.index.Failed(),
+		PositionFetches:       c.rw.index.Fetches(),
+		PositionFetchErrors:   c.rw.index.Failed(),
 		DeferredPositionReads: deferred,
-		GlobalReads:           c.index.Served() - deferred, // Served counts both, each before deferredReads
-		GlobalWaitTime:        c.index.Waited(),
-		PositionsShared:       c.index.Shared(),
+		GlobalReads:           c.rw.index.Served() - deferred, // Served counts both, each before deferredReads
+		GlobalWaitTime:        c.rw.index.Waited(),
+		PositionsShared:       c.rw.index.Shared(),
 	}
 	if e := c.top.Snapshot().Epoch; e > 1 {
 		st.Failovers = e - 1

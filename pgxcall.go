@@ -269,7 +269,7 @@ func namedArgs(args []any, buf []driver.NamedValue) []driver.NamedValue {
 // execCall, batchCall and copyCall build the calls of the pgx-native API
 // (a Query's and a QueryRow's: pgxQuery).
 func execCall(query string, args []any) *call {
-	cl := newPgxCall(call{query: query}, pgxCall{kind: pxExec, args: args})
+	cl := newPgxCall(call{callText: callText{query: query}}, pgxCall{kind: pxExec, args: args})
 	cl.args = namedArgs(args, cl.px.argBuf[:])
 	return cl
 }
@@ -296,7 +296,7 @@ type queryResults struct {
 // init makes q, a zero pgxQuery, the Query of query with args.
 func (q *pgxQuery) init(query string, args []any) *pgxQuery {
 	q.px = pgxCall{kind: pxQuery, args: args, rowsBuf: &q.rows, replicaBuf: &q.replica}
-	q.cl = call{query: query, isQuery: true, px: &q.px}
+	q.cl = call{callText: callText{query: query, isQuery: true}, px: &q.px}
 	return q
 }
 
@@ -343,7 +343,7 @@ func batchCall(c *Connector, ctx context.Context, b *pgx.Batch) *call {
 			text, rank = q.SQL, k
 		}
 	}
-	return &call{query: text, px: &pgxCall{kind: pxBatch, batch: b}}
+	return &call{callText: callText{query: text}, px: &pgxCall{kind: pxBatch, batch: b}}
 }
 
 // copyCall's text is the COPY statement pgx sends.
@@ -353,10 +353,10 @@ func copyCall(table pgx.Identifier, cols []string, src pgx.CopyFromSource) *call
 		quoted[i] = pgx.Identifier{col}.Sanitize()
 	}
 	q := "COPY " + table.Sanitize() + " (" + strings.Join(quoted, ", ") + ") FROM STDIN BINARY"
-	return &call{query: q, px: &pgxCall{kind: pxCopy, copyTable: table, copyCols: cols, copySrc: src}}
+	return &call{callText: callText{query: q}, px: &pgxCall{kind: pxCopy, copyTable: table, copyCols: cols, copySrc: src}}
 }
 
 // beginCall is the BEGIN of a transaction with opts.
 func beginCall(opts pgx.TxOptions) *call {
-	return &call{query: "BEGIN", begin: &driver.TxOptions{ReadOnly: opts.AccessMode == pgx.ReadOnly}, px: &pgxCall{kind: pxBegin, txOpts: opts}}
+	return &call{callText: callText{kind: callBegin, query: "BEGIN", begin: &driver.TxOptions{ReadOnly: opts.AccessMode == pgx.ReadOnly}}, px: &pgxCall{kind: pxBegin, txOpts: opts}}
 }

@@ -51,7 +51,7 @@ type target struct {
 	check bool               // verify the replica's position before reading
 	wm    lagmeter.Watermark // what the check must find
 	wait  time.Duration      // how long the check may wait for it (replicawait.go)
-	wrote time.Time          // when the caller wrote at wm, for the replica's record of its checks (catchup.go); zero when not known
+	wrote time.Time          // when the caller wrote at wm, for the replica's record of its checks (consistency.CatchUp); zero when not known
 }
 
 // request is what a decision is asked about.
@@ -216,7 +216,7 @@ func (c *Connector) planReplica(ctx context.Context, p *plan, advance bool) {
 		pk = c.resolveDeferred(ctx, v, &rc, pk, &p.deferred)
 	case pk.host != nil && rc.st.Fetched() && p.in.Level == consistency.Session:
 		// It relies on the position a read of a deferred one read.
-		c.deferredUse.Served(false, rc.now)
+		c.rw.deferredUse.Served(false, rc.now)
 	}
 	if pk.host != nil {
 		p.replica.host, p.replica.check, p.replica.wm = pk.host, pk.check, pk.wm
@@ -376,7 +376,7 @@ func (c *Connector) pickReplica(v *view, rc *readCtx, advance bool, skip *host) 
 		age = rc.now.Sub(lastWrite)
 		// A deferred position read already under way is shared: a read
 		// that joins it costs the primary nothing more.
-		recent = rc.in.Wait <= 0 && !(pending && c.index.Waiting())
+		recent = rc.in.Wait <= 0 && !(pending && c.rw.index.Waiting())
 	}
 	// Byte lag does not grow while the primary is not probed.
 	byteLease := rc.budget.MaxBytes == 0 || v.snap.LeaseValid(rc.now)
@@ -439,10 +439,10 @@ func (c *Connector) pickReplica(v *view, rc *readCtx, advance bool, skip *host) 
 			catchingUp = len(cand) == 0
 			// A deferred position read for this read alone would cost the
 			// primary what the read does (consistency.DeferredUse).
-			if pending && !catchingUp && !c.deferredUse.Worth(rc.now) {
+			if pending && !catchingUp && !c.rw.deferredUse.Worth(rc.now) {
 				cand, deferred = nil, true
 				if advance {
-					c.deferredUse.Skip(rc.st, rc.now)
+					c.rw.deferredUse.Skip(rc.st, rc.now)
 				}
 			}
 		}

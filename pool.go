@@ -78,11 +78,7 @@ func NewPoolWithConfig(ctx context.Context, cfg *Config) (*Pool, error) {
 func (p *Pool) Connector() *Connector { return p.c }
 
 // Config returns a copy of the Pool's configuration.
-func (p *Pool) Config() *Config {
-	cfg := p.c.cfg
-	cfg.Config = *p.c.cfg.Config.Clone()
-	return &cfg
-}
+func (p *Pool) Config() *Config { return p.c.cfg.Clone() }
 
 // Topology returns what the Pool's Connector sees (see [Connector.Topology]).
 func (p *Pool) Topology() Snapshot { return p.c.Topology() }
@@ -167,7 +163,7 @@ func (p *Pool) refuseSessionState(ctx context.Context, cl *call) error {
 // refuse reports query, refused with ErrSessionState, and returns that.
 func (p *Pool) refuse(ctx context.Context, query string) error {
 	pl := plan{op: OpWrite, class: sqlclass.Session, reason: ReasonSessionState, err: ErrSessionState}
-	p.c.report(ctx, &pl, &call{query: query}, p.c.began(), ErrSessionState)
+	p.c.report(ctx, &pl, &call{callText: callText{query: query}}, p.c.began(), ErrSessionState)
 	return ErrSessionState
 }
 

@@ -11,7 +11,7 @@ import (
 
 // This file holds the results of the pgx-native API: pgx's own rows and
 // batch results, with what must happen when they are closed (a replica
-// connection given back, the watermark raised after a write, the Pool's
+// connection given back, the read-your-writes marks raised after a write, the Pool's
 // connection released: onClose).
 
 // poolRows are pgx's rows of a query, whose first row was read already

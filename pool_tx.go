@@ -11,7 +11,7 @@ import (
 // poolTx is a transaction of the pgx-native API: the driver's transaction
 // (tx.go) on a primary session or a borrowed replica connection, begun
 // and ended by pgx. Its statements run on that connection, reported as
-// the driver's are; Commit raises the read-your-writes watermark.
+// the driver's are; Commit raises the read-your-writes marks.
 type poolTx struct {
 	t     *tx
 	inner *pgxTxInner

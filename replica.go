@@ -10,7 +10,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pgrouted/pgrouted/circuit"
 	"github.com/pgrouted/pgrouted/internal/pgpipe"
@@ -122,10 +121,10 @@ func (cn *conn) runOnReplicas(ctx context.Context, p *plan, cl *call) (replicaOu
 // statement, whose rows keep the connection until they are closed, or the
 // BEGIN of a read-only transaction, which keeps it until its end.
 func (cn *conn) runOnReplica(ctx context.Context, h *host, at target, cl *call) error {
-	switch {
-	case cl.begin != nil:
+	switch cl.kind {
+	case callBegin:
 		return cn.beginOnReplica(ctx, h, at, cl)
-	case cl.describe:
+	case callDescribe:
 		return cn.describeOnReplica(ctx, h, at, cl)
 	}
 	cl.wrote = at.wrote
@@ -236,31 +235,6 @@ func replicaRetryable(err error) bool {
 	return !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
 }
 
-// borrowed is a replica connection taken from a host's pool; it counts as
-// one of the host's in-flight reads until it is given back.
-//
-// An autocommit statement takes it from the pgxpool.Pool directly (pc),
-// and runs on its pgx.Conn as stdlib would (pgpipe.Rows.Query,
-// stdlibExec). A read-only transaction takes it through stdlib's pool
-// connector (sc): stdlib runs the transaction's database/sql statements.
-type borrowed struct {
-	pc    *pgxpool.Conn
-	sc    *stdlib.Conn
-	h     *host
-	given bool
-	// prev and next link it into its host's list of borrowed connections
-	// while it is in flight (hostFlight); nil otherwise.
-	prev, next *borrowed
-}
-
-// conn returns the borrowed pgx connection.
-func (b *borrowed) conn() *pgx.Conn {
-	if b.sc != nil {
-		return b.sc.Conn()
-	}
-	return b.pc.Conn()
-}
-
 // borrow takes a connection from h's pool into b, a zero borrowed: through
 // stdlib for a transaction's BEGIN (see borrowed). With check, it first
 // checks the replica's replay position on that connection (see
@@ -268,7 +242,7 @@ func (b *borrowed) conn() *pgx.Conn {
 // back with errNotCaughtUp when the replica lacks wm. On error b was given
 // back, or never held a connection.
 func (cn *conn) borrow(ctx context.Context, h *host, b *borrowed, check bool, wm lagmeter.Watermark, wait time.Duration, cl *call) error {
-	if cl.begin != nil {
+	if cl.kind == callBegin {
 		dc, err := h.replicas.Connect(ctx)
 		if err != nil {
 			return err
@@ -300,21 +274,6 @@ func (cn *conn) borrow(ctx context.Context, h *host, b *borrowed, check bool, wm
 		}
 	}
 	return nil
-}
-
-// giveBack returns the connection to its pool (the pool drops it if it
-// broke). Later calls do nothing.
-func (b *borrowed) giveBack() {
-	if b.given {
-		return
-	}
-	b.given = true
-	b.h.flight.remove(b)
-	if b.sc != nil {
-		b.sc.Close()
-	} else {
-		b.pc.Release()
-	}
 }
 
 // errNotCaughtUp: the replica's position check found it behind the

@@ -533,7 +533,7 @@ func TestAutocommitWriteReturningRows(t *testing.T) {
 // (cache_statement) does, the pipelined paths prepare a statement once per
 // connection, as a named statement, and execute it without a Parse from
 // then on: the write and the read of its position on the primary (a write
-// with a Session: one without defers its position, deferred.go), and the
+// with a Session: one without defers its position: internal/consistency), and the
 // position check and the read on a replica. Under cache_describe, chosen
 // in the DSN, they send the unnamed statement, parsed at every execution,
 // as pgx does then.

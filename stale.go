@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -44,7 +45,7 @@ import (
 //     server. Behind a connection pooler in transaction mode it may also
 //     have been prepared on another server session: running it again is as
 //     harmless (nothing ran), and when it fails again the error says which
-//     setting avoids it (pooler.go's withPoolerHint, applied to the final
+//     setting avoids it (txpooler.go's withPoolerHint, applied to the final
 //     error). Where the probes see the pooler, pgx's path prepares no
 //     named statement at all.
 //
@@ -150,12 +151,16 @@ func (cn *conn) runAgain(err error, cl *call) bool {
 		return false
 	}
 	cn.dropStale(cl.query)
-	if cl.reruns >= maxStaleReruns || (params && cl.reruns > 0) || !cl.single || cl.begin != nil || cn.tx != nil || cn.inSQLTx() {
+	if cl.reruns >= maxStaleReruns || (params && cl.reruns > 0) || !cl.single || cl.kind == callBegin || cn.tx != nil || cn.inSQLTx() {
 		return false
 	}
 	cl.reruns++
 	return true
 }
+
+// schemaCount counts the schema changes seen through a connector: a
+// connection whose cached statements are older drops them.
+type schemaCount struct{ n atomic.Uint64 }
 
 // schemaKey is the key, in a connection's pgconn.PgConn.CustomData, of the
 // connector's schema count its cached statements were prepared under.
@@ -166,7 +171,7 @@ const schemaKey = "pgrouted.schema"
 // statements are dropped at its next use (syncStatements), and each is
 // prepared afresh there, instead of being refused as stale first.
 func (c *Connector) schemaChanged() {
-	c.schema.Add(1)
+	c.schema.n.Add(1)
 }
 
 // syncStatements drops the statements pgx cached on pc, a connection to
@@ -181,7 +186,7 @@ func (c *Connector) schemaChanged() {
 // other clients share): there a stale statement is recovered when the
 // server refuses it. An error is the connection's: pc is closed.
 func (c *Connector) syncStatements(ctx context.Context, pc *pgx.Conn, h *host, pinned bool) error {
-	gen := c.schema.Load()
+	gen := c.schema.n.Load()
 	data := pc.PgConn().CustomData()
 	if data == nil {
 		return nil

@@ -54,7 +54,7 @@ func (cn *conn) describe(ctx context.Context, query string) (*pgconn.StatementDe
 	if p.err != nil {
 		return nil, p.err
 	}
-	cl := call{query: query, describe: true}
+	cl := call{callText: callText{kind: callDescribe, query: query}}
 	if done, err := cn.onReplicas(ctx, &p, &cl); done {
 		return cl.sd, err
 	}

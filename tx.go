@@ -54,7 +54,7 @@ func (cn *conn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, 
 	default:
 		return nil, fmt.Errorf("pgrouted: isolation level %s is not supported by PostgreSQL", iso)
 	}
-	t, err := cn.begin(ctx, opts.ReadOnly, iso == sql.LevelSerializable, &call{query: "BEGIN", begin: &opts})
+	t, err := cn.begin(ctx, opts.ReadOnly, iso == sql.LevelSerializable, &call{callText: callText{kind: callBegin, query: "BEGIN", begin: &opts}})
 	if err != nil {
 		return nil, err
 	}
@@ -75,7 +75,7 @@ func (cn *conn) begin(ctx context.Context, readOnly, serializable bool, cl *call
 		if err != nil {
 			return nil, err
 		}
-		return cl.tx, nil
+		return cn.tx, nil
 	}
 	return cn.beginOnPrimary(ctx, &p, cl, readOnly)
 }
@@ -112,7 +112,6 @@ func (cn *conn) beginOnReplica(ctx context.Context, h *host, at target, cl *call
 		return err
 	}
 	cn.tx = &tx{cn: cn, ctx: ctx, inner: inner, replica: b, host: h, begin: cl.begin}
-	cl.tx = cn.tx
 	return nil
 }
 
@@ -213,7 +212,7 @@ func (t *tx) end(began time.Time, query string, err error) {
 		cn.closePrimary()
 		cn.bad = true
 	}
-	t.report(t.ctx, OpTx, &call{query: query}, began, err)
+	t.report(t.ctx, OpTx, &call{callText: callText{query: query}}, began, err)
 }
 
 // report reports a statement of op run inside the transaction, on its

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -34,6 +35,13 @@ import (
 // and on a host not probed yet, pgx's own path runs in cache_describe mode
 // rather than cache_statement (see statementArgs), and a connection that
 // pins session state there is logged once (see pinned).
+
+// poolerNotes is what a Connector said of connection poolers.
+type poolerNotes struct {
+	// pinLogged is set once a connection pinned session state behind a
+	// connection pooler was logged.
+	pinLogged atomic.Bool
+}
 
 // statementArgs returns args for a statement that pgx runs on host h
 // (the paths that are not pipelined): with pgx's exec mode option
@@ -106,7 +114,7 @@ func (c *Connector) behindPooler(h *host) bool {
 // a pooler: there the session state may be gone by the next transaction.
 func (c *Connector) warnPinnedBehindPooler(h *host) {
 	hv := c.view().of(h)
-	if hv == nil || !hv.probe.Pooler || c.cfg.Logger == nil || !c.pinLogged.CompareAndSwap(false, true) {
+	if hv == nil || !hv.probe.Pooler || c.cfg.Logger == nil || !c.pooler.pinLogged.CompareAndSwap(false, true) {
 		return
 	}
 	level, msg := slog.LevelWarn, "pgrouted: session state on a host behind a connection pooler: the connection stays on the primary, but in pool_mode=transaction the pooler may run its next transaction on another server session, without this state (SET, temporary tables, advisory locks, LISTEN, prepared statements)"
