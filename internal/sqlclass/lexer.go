@@ -1,6 +1,9 @@
 package sqlclass
 
-import "strings"
+import (
+	"strings"
+	"unicode/utf8"
+)
 
 // tokKind is the kind of a token the classifier looks at. Whitespace and
 // comments are not tokens.
@@ -533,6 +536,8 @@ func (l *lexer) uescape(i int) (esc byte, end int, ok bool) {
 			v.add(c)
 		}
 		end, ok = p+d+k+d, true
+	default:
+		return '\\', i, false
 	}
 	if !ok {
 		return '\\', i, false
@@ -677,6 +682,23 @@ func fold(buf []byte, w string, quoted bool) []byte {
 		}
 		buf = append(buf, c)
 	}
+	return clipIdent(buf)
+}
+
+// clipIdent drops from an identifier cut at maxIdentLen bytes the start of
+// a UTF-8 character that the cut split, as PostgreSQL's pg_mbcliplen does.
+func clipIdent(buf []byte) []byte {
+	if len(buf) < maxIdentLen {
+		return buf
+	}
+	for i := len(buf) - 1; i >= 0 && i >= len(buf)-utf8.UTFMax; i-- {
+		if utf8.RuneStart(buf[i]) {
+			if !utf8.FullRune(buf[i:]) {
+				return buf[:i]
+			}
+			break
+		}
+	}
 	return buf
 }
 
@@ -717,12 +739,12 @@ func unescapeIdent(buf []byte, w string, esc byte) []byte {
 			// character is kept as written.
 		}
 		if len(buf)+len(p) > maxIdentLen {
-			return buf
+			return clipIdent(buf)
 		}
 		buf = append(buf, p...)
 		i += k
 	}
-	return buf
+	return clipIdent(buf)
 }
 
 // unicodeEscape reads the code point of an escape in w after its escape
