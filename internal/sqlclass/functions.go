@@ -187,7 +187,9 @@ func NewFunctions(defs []FuncDef, read, write []FuncName) *Functions {
 		// Builtins (pg_catalog, information_schema): the curated list
 		// decides.
 		builtin := d.Schema == "pg_catalog" || d.Schema == "information_schema"
-		risky := (d.Volatile || d.Procedure) && !builtin && extensionFunctions[d.Extension][d.Name] != extPure
+		// A function of an extension that extensionFunctions decides on
+		// is decided there (and by funcClass), as a builtin is.
+		risky := (d.Volatile || d.Procedure) && !builtin && extensionFunctions[d.Extension][d.Name] == extJudged
 		if risky && listed(f.read, d.Schema, d.Name) {
 			risky = false
 		}
