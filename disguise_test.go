@@ -6,7 +6,6 @@ import (
 	"database/sql/driver"
 	"errors"
 	"os"
-	"strings"
 	"testing"
 
 	"github.com/pgrouted/pgrouted"
@@ -134,12 +133,11 @@ func TestDisguisedSessionState(t *testing.T) {
 	ctx := testCtx(t)
 	setupDisguises(t, ctx)
 	db, conn, rec := open(t)
-	const others = 40
 	for _, d := range disguises {
 		t.Run(d.name, func(t *testing.T) {
 			dec, err := conn.Explain(ctx, d.sql)
 			if err != nil || !dec.Primary || dec.Reason != pgrouted.ReasonSessionState {
-				t.Fatalf("Explain: %+v, %v; want the primary for %s", dec, err, pgrouted.ReasonSessionState)
+				t.Errorf("Explain: %+v, %v; want the primary for %s", dec, err, pgrouted.ReasonSessionState)
 			}
 			cn, err := db.Conn(ctx)
 			if err != nil {
@@ -156,7 +154,7 @@ func TestDisguisedSessionState(t *testing.T) {
 			}
 			ev := rec.snapshot()
 			if last := ev[len(ev)-1]; last.Query != d.sql || !last.Primary || last.Reason != pgrouted.ReasonSessionState {
-				t.Fatalf("the statement ran %+v, want the primary for %s", last.Decision, pgrouted.ReasonSessionState)
+				t.Errorf("the statement ran %+v, want the primary for %s", last.Decision, pgrouted.ReasonSessionState)
 			}
 			got, err := readAll(ctx, cn, d.check)
 			if err != nil {
@@ -164,31 +162,14 @@ func TestDisguisedSessionState(t *testing.T) {
 			}
 			ev = rec.snapshot()
 			if last := ev[len(ev)-1]; got != d.effect || !last.Primary || last.Reason != pgrouted.ReasonPinned {
-				t.Fatalf("its session read %q %+v, want %q pinned to the primary", got, last.Decision, d.effect)
+				t.Errorf("its session read %q %+v, want %q pinned to the primary", got, last.Decision, d.effect)
 			}
 			// Other callers, while the session keeps its state.
 			replicated(t, ctx)
 			waitReplicaRoute(t, conn)
-			before := len(rec.snapshot())
-			seen := 0
-			for i := 0; i < others; i++ {
-				got, err := readAll(ctx, db, d.check)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if got != d.clean {
-					seen++
-				}
-			}
-			onReplica := 0
-			for _, e := range rec.snapshot()[before:] {
-				if !e.Primary {
-					onReplica++
-				}
-			}
-			if seen > 0 || onReplica == 0 {
-				t.Errorf("%d of %d other reads saw the effect (%d ran on a replica), want none (and some on a replica)", seen, others, onReplica)
-			}
+			checkOthers(t, "other reads", rec, d.clean, func(ctx context.Context) (string, error) {
+				return readAll(ctx, db, d.check)
+			})
 		})
 	}
 
@@ -199,36 +180,43 @@ func TestDisguisedSessionState(t *testing.T) {
 		}
 		replicated(t, ctx)
 		waitReplicaRoute(t, p.Connector())
-		before := len(prec.snapshot())
-		seen := 0
-		for i := 0; i < others; i++ {
-			rctx := ctx
-			if i%2 == 1 {
-				rctx = pgrouted.WithRoute(ctx, pgrouted.Primary)
-			}
+		checkOthers(t, d.name+": Pool reads", prec, d.clean, func(ctx context.Context) (string, error) {
 			var got string
-			if err := p.QueryRow(rctx, d.check).Scan(&got); err != nil {
-				t.Fatal(err)
-			}
-			if got != d.clean {
-				seen++
-			}
+			err := p.QueryRow(ctx, d.check).Scan(&got)
+			return got, err
+		})
+	}
+}
+
+// checkOthers reads 40 times by read, every other time forced to the
+// primary, and fails t when a read returns other than clean, or when none
+// ran on a replica (rec records where they ran).
+func checkOthers(t *testing.T, what string, rec *routes, clean string, read func(context.Context) (string, error)) {
+	t.Helper()
+	const others = 40
+	ctx := testCtx(t)
+	before := len(rec.snapshot())
+	seen := 0
+	for i := 0; i < others; i++ {
+		rctx := ctx
+		if i%2 == 1 {
+			rctx = pgrouted.WithRoute(ctx, pgrouted.Primary)
 		}
-		onReplica := 0
-		for _, e := range prec.snapshot()[before:] {
-			if !e.Primary {
-				onReplica++
-			}
+		got, err := read(rctx)
+		if err != nil {
+			t.Fatal(err)
 		}
-		if seen > 0 || onReplica == 0 {
-			t.Errorf("%s: %d of %d Pool reads saw the effect (%d ran on a replica), want none (and some on a replica)", d.name, seen, others, onReplica)
+		if got != clean {
+			seen++
 		}
 	}
-	if t.Failed() {
-		var names []string
-		for _, d := range disguises {
-			names = append(names, d.name)
+	onReplica := 0
+	for _, e := range rec.snapshot()[before:] {
+		if !e.Primary {
+			onReplica++
 		}
-		t.Logf("disguises: %s", strings.Join(names, "; "))
+	}
+	if seen > 0 || onReplica == 0 {
+		t.Errorf("%s: %d of %d saw the effect (%d ran on a replica), want none (and some on a replica)", what, seen, others, onReplica)
 	}
 }
