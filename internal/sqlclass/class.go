@@ -50,8 +50,9 @@ const (
 
 	// Session changes the state of the session: SET, RESET, DISCARD,
 	// PREPARE, DEALLOCATE, DECLARE, LISTEN, UNLISTEN, LOAD, CREATE TEMP …,
-	// SELECT … INTO TEMP, calls of set_config and of the advisory lock
-	// functions. It runs on the primary, and the connection stays on the
+	// SELECT … INTO [LOCAL|GLOBAL] TEMP, calls of set_config, of the
+	// advisory lock functions and of the others listed in the package
+	// documentation. It runs on the primary, and the connection stays on the
 	// primary from then on, because a replica session would not have that
 	// state.
 	Session

@@ -84,7 +84,7 @@ type stmt struct {
 	before      tokKind
 	beforeStart int
 	beforeEnd   int
-	schemaKind  tokKind // tWord or tQIdent when the name is qualified
+	schemaKind  tokKind // tWord, tQIdent or tUIdent when the name is qualified
 	schemaStart int
 	schemaEnd   int
 
@@ -197,7 +197,7 @@ func (c *classifier) token(k tokKind, a, b int) {
 			case kwTemp:
 				st.class = Session
 				return
-			case kwCreateModifier, kwLocal, kwUnlogged:
+			case kwCreateModifier, kwLocal, kwGlobal, kwUnlogged:
 				return
 			}
 		}
@@ -263,12 +263,14 @@ func (c *classifier) token(k tokKind, a, b int) {
 			if st.optDepth == 0 {
 				st.ph = phExplain
 			}
-		case tWord, tQIdent:
+		case tWord, tQIdent, tUIdent:
 			// ANALYZE, or ANALYZE with any value (even false: a
 			// conservative reading); also "analyze" quoted, which the
-			// option list accepts as a name.
-			w := c.lx.s[a:b]
-			if equalFold(w, "analyze") || equalFold(w, "analyse") {
+			// option list accepts as a name, and U&"\0061nalyze", whose
+			// escapes are decoded first.
+			var buf [maxIdentLen]byte
+			w := c.lx.ident(buf[:0], k, a, b)
+			if equalFold(string(w), "analyze") || equalFold(string(w), "analyse") {
 				st.analyze = true
 				st.class = Unknown
 			}
@@ -349,8 +351,13 @@ func (c *classifier) body(k tokKind, a, b int) {
 	s := c.lx.s
 	switch k {
 	case tLParen:
-		if st.prev == tWord || st.prev == tQIdent {
-			st.class = st.class.max(funcClass(s[st.prevStart:st.prevEnd]))
+		if isName(st.prev) {
+			name := s[st.prevStart:st.prevEnd]
+			var buf [maxIdentLen]byte
+			if st.prev == tUIdent {
+				name = string(c.lx.ident(buf[:0], st.prev, st.prevStart, st.prevEnd))
+			}
+			st.class = st.class.max(funcClass(name))
 			if c.fn != nil && st.calls {
 				c.call()
 			}
@@ -369,11 +376,12 @@ func (c *classifier) body(k tokKind, a, b int) {
 		if st.read || st.create {
 			c.word(s[a:b])
 		}
-	case tQIdent:
+	case tQIdent, tUIdent:
 		if c.fn != nil && st.calls && st.cteNext && st.inWith() {
 			st.cteNext, st.cteAt = false, a
 		}
-		if (st.pendInto || st.create) && isPgTemp(s[a:b]) {
+		var buf [maxIdentLen]byte
+		if (st.pendInto || st.create) && isPgTemp(string(c.lx.ident(buf[:0], k, a, b))) {
 			st.class = st.class.max(Session)
 		}
 		st.pendFor, st.pendInto = false, false
@@ -385,8 +393,8 @@ func (c *classifier) body(k tokKind, a, b int) {
 	default:
 		st.pendFor, st.pendInto = false, false
 	}
-	if k == tWord || k == tQIdent {
-		if st.prev == tOther && s[st.prevStart] == '.' && (st.prev2 == tWord || st.prev2 == tQIdent) {
+	if isName(k) {
+		if st.prev == tOther && s[st.prevStart] == '.' && isName(st.prev2) {
 			// The next part of a dotted name: what came before it stays.
 			st.schemaKind, st.schemaStart, st.schemaEnd = st.prev2, st.prev2At, st.prev2End
 		} else {
@@ -443,7 +451,7 @@ func (c *classifier) call() {
 		return // WITH t(a, b) AS …: the columns of a CTE
 	}
 	switch st.before {
-	case tRParen, tQIdent:
+	case tRParen, tQIdent, tUIdent:
 		return // FROM (SELECT …) s(a), FROM "t" x(a): an alias list
 	case tOther:
 		// x::numeric(10,2) is a type modifier, and f(…)[1] x(…) is not
@@ -462,33 +470,15 @@ func (c *classifier) call() {
 		}
 	}
 	var nameBuf, schemaBuf [maxIdentLen]byte
-	name := fold(nameBuf[:0], s[st.prevStart:st.prevEnd], st.prev == tQIdent)
+	name := c.lx.ident(nameBuf[:0], st.prev, st.prevStart, st.prevEnd)
 	var schema []byte
 	if st.schemaKind != tEOF {
-		schema = fold(schemaBuf[:0], s[st.schemaStart:st.schemaEnd], st.schemaKind == tQIdent)
+		schema = c.lx.ident(schemaBuf[:0], st.schemaKind, st.schemaStart, st.schemaEnd)
 	}
 	if v := c.fn.judge(string(schema), string(name), st.prev == tWord); v > st.fv {
 		st.fv, st.fa, st.fb = v, st.prevStart, st.prevEnd
 		st.class = st.class.max(v.class())
 	}
-}
-
-// fold appends an identifier as PostgreSQL stores it to buf: an unquoted
-// one folded to lower case (ASCII), a quoted one with its doubled quotes
-// undone; both cut to maxIdentLen bytes. buf must have that capacity, so
-// that nothing is allocated.
-func fold(buf []byte, w string, quoted bool) []byte {
-	for i := 0; i < len(w) && len(buf) < maxIdentLen; i++ {
-		c := w[i]
-		switch {
-		case quoted && c == '"':
-			i++ // "" stands for "
-		case !quoted && c >= 'A' && c <= 'Z':
-			c += 'a' - 'A'
-		}
-		buf = append(buf, c)
-	}
-	return buf
 }
 
 // isKeyword reports whether w is a key word of PostgreSQL's grammar,
@@ -520,10 +510,13 @@ func (c *classifier) word(w string) {
 	if st.pendInto {
 		switch {
 		case kw == kwTemp || isPgTemp(w):
-			// SELECT … INTO TEMP t, INTO pg_temp.t: a temporary table.
+			// SELECT … INTO [LOCAL|GLOBAL] TEMP t, INTO pg_temp.t: a
+			// temporary table.
 			st.class = st.class.max(Session)
 			st.pendInto = false
-		case kw == kwTable || kw == kwUnlogged:
+		case kw == kwTable || kw == kwUnlogged || kw == kwLocal || kw == kwGlobal:
+			// INTO [LOCAL|GLOBAL] TEMP|TEMPORARY [TABLE], INTO UNLOGGED
+			// [TABLE], INTO TABLE (gram.y's OptTempTableName).
 		default:
 			st.pendInto = false
 		}

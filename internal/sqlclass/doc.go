@@ -14,19 +14,36 @@
 //
 // # Lexical rules
 //
-// The text is split into tokens as PostgreSQL's own lexer splits it, so
-// that nothing inside a string constant ('…' where a doubled quote stands for
-// a quote, E'…' with backslash escapes too, B'…', X'…', U&'…'), a quoted
-// identifier ("…", likewise with doubled quotes), a dollar quote ($$…$$, $tag$…$tag$, tags case-sensitive;
-// $1 is a parameter) or a comment (-- to the end of the line, /* … */
-// nested) counts as a key word or a function call. Key words and function
-// names match without regard to ASCII case, and a function name may be
+// The text is split into tokens as PostgreSQL's own lexer
+// (src/backend/parser/scan.l) splits it, state by state, so that nothing
+// inside a string constant ('…' where a doubled quote stands for a quote,
+// E'…' with backslash escapes too, B'…' and X'…' which the first quote
+// ends, N'…', U&'…'), a quoted identifier ("…" and U&"…", likewise with
+// doubled quotes), a dollar quote ($$…$$, $tag$…$tag$, tags
+// case-sensitive; $1 is a parameter) or a comment (-- to the end of the
+// line, /* … */ nested) counts as a key word or a function call, and
+// nothing outside one is missed. Key words and function names match
+// without regard to ASCII case, and a function name may be
 // schema-qualified or quoted: pg_catalog.nextval(, "nextval" (.
+//
+// A string constant continued on another line (two constants separated by
+// whitespace that holds a newline, and -- comments: 'a' newline 'b' is
+// 'ab') is one constant, read in the mode of its first part: E'x' newline
+// '\'' is one E'…' constant whose backslash escapes the quote. Each
+// separate constant is read in its own mode.
+//
+// A U&"…" identifier is decoded (its \XXXX and \+XXXXXX escapes, with the
+// character of a UESCAPE 'c' clause that follows it in place of \, the
+// clause being part of the token) before it is compared with key words and
+// function names:
+// U&"\0073et_config"(…) calls set_config, and EXPLAIN (U&"\0061nalyze") is
+// EXPLAIN ANALYZE.
 //
 // Standard '…' strings are read with standard_conforming_strings on, the
 // default since PostgreSQL 9.1 (and what pgx expects). When such a string
 // holds a backslash, the text is read a second time as a server with the
-// setting off would read it, and the more dangerous reading wins.
+// setting off would read it (every '…' string, and its continuations,
+// with backslash escapes), and the more dangerous reading wins.
 //
 // Input that ends inside a string, quoted identifier, dollar quote or block
 // comment is a syntax error for the server, but what the unterminated part
@@ -41,7 +58,7 @@
 //   - [Read]: SELECT, WITH, VALUES, TABLE, SHOW, and EXPLAIN without
 //     ANALYZE, of anything (it does not run the statement).
 //   - EXPLAIN ANALYZE (or ANALYSE, or ANALYZE in the option list, quoted or
-//     not, with any value, even false) runs the statement: it gets the
+//     not, U&"…" decoded, with any value, even false) runs the statement: it gets the
 //     class of the statement it explains, and is [Unknown] without one.
 //   - [Write]: INSERT, UPDATE, DELETE, MERGE, COPY (both directions: COPY
 //     TO a server file writes, and COPY is not worth the risk), CREATE,
@@ -68,7 +85,8 @@
 //   - INSERT, UPDATE, DELETE or MERGE anywhere (a data-modifying CTE, or
 //     WITH … INSERT): [Write];
 //   - INTO (SELECT … INTO creates a table): [Write], or [Session] when
-//     followed by TEMP, TEMPORARY or pg_temp (INTO [UNLOGGED] [TABLE] skipped);
+//     followed by TEMP, TEMPORARY or pg_temp (INTO [LOCAL|GLOBAL]
+//     TEMP|TEMPORARY [TABLE] t; LOCAL, GLOBAL, UNLOGGED and TABLE skipped);
 //   - FOR followed by UPDATE, NO, SHARE or KEY anywhere (FOR UPDATE, FOR NO
 //     KEY UPDATE, FOR SHARE, FOR KEY SHARE, after subqueries, ORDER BY,
 //     LIMIT …): [Lock].
@@ -85,8 +103,11 @@
 //     dblink_exec, dblink_connect, dblink_open, …: named connections and
 //     cursors are session state, and remote statements may write),
 //     pg_replication_origin_session_*, and query_to_xml, query_to_xmlschema,
-//     query_to_xml_and_xmlschema, cursor_to_xml, cursor_to_xmlschema, which
-//     run a query given as text.
+//     query_to_xml_and_xmlschema, cursor_to_xml, cursor_to_xmlschema,
+//     ts_stat and ts_rewrite, which run a query given as text; and functions
+//     of contrib extensions that change the session: pg_trgm's set_limit,
+//     isn's isn_weak, tablefunc's crosstab, crosstab2, crosstab3, crosstab4
+//     and connectby (which run a query given as text).
 //   - [Write]: nextval, setval; currval and lastval (they read state of the
 //     session that called nextval, which is on the primary); pg_notify;
 //     large objects: lo_creat, lo_create, lo_from_bytea, lo_import,
@@ -120,8 +141,11 @@
 //   - a call of a name of which some visible definition (in any schema, or
 //     in the schema the call names) is VOLATILE or a procedure, outside
 //     pg_catalog and information_schema (whose functions the list above
-//     judges), outside extensions known to be pure (uuid-ossp, pgcrypto,
-//     pg_trgm, …) and not configured as a read: [Session], [FuncVolatile];
+//     judges), not one of the functions of contrib extensions known to
+//     neither write nor change the session (uuid_generate_v4,
+//     gen_random_uuid, normal_rand, …: each function is listed, with the
+//     install script that declares it, no extension is trusted whole) and
+//     not configured as a read: [Session], [FuncVolatile];
 //   - a call of a name the catalog does not know (a function created since
 //     the snapshot, or no snapshot yet): [Session], [FuncUnknown];
 //   - otherwise (STABLE and IMMUTABLE definitions only) the call does not

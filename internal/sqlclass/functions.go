@@ -187,7 +187,9 @@ func NewFunctions(defs []FuncDef, read, write []FuncName) *Functions {
 		// Builtins (pg_catalog, information_schema): the curated list
 		// decides.
 		builtin := d.Schema == "pg_catalog" || d.Schema == "information_schema"
-		risky := (d.Volatile || d.Procedure) && !builtin && !pureExtensions[d.Extension]
+		// A function of an extension that extensionFunctions decides on
+		// is decided there (and by funcClass), as a builtin is.
+		risky := (d.Volatile || d.Procedure) && !builtin && extensionFunctions[d.Extension][d.Name] == extJudged
 		if risky && listed(f.read, d.Schema, d.Name) {
 			risky = false
 		}
@@ -227,15 +229,80 @@ func (f *Functions) Len() int {
 	return f.count
 }
 
-// pureExtensions are extensions whose functions, VOLATILE ones included
-// (uuid_generate_v4, gen_random_bytes, normal_rand), neither write nor
-// change the session.
-var pureExtensions = map[string]bool{
-	"uuid-ossp": true, "pgcrypto": true, "citext": true, "hstore": true,
-	"pg_trgm": true, "fuzzystrmatch": true, "unaccent": true, "intarray": true,
-	"ltree": true, "cube": true, "earthdistance": true, "btree_gin": true,
-	"btree_gist": true, "isn": true, "tablefunc": true, "tsm_system_rows": true,
-	"tsm_system_time": true, "pg_stat_statements": true,
+// extDecision is the decision on a function of a contrib extension.
+type extDecision uint8
+
+const (
+	// extJudged: nothing is known beyond the catalog; the function is
+	// judged by its volatility, as a user function is.
+	extJudged extDecision = iota
+	// extPure: VOLATILE (or with internal arguments), but neither writes
+	// nor changes the session: a read.
+	extPure
+	// extSession: changes the session, or runs a query given as text
+	// (which may call set_config): funcClass lists it as Session, so it
+	// pins whatever its label and with or without a catalog.
+	extSession
+	// extWrite: writes: funcClass lists it as Write.
+	extWrite
+)
+
+// extensionFunctions holds, for each contrib extension whose functions
+// applications commonly call, the decision on each of its functions that
+// is VOLATILE in its install and update scripts
+// (contrib/<extension>/<extension>--<version>.sql in PostgreSQL's source,
+// /usr/share/postgresql/<major>/extension/ once installed), and on each
+// that writes or changes the session whatever its label. No extension is
+// trusted whole: a function not listed here is judged by its volatility,
+// like any user function, so a VOLATILE function that a later version of an
+// extension adds pins until it is listed here as pure.
+//
+// The other functions of these extensions are IMMUTABLE or STABLE and do
+// what their labels say; these have no function to list: citext, hstore,
+// fuzzystrmatch, intarray, ltree, cube, earthdistance, btree_gin,
+// btree_gist (their scripts declare every function IMMUTABLE or STABLE,
+// the selectivity estimators of intarray included).
+var extensionFunctions = map[string]map[string]extDecision{
+	// uuid-ossp--1.1.sql: uuid_generate_v1, _v1mc and _v4 are VOLATILE
+	// (a clock, a MAC address, random bytes); _v3, _v5 and uuid_nil,
+	// uuid_ns_* are IMMUTABLE.
+	"uuid-ossp": {"uuid_generate_v1": extPure, "uuid_generate_v1mc": extPure, "uuid_generate_v4": extPure},
+	// pgcrypto--1.3.sql: gen_salt, gen_random_bytes, gen_random_uuid
+	// (also pgcrypto--1.0--1.1.sql) are VOLATILE, and pgp_sym_encrypt,
+	// pgp_sym_encrypt_bytea, pgp_pub_encrypt, pgp_pub_encrypt_bytea are
+	// by default (a random session key); pgcrypto--1.3--1.4.sql
+	// (PostgreSQL 17): fips_mode is VOLATILE and reads. None writes or
+	// changes the session.
+	"pgcrypto": {"gen_salt": extPure, "gen_random_bytes": extPure, "gen_random_uuid": extPure,
+		"pgp_sym_encrypt": extPure, "pgp_sym_encrypt_bytea": extPure,
+		"pgp_pub_encrypt": extPure, "pgp_pub_encrypt_bytea": extPure, "fips_mode": extPure},
+	// pg_trgm--1.3.sql: set_limit(float4) is VOLATILE and sets
+	// pg_trgm.similarity_threshold for the session (show_limit, STABLE,
+	// reads it, as the % operator's functions do).
+	"pg_trgm": {"set_limit": extSession},
+	// isn--1.1.sql: isn_weak(boolean) "sets the weak input mode" of the
+	// session, and is declared IMMUTABLE; isn_weak() reads it.
+	"isn": {"isn_weak": extSession},
+	// tablefunc--1.0.sql: normal_rand is VOLATILE (random numbers);
+	// crosstab(text), crosstab(text, int), crosstab(text, text),
+	// crosstab2, crosstab3, crosstab4 (STABLE) run the query their text
+	// argument holds, and connectby (STABLE) runs one built from its
+	// arguments: a SELECT of set_config there changes the session.
+	"tablefunc": {"normal_rand": extPure, "crosstab": extSession, "crosstab2": extSession,
+		"crosstab3": extSession, "crosstab4": extSession, "connectby": extSession},
+	// tsm_system_rows--1.0.sql, tsm_system_time--1.0.sql: the
+	// TABLESAMPLE methods' handlers (internal), VOLATILE by default.
+	"tsm_system_rows": {"system_rows": extPure},
+	"tsm_system_time": {"system_time": extPure},
+	// unaccent--1.1.sql: the dictionary template's unaccent_init and
+	// unaccent_lexize (internal), VOLATILE by default; unaccent is STABLE.
+	"unaccent": {"unaccent_init": extPure, "unaccent_lexize": extPure},
+	// pg_stat_statements--1.4.sql and its updates to 1.10 (1.11,
+	// PostgreSQL 17, keeps the names): pg_stat_statements and
+	// pg_stat_statements_info are VOLATILE and read the server's
+	// counters; pg_stat_statements_reset resets them.
+	"pg_stat_statements": {"pg_stat_statements": extPure, "pg_stat_statements_info": extPure,
+		"pg_stat_statements_reset": extWrite},
 }
 
 // listed reports whether a function schema.name (schema "" when the call

@@ -305,3 +305,68 @@ func TestChangesCatalog(t *testing.T) {
 		}
 	}
 }
+
+// TestExtensionFunctions: the functions of contrib extensions are judged
+// one by one (extensionFunctions), none by its extension alone. The
+// definitions are those of PostgreSQL 15's install scripts.
+func TestExtensionFunctions(t *testing.T) {
+	defs := []FuncDef{
+		{Schema: "pg_catalog", Name: "count"},
+		{Schema: "public", Name: "set_limit", Volatile: true, Extension: "pg_trgm"},
+		{Schema: "public", Name: "show_limit", Extension: "pg_trgm"},
+		{Schema: "public", Name: "similarity", Extension: "pg_trgm"},
+		{Schema: "public", Name: "new_volatile", Volatile: true, Extension: "pg_trgm"}, // a later version's
+		{Schema: "public", Name: "isn_weak", Extension: "isn"},                         // IMMUTABLE
+		{Schema: "public", Name: "is_valid", Extension: "isn"},
+		{Schema: "public", Name: "uuid_generate_v4", Volatile: true, Extension: "uuid-ossp"},
+		{Schema: "public", Name: "gen_random_uuid", Volatile: true, Extension: "pgcrypto"},
+		{Schema: "public", Name: "normal_rand", Volatile: true, Extension: "tablefunc"},
+		{Schema: "public", Name: "crosstab", Extension: "tablefunc"}, // STABLE
+		{Schema: "public", Name: "connectby", Extension: "tablefunc"},
+		{Schema: "public", Name: "system_rows", Volatile: true, Extension: "tsm_system_rows"},
+		{Schema: "public", Name: "pg_stat_statements", Volatile: true, Extension: "pg_stat_statements"},
+		{Schema: "public", Name: "pg_stat_statements_reset", Volatile: true, Extension: "pg_stat_statements"},
+		{Schema: "public", Name: "hstore_volatile", Volatile: true, Extension: "hstore"}, // not in its script
+	}
+	fn := NewFunctions(defs, nil, nil)
+	for _, tt := range []struct {
+		sql  string
+		want Class
+		v    FuncVerdict
+	}{
+		{"SELECT set_limit(0.9)", Session, FuncNone},
+		{"SELECT public.set_limit(0.9)", Session, FuncNone},
+		{"SELECT show_limit(), similarity('a', 'b')", Read, FuncNone},
+		{"SELECT new_volatile()", Session, FuncVolatile},
+		{"SELECT isn_weak(true)", Session, FuncNone},
+		{"SELECT is_valid('978-0-393-04002-9'::isbn13)", Read, FuncNone},
+		{"SELECT uuid_generate_v4(), gen_random_uuid()", Read, FuncNone},
+		{"SELECT * FROM normal_rand(10, 0, 1)", Read, FuncNone},
+		{"SELECT * FROM crosstab('SELECT 1, 2, 3') AS t(a int, b int)", Session, FuncNone},
+		{"SELECT * FROM connectby('t', 'k', 'p', '1', 0) AS t(k text, p text, l int)", Session, FuncNone},
+		{"SELECT count(*) FROM t TABLESAMPLE system_rows (10)", Read, FuncNone},
+		{"SELECT * FROM pg_stat_statements(true)", Read, FuncNone},
+		{"SELECT pg_stat_statements_reset()", Write, FuncNone},
+		{"SELECT hstore_volatile()", Session, FuncVolatile},
+	} {
+		if r := ClassifyWith(tt.sql, fn); r.Class != tt.want || r.Func != tt.v {
+			t.Errorf("ClassifyWith(%q) = %v, %v; want %v, %v", tt.sql, r.Class, r.Func, tt.want, tt.v)
+		}
+	}
+	// What extensionFunctions says of a function that changes the session
+	// or writes, funcClass does, with or without a catalog.
+	for ext, fns := range extensionFunctions {
+		for name, d := range fns {
+			want := Read
+			switch d {
+			case extSession:
+				want = Session
+			case extWrite:
+				want = Write
+			}
+			if got := funcClass(name); got != want {
+				t.Errorf("%s: funcClass(%q) = %v, want %v", ext, name, got, want)
+			}
+		}
+	}
+}

@@ -39,6 +39,7 @@ const (
 	kwTransaction
 	kwConstraints
 	kwTemp // TEMP, TEMPORARY
+	kwGlobal
 	kwCreateModifier
 	kwAnalyze // ANALYZE, ANALYSE
 	kwVerbose
@@ -119,7 +120,9 @@ func keywordOf(w string) keyword {
 		return kwConstraints
 	case "temp", "temporary":
 		return kwTemp
-	case "or", "replace", "global", "recursive":
+	case "global":
+		return kwGlobal
+	case "or", "replace", "recursive":
 		return kwCreateModifier
 	case "unlogged":
 		return kwUnlogged
@@ -176,7 +179,7 @@ func funcClass(name string) Class {
 			// statements may write.
 			return Session
 		}
-	case 'b', 'c', 'g', 'l', 'n', 'q', 's', 't':
+	case 'b', 'c', 'g', 'i', 'l', 'n', 'q', 's', 't':
 	default:
 		return Read
 	}
@@ -194,10 +197,18 @@ func funcClass(name string) Class {
 	switch string(buf[:len(name)]) {
 	case "set_config", "setseed",
 		"query_to_xml", "query_to_xmlschema", "query_to_xml_and_xmlschema",
-		"cursor_to_xml", "cursor_to_xmlschema":
-		// setseed seeds random() for the session; the *_to_xml functions
-		// run a query (or a cursor of the session) given as text, which
-		// may do anything.
+		"cursor_to_xml", "cursor_to_xmlschema", "ts_stat", "ts_rewrite":
+		// setseed seeds random() for the session; the *_to_xml functions,
+		// ts_stat(text) and ts_rewrite(tsquery, text) run a query (or a
+		// cursor of the session) given as text, which may do anything
+		// (ts_rewrite(tsquery, tsquery, tsquery) does not, but shares
+		// the name).
+		return Session
+
+	case "set_limit", "isn_weak",
+		"crosstab", "crosstab2", "crosstab3", "crosstab4", "connectby":
+		// Functions of contrib extensions that change the session or
+		// run a query given as text: see extensionFunctions.
 		return Session
 
 	case "nextval", "setval", "currval", "lastval",
@@ -243,6 +254,14 @@ func bodyKeyword(w string) keyword {
 			return kwInto
 		case equalFold(w, "insert"):
 			return kwInsert
+		}
+	case 'g':
+		if equalFold(w, "global") {
+			return kwGlobal
+		}
+	case 'l':
+		if equalFold(w, "local") {
+			return kwLocal
 		}
 	case 'k', 'n', 's':
 		if equalFold(w, "key") || equalFold(w, "no") || equalFold(w, "share") {

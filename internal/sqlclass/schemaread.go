@@ -35,8 +35,12 @@ func SchemaRead(sql string) bool {
 	for cur.k != tEOF {
 		k, s, e := l.next()
 		next := tok{k, s, e}
-		if (cur.k == tWord || cur.k == tQIdent) && next.k != tLParen {
+		if isName(cur.k) && next.k != tLParen {
 			name := sql[cur.start:cur.end]
+			var nameBuf, schemaBuf [maxIdentLen]byte
+			if cur.k == tUIdent {
+				name = string(l.ident(nameBuf[:0], cur.k, cur.start, cur.end))
+			}
 			dotBefore := p.k == tOther && sql[p.start] == '.'
 			dotAfter := next.k == tOther && sql[next.start] == '.'
 			for _, v := range VersionTables {
@@ -44,9 +48,12 @@ func SchemaRead(sql string) bool {
 					return true
 				}
 			}
-			if dotBefore && !dotAfter && (pp.k == tWord || pp.k == tQIdent) {
+			if dotBefore && !dotAfter && isName(pp.k) {
 				schema := sql[pp.start:pp.end]
-				if isCatalogSchema(schema, pp.k == tQIdent) {
+				if pp.k == tUIdent {
+					schema = string(l.ident(schemaBuf[:0], pp.k, pp.start, pp.end))
+				}
+				if isCatalogSchema(schema, pp.k != tWord) {
 					return true
 				}
 			}

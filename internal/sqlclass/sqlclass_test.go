@@ -563,7 +563,8 @@ func TestFuncClass(t *testing.T) {
 		"pg_advisory_xact_lock_shared", "pg_try_advisory_lock", "pg_try_advisory_lock_shared",
 		"pg_try_advisory_xact_lock", "pg_try_advisory_xact_lock_shared", "pg_advisory_unlock",
 		"pg_advisory_unlock_shared", "pg_advisory_unlock_all",
-		"pg_replication_origin_session_setup", "pg_replication_origin_session_progress"}
+		"pg_replication_origin_session_setup", "pg_replication_origin_session_progress",
+		"ts_stat", "ts_rewrite", "set_limit", "isn_weak", "crosstab", "crosstab2", "crosstab3", "crosstab4", "connectby"}
 	write := []string{"nextval", "setval", "currval", "lastval", "pg_notify",
 		"lo_creat", "lo_create", "lo_from_bytea", "lo_import", "lo_export", "lo_open", "lo_put",
 		"lo_unlink", "lowrite", "lo_truncate", "lo_truncate64",
@@ -600,10 +601,12 @@ func TestFuncClass(t *testing.T) {
 
 func TestBodyKeyword(t *testing.T) {
 	for _, w := range []string{"insert", "UPDATE", "Delete", "merge", "into", "for", "share", "no", "key",
-		"table", "temp", "TEMPORARY", "unlogged", "select", "nope", "keys", "t", "", "updated", "temporary_x"} {
+		"table", "temp", "TEMPORARY", "unlogged", "select", "nope", "keys", "t", "", "updated", "temporary_x",
+		"local", "GLOBAL", "globals", "localtime"} {
 		want := keywordOf(w)
 		switch want {
-		case kwInsert, kwUpdate, kwDelete, kwMerge, kwInto, kwFor, kwLockStrength, kwTable, kwTemp, kwUnlogged:
+		case kwInsert, kwUpdate, kwDelete, kwMerge, kwInto, kwFor, kwLockStrength, kwTable, kwTemp, kwUnlogged,
+			kwLocal, kwGlobal:
 		default:
 			want = kwNone
 		}
