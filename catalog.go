@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -106,7 +107,15 @@ func (k *catalog) invalidate() {
 // catalogLoader reads every function definition from some server: the
 // primary when there is one, else any host that answers (a standby's
 // catalog is a copy of the primary's).
-type catalogLoader func(ctx context.Context) ([]sqlclass.FuncDef, error)
+type catalogLoader func(ctx context.Context) (catalogDefs, error)
+
+// catalogDefs is what a load reads: the functions, and the relations
+// (their kinds, triggers, rules, cascading foreign keys and inheritance:
+// the scope of read-your-writes, see sqlclass.Scope).
+type catalogDefs struct {
+	funcs []sqlclass.FuncDef
+	rels  []sqlclass.RelDef
+}
 
 // start runs the goroutine that loads snapshots, until close. timeout
 // bounds each load; a failed load is tried again after retry.
@@ -123,7 +132,9 @@ func (k *catalog) run(load catalogLoader, timeout, retry time.Duration) {
 		lcancel()
 		wait := catalogInterval
 		if err == nil {
-			k.fns.Store(sqlclass.NewFunctions(defs, k.read, k.write))
+			fns := sqlclass.NewFunctions(defs.funcs, k.read, k.write)
+			fns.SetRelations(defs.rels)
+			k.fns.Store(fns)
 			if k.loads.Add(1) == 1 {
 				close(k.loaded)
 			}
@@ -197,11 +208,11 @@ func parseFuncNames(key string, list []string) ([]sqlclass.FuncName, error) {
 	return out, nil
 }
 
-// loadCatalog reads the function catalog from the primary or, when there is
+// loadCatalog reads the function and relation catalog from the primary or, when there is
 // none, from any host that answers: a standby's catalog is a copy of the
 // primary's, a little behind at most, and a function it does not have yet
 // is unknown, which is safe.
-func (c *Connector) loadCatalog(ctx context.Context) ([]sqlclass.FuncDef, error) {
+func (c *Connector) loadCatalog(ctx context.Context) (catalogDefs, error) {
 	v := c.view()
 	order := make([]*host, 0, len(v.hosts))
 	if v.primary != nil {
@@ -216,10 +227,13 @@ func (c *Connector) loadCatalog(ctx context.Context) ([]sqlclass.FuncDef, error)
 	}
 	err := errors.New("no host")
 	for _, h := range order {
-		var defs []sqlclass.FuncDef
+		var defs catalogDefs
 		err = h.pool.AcquireFunc(ctx, func(pc *pgxpool.Conn) error {
 			var rerr error
-			defs, rerr = readFunctions(ctx, pc.Conn().PgConn())
+			if defs.funcs, rerr = readFunctions(ctx, pc.Conn().PgConn()); rerr != nil {
+				return rerr
+			}
+			defs.rels, rerr = readRelations(ctx, pc.Conn().PgConn())
 			return rerr
 		})
 		if err == nil {
@@ -229,5 +243,33 @@ func (c *Connector) loadCatalog(ctx context.Context) ([]sqlclass.FuncDef, error)
 			break
 		}
 	}
-	return nil, err
+	return catalogDefs{}, err
+}
+
+// readRelations reads the relations of the catalog on a connection
+// (sqlclass.RelationsQuery).
+func readRelations(ctx context.Context, pc *pgconn.PgConn) ([]sqlclass.RelDef, error) {
+	rr := pc.ExecParams(ctx, sqlclass.RelationsQuery, nil, nil, nil, nil)
+	var defs []sqlclass.RelDef
+	for rr.NextRow() {
+		v := rr.Values()
+		if len(v) != 6 || len(v[1]) != 1 {
+			continue
+		}
+		d := sqlclass.RelDef{
+			Name:     string(v[0]),
+			Kind:     v[1][0],
+			Triggers: string(v[2]) == "t",
+			Rules:    string(v[3]) == "t",
+			Cascades: string(v[4]) == "t",
+		}
+		if len(v[5]) > 0 {
+			d.Parents = strings.Split(string(v[5]), "\x1f")
+		}
+		defs = append(defs, d)
+	}
+	if _, err := rr.Close(); err != nil {
+		return nil, err
+	}
+	return defs, nil
 }

@@ -39,7 +39,10 @@ func TestCatalogLoads(t *testing.T) {
 	if r := sqlclass.ClassifyWith(q, k.functions()); r.Func != sqlclass.FuncUnknown {
 		t.Fatalf("before any load: %v, want unknown", r.Func)
 	}
-	k.start(load, time.Minute, 10*time.Millisecond)
+	k.start(func(ctx context.Context) (catalogDefs, error) {
+		defs, err := load(ctx)
+		return catalogDefs{funcs: defs}, err
+	}, time.Minute, 10*time.Millisecond)
 	answer := func(defs []sqlclass.FuncDef) {
 		t.Helper()
 		select {

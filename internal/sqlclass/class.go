@@ -157,8 +157,17 @@ type Result struct {
 	// behind Func (see [Result.FuncName]).
 	FuncStart, FuncEnd int
 
+	// Reads and Writes are the relations a single statement reads (a
+	// [Read]) and writes (a DML statement), when [ClassifyWith] was given
+	// a catalog that knows them ([Functions.SetRelations]); every relation
+	// otherwise (see [Scope]).
+	Reads, Writes Scope
+
 	// seen has bit 1<<c set for every class c of some statement.
 	seen uint8
+	// userCall: a statement calls a function that may read relations its
+	// text does not name (relations.go).
+	userCall bool
 }
 
 // FuncName returns the name of the function behind r.Func as the input

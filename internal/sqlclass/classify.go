@@ -36,7 +36,9 @@ func ClassifyWith(sql string, fn *Functions) Result {
 		if r2.Func > r.Func {
 			r.Func, r.FuncStart, r.FuncEnd = r2.Func, r2.FuncStart, r2.FuncEnd
 		}
+		r.userCall = r.userCall || r2.userCall
 	}
+	scopes(sql, &r, fn, c.lx.backslashSeen)
 	return r
 }
 
@@ -98,6 +100,8 @@ type stmt struct {
 	cteNext  bool
 	cteAt    int // start of the last CTE name, or -1
 
+	userCall bool // a call that may read relations the text does not name
+
 	fv     FuncVerdict // the most dangerous verdict on a call so far
 	fa, fb int         // the span of that function's name
 }
@@ -147,6 +151,7 @@ func (c *classifier) endStmt() {
 		if st.fv > c.res.Func {
 			c.res.Func, c.res.FuncStart, c.res.FuncEnd = st.fv, st.fa, st.fb
 		}
+		c.res.userCall = c.res.userCall || st.userCall
 	}
 	*st = stmt{cteAt: -1}
 }
@@ -474,6 +479,9 @@ func (c *classifier) call() {
 	var schema []byte
 	if st.schemaKind != tEOF {
 		schema = c.lx.ident(schemaBuf[:0], st.schemaKind, st.schemaStart, st.schemaEnd)
+	}
+	if !st.userCall && c.fn.userFunction(string(schema), string(name), st.prev == tWord) {
+		st.userCall = true // it may read what the text does not name (relations.go)
 	}
 	if v := c.fn.judge(string(schema), string(name), st.prev == tWord); v > st.fv {
 		st.fv, st.fa, st.fb = v, st.prevStart, st.prevEnd

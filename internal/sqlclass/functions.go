@@ -145,6 +145,7 @@ type Functions struct {
 	read    []FuncName // VOLATILE functions that only read
 	write   []FuncName // functions to send to the primary whatever their label
 	count   int
+	rels    *relations // the catalog's relations (SetRelations), nil when not known
 }
 
 // funcDef is the part of a FuncDef the classification needs.
@@ -409,4 +410,49 @@ func (f *Functions) judge(schema, name string, keyword bool) FuncVerdict {
 		return FuncUnknown
 	}
 	return verdict
+}
+
+// tableReaders are built-in functions that read relations the statement
+// does not name: they run a query given as text, or read a table by its
+// name or a large object (see relations.go).
+var tableReaders = map[string]bool{
+	"query_to_xml": true, "query_to_xml_and_xmlschema": true, "query_to_xmlschema": true,
+	"table_to_xml": true, "table_to_xml_and_xmlschema": true, "table_to_xmlschema": true,
+	"cursor_to_xml": true, "cursor_to_xmlschema": true,
+	"schema_to_xml": true, "schema_to_xml_and_xmlschema": true, "schema_to_xmlschema": true,
+	"database_to_xml": true, "database_to_xml_and_xmlschema": true, "database_to_xmlschema": true,
+	"ts_stat": true, "ts_rewrite": true, "lo_get": true, "loread": true,
+}
+
+// userFunction reports whether a call of name (schema: its qualifier, or
+// ""), both as PostgreSQL folds them, may read relations the statement does
+// not name: a function outside pg_catalog and information_schema, one the
+// catalog does not know, or a built-in that reads relations by other means
+// (tableReaders). keyword: as for judge; syntax (IN (…), COALESCE(…)) is no
+// call.
+func (f *Functions) userFunction(schema, name string, keyword bool) bool {
+	if f == nil {
+		return true
+	}
+	defs, known := f.lookup(name)
+	if keyword && schema == "" && !known {
+		if cat, ok := sqlKeywords[name]; ok && (cat != kwcatUnreserved || syntaxWords[name]) {
+			return false
+		}
+	}
+	if !known || tableReaders[name] {
+		return true
+	}
+	matched := false
+	for i := range defs {
+		s := f.schemas[defs[i].schema]
+		if schema != "" && s != schema {
+			continue
+		}
+		matched = true
+		if s != "pg_catalog" && s != "information_schema" {
+			return true
+		}
+	}
+	return !matched
 }
