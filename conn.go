@@ -218,6 +218,11 @@ func (cn *conn) run(ctx context.Context, cl *call) (err error) {
 		r = cn.c.classify(ctx, cl.query)
 	}
 	cl.single = r.Statements == 1
+	if cl.px.batched() {
+		// The text is the batch's most dangerous statement: the others
+		// read and write relations it does not name.
+		r.Reads, r.Writes = sqlclass.AllRelations, sqlclass.AllRelations
+	}
 	if r.ChangesCatalog || cn.catalogPending {
 		defer cn.catalogChanged()
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/pgrouted/pgrouted/dsn"
 	"github.com/pgrouted/pgrouted/internal/consistency"
 	"github.com/pgrouted/pgrouted/internal/pgpipe"
+	"github.com/pgrouted/pgrouted/internal/sqlclass"
 	"github.com/pgrouted/pgrouted/lagmeter"
 	"github.com/pgrouted/pgrouted/topology"
 )
@@ -29,7 +30,7 @@ import (
 // the writes through it (a Session has its own) and the records its reads
 // share.
 type readYourWrites struct {
-	writes consistency.Mark
+	writes consistency.Scopes
 	// explore counts the reads that found no replica worth checking
 	// (worthChecking); deferredUse is what the reads of deferred positions
 	// served; index shares the reads of the primary's position among
@@ -46,10 +47,10 @@ type readYourWrites struct {
 // context has options o: once per statement (or transaction), carried by
 // its plan.
 func (c *Connector) intentOf(o *options) consistency.Intent {
-	in := consistency.Intent{Level: levelOf(c.consistencyOf(o)), Mark: &c.rw.writes, Wait: c.cfg.ReplicaWait}
+	in := consistency.Intent{Level: levelOf(c.consistencyOf(o)), Scopes: &c.rw.writes, Wait: c.cfg.ReplicaWait}
 	in.Tracks = c.cfg.Consistency != dsn.ConsistencyEventual || in.Level != consistency.Eventual
 	if o.session != nil {
-		in.Mark, in.Session = &o.session.m, true
+		in.Scopes, in.Session = &o.session.s, true
 	}
 	if o.hasWait {
 		in.Wait = max(o.replicaWait, 0)
@@ -73,7 +74,8 @@ func levelOf(c Consistency) consistency.Level {
 type readCtx struct {
 	ctx    context.Context
 	in     *consistency.Intent // the plan's
-	st     *consistency.State  // the read's state of in.Mark
+	read   consistency.Read    // the marks of in.Scopes the read needs
+	st     *consistency.State  // the read's state: their combination
 	budget lagmeter.Budget
 	now    time.Time
 	forced bool // forced to a replica: a saturated one still serves
@@ -81,10 +83,10 @@ type readCtx struct {
 }
 
 // readCtx fills rc, a zero readCtx, with what the eligibility of a read
-// with intent in (forced to a replica: forced) depends on in view v. With
-// commit false (Explain) it changes nothing: what it learns about the
-// caller's position stays local.
-func (c *Connector) readCtx(rc *readCtx, ctx context.Context, in *consistency.Intent, forced bool, v *view, commit bool) error {
+// of the relations reads with intent in (forced to a replica: forced)
+// depends on in view v. With commit false (Explain) it changes nothing:
+// what it learns about the caller's position stays local.
+func (c *Connector) readCtx(rc *readCtx, ctx context.Context, in *consistency.Intent, reads sqlclass.Scope, forced bool, v *view, commit bool) error {
 	rc.ctx, rc.in, rc.budget, rc.now, rc.forced = ctx, in, c.budget, consistency.Now(), forced
 	if in.HasMaxLag {
 		d := in.MaxLag
@@ -93,17 +95,22 @@ func (c *Connector) readCtx(rc *readCtx, ctx context.Context, in *consistency.In
 		}
 		rc.budget = rc.budget.Min(lagmeter.Budget{MaxTime: d})
 	}
-	rc.st = in.Mark.Load()
-	if w := rc.st.Watermark(); in.Session && !w.IsZero() {
-		if sys := v.systemID(); sys != 0 && w.SystemID != sys {
-			var ok bool
-			if rc.st, ok = in.Mark.DropForeign(rc.st, sys, commit); !ok {
-				return fmt.Errorf("%w: the token names system %d, this cluster is %d", ErrForeignSession, w.SystemID, sys)
+	rc.read.Begin(in.Scopes, reads.Named, reads.Keys[:reads.N])
+	if in.Session {
+		if every := rc.read.Every(); !every.Watermark().IsZero() {
+			if sys := v.systemID(); sys != 0 && every.Watermark().SystemID != sys {
+				if !in.Scopes.DropForeign(every, sys, commit) {
+					return fmt.Errorf("%w: the token names system %d, this cluster is %d", ErrForeignSession, every.Watermark().SystemID, sys)
+				}
+				if !commit {
+					rc.st = rc.read.Blank()
+					return nil
+				}
 			}
 		}
 	}
 	var e consistency.Effect
-	rc.st, rc.lost, e = in.Mark.Settle(rc.st, v.primaryState(), rc.now, commit)
+	rc.st, rc.lost, e = rc.read.Settle(v.primaryState(), rc.now, commit)
 	c.reportLoss(e)
 	return nil
 }
@@ -130,13 +137,13 @@ func (c *Connector) reportLoss(e consistency.Effect) {
 	}
 }
 
-// raise raises the read-your-writes marks after a committed write on
-// primary host at insert position lsn (0: unknown): the Connector's, and
-// the Session's of in. sent is a time (consistency.Now) taken before the
-// query that read lsn was sent (zero when none is known): the position
-// also serves the global reads that began before it and still wait for
-// one (positionRead).
-func (c *Connector) raise(in *consistency.Intent, host *host, lsn lagmeter.LSN, sent time.Time) {
+// raise raises the read-your-writes marks after a committed write to the
+// relations ws on primary host at insert position lsn (0: unknown): the
+// Connector's, and the Session's of in. sent is a time (consistency.Now)
+// taken before the query that read lsn was sent (zero when none is
+// known): the position also serves the global reads that began before it
+// and still wait for one (positionRead).
+func (c *Connector) raise(in *consistency.Intent, ws sqlclass.Scope, host *host, lsn lagmeter.LSN, sent time.Time) {
 	if !in.Tracks {
 		return
 	}
@@ -148,9 +155,9 @@ func (c *Connector) raise(in *consistency.Intent, host *host, lsn lagmeter.LSN, 
 	}
 	c.positionRead(host, w, sent)
 	now := time.Now()
-	c.rw.writes.Wrote(w, now, sent)
+	c.rw.writes.Wrote(ws.Named, ws.Keys[:ws.N], w, now, sent)
 	if in.Session {
-		in.Mark.Wrote(w, now, sent)
+		in.Scopes.Wrote(ws.Named, ws.Keys[:ws.N], w, now, sent)
 	}
 }
 
@@ -159,31 +166,31 @@ func (c *Connector) raise(in *consistency.Intent, host *host, lsn lagmeter.LSN, 
 // server refused it (nothing committed) or it was never sent (an argument
 // that cannot be encoded); to an unknown position when the connection
 // failed under it (the answer was lost, not the commit). sent: see raise.
-func (c *Connector) raiseOutcome(in *consistency.Intent, host *host, pos lagmeter.LSN, sent time.Time, err error) {
+func (c *Connector) raiseOutcome(in *consistency.Intent, ws sqlclass.Scope, host *host, pos lagmeter.LSN, sent time.Time, err error) {
 	switch {
 	case err == nil:
-		c.raise(in, host, pos, sent)
+		c.raise(in, ws, host, pos, sent)
 	case pgpipe.IsPgError(err) || pgpipe.IsEncodeError(err) || errors.Is(err, pgx.ErrTxCommitRollback) || errors.Is(err, driver.ErrBadConn):
 	default:
-		c.raise(in, host, 0, time.Time{})
+		c.raise(in, ws, host, 0, time.Time{})
 	}
 }
 
 // raiseReading raises the marks after a committed write on primary host
 // whose position is read now on pc, a primary session, after it, unless
 // it is deferred (raiseDeferred).
-func (c *Connector) raiseReading(ctx context.Context, in *consistency.Intent, host *host, pc *pgx.Conn) {
+func (c *Connector) raiseReading(ctx context.Context, in *consistency.Intent, ws sqlclass.Scope, host *host, pc *pgx.Conn) {
 	if in.Defers() {
-		c.raiseDeferred(in, host)
+		c.raiseDeferred(in, ws, host)
 		return
 	}
 	sent := consistency.Now()
-	c.raise(in, host, c.insertLSN(ctx, in, pc), sent)
+	c.raise(in, ws, host, c.insertLSN(ctx, in, pc), sent)
 }
 
 // raiseDeferred records a committed write on primary host whose position
 // is deferred: read when a read needs it (consistency.DeferredUse).
-func (c *Connector) raiseDeferred(in *consistency.Intent, host *host) {
+func (c *Connector) raiseDeferred(in *consistency.Intent, ws sqlclass.Scope, host *host) {
 	if !in.Tracks {
 		return
 	}
@@ -193,7 +200,7 @@ func (c *Connector) raiseDeferred(in *consistency.Intent, host *host) {
 			on = lagmeter.Watermark{SystemID: h.SystemID, Timeline: h.Timeline}
 		}
 	}
-	c.rw.writes.WroteDeferred(on, consistency.Now())
+	c.rw.writes.WroteDeferred(ws.Named, ws.Keys[:ws.N], on, consistency.Now())
 }
 
 // raiseAfterRows raises the marks once the rows of a write on primary host
@@ -202,12 +209,12 @@ func (c *Connector) raiseDeferred(in *consistency.Intent, host *host) {
 // cn's primary session when it is still there outside a transaction, else
 // to an unknown position. Both faces' rows call it (wroteRows, pgx's rows
 // of the Pool).
-func (cn *conn) raiseAfterRows(ctx context.Context, in *consistency.Intent, host *host) {
+func (cn *conn) raiseAfterRows(ctx context.Context, in *consistency.Intent, ws sqlclass.Scope, host *host) {
 	if cn.primary != nil && !cn.inSQLTx() {
-		cn.c.raiseReading(ctx, in, host, cn.primary.Conn())
+		cn.c.raiseReading(ctx, in, ws, host, cn.primary.Conn())
 		return
 	}
-	cn.c.raise(in, host, 0, time.Time{})
+	cn.c.raise(in, ws, host, 0, time.Time{})
 }
 
 // positionTimeout bounds insertLSN and a fetch of the read index: past it
@@ -337,7 +344,7 @@ func (c *Connector) resolveDeferred(ctx context.Context, v *view, rc *readCtx, p
 	if d.err != nil {
 		return pick{reason: ReasonPositionUnknown}
 	}
-	st, ok, e := rc.in.Mark.ResolveDeferred(rc.st, d.wm, rc.now)
+	st, ok, e := rc.read.ResolveDeferred(d.wm, rc.now)
 	rc.st = st
 	c.reportLoss(e)
 	if !ok {

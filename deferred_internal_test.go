@@ -8,6 +8,7 @@ import (
 
 	"github.com/pgrouted/pgrouted/dsn"
 	"github.com/pgrouted/pgrouted/internal/consistency"
+	"github.com/pgrouted/pgrouted/internal/sqlclass"
 	"github.com/pgrouted/pgrouted/lagmeter"
 )
 
@@ -17,7 +18,7 @@ import (
 func deferredConnector(t *testing.T, fetch consistency.Fetch) (*Connector, *view) {
 	t.Helper()
 	c, v := benchConnector(&testing.B{}, dsn.SelectRoundRobin, 2)
-	c.rw.writes.WroteDeferred(lagmeter.Watermark{SystemID: 7, Timeline: 1}, consistency.Now())
+	c.rw.writes.WroteDeferred(false, nil, lagmeter.Watermark{SystemID: 7, Timeline: 1}, consistency.Now())
 	c.rw.index = consistency.NewReadIndex(fetch, time.Minute)
 	t.Cleanup(c.rw.index.Close)
 	return c, v
@@ -29,7 +30,7 @@ func sessionRead(t *testing.T, c *Connector, v *view) *readCtx {
 	t.Helper()
 	in := c.intentOf(noOptions)
 	rc := new(readCtx)
-	if err := c.readCtx(rc, context.Background(), &in, false, v, true); err != nil {
+	if err := c.readCtx(rc, context.Background(), &in, sqlclass.AllRelations, false, v, true); err != nil {
 		t.Fatal(err)
 	}
 	return rc
@@ -73,7 +74,7 @@ func TestDeferredPositionResolves(t *testing.T) {
 			if fetches != 1 {
 				t.Fatalf("%d position reads, want 1", fetches)
 			}
-			if st := c.rw.writes.Load(); st.Pending() || st.Watermark().LSN != tc.lsn {
+			if st := c.rw.writes.Every().Load(); st.Pending() || st.Watermark().LSN != tc.lsn {
 				t.Fatalf("mark after the read: %+v, want the position read, settled", st)
 			}
 		})
@@ -92,7 +93,7 @@ func TestDeferredPositionOtherHistory(t *testing.T) {
 	if pk.host != nil || pk.reason != ReasonPositionUnknown {
 		t.Fatalf("pick %+v, want none for %s", pk, ReasonPositionUnknown)
 	}
-	if st := c.rw.writes.Load(); st.Pending() || !st.Unknown() {
+	if st := c.rw.writes.Every().Load(); st.Pending() || !st.Unknown() {
 		t.Fatalf("mark %+v, want the position unknown", st)
 	}
 }
@@ -107,7 +108,7 @@ func TestDeferredPositionFetchFails(t *testing.T) {
 	if pk.host != nil || pk.reason != ReasonPositionUnknown {
 		t.Fatalf("pick %+v, want none for %s", pk, ReasonPositionUnknown)
 	}
-	if st := c.rw.writes.Load(); !st.Pending() || st.Unknown() {
+	if st := c.rw.writes.Every().Load(); !st.Pending() || st.Unknown() {
 		t.Fatalf("mark %+v, want the write still deferred", st)
 	}
 }
@@ -125,7 +126,7 @@ func TestDeferredPositionSettledByProbe(t *testing.T) {
 	v.hosts[0].probe, v.walEnd = &p, 1<<29
 	v.setPrimaryState()
 	rc := sessionRead(t, c, v)
-	if st := c.rw.writes.Load(); st.Pending() || st.Watermark().LSN != 1<<29 {
+	if st := c.rw.writes.Every().Load(); st.Pending() || st.Watermark().LSN != 1<<29 {
 		t.Fatalf("mark %+v, want it settled at the probe's position", st)
 	}
 	if pk := c.pickReplica(v, rc, true, nil); pk.host == nil || pk.pending || pk.check {
@@ -139,7 +140,7 @@ func TestDeferredPositionSettledByProbe(t *testing.T) {
 	v.hosts[0].probe = &p2
 	v.setPrimaryState()
 	sessionRead(t, c, v)
-	if st := c.rw.writes.Load(); st.Pending() || !st.Unknown() {
+	if st := c.rw.writes.Every().Load(); st.Pending() || !st.Unknown() {
 		t.Fatalf("mark %+v after a failover, want the position unknown", st)
 	}
 }

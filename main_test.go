@@ -120,11 +120,13 @@ func openDSN(t testing.TB, dsn string, tweak func(*pgrouted.Config)) (*sql.DB, *
 // connector's writes.
 func waitReplicaRoute(t testing.TB, conn *pgrouted.Connector) {
 	t.Helper()
+	// A read of every relation: it needs every write of the connector
+	// (a read of no relation, SELECT 1, needs none).
 	// Generous: on a CI machine whose CPUs are shared by every lane,
 	// probes can time out for seconds, and the circuits they open back off.
 	deadline := time.Now().Add(45 * time.Second)
 	for {
-		d, err := conn.Explain(context.Background(), "SELECT 1")
+		d, err := conn.Explain(context.Background(), readOfEveryRelation)
 		// "replica-check" is not enough: the check may still send the
 		// read to the primary.
 		if err == nil && !d.Primary && d.Reason == pgrouted.ReasonReplica && conn.Topology().Primary != "" {
@@ -137,6 +139,11 @@ func waitReplicaRoute(t testing.TB, conn *pgrouted.Connector) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// readOfEveryRelation is a read whose relations the text does not name (a
+// function in FROM): it needs every write of its connector or Session, as
+// every read did before read-your-writes was scoped by relation.
+const readOfEveryRelation = "SELECT * FROM generate_series(1, 1)"
 
 // replicasReady waits until every standby answered a probe of conn (healthy,
 // circuit closed, replay position known): from then on a read may go to any

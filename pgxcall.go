@@ -144,6 +144,10 @@ func (px *pgxCall) beginOn(ctx context.Context, pc *pgx.Conn) (driver.Tx, error)
 // the connection unpinned (see noPin).
 func (px *pgxCall) unpinned() bool { return px != nil && px.noPin }
 
+// batched reports whether the call is a batch of statements (its text is
+// one of them: see batchCall).
+func (px *pgxCall) batched() bool { return px != nil && px.kind == pxBatch }
+
 // once reports whether the call may not run a second time: CopyFrom's
 // source is read as it is sent.
 func (px *pgxCall) once() bool { return px != nil && px.kind == pxCopy }
@@ -215,12 +219,12 @@ func (px *pgxCall) putOnClose(p *Pool, cn *conn) {
 // reports whether there are any. A write whose primary's term ended while
 // its rows, its batch's results or its commit's answer were on their way
 // ends with ErrOutcomeUnknown from them too (resultErr).
-func (px *pgxCall) raiseOnClose(ctx context.Context, cn *conn, in *consistency.Intent) bool {
+func (px *pgxCall) raiseOnClose(ctx context.Context, cn *conn, in *consistency.Intent, ws sqlclass.Scope) bool {
 	if !px.open() {
 		return false
 	}
 	host, sc := cn.host, cn.primary
-	px.afterClose(func() { cn.raiseAfterRows(ctx, in, host) })
+	px.afterClose(func() { cn.raiseAfterRows(ctx, in, ws, host) })
 	if sc != nil {
 		// Err is read once the rows are closed, and the connection given
 		// back to its pool, which may have closed its session or opened

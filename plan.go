@@ -42,6 +42,11 @@ type plan struct {
 	// its context: its reads and the raise of the marks after its writes
 	// (or its transaction's commit) use it.
 	in consistency.Intent
+	// reads and writes are the relations it reads (a read) and writes (a
+	// statement run on the primary): the scope of read-your-writes
+	// (sqlclass.Scope; every relation unless the classification named
+	// them).
+	reads, writes sqlclass.Scope
 }
 
 // target is the replica a read (or a read-only transaction) runs on, and
@@ -124,6 +129,7 @@ func (c *Connector) plan(ctx context.Context, q *request, advance bool, p *plan)
 		}
 	}
 	class := q.r.Class
+	p.reads, p.writes = q.r.Reads, q.r.Writes
 	if q.refused && class == sqlclass.Read {
 		// It wrote when it ran on a replica: its effects are not known.
 		class = sqlclass.Session
@@ -203,7 +209,7 @@ func (c *Connector) planTx(ctx context.Context, q *request, route Route, advance
 func (c *Connector) planReplica(ctx context.Context, p *plan, advance bool) {
 	v := c.view()
 	var rc readCtx
-	if err := c.readCtx(&rc, ctx, &p.in, p.replicaForced, v, advance); err != nil {
+	if err := c.readCtx(&rc, ctx, &p.in, p.reads, p.replicaForced, v, advance); err != nil {
 		p.err = err
 		return
 	}
@@ -272,7 +278,7 @@ func (p *plan) fallback(reason Reason, cause error) error {
 func (p *plan) toPrimary(o replicaOutcome) {
 	p.primary, p.reason = true, o.reason
 	if o.refused {
-		p.class, p.pin = sqlclass.Unknown, true
+		p.class, p.pin, p.writes = sqlclass.Unknown, true, sqlclass.AllRelations
 	}
 }
 
@@ -282,7 +288,7 @@ func (p *plan) toPrimary(o replicaOutcome) {
 func (c *Connector) replan(ctx context.Context, p *plan, skip *host) (target, bool) {
 	v := c.view()
 	var rc readCtx
-	if err := c.readCtx(&rc, ctx, &p.in, p.replicaForced, v, true); err != nil {
+	if err := c.readCtx(&rc, ctx, &p.in, p.reads, p.replicaForced, v, true); err != nil {
 		return target{}, false
 	}
 	g := p.global

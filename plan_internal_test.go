@@ -133,7 +133,7 @@ func benchConnector(b *testing.B, policy dsn.SelectPolicy, n int) (*Connector, *
 		s.Hosts = append(s.Hosts, h)
 	}
 	c.picker = newPicker(policy, 20*time.Millisecond, nil, nil)
-	c.rw.writes.Wrote(lagmeter.Watermark{SystemID: 7, Timeline: 1, LSN: 1 << 29}, time.Now(), time.Time{})
+	c.rw.writes.Wrote(false, nil, lagmeter.Watermark{SystemID: 7, Timeline: 1, LSN: 1 << 29}, time.Now(), time.Time{})
 	return c, newView(s, c.hosts.all())
 }
 
@@ -145,7 +145,7 @@ func BenchmarkPickReplica(b *testing.B) {
 			b.Run(fmt.Sprintf("%s/%d", policy, n), func(b *testing.B) {
 				c, s := benchConnector(b, policy, n)
 				in := c.intentOf(noOptions)
-				rc := readCtx{ctx: context.Background(), in: &in, st: c.rw.writes.Load(), now: time.Now()}
+				rc := readCtx{ctx: context.Background(), in: &in, st: c.rw.writes.Every().Load(), now: time.Now()}
 				b.ReportAllocs()
 				for b.Loop() {
 					if p := c.pickReplica(s, &rc, true, nil); p.host == nil || p.host.idx < 1 {
@@ -161,7 +161,7 @@ func TestPickReplicaAllocatesNothing(t *testing.T) {
 	for _, policy := range []dsn.SelectPolicy{dsn.SelectRoundRobin, dsn.SelectWeighted, dsn.SelectLeastInflight, dsn.SelectNearest, dsn.SelectRandom} {
 		c, s := benchConnector(&testing.B{}, policy, 32)
 		in := c.intentOf(noOptions)
-		rc := readCtx{ctx: context.Background(), in: &in, st: c.rw.writes.Load(), now: time.Now()}
+		rc := readCtx{ctx: context.Background(), in: &in, st: c.rw.writes.Every().Load(), now: time.Now()}
 		if n := testing.AllocsPerRun(200, func() { c.pickReplica(s, &rc, true, nil) }); n != 0 {
 			t.Errorf("%s: %v allocations per pick", policy, n)
 		}

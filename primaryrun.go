@@ -58,7 +58,7 @@ func (cn *conn) runOnPrimary(ctx context.Context, p *plan, r sqlclass.Result, cl
 			// (raiseAfterStatement): a read raises none.
 			cl.sent = consistency.Now()
 		}
-		pos, err := cn.execPrimary(ctx, &p.in, sc, positioned, writes, cl)
+		pos, err := cn.execPrimary(ctx, &p.in, p.writes, sc, positioned, writes, cl)
 		if endedUnanswered(r, cl, err) && !inTx && !cn.pinned {
 			// Nothing committed: as if it had not been sent.
 			err = driver.ErrBadConn
@@ -84,7 +84,7 @@ func (cn *conn) runOnPrimary(ctx context.Context, p *plan, r sqlclass.Result, cl
 			}
 		}
 		if p.class != sqlclass.Read && !cn.inSQLTx() {
-			cn.raiseAfterStatement(ctx, &p.in, positioned, pos, cl, err)
+			cn.raiseAfterStatement(ctx, &p.in, p.writes, positioned, pos, cl, err)
 		}
 		return err
 	}
@@ -94,11 +94,11 @@ func (cn *conn) runOnPrimary(ctx context.Context, p *plan, r sqlclass.Result, cl
 // pipelined with the read of the position after its commit when
 // positioned (pos is then that position, or 0; for a query, it is read
 // when the rows are closed).
-func (cn *conn) execPrimary(ctx context.Context, in *consistency.Intent, sc *stdlib.Conn, positioned, writes bool, cl *call) (pos lagmeter.LSN, err error) {
+func (cn *conn) execPrimary(ctx context.Context, in *consistency.Intent, ws sqlclass.Scope, sc *stdlib.Conn, positioned, writes bool, cl *call) (pos lagmeter.LSN, err error) {
 	switch {
 	case !positioned && writes && cl.isQuery && cl.px == nil:
 		// Rows that raise the marks once closed.
-		r := &writeRows{cn: cn, sc: sc, ctx: ctx, in: in, host: cn.host}
+		r := &writeRows{cn: cn, sc: sc, ctx: ctx, in: in, ws: ws, host: cn.host}
 		if err = r.Rows.Query(ctx, sc.Conn(), cl.query, cn.c.statementArgs(cn.host, cl.args), nil); err != nil {
 			cl.unanswered = !r.Rows.Answered()
 			return 0, err
@@ -114,13 +114,13 @@ func (cn *conn) execPrimary(ctx context.Context, in *consistency.Intent, sc *std
 		err = driver.ErrBadConn
 	case cl.isQuery && cl.px != nil:
 		// The same for the pgx-native API, with pgx's rows.
-		err = cn.queryPositionedPgx(ctx, in, sc, cl)
+		err = cn.queryPositionedPgx(ctx, in, ws, sc, cl)
 	case cl.isQuery:
 		// INSERT … RETURNING: the statement commits once its rows are all
 		// sent; the position after it is read when they are closed.
 		host, sent := cn.host, cl.sent // not cl: it would go to the heap
 		cl.rows, err = cn.queryPositioned(ctx, sc, cl.query, cl.args, func(pos lagmeter.LSN, werr error) {
-			cn.c.raiseOutcome(in, host, pos, sent, werr)
+			cn.c.raiseOutcome(in, ws, host, pos, sent, werr)
 		})
 		cl.unanswered = err != nil // before its first row
 	default:
@@ -200,7 +200,7 @@ func (cn *conn) primaryFailed(ctx context.Context, p *plan, sc *stdlib.Conn, err
 		} else if p.class != sqlclass.Read {
 			// The answer was lost: the write may have committed, at a
 			// position nobody read.
-			cn.c.raise(&p.in, host, 0, time.Time{})
+			cn.c.raise(&p.in, p.writes, host, 0, time.Time{})
 		}
 		return false, true, err
 	case readOnly25006(err) && p.class != sqlclass.Read:
@@ -221,15 +221,15 @@ func (cn *conn) primaryFailed(ctx context.Context, p *plan, sc *stdlib.Conn, err
 }
 
 // raiseAfterStatement raises the read-your-writes marks after an
-// autocommit statement, with intent in, that is not a read ran on the
-// primary with outcome err.
-func (cn *conn) raiseAfterStatement(ctx context.Context, in *consistency.Intent, positioned bool, pos lagmeter.LSN, cl *call, err error) {
+// autocommit statement, with intent in, that is not a read and wrote the
+// relations ws, ran on the primary with outcome err.
+func (cn *conn) raiseAfterStatement(ctx context.Context, in *consistency.Intent, ws sqlclass.Scope, positioned bool, pos lagmeter.LSN, cl *call, err error) {
 	switch {
 	case positioned && cl.isQuery:
 		// Raised when the rows are closed.
 	case positioned:
-		cn.c.raiseOutcome(in, cn.host, pos, cl.sent, err)
-	case err == nil && cl.px.raiseOnClose(ctx, cn, in):
+		cn.c.raiseOutcome(in, ws, cn.host, pos, cl.sent, err)
+	case err == nil && cl.px.raiseOnClose(ctx, cn, in, ws):
 		// pgx's rows or batch results: the same, when they are closed.
 	case err == nil && cl.rows != nil:
 		// A statement returning rows (writeRows): it commits once its rows
@@ -239,7 +239,7 @@ func (cn *conn) raiseAfterStatement(ctx context.Context, in *consistency.Intent,
 		// Committed (autocommit, or COMMIT), even after an error, since
 		// part of a string may have run: its position is read when a
 		// read needs it.
-		cn.c.raiseDeferred(in, cn.host)
+		cn.c.raiseDeferred(in, ws, cn.host)
 	default:
 		// Committed (autocommit, or COMMIT): raise the marks, even after
 		// an error, since part of a string may have run.
@@ -247,7 +247,7 @@ func (cn *conn) raiseAfterStatement(ctx context.Context, in *consistency.Intent,
 		if cn.primary != nil {
 			pos = cn.c.insertLSN(ctx, in, cn.primary.Conn())
 		}
-		cn.c.raise(in, cn.host, pos, cl.sent)
+		cn.c.raise(in, ws, cn.host, pos, cl.sent)
 	}
 }
 
@@ -290,7 +290,7 @@ func (cn *conn) queryPositioned(ctx context.Context, sc *stdlib.Conn, query stri
 // pgxCall.on reads it, and the position after the commit is read when
 // they are closed (positionedRows.finish), before anything else their
 // closing runs (the Pool's release of the connection).
-func (cn *conn) queryPositionedPgx(ctx context.Context, in *consistency.Intent, sc *stdlib.Conn, cl *call) error {
+func (cn *conn) queryPositionedPgx(ctx context.Context, in *consistency.Intent, ws sqlclass.Scope, sc *stdlib.Conn, cl *call) error {
 	pc := sc.Conn()
 	both := &struct {
 		r poolRows
@@ -302,7 +302,7 @@ func (cn *conn) queryPositionedPgx(ctx context.Context, in *consistency.Intent, 
 		cl.unanswered = true
 		return err
 	}
-	w.cn, w.term, w.sc, w.in, w.host, w.sent = cn, cn.term, sc, in, cn.host, cl.sent
+	w.cn, w.term, w.sc, w.in, w.ws, w.host, w.sent = cn, cn.term, sc, in, ws, cn.host, cl.sent
 	r.Rows = pgx.RowsFromResultReader(pc.TypeMap(), w.p.RR)
 	r.more = r.Rows.Next()
 	if r.Rows.Err() != nil {
@@ -324,6 +324,7 @@ type positionedRows struct {
 	term *term // the session's, when the statement ran: cn's may have moved on by the time the rows are read
 	sc   *stdlib.Conn
 	in   *consistency.Intent
+	ws   sqlclass.Scope // the relations it wrote
 	host *host
 	sent time.Time
 }
@@ -338,7 +339,7 @@ func (w *positionedRows) finish() error {
 		return err
 	}
 	err = resultErr(err, w.term, w.sc)
-	w.cn.c.raiseOutcome(w.in, w.host, pos, w.sent, err)
+	w.cn.c.raiseOutcome(w.in, w.ws, w.host, pos, w.sent, err)
 	return err
 }
 

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pgrouted/pgrouted/internal/consistency"
 	"github.com/pgrouted/pgrouted/internal/pgpipe"
+	"github.com/pgrouted/pgrouted/internal/sqlclass"
 )
 
 // This file holds the driver.Rows wrappers, which finish a statement's
@@ -77,6 +78,7 @@ type writeRows struct {
 	sc   *stdlib.Conn // the primary session the rows come from
 	ctx  context.Context
 	in   *consistency.Intent // the statement's plan's
+	ws   sqlclass.Scope      // the relations it wrote
 	host *host
 	done bool
 }
@@ -91,7 +93,7 @@ func (r *writeRows) Close() error {
 	err := resultErr(r.Rows.Close(), r.cn.term, r.sc)
 	if !r.done {
 		r.done = true
-		r.cn.raiseAfterRows(r.ctx, r.in, r.host)
+		r.cn.raiseAfterRows(r.ctx, r.in, r.ws, r.host)
 	}
 	return err
 }

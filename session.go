@@ -21,7 +21,7 @@ import (
 // such a token instead ([Session.IgnoreForeign]).
 // A Session is safe for concurrent use.
 type Session struct {
-	m consistency.Mark
+	s consistency.Scopes
 }
 
 // NewSession returns a Session without writes.
@@ -38,7 +38,7 @@ var ErrForeignSession = errors.New("pgrouted: session token belongs to another c
 // failing with [ErrForeignSession], and calls dropped (when not nil) once
 // for the token it dropped. Call it before s is used.
 func (s *Session) IgnoreForeign(dropped func()) {
-	s.m.IgnoreForeign(dropped)
+	s.s.IgnoreForeign(dropped)
 }
 
 // unknownSuffix marks a token whose last write's position could not be
@@ -50,7 +50,7 @@ const unknownSuffix = ";unknown"
 // writes, else the watermark's text form ("v1:<system id>:<timeline>:<LSN>"),
 // followed by ";unknown" when the last write's position is not known.
 func (s *Session) MarshalText() ([]byte, error) {
-	st := s.m.Load()
+	st := s.s.Every().Load()
 	if st.Empty() {
 		return []byte{}, nil
 	}
@@ -78,6 +78,6 @@ func (s *Session) UnmarshalText(text []byte) error {
 			return fmt.Errorf("pgrouted: session token: %w", err)
 		}
 	}
-	s.m.Restore(wm, unknown, consistency.Now())
+	s.s.Restore(wm, unknown, consistency.Now())
 	return nil
 }

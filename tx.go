@@ -27,8 +27,10 @@ type tx struct {
 	tainted bool              // session state was changed on the borrowed connection
 	stale   txStale           // the recovery from stale statements (txstale.go)
 	// in is the read-your-writes intent of its BEGIN's context: the raise
-	// of the marks after its commit uses it.
-	in consistency.Intent
+	// of the marks after its commit uses it, for the relations its
+	// statements wrote (writes).
+	in     consistency.Intent
+	writes sqlclass.Scope
 }
 
 // BeginTx implements driver.ConnBeginTx. Where the transaction runs is
@@ -95,7 +97,7 @@ func (cn *conn) beginOnPrimary(ctx context.Context, p *plan, cl *call, readOnly 
 		}
 		return nil, err
 	}
-	cn.tx = &tx{cn: cn, ctx: ctx, inner: inner, host: cn.host, wrote: !readOnly, begin: cl.begin, in: p.in}
+	cn.tx = &tx{cn: cn, ctx: ctx, inner: inner, host: cn.host, wrote: !readOnly, begin: cl.begin, in: p.in, writes: sqlclass.NoRelation}
 	return cn.tx, nil
 }
 
@@ -140,6 +142,7 @@ func (t *tx) run(ctx context.Context, r sqlclass.Result, cl *call, began time.Ti
 			t.tainted = true
 		}
 	}
+	t.noteWrites(r)
 	// A statement refused as stale runs again after a rollback to a
 	// savepoint (txstale.go).
 	recovered, err := t.exec(ctx, sc, r, cl)
@@ -159,6 +162,19 @@ func (t *tx) run(ctx context.Context, r sqlclass.Result, cl *call, began time.Ti
 	return err
 }
 
+// noteWrites adds what a statement of the transaction, classified r, writes to
+// the relations its commit raises the marks of: nothing for a read, a
+// lock or transaction control (a SAVEPOINT writes nothing), its named
+// relations for a DML statement that names them, every relation for
+// anything else.
+func (t *tx) noteWrites(r sqlclass.Result) {
+	switch r.Class {
+	case sqlclass.Read, sqlclass.Lock, sqlclass.Tx:
+		return
+	}
+	t.writes.Union(r.Writes)
+}
+
 // Commit implements driver.Tx. After a read-write transaction commits, the
 // read-your-writes marks are raised to the primary's position.
 func (t *tx) Commit() error {
@@ -174,9 +190,9 @@ func (t *tx) Commit() error {
 		case !t.wrote || t.replica != nil || !t.in.Defers():
 		case err == nil:
 			// Its position is read when a read needs it.
-			cn.c.raiseDeferred(&t.in, t.host)
+			cn.c.raiseDeferred(&t.in, t.writes, t.host)
 		default:
-			cn.c.raiseOutcome(&t.in, t.host, 0, time.Time{}, err)
+			cn.c.raiseOutcome(&t.in, t.writes, t.host, 0, time.Time{}, err)
 		}
 		return err
 	}
@@ -190,7 +206,7 @@ func (t *tx) Commit() error {
 		err = outcomeUnknown(OpTx, err)
 	}
 	t.end(began, "COMMIT", err)
-	cn.c.raiseOutcome(&t.in, t.host, pos, sent, err)
+	cn.c.raiseOutcome(&t.in, t.writes, t.host, pos, sent, err)
 	return err
 }
 

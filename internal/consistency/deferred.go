@@ -135,7 +135,7 @@ func (u *DeferredUse) Served(started bool, now time.Time) {
 // catch-up) would count two position reads per write, and the reads it
 // sends to the primary would never make them pay.
 func (u *DeferredUse) Read(st *State, started bool, now time.Time) {
-	if started && u.skipped.Load() == st {
+	if started && u.skipped.Load() == st.identity() {
 		u.last.Store(nanos(now))
 		u.add(0, 1)
 		return
@@ -151,6 +151,7 @@ func (u *DeferredUse) Read(st *State, started bool, now time.Time) {
 func (u *DeferredUse) Skip(st *State, now time.Time) {
 	// Loaded first: the reads after the first of a write's state write
 	// nothing shared here (add writes nothing once its count is full).
+	st = st.identity()
 	if u.skipped.Load() == st || u.skipped.Swap(st) == st {
 		u.add(0, 1)
 		return

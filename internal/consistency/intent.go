@@ -24,9 +24,9 @@ const (
 type Intent struct {
 	// Level is the statement's consistency.
 	Level Level
-	// Mark is the read-your-writes state its reads need and its writes
+	// Scopes is the read-your-writes state its reads need and its writes
 	// raise: the Session's (Session set), else the Connector's.
-	Mark    *Mark
+	Scopes  *Scopes
 	Session bool
 	// Tracks: its writes move the marks (unless the Connector's and the
 	// context's consistency are both eventual: a Session is a floor under

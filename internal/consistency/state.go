@@ -27,6 +27,9 @@ type State struct {
 	// (ResolveDeferred), with no write since: the reads that rely on it
 	// count for the position's read (DeferredUse).
 	fetched bool
+	// origin: s combines the states of several marks (Read); origin is
+	// the one of their last deferred write (see identity).
+	origin *State
 }
 
 // zeroState is the State of a Mark without writes.
@@ -83,8 +86,7 @@ func (s *State) AtLeast(pos lagmeter.Watermark) *State {
 // published as an immutable State. Its zero value has no writes. It is
 // safe for concurrent use.
 type Mark struct {
-	p       atomic.Pointer[State]
-	foreign atomic.Pointer[func()] // set by IgnoreForeign; *nil func: no callback
+	p atomic.Pointer[State]
 }
 
 // Load returns the current state.
@@ -155,38 +157,6 @@ func (m *Mark) Restore(wm lagmeter.Watermark, unknown bool, now time.Time) {
 		st.unknown, st.unknownAt = true, now
 	}
 	m.p.Store(st)
-}
-
-// IgnoreForeign makes DropForeign forget a token of another cluster,
-// calling dropped (when not nil) once for each token it forgets.
-func (m *Mark) IgnoreForeign(dropped func()) {
-	m.foreign.Store(&dropped)
-}
-
-// DropForeign returns the state a read uses when st, m's state, names
-// another system than sys. ok is false when m does not ignore foreign
-// tokens (IgnoreForeign): the read must fail. Otherwise the state is a
-// fresh one, which replaces st when commit is true (not for Explain),
-// unless another statement dropped it or a write replaced it first.
-func (m *Mark) DropForeign(st *State, sys uint64, commit bool) (_ *State, ok bool) {
-	dropped := m.foreign.Load()
-	if dropped == nil {
-		return st, false
-	}
-	if !commit {
-		return zeroState, true
-	}
-	for {
-		if m.p.CompareAndSwap(st, zeroState) {
-			if *dropped != nil {
-				(*dropped)()
-			}
-			return zeroState, true
-		}
-		if st = m.Load(); st.wm.IsZero() || st.wm.SystemID == sys {
-			return st, true
-		}
-	}
 }
 
 // Primary is what the last probe of the current primary showed, as the

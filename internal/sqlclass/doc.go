@@ -28,9 +28,10 @@
 //
 // A string constant continued on another line (two constants separated by
 // whitespace that holds a newline, and -- comments: 'a' newline 'b' is
-// 'ab') is one constant, read in the mode of its first part: E'x' newline
-// '\'' is one E'…' constant whose backslash escapes the quote. Each
-// separate constant is read in its own mode.
+// 'ab') is one constant, read in the mode of its first part: an E'x'
+// followed on the next line by a constant that starts with a backslash and
+// a quote is one E'…' constant, in which that backslash escapes the quote.
+// Each separate constant is read in its own mode.
 //
 // A U&"…" identifier is decoded (its \XXXX and \+XXXXXX escapes, with the
 // character of a UESCAPE 'c' clause that follows it in place of \, the

@@ -8,7 +8,7 @@ import "slices"
 // wrote; a read needs only the positions of the relations it reads.
 //
 // Conservative wherever the text does not tell. A write counts for every
-// relation ([Scope].All) unless it is one INSERT, UPDATE, DELETE or MERGE
+// relation (a [Scope] not Named) unless it is one INSERT, UPDATE, DELETE or MERGE
 // (not a data-modifying WITH) whose target is named, calls no function but
 // the built-in ones, and whose target, as the catalog knows it, has no
 // trigger, no rule, is referenced by no foreign key with a cascading
@@ -32,21 +32,23 @@ import "slices"
 // more counts for every relation.
 const maxScopeKeys = 4
 
-// Scope is the relations a statement writes or reads, by key: All, or the
-// N keys of Keys. Its zero value names no relation (a statement that
-// touches none).
+// Scope is the relations a statement writes or reads: every relation, or,
+// when Named, the N keys of Keys (none: a statement that touches no
+// relation). Its zero value is every relation, so that a Scope nobody
+// worked out is safe.
 type Scope struct {
-	All  bool
-	N    uint8
-	Keys [maxScopeKeys]uint64
+	Named bool
+	N     uint8
+	Keys  [maxScopeKeys]uint64
 }
 
 // AllRelations is the Scope of every relation.
-var AllRelations = Scope{All: true}
+var AllRelations = Scope{}
 
-// add adds key to s; beyond maxScopeKeys, s becomes All.
+// add adds key to s, a Named scope; beyond maxScopeKeys, s becomes every
+// relation.
 func (s *Scope) add(key uint64) {
-	if s.All {
+	if !s.Named {
 		return
 	}
 	for _, k := range s.Keys[:s.N] {
@@ -64,7 +66,7 @@ func (s *Scope) add(key uint64) {
 
 // Union adds o's relations to s.
 func (s *Scope) Union(o Scope) {
-	if o.All {
+	if !o.Named {
 		*s = AllRelations
 		return
 	}
@@ -73,8 +75,8 @@ func (s *Scope) Union(o Scope) {
 	}
 }
 
-// Names reports whether s names its relations (it is not All).
-func (s Scope) Names() bool { return !s.All }
+// NoRelation is the Named Scope of no relation: what Union starts from.
+var NoRelation = Scope{Named: true}
 
 // RelationKey is the key of a relation's base name as PostgreSQL stores it
 // (folded): what a Scope holds for a relation the catalog does not know.
@@ -241,6 +243,7 @@ func scopes(sql string, r *Result, fn *Functions, ambiguous bool) {
 	}
 	var p relPass
 	p.lx = lexer{s: sql}
+	p.reads, p.writes = NoRelation, NoRelation
 	p.fn = fn
 	p.run()
 	if p.all || p.lx.unterminated {

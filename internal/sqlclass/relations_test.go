@@ -39,7 +39,7 @@ func relCatalog() *Functions {
 
 // scopeOf is s's keys, or nil for every relation.
 func scopeOf(s Scope) []uint64 {
-	if s.All {
+	if !s.Named {
 		return nil
 	}
 	return append([]uint64{}, s.Keys[:s.N]...)
@@ -131,7 +131,7 @@ func TestScopes(t *testing.T) {
 func TestScopesWithoutCatalog(t *testing.T) {
 	f := NewFunctions([]FuncDef{{Schema: "pg_catalog", Name: "count"}}, nil, nil)
 	for _, q := range []string{"SELECT * FROM orders", "INSERT INTO orders VALUES (1)"} {
-		if r := ClassifyWith(q, f); !r.Reads.All || !r.Writes.All {
+		if r := ClassifyWith(q, f); r.Reads.Named || r.Writes.Named {
 			t.Errorf("%s without relations: %+v %+v, want every relation", q, r.Reads, r.Writes)
 		}
 	}

@@ -1,0 +1,131 @@
+package consistency
+
+import (
+	"testing"
+	"time"
+
+	"github.com/pgrouted/pgrouted/lagmeter"
+)
+
+// TestScopes: a read needs the writes to the relations it reads and the
+// writes that count for every relation, not those to other relations; a
+// read of unknown relations needs every write; a write to a relation
+// beyond maxRelations counts for every relation.
+func TestScopes(t *testing.T) {
+	var s Scopes
+	now := Now()
+	at := func(lsn lagmeter.LSN) lagmeter.Watermark {
+		return lagmeter.Watermark{SystemID: 7, Timeline: 1, LSN: lsn}
+	}
+	need := func(named bool, keys ...uint64) lagmeter.LSN {
+		t.Helper()
+		var r Read
+		r.Begin(&s, named, keys)
+		st, _, _ := r.Settle(nil, now, true)
+		return st.Watermark().LSN
+	}
+	s.Wrote(true, []uint64{1}, at(100), now, time.Time{})
+	s.Wrote(true, []uint64{2}, at(200), now, time.Time{})
+	if got := need(true, 1); got != 100 {
+		t.Fatalf("read of relation 1 needs %v, want 100", got)
+	}
+	if got := need(true, 3); got != 0 {
+		t.Fatalf("read of relation 3, never written, needs %v, want nothing", got)
+	}
+	if got := need(true, 1, 2); got != 200 {
+		t.Fatalf("read of 1 and 2 needs %v, want 200", got)
+	}
+	if got := need(false); got != 200 {
+		t.Fatalf("read of unknown relations needs %v, want every write's 200", got)
+	}
+	s.Wrote(false, nil, at(300), now, time.Time{})
+	if got := need(true, 3); got != 300 {
+		t.Fatalf("after a write for every relation, read of 3 needs %v, want 300", got)
+	}
+	if got := s.Every().Load().Watermark().LSN; got != 300 {
+		t.Fatalf("every: %v, want 300", got)
+	}
+	// Beyond maxRelations, a write counts for every relation.
+	var o Scopes
+	for k := uint64(1); k <= maxRelations; k++ {
+		o.Wrote(true, []uint64{k}, at(lagmeter.LSN(k)), now, time.Time{})
+	}
+	o.Wrote(true, []uint64{999}, at(5000), now, time.Time{})
+	var r Read
+	r.Begin(&o, true, []uint64{1})
+	if st, _, _ := r.Settle(nil, now, true); st.Watermark().LSN != 5000 {
+		t.Fatalf("a write beyond the relations kept apart is not read as every relation's: %v", st.Watermark())
+	}
+}
+
+// TestScopesDeferred: a deferred write to one relation leaves a read of
+// another without a deferred position; the read of its own relation
+// resolves it once, and the mark keeps the position read.
+func TestScopesDeferred(t *testing.T) {
+	var s Scopes
+	on := lagmeter.Watermark{SystemID: 7, Timeline: 1}
+	now := Now()
+	s.WroteDeferred(true, []uint64{1}, on, now)
+	var other Read
+	other.Begin(&s, true, []uint64{2})
+	if st, _, _ := other.Settle(nil, now, true); st.Pending() || !st.Watermark().IsZero() {
+		t.Fatalf("read of another relation: %+v, want nothing needed", st)
+	}
+	var own Read
+	own.Begin(&s, true, []uint64{1})
+	st, _, _ := own.Settle(nil, now, true)
+	if !st.Pending() {
+		t.Fatalf("read of the written relation: %+v, want its position deferred", st)
+	}
+	pos := lagmeter.Watermark{SystemID: 7, Timeline: 1, LSN: 4242}
+	st, ok, _ := own.ResolveDeferred(pos, now)
+	if !ok || st.Pending() || st.Watermark() != pos {
+		t.Fatalf("resolved: %+v %v", st, ok)
+	}
+	var again Read
+	again.Begin(&s, true, []uint64{1})
+	if st, _, _ := again.Settle(nil, now, true); st.Pending() || st.Watermark() != pos {
+		t.Fatalf("the next read: %+v, want the position read", st)
+	}
+	if !s.Every().Load().Pending() {
+		t.Fatal("every write's mark lost its deferred position to a relation's resolution")
+	}
+}
+
+// TestScopesCombined: a read of two written relations with a write for
+// every relation plans with the later position and the deferred one, and
+// reports nothing itself.
+func TestScopesCombined(t *testing.T) {
+	var s Scopes
+	now := Now()
+	s.Wrote(false, nil, lagmeter.Watermark{SystemID: 7, Timeline: 1, LSN: 10}, now, time.Time{})
+	s.Wrote(true, []uint64{1}, lagmeter.Watermark{SystemID: 7, Timeline: 1, LSN: 50}, now, time.Time{})
+	s.WroteDeferred(true, []uint64{2}, lagmeter.Watermark{SystemID: 7, Timeline: 1}, now.Add(time.Millisecond))
+	var r Read
+	r.Begin(&s, true, []uint64{1, 2})
+	st, _, _ := r.Settle(nil, now, true)
+	if st.Watermark().LSN != 50 || !st.Pending() || st.LastWrite().IsZero() {
+		t.Fatalf("combined: %+v", st)
+	}
+	if st.identity() == st {
+		t.Fatal("a combination stands for itself in the deferred record, not for its deferred write")
+	}
+}
+
+// TestScopesReadAllocatesNothing: beginning and settling a read of
+// relations allocates nothing.
+func TestScopesReadAllocatesNothing(t *testing.T) {
+	var s Scopes
+	now := Now()
+	s.Wrote(true, []uint64{1}, lagmeter.Watermark{SystemID: 7, Timeline: 1, LSN: 10}, now, time.Time{})
+	s.Wrote(false, nil, lagmeter.Watermark{SystemID: 7, Timeline: 1, LSN: 5}, now, time.Time{})
+	keys := []uint64{1, 2}
+	p := &Primary{SystemID: 7, Timeline: 1}
+	if n := testing.AllocsPerRun(100, func() {
+		var r Read
+		r.Begin(&s, true, keys)
+		r.Settle(p, now, true)
+	}); n != 0 {
+		t.Fatalf("%v allocations per read", n)
+	}
+}
