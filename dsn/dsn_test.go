@@ -611,6 +611,10 @@ var cases = []dsnCase{
 		err: `byte 6 (\xff) is not UTF-8`, key: "host"},
 	{name: "names of any script", dsn: "postgres://db1,db2/app?sslmode=disable&pgrouted_names=%E6%9D%B1%E4%BA%AC,%F0%9F%90%98",
 		hosts: []hostWant{{name: "東京", addr: "db1:5432", weight: 1}, {name: "🐘", addr: "db2:5432", weight: 1}}},
+	{name: "endpoint with a direction override", dsn: "postgres://u:" + marker + "@db1/app?pgrouted_topology=patroni&pgrouted_patroni_endpoints=http%3A%2F%2Fpatroni%3A" + marker + "%40pg%E2%80%AE1%3A8008",
+		err: `entry 1 (http://patroni:xxxxx@pg%E2%80%AE1:8008): in the host, byte 3 is U+202E, a format character`, key: keyPatroniEndpoints},
+	{name: "endpoint not UTF-8", dsn: "host=db1 pgrouted_topology=patroni pgrouted_patroni_endpoints=http://db1:8008/p\xff",
+		err: `entry 1 (http://db1:8008/p%FF): in the path, byte 3 (\xff) is not UTF-8`, key: keyPatroniEndpoints},
 	{name: "function name with a direction override", dsn: "host=db1 pgrouted_read_functions='a,b‮'",
 		err: `pgrouted_read_functions (a,b\u202e) entry 2 ("b\u202e"): byte 2 is U+202E, a format character`, key: keyReadFunctions},
 }

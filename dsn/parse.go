@@ -463,7 +463,7 @@ func nearestKey(key string) string {
 // host when pgrouted_names does not) are shown in logs, metrics and
 // terminals: they must be valid UTF-8 without control, format (U+202E
 // RIGHT-TO-LEFT OVERRIDE) or line separator characters; so must the
-// function names.
+// function names, and the host, path and user of each Patroni endpoint.
 //
 // A duration is a number with the unit ms, s or m, fractions allowed
 // (1.5s). A size is a number with the unit B, KB, MB or GB, 1024-based,
