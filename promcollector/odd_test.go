@@ -67,17 +67,28 @@ func TestOddNamesNeverPanic(t *testing.T) {
 		}
 	}
 
-	srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
+	status, body := scrape(t, reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
+	if status != 200 || !strings.Contains(body, `pgrouted_healthy{endpoint="west"} 1`) {
+		t.Errorf("scrape: status %d\n%s", status, body)
+	}
+}
+
+// scrape gets reg's metrics over HTTP, as Prometheus does, served with
+// opts; it returns the status and the body.
+func scrape(t *testing.T, reg prometheus.Gatherer, opts promhttp.HandlerOpts) (int, string) {
+	t.Helper()
+	srv := httptest.NewServer(promhttp.HandlerFor(reg, opts))
 	defer srv.Close()
 	resp, err := srv.Client().Get(srv.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != 200 || !strings.Contains(string(body), `pgrouted_healthy{endpoint="west"} 1`) {
-		t.Errorf("scrape: status %d\n%s", resp.StatusCode, body)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
 	}
+	return resp.StatusCode, string(body)
 }
 
 // TestOddNamesLive: a Connector whose hosts have names of any script
@@ -102,19 +113,12 @@ func TestOddNamesLive(t *testing.T) {
 	}
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(promcollector.New(conn))
-	srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	defer srv.Close()
-	resp, err := srv.Client().Get(srv.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != 200 {
-		t.Fatalf("scrape: status %d\n%s", resp.StatusCode, body)
+	status, body := scrape(t, reg, promhttp.HandlerOpts{})
+	if status != 200 {
+		t.Fatalf("scrape: status %d\n%s", status, body)
 	}
 	for _, n := range names {
-		if !strings.Contains(string(body), `pgrouted_healthy{endpoint="`+n+`"}`) {
+		if !strings.Contains(body, `pgrouted_healthy{endpoint="`+n+`"}`) {
 			t.Errorf("no pgrouted_healthy series for %q:\n%s", n, body)
 		}
 	}
