@@ -83,9 +83,6 @@ const LatencyWindowOff time.Duration = -1
 // the default, [DefaultWriteTimeout].
 const WriteNoWait time.Duration = -1
 
-// MaxWeight is the largest [Host.Weight].
-const MaxWeight = 1_000_000
-
 // The defaults. A zero field of a [Config] means its default: [Parse] and
 // [Config.SetDefaults] put these in its place, [Config.Validate] and
 // [Format] read a zero field as its default, and Format leaves out every
@@ -155,7 +152,9 @@ const (
 	// DefaultCircuitFailures is the default of pgrouted_circuit_failures.
 	DefaultCircuitFailures = 2
 	// DefaultCircuitMaxBackoff is the default of
-	// pgrouted_circuit_max_backoff.
+	// pgrouted_circuit_max_backoff while pgrouted_probe_interval is 30s or
+	// less; with a longer ProbeInterval the default is the probe interval
+	// (see [Config.CircuitMaxBackoff]).
 	DefaultCircuitMaxBackoff = 30 * time.Second
 	// DefaultStrictBoot is the default of pgrouted_strict_boot.
 	DefaultStrictBoot = false
@@ -246,18 +245,22 @@ func (b *LagBudget) UnmarshalText(text []byte) error {
 type Host struct {
 	// Name identifies the host in route events, logs, topology snapshots
 	// and metrics: from pgrouted_names; "" means the Addr. Names are
-	// unique (ignoring case), without commas or control characters, and
-	// "primary" is reserved.
+	// unique (ignoring case), valid UTF-8 without commas, surrounding
+	// space, or control, format (U+202E RIGHT-TO-LEFT OVERRIDE) or line
+	// separator characters, and "primary" is reserved.
 	Name string
 
 	// Addr is where the host listens: "host:port" (an IPv6 address in
 	// brackets, "[::1]:5432") or, for a unix socket, the socket's path
 	// ("/var/run/postgresql/.s.PGSQL.5432"), as [github.com/jackc/pgx/v5/pgconn.NetworkAddress]
-	// gives it.
+	// gives it. Like a Name, it must be valid UTF-8 without control,
+	// format or line separator characters, and so must the ConnConfig's
+	// Host.
 	Addr string
 
 	// Weight is the host's share of reads under pgrouted_select=weighted,
-	// from pgrouted_weights: 1 to [MaxWeight]; 0 means [DefaultWeight].
+	// from pgrouted_weights: 1 to [MaxWeight] (1000000); 0 means
+	// [DefaultWeight].
 	Weight int
 
 	// ConnConfig is a complete pgx configuration for this host alone: its
@@ -292,13 +295,13 @@ type Config struct {
 	// probe intervals when ProbeInterval is longer than 10s, so that a
 	// long probe interval set alone keeps a valid budget that no
 	// caught-up replica exceeds; [LagNone] removes the budget. A time
-	// budget must be greater than ProbeInterval; a byte budget must be
-	// positive.
+	// budget must be greater than ProbeInterval and at most 24h; a byte
+	// budget from 1B to 1024GB.
 	MaxLag LagBudget
 
 	// ProbeInterval is the time between two probes of a host's role,
 	// position and round trip (pgrouted_probe_interval, default
-	// [DefaultProbeInterval]). Positive.
+	// [DefaultProbeInterval]). From 10ms to 1h.
 	ProbeInterval time.Duration
 
 	// SelectPolicy is how a replica is chosen among the eligible ones
@@ -313,7 +316,7 @@ type Config struct {
 	// replica less than twice as slow as the fastest, and grows with it on
 	// a machine where every probe is slow. A replica whose round trip is
 	// not known yet is inside. Every policy but nearest chooses among the
-	// replicas inside; [LatencyWindowOff] keeps all. Positive, or
+	// replicas inside; [LatencyWindowOff] keeps all. From 100µs to 10s, or
 	// LatencyWindowOff.
 	LatencyWindow time.Duration
 
@@ -328,32 +331,35 @@ type Config struct {
 	// PinAfterWrite keeps a session's reads on the primary for this long
 	// after its last write, on top of the LSN watermark
 	// (pgrouted_pin_after_write, default [DefaultPinAfterWrite]; 0 is off).
-	// Zero or more.
+	// 0, or from 1ms to 1h.
 	PinAfterWrite time.Duration
 
 	// WriteTimeout is how long a write waits for a primary, e.g. during a
 	// failover (pgrouted_write_timeout, default [DefaultWriteTimeout]).
-	// Positive, or [WriteNoWait] (pgrouted_write_timeout=0) to fail at once
-	// when there is no primary.
+	// From 1ms to 1h, or [WriteNoWait] (pgrouted_write_timeout=0) to fail
+	// at once when there is no primary.
 	WriteTimeout time.Duration
 
 	// Lease is how long a primary is trusted without a successful probe
-	// (pgrouted_lease, default [DefaultLease]). Greater than ProbeInterval.
+	// (pgrouted_lease, default [DefaultLease]). Greater than ProbeInterval,
+	// at most 2h.
 	Lease time.Duration
 
 	// ReplicaMaxConns is the size of each replica's connection pool
 	// (pgrouted_replica_max_conns, default [DefaultReplicaMaxConns], 10).
-	// Positive.
+	// From 1 to 10000.
 	ReplicaMaxConns int32
 
 	// CircuitFailures is the number of failures in a row that open a host's
 	// circuit (pgrouted_circuit_failures, default [DefaultCircuitFailures]).
-	// At least 1.
+	// From 1 to 1000.
 	CircuitFailures int
 
 	// CircuitMaxBackoff is the longest wait between two probes of a host
 	// whose circuit is open (pgrouted_circuit_max_backoff, default
-	// [DefaultCircuitMaxBackoff]). Positive.
+	// [DefaultCircuitMaxBackoff], or the ProbeInterval when that is
+	// longer). From the ProbeInterval to 1h: an open circuit is never
+	// probed more often than a healthy host.
 	CircuitMaxBackoff time.Duration
 
 	// StrictBoot makes the first use fail while a configured host is
@@ -384,8 +390,8 @@ type Config struct {
 	PatroniEndpoints []string
 
 	// PatroniTimeout bounds each request to Patroni's REST API
-	// (pgrouted_patroni_timeout, default [DefaultPatroniTimeout]). Positive,
-	// and less than Lease under [TopologyPatroni].
+	// (pgrouted_patroni_timeout, default [DefaultPatroniTimeout]). From
+	// 10ms to 1m, and less than Lease under [TopologyPatroni].
 	PatroniTimeout time.Duration
 
 	// Discover makes the members a topology provider reports that no host
@@ -396,7 +402,7 @@ type Config struct {
 	// ReplicaWait is how long a read may wait on a replica that has not
 	// yet replayed the caller's writes for its replay to reach them,
 	// instead of going to the primary (pgrouted_replica_wait, default
-	// [DefaultReplicaWait]; 0 is off). Zero or more.
+	// [DefaultReplicaWait]; 0 is off). 0, or from 1ms to 1h.
 	ReplicaWait time.Duration
 
 	// src is the connection string the Config was parsed from; nil for a
@@ -416,7 +422,9 @@ func defaultConfig() *Config {
 // SetDefaults sets every zero routing field of c to its default, and each
 // host's zero Weight and empty Name to [DefaultWeight] and its Addr, as
 // [Parse] does. A zero MaxLag becomes a time budget of [DefaultMaxLag], or
-// three times the ProbeInterval when that is longer. The fields whose
+// three times the ProbeInterval when that is longer; a zero
+// CircuitMaxBackoff becomes [DefaultCircuitMaxBackoff], or the
+// ProbeInterval when that is longer. The fields whose
 // default is zero or false (PinAfterWrite, ReplicaWait, StrictBoot,
 // Discover, the function lists) are left as they are.
 func (c *Config) SetDefaults() {
@@ -430,7 +438,7 @@ func (c *Config) SetDefaults() {
 	setDefault(&c.Lease, DefaultLease)
 	setDefault(&c.ReplicaMaxConns, DefaultReplicaMaxConns)
 	setDefault(&c.CircuitFailures, DefaultCircuitFailures)
-	setDefault(&c.CircuitMaxBackoff, DefaultCircuitMaxBackoff)
+	setDefault(&c.CircuitMaxBackoff, defaultCircuitMaxBackoff(c.ProbeInterval))
 	setDefault(&c.Topology, DefaultTopology)
 	setDefault(&c.PatroniTimeout, DefaultPatroniTimeout)
 	setDefault(&c.MaxLag, defaultMaxLag(c.ProbeInterval))
@@ -444,6 +452,13 @@ func (c *Config) SetDefaults() {
 // DefaultMaxLag, or lagIntervals probe intervals when that is longer.
 func defaultMaxLag(probe time.Duration) LagBudget {
 	return LagTime(max(DefaultMaxLag, lagIntervals*min(probe, math.MaxInt64/lagIntervals)))
+}
+
+// defaultCircuitMaxBackoff is CircuitMaxBackoff's default under the probe
+// interval probe: DefaultCircuitMaxBackoff, or the probe interval when that
+// is longer (an open circuit is not probed more often than a healthy host).
+func defaultCircuitMaxBackoff(probe time.Duration) time.Duration {
+	return max(DefaultCircuitMaxBackoff, probe)
 }
 
 func setDefault[T comparable](field *T, def T) {

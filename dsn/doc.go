@@ -47,6 +47,19 @@
 // as given, pgrouted_ keys included, as a pgxpool.Config's keeps its pool_
 // keys. pgx does not read it again.
 //
+// # Bounds
+//
+// Every duration, count and size has a minimum and a maximum, listed with
+// the keys in the documentation of [Parse] (pgrouted_probe_interval from
+// 10ms to 1h, pgrouted_replica_max_conns from 1 to 10000, waits and write
+// timeouts of at most an hour, ...), and [Config.Validate] holds a Config
+// built in code to the same bounds, so that NewConnector in package
+// pgrouted refuses what a connection string could not say. Host names,
+// socket paths, pgrouted_names and function names must be valid UTF-8
+// without control, format (U+202E) or line separator characters: logs,
+// metrics and terminals show them. An error quotes a value with such bytes
+// as escapes (\xff, \u202e).
+//
 // # Formatting and redaction
 //
 // [Format] writes a Config back as a connection string that parses to an

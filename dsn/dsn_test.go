@@ -522,6 +522,101 @@ var cases = []dsnCase{
 		err: "pgrouted_patroni_timeout (10s) must be less than pgrouted_lease (10s)", key: "pgrouted_patroni_timeout"},
 	{name: "discover not bool", dsn: "host=db1 pgrouted_discover='yes please'",
 		err: "pgrouted_discover", key: "pgrouted_discover"},
+
+	// Every bound, at its edge and past it (bounds.go).
+	{name: "every bound at its minimum", dsn: "host=db1 sslmode=disable pgrouted_probe_interval=10ms pgrouted_max_lag=11ms" +
+		" pgrouted_latency_window=0.1ms pgrouted_pin_after_write=1ms pgrouted_write_timeout=1ms pgrouted_lease=11ms" +
+		" pgrouted_replica_max_conns=1 pgrouted_circuit_failures=1 pgrouted_circuit_max_backoff=10ms" +
+		" pgrouted_patroni_timeout=10ms pgrouted_replica_wait=1ms",
+		hosts: plain("db1:5432"), set: func(c *Config) {
+			c.ProbeInterval, c.MaxLag, c.LatencyWindow = 10*time.Millisecond, LagTime(11*time.Millisecond), 100*time.Microsecond
+			c.PinAfterWrite, c.WriteTimeout, c.Lease = time.Millisecond, time.Millisecond, 11*time.Millisecond
+			c.ReplicaMaxConns, c.CircuitFailures, c.CircuitMaxBackoff = 1, 1, 10*time.Millisecond
+			c.PatroniTimeout, c.ReplicaWait = 10*time.Millisecond, time.Millisecond
+		}},
+	{name: "every bound at its maximum", dsn: "host=db1 sslmode=disable pgrouted_probe_interval=60m pgrouted_max_lag=1440m" +
+		" pgrouted_latency_window=10s pgrouted_pin_after_write=60m pgrouted_write_timeout=60m pgrouted_lease=120m" +
+		" pgrouted_replica_max_conns=10000 pgrouted_circuit_failures=1000 pgrouted_circuit_max_backoff=60m" +
+		" pgrouted_patroni_timeout=1m pgrouted_replica_wait=60m pgrouted_weights=1000000",
+		hosts: []hostWant{{name: "db1:5432", addr: "db1:5432", weight: MaxWeight}}, set: func(c *Config) {
+			c.ProbeInterval, c.MaxLag, c.LatencyWindow = time.Hour, LagTime(24*time.Hour), 10*time.Second
+			c.PinAfterWrite, c.WriteTimeout, c.Lease = time.Hour, time.Hour, 2*time.Hour
+			c.ReplicaMaxConns, c.CircuitFailures, c.CircuitMaxBackoff = 10000, 1000, time.Hour
+			c.PatroniTimeout, c.ReplicaWait = time.Minute, time.Hour
+		}},
+	{name: "max_lag bytes bounds", dsn: "host=db1 sslmode=disable pgrouted_max_lag=1024GB",
+		hosts: plain("db1:5432"), set: func(c *Config) { c.MaxLag = LagBytes(1 << 40) }},
+	{name: "circuit_max_backoff default follows a long probe interval", dsn: "host=db1 sslmode=disable pgrouted_probe_interval=60m pgrouted_lease=120m pgrouted_max_lag=none",
+		hosts: plain("db1:5432"), set: func(c *Config) {
+			c.ProbeInterval, c.Lease, c.MaxLag = time.Hour, 2*time.Hour, LagNone()
+			c.CircuitMaxBackoff = time.Hour // the probe interval, not 30s
+		}},
+	{name: "bad probe_interval below its minimum", dsn: "host=db1 password=" + marker + " pgrouted_probe_interval=0.000001ms",
+		err: "pgrouted_probe_interval (0.000001ms) must be at least 10ms", key: keyProbeInterval},
+	{name: "bad probe_interval above its maximum", dsn: "host=db1 pgrouted_probe_interval=61m",
+		err: "pgrouted_probe_interval (61m) must be at most 60m", key: keyProbeInterval},
+	{name: "bad max_lag above its maximum", dsn: "host=db1 pgrouted_max_lag=1441m",
+		err: "pgrouted_max_lag (1441m) must be at most 1440m (none removes the budget)", key: keyMaxLag},
+	{name: "bad max_lag bytes above their maximum", dsn: "host=db1 pgrouted_max_lag=1025GB",
+		err: "pgrouted_max_lag (1025GB) must be at most 1024GB", key: keyMaxLag},
+	{name: "bad latency_window below its minimum", dsn: "host=db1 pgrouted_latency_window=0.05ms",
+		err: "pgrouted_latency_window (0.05ms) must be at least 0.1ms (off turns the window off)", key: keyLatencyWindow},
+	{name: "bad latency_window above its maximum", dsn: "host=db1 pgrouted_latency_window=11s",
+		err: "pgrouted_latency_window (11s) must be at most 10s", key: keyLatencyWindow},
+	{name: "bad pin_after_write below its minimum", dsn: "host=db1 pgrouted_pin_after_write=0.5ms",
+		err: "pgrouted_pin_after_write (0.5ms) must be at least 1ms (or 0: off)", key: keyPinAfterWrite},
+	{name: "bad pin_after_write above its maximum", dsn: "host=db1 pgrouted_pin_after_write=61m",
+		err: "pgrouted_pin_after_write (61m) must be at most 60m", key: keyPinAfterWrite},
+	{name: "bad write_timeout below its minimum", dsn: "host=db1 pgrouted_write_timeout=0.000001ms",
+		err: "pgrouted_write_timeout (0.000001ms) must be at least 1ms (or 0: no wait)", key: keyWriteTimeout},
+	{name: "bad write_timeout of centuries", dsn: "host=db1 pgrouted_write_timeout=153722867m",
+		err: "pgrouted_write_timeout (153722867m) must be at most 60m", key: keyWriteTimeout},
+	{name: "bad lease above its maximum", dsn: "host=db1 pgrouted_lease=121m",
+		err: "pgrouted_lease (121m) must be at most 120m", key: keyLease},
+	{name: "bad replica_max_conns above its maximum", dsn: "host=db1 pgrouted_replica_max_conns=2147483647",
+		err: "pgrouted_replica_max_conns (2147483647) must be a whole number from 1 to 10000", key: keyReplicaMaxConns},
+	{name: "bad circuit_failures above its maximum", dsn: "host=db1 pgrouted_circuit_failures=1001",
+		err: "pgrouted_circuit_failures (1001) must be at most 1000", key: keyCircuitFailures},
+	{name: "bad circuit_max_backoff of a nanosecond", dsn: "host=db1 pgrouted_circuit_max_backoff=0.000001ms",
+		err: "pgrouted_circuit_max_backoff (0.000001ms) must be at least 10ms", key: keyCircuitMaxBackoff},
+	{name: "bad circuit_max_backoff above its maximum", dsn: "host=db1 pgrouted_circuit_max_backoff=61m",
+		err: "pgrouted_circuit_max_backoff (61m) must be at most 60m", key: keyCircuitMaxBackoff},
+	{name: "bad circuit_max_backoff below probe_interval", dsn: "postgres://db1?pgrouted_probe_interval=2s&pgrouted_circuit_max_backoff=1s",
+		err: "pgrouted_circuit_max_backoff (1s) must be at least pgrouted_probe_interval (2s)", key: keyCircuitMaxBackoff},
+	{name: "bad patroni_timeout below its minimum", dsn: "host=db1 pgrouted_patroni_timeout=5ms",
+		err: "pgrouted_patroni_timeout (5ms) must be at least 10ms", key: keyPatroniTimeout},
+	{name: "bad patroni_timeout above its maximum", dsn: "host=db1 pgrouted_patroni_timeout=61s",
+		err: "pgrouted_patroni_timeout (61s) must be at most 1m", key: keyPatroniTimeout},
+	{name: "bad replica_wait below its minimum", dsn: "host=db1 pgrouted_replica_wait=0.001ms",
+		err: "pgrouted_replica_wait (0.001ms) must be at least 1ms (or 0: off)", key: keyReplicaWait},
+	{name: "bad replica_wait of centuries", dsn: "host=db1 pgrouted_replica_wait=153722867m",
+		err: "pgrouted_replica_wait (153722867m) must be at most 60m", key: keyReplicaWait},
+
+	// Names and hosts that logs, metrics and terminals show.
+	{name: "names not UTF-8", dsn: "postgres://u:" + marker + "@db1,db2,db3/app?pgrouted_names=a%ff,b,c",
+		err: `pgrouted_names (a\xff,b,c): entry 1 ("a\xff"): byte 2 (\xff) is not UTF-8`, key: keyNames},
+	{name: "names with a direction override", dsn: "postgres://db1,db2/app?pgrouted_names=ab%E2%80%AEc,d",
+		err: `entry 1 ("ab\u202ec"): byte 3 is U+202E, a format character`, key: keyNames},
+	{name: "names with a zero-width space", dsn: "host=db1,db2 pgrouted_names='a,b​'",
+		err: `entry 2 ("b\u200b"): byte 2 is U+200B, a format character`, key: keyNames},
+	{name: "names with a line separator", dsn: "host=db1,db2 pgrouted_names='a x,b'",
+		err: `byte 2 is U+2028, a line or paragraph separator`, key: keyNames},
+	{name: "names with a tab", dsn: "host=db1,db2 pgrouted_names='a	x,b'",
+		err: `byte 2 is U+0009, a control character`, key: keyNames},
+	{name: "host with a direction override", dsn: "host=db1,db‮2 password=" + marker,
+		err: `host 2 ("db\u202e2:5432"): byte 3 is U+202E, a format character`, key: "host"},
+	{name: "host not UTF-8", dsn: "postgres://u:" + marker + "@db1,db%ff/app",
+		err: `host 2 ("db\xff:5432"): byte 3 (\xff) is not UTF-8`, key: "host"},
+	{name: "unix socket not UTF-8", dsn: "host=/tmp/\xff",
+		err: `byte 6 (\xff) is not UTF-8`, key: "host"},
+	{name: "names of any script", dsn: "postgres://db1,db2/app?sslmode=disable&pgrouted_names=%E6%9D%B1%E4%BA%AC,%F0%9F%90%98",
+		hosts: []hostWant{{name: "東京", addr: "db1:5432", weight: 1}, {name: "🐘", addr: "db2:5432", weight: 1}}},
+	{name: "endpoint with a direction override", dsn: "postgres://u:" + marker + "@db1/app?pgrouted_topology=patroni&pgrouted_patroni_endpoints=http%3A%2F%2Fpatroni%3A" + marker + "%40pg%E2%80%AE1%3A8008",
+		err: `entry 1 (http://patroni:xxxxx@pg%E2%80%AE1:8008): in the host, byte 3 is U+202E, a format character`, key: keyPatroniEndpoints},
+	{name: "endpoint not UTF-8", dsn: "host=db1 pgrouted_topology=patroni pgrouted_patroni_endpoints=http://db1:8008/p\xff",
+		err: `entry 1 (http://db1:8008/p%FF): in the path, byte 3 (\xff) is not UTF-8`, key: keyPatroniEndpoints},
+	{name: "function name with a direction override", dsn: "host=db1 pgrouted_read_functions='a,b‮'",
+		err: `pgrouted_read_functions (a,b\u202e) entry 2 ("b\u202e"): byte 2 is U+202E, a format character`, key: keyReadFunctions},
 }
 
 // TestParse runs the table.
@@ -594,6 +689,10 @@ func checkError(t *testing.T, err error, text, key string) {
 	if !strings.HasPrefix(msg, "pgrouted dsn: ") {
 		t.Errorf("error %q lacks the prefix", msg)
 	}
+	if printable(msg) != msg || printable(pe.Key) != pe.Key {
+		t.Errorf("error %q (key %q) holds bytes that are not UTF-8 or control or format characters", msg, pe.Key)
+	}
+	checkChain(t, err, marker)
 }
 
 func checkHosts(t *testing.T, cfg *Config, want []hostWant) {

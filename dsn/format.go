@@ -169,7 +169,8 @@ func routingValues(c *Config, defaults bool) []string {
 	src, name, weight := c, func(h Host) string { return h.Name }, func(h Host) string { return strconv.Itoa(h.Weight) }
 	if defaults {
 		src = defaultConfig()
-		src.MaxLag = defaultMaxLag(c.ProbeInterval) // it follows the probe interval
+		src.MaxLag = defaultMaxLag(c.ProbeInterval)                       // it follows the probe interval
+		src.CircuitMaxBackoff = defaultCircuitMaxBackoff(c.ProbeInterval) // so does it
 		name = func(h Host) string { return h.Addr }
 		weight = func(Host) string { return strconv.Itoa(DefaultWeight) }
 	}

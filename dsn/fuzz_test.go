@@ -16,7 +16,8 @@ import (
 // to a string that parses back to an equal Config (also after routing
 // settings are changed in code), and never shows a
 // password: the input's own, and the marker put in each password position
-// in front of the input.
+// in front of the input, in the error's text and anywhere in its chain
+// (checkChain).
 func FuzzParse(f *testing.F) {
 	isolateEnv(f, nil)
 	for _, tc := range cases {
@@ -97,6 +98,9 @@ func FuzzParse(f *testing.F) {
 				if errors.As(err, &pe) && strings.Contains(pe.Key, marker) || strings.Contains(err.Error(), marker) {
 					t.Fatalf("Parse(%q): error shows the password: %v", v, err)
 				}
+				// Nor its chain: pgx's error is a copy with the
+				// connection string masked.
+				checkChain(t, err, marker)
 				continue
 			}
 			for _, text := range []string{cfg.String(), cfg.Redacted(), fmt.Sprintf("%v %+v %#v", cfg, *cfg, *cfg)} {

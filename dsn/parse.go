@@ -82,14 +82,10 @@ var specs = []keySpec{
 			c.MaxLag = b
 			return ""
 		},
-		get: func(c *Config) string { return c.MaxLag.String() },
-		check: func(c *Config) string {
-			if (c.MaxLag.kind == lagTime || c.MaxLag.kind == lagBytes) && c.MaxLag.n <= 0 {
-				return "must be greater than 0"
-			}
-			return ""
-		}},
-	durationSpec(keyProbeInterval, func(c *Config) *time.Duration { return &c.ProbeInterval }, false),
+		get:   func(c *Config) string { return c.MaxLag.String() },
+		check: checkMaxLag},
+	durationSpec(keyProbeInterval, func(c *Config) *time.Duration { return &c.ProbeInterval },
+		durationBounds{min: minProbeInterval, max: maxProbeInterval}),
 	{key: keySelect,
 		set: func(c *Config, v string) string { c.SelectPolicy = SelectPolicy(v); return "" },
 		get: func(c *Config) string { return string(c.SelectPolicy) },
@@ -116,11 +112,11 @@ var specs = []keySpec{
 			return formatDuration(c.LatencyWindow)
 		},
 		check: func(c *Config) string {
-			switch w := c.LatencyWindow; {
-			case w < 0 && w != LatencyWindowOff:
-				return "must not be negative (off turns the window off)"
-			case w == 0:
-				return "must be greater than 0 (off turns the window off)"
+			if c.LatencyWindow == LatencyWindowOff {
+				return ""
+			}
+			if rule := (durationBounds{min: minLatencyWindow, max: maxLatencyWindow}).rule(c.LatencyWindow); rule != "" {
+				return rule + " (off turns the window off)"
 			}
 			return ""
 		}},
@@ -138,7 +134,8 @@ var specs = []keySpec{
 		check: func(c *Config) string {
 			return oneOf(c.ReadOnlyTx, ReadOnlyTxReplica, ReadOnlyTxPrimary)
 		}},
-	durationSpec(keyPinAfterWrite, func(c *Config) *time.Duration { return &c.PinAfterWrite }, true),
+	durationSpec(keyPinAfterWrite, func(c *Config) *time.Duration { return &c.PinAfterWrite },
+		durationBounds{min: minWait, max: maxWait, zero: "off"}),
 	{key: keyWriteTimeout,
 		set: func(c *Config, v string) string {
 			d, err := parseDuration(v)
@@ -158,25 +155,32 @@ var specs = []keySpec{
 			return formatDuration(c.WriteTimeout)
 		},
 		check: func(c *Config) string {
-			if c.WriteTimeout < 0 && c.WriteTimeout != WriteNoWait {
+			switch w := c.WriteTimeout; {
+			case w == WriteNoWait:
+				return ""
+			case w < 0:
 				return "must not be negative (0 fails a write at once when there is no primary)"
 			}
-			return ""
+			return durationBounds{min: minWait, max: maxWait, zero: "no wait"}.rule(c.WriteTimeout)
 		}},
-	durationSpec(keyLease, func(c *Config) *time.Duration { return &c.Lease }, false),
+	durationSpec(keyLease, func(c *Config) *time.Duration { return &c.Lease },
+		durationBounds{min: minProbeInterval, max: maxLease}),
 	{key: keyReplicaMaxConns,
 		set: func(c *Config, v string) string {
 			n, err := strconv.ParseInt(v, 10, 32)
-			if err != nil || n < 1 {
-				return "must be a whole number from 1 to 2147483647 (leave the key out for the default, 10)"
+			if err != nil || n < 1 || n > maxReplicaMaxConns {
+				return ruleReplicaMaxConns + " (leave the key out for the default, 10)"
 			}
 			c.ReplicaMaxConns = int32(n)
 			return ""
 		},
 		get: func(c *Config) string { return strconv.FormatInt(int64(c.ReplicaMaxConns), 10) },
 		check: func(c *Config) string {
-			if c.ReplicaMaxConns < 0 {
+			switch n := c.ReplicaMaxConns; {
+			case n < 0:
 				return "must not be negative (0 means the default, 10)"
+			case n > maxReplicaMaxConns:
+				return ruleReplicaMaxConns
 			}
 			return ""
 		}},
@@ -184,19 +188,17 @@ var specs = []keySpec{
 		set: func(c *Config, v string) string {
 			n, err := strconv.ParseInt(v, 10, 32)
 			if err != nil {
-				return "must be a whole number from 1 to 2147483647"
+				return fmt.Sprintf("must be a whole number from 1 to %d", maxCircuitFailures)
 			}
 			c.CircuitFailures = int(n)
 			return ""
 		},
 		get: func(c *Config) string { return strconv.Itoa(c.CircuitFailures) },
 		check: func(c *Config) string {
-			if c.CircuitFailures < 1 {
-				return "must be at least 1"
-			}
-			return ""
+			return countRule(int64(c.CircuitFailures), 1, maxCircuitFailures)
 		}},
-	durationSpec(keyCircuitMaxBackoff, func(c *Config) *time.Duration { return &c.CircuitMaxBackoff }, false),
+	durationSpec(keyCircuitMaxBackoff, func(c *Config) *time.Duration { return &c.CircuitMaxBackoff },
+		durationBounds{min: minProbeInterval, max: maxCircuitMaxBackoff}),
 	{key: keyStrictBoot,
 		set: func(c *Config, v string) string {
 			b, err := parseBool(v)
@@ -228,7 +230,8 @@ var specs = []keySpec{
 		get:   func(c *Config) string { return strings.Join(c.PatroniEndpoints, ",") },
 		show:  func(c *Config) string { return strings.Join(redactEndpoints(c.PatroniEndpoints), ",") },
 		check: checkEndpoints},
-	durationSpec(keyPatroniTimeout, func(c *Config) *time.Duration { return &c.PatroniTimeout }, false),
+	durationSpec(keyPatroniTimeout, func(c *Config) *time.Duration { return &c.PatroniTimeout },
+		durationBounds{min: minPatroniTimeout, max: maxPatroniTimeout}),
 	{key: keyDiscover,
 		set: func(c *Config, v string) string {
 			b, err := parseBool(v)
@@ -241,7 +244,8 @@ var specs = []keySpec{
 		get:   func(c *Config) string { return strconv.FormatBool(c.Discover) },
 		check: func(*Config) string { return "" }},
 
-	durationSpec(keyReplicaWait, func(c *Config) *time.Duration { return &c.ReplicaWait }, true),
+	durationSpec(keyReplicaWait, func(c *Config) *time.Duration { return &c.ReplicaWait },
+		durationBounds{min: minWait, max: maxWait, zero: "off"}),
 }
 
 // funcListSpec is the keySpec of a comma list of function names. Their
@@ -264,17 +268,19 @@ func funcListSpec(key string, field func(*Config) *[]string) keySpec {
 				if n == "" {
 					return fmt.Sprintf("entry %d is empty", i+1)
 				}
-				if strings.ContainsFunc(n, func(r rune) bool { return r < ' ' || r == ',' || r == 0x7f }) {
-					return fmt.Sprintf("entry %d (%q) must not hold commas or control characters", i+1, n)
+				if strings.Contains(n, ",") {
+					return fmt.Sprintf("entry %d (%q) must not hold commas", i+1, n)
+				}
+				if bad := badText(n); bad != "" {
+					return fmt.Sprintf("entry %d (%q): %s", i+1, n, bad)
 				}
 			}
 			return ""
 		}}
 }
 
-// durationSpec is the keySpec of a duration field; zeroOK tells whether 0
-// is allowed (else the value must be positive).
-func durationSpec(key string, field func(*Config) *time.Duration, zeroOK bool) keySpec {
+// durationSpec is the keySpec of a duration field within bounds.
+func durationSpec(key string, field func(*Config) *time.Duration, bounds durationBounds) keySpec {
 	return keySpec{key: key,
 		set: func(c *Config, v string) string {
 			d, err := parseDuration(v)
@@ -284,16 +290,22 @@ func durationSpec(key string, field func(*Config) *time.Duration, zeroOK bool) k
 			*field(c) = d
 			return ""
 		},
-		get: func(c *Config) string { return formatDuration(*field(c)) },
-		check: func(c *Config) string {
-			switch d := *field(c); {
-			case d < 0:
-				return "must not be negative"
-			case d == 0 && !zeroOK:
-				return "must be greater than 0"
-			}
-			return ""
-		}}
+		get:   func(c *Config) string { return formatDuration(*field(c)) },
+		check: func(c *Config) string { return bounds.rule(*field(c)) }}
+}
+
+// checkMaxLag is the rule of pgrouted_max_lag on its own (that a time
+// budget exceed pgrouted_probe_interval is checked with both).
+func checkMaxLag(c *Config) string {
+	switch b := c.MaxLag; {
+	case (b.kind == lagTime || b.kind == lagBytes) && b.n <= 0:
+		return "must be greater than 0"
+	case b.kind == lagTime && b.n > int64(maxLagTime):
+		return "must be at most " + formatDuration(maxLagTime) + " (none removes the budget)"
+	case b.kind == lagBytes && b.n > maxLagBytes:
+		return "must be at most " + formatSize(maxLagBytes) + " (none removes the budget)"
+	}
+	return ""
 }
 
 // durationRule is the rule a duration value v that failed to parse with
@@ -405,7 +417,7 @@ func nearestKey(key string) string {
 //	pgrouted_select               round-robin | weighted | least-inflight  round-robin
 //	                              | nearest | random
 //	pgrouted_latency_window       duration, or off                         20ms, relative
-//	pgrouted_weights              comma list, one per host, 1 to 1000000   1 each
+//	pgrouted_weights              comma list, one per host                 1 each
 //	pgrouted_names                comma list, one per host                 host:port
 //	pgrouted_fallback             primary | error                          primary
 //	pgrouted_readonly_tx          replica | primary                        replica
@@ -414,7 +426,8 @@ func nearestKey(key string) string {
 //	pgrouted_lease                duration                                 10s
 //	pgrouted_replica_max_conns    whole number, per replica                10
 //	pgrouted_circuit_failures     whole number                             2
-//	pgrouted_circuit_max_backoff  duration                                 30s
+//	pgrouted_circuit_max_backoff  duration                                 30s (the probe interval
+//	                                                                       when that is longer)
 //	pgrouted_strict_boot          true | false                             false
 //	pgrouted_read_functions       comma list of function names             none
 //	pgrouted_write_functions      comma list of function names             none
@@ -423,6 +436,34 @@ func nearestKey(key string) string {
 //	pgrouted_patroni_timeout      duration                                 2s
 //	pgrouted_discover             true | false                             false
 //	pgrouted_replica_wait         duration, 0 is off                       0
+//
+// Every duration, count and size has a minimum and a maximum, both
+// allowed; a value outside is an error that names the key, the value and
+// the bound ("pgrouted_probe_interval (0.001ms) must be at least 10ms"):
+//
+//	pgrouted_max_lag              time: more than pgrouted_probe_interval, at most 24h (1440m);
+//	                              size: 1B to 1024GB
+//	pgrouted_probe_interval       10ms to 1h (60m)
+//	pgrouted_latency_window       100µs (0.1ms) to 10s, or off
+//	pgrouted_weights              1 to 1000000 each
+//	pgrouted_pin_after_write      0, or 1ms to 1h
+//	pgrouted_write_timeout        0, or 1ms to 1h
+//	pgrouted_lease                more than pgrouted_probe_interval, at most 2h (120m)
+//	pgrouted_replica_max_conns    1 to 10000
+//	pgrouted_circuit_failures     1 to 1000
+//	pgrouted_circuit_max_backoff  pgrouted_probe_interval (at least 10ms) to 1h
+//	pgrouted_patroni_timeout      10ms to 1m, and less than pgrouted_lease
+//	pgrouted_replica_wait         0, or 1ms to 1h
+//
+// The bounds keep a mistyped or hostile connection string from turning
+// pgrouted against the cluster (probes back to back against every host,
+// an open circuit probed without pause) or against the application
+// (waits of centuries, pools of billions of connections). Names
+// (pgrouted_names, and the hosts' names and socket paths, which name a
+// host when pgrouted_names does not) are shown in logs, metrics and
+// terminals: they must be valid UTF-8 without control, format (U+202E
+// RIGHT-TO-LEFT OVERRIDE) or line separator characters; so must the
+// function names, and the host, path and user of each Patroni endpoint.
 //
 // A duration is a number with the unit ms, s or m, fractions allowed
 // (1.5s). A size is a number with the unit B, KB, MB or GB, 1024-based,
@@ -572,6 +613,8 @@ func Parse(connString string) (*Config, error) {
 }
 
 const ruleWeight = "must be a whole number from 1 to 1000000"
+
+var ruleReplicaMaxConns = fmt.Sprintf("must be a whole number from 1 to %d", maxReplicaMaxConns)
 
 func countMismatch(key, value string, n, hosts int) string {
 	return fmt.Sprintf("%s (%s) has %d entries for %d hosts: it needs one entry per host, in host order", key, value, n, hosts)

@@ -31,8 +31,9 @@ const (
 )
 
 // checkEndpoints is the rule of pgrouted_patroni_endpoints: each entry an
-// http or https URL with a host and no query. Its message never shows a
-// password.
+// http or https URL with a host and no query, UTF-8 without control or
+// format characters (the metrics and the topology show it). Its message
+// never shows a password.
 func checkEndpoints(c *Config) string {
 	for i, e := range c.PatroniEndpoints {
 		u, err := url.Parse(e)
@@ -41,6 +42,12 @@ func checkEndpoints(c *Config) string {
 			return fmt.Sprintf("entry %d is empty", i+1)
 		case err != nil:
 			return fmt.Sprintf("entry %d is not a URL (expected http://host:port)", i+1)
+		case badText(u.Host) != "":
+			return fmt.Sprintf("entry %d (%s): in the host, %s", i+1, u.Redacted(), badText(u.Host))
+		case badText(u.Path) != "":
+			return fmt.Sprintf("entry %d (%s): in the path, %s", i+1, u.Redacted(), badText(u.Path))
+		case badText(u.User.Username()) != "":
+			return fmt.Sprintf("entry %d (%s): in the user name, %s", i+1, u.Redacted(), badText(u.User.Username()))
 		case u.Scheme != "http" && u.Scheme != "https":
 			return fmt.Sprintf("entry %d (%s) must be an http or https URL", i+1, u.Redacted())
 		case u.Host == "":

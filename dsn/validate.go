@@ -4,15 +4,17 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"unicode"
 )
 
 // Validate checks c as [Parse] checks a parsed connection string, so that a
 // Config built or changed in code is held to the same rules: at least one
-// host, each with an address and a ConnConfig, none repeated; names
-// unique, not "primary"; weights from 1 to [MaxWeight]; every routing
-// setting inside its range; a time budget in MaxLag and the Lease greater
-// than the ProbeInterval. A zero field is checked as its default (see
+// host, each with an address and a ConnConfig, none repeated; addresses
+// and names valid UTF-8 without control, format or line separator
+// characters; names unique, not "primary"; weights from 1 to [MaxWeight];
+// every routing setting inside its bounds (listed in the documentation of
+// [Parse]); a time budget in MaxLag and the Lease greater than the
+// ProbeInterval, the CircuitMaxBackoff at least the ProbeInterval. A zero
+// field is checked as its default (see
 // [Config.SetDefaults]); c is not changed. The error is a [*ParseError]
 // naming the key of the first rule broken.
 func (c *Config) Validate() error {
@@ -46,8 +48,14 @@ func (c *Config) validate(sec secrets) *ParseError {
 		if h.Addr == "" {
 			return fail("host", "host %d has no address", i+1)
 		}
+		if bad := badText(h.Addr); bad != "" {
+			return fail("host", "host %d (%q): %s; a host name or socket path must be UTF-8 without control or format characters", i+1, h.Addr, bad)
+		}
 		if h.ConnConfig == nil {
 			return fail("host", "host %s has no ConnConfig", h.Addr)
+		}
+		if bad := badText(h.ConnConfig.Host); bad != "" {
+			return fail("host", "host %d (%q): %s; a host name or socket path must be UTF-8 without control or format characters", i+1, h.ConnConfig.Host, bad)
 		}
 		k := strings.ToLower(h.Addr)
 		if j, ok := seen[k]; ok {
@@ -62,8 +70,10 @@ func (c *Config) validate(sec secrets) *ParseError {
 		switch {
 		case n == "":
 			return fail(keyNames, "%s (%s): entry %d is empty; a name must not be", keyNames, nameList, i+1)
-		case n != strings.TrimSpace(n) || strings.ContainsFunc(n, func(r rune) bool { return r == ',' || unicode.IsControl(r) }):
-			return fail(keyNames, "%s (%s): entry %d (%q) must not hold commas, control characters or surrounding space", keyNames, nameList, i+1, n)
+		case badText(n) != "":
+			return fail(keyNames, "%s (%s): entry %d (%q): %s; a name must be UTF-8 without control or format characters", keyNames, nameList, i+1, n, badText(n))
+		case n != strings.TrimSpace(n) || strings.Contains(n, ","):
+			return fail(keyNames, "%s (%s): entry %d (%q) must not hold commas or surrounding space", keyNames, nameList, i+1, n)
 		case strings.EqualFold(n, "primary"):
 			return fail(keyNames, "%s (%s): entry %d: the name primary is reserved", keyNames, nameList, i+1)
 		}
@@ -79,6 +89,13 @@ func (c *Config) validate(sec secrets) *ParseError {
 		}
 	}
 
+	// The probe interval first: the defaults of pgrouted_max_lag and
+	// pgrouted_circuit_max_backoff follow it, and an error about one of
+	// them would not name the key that was set.
+	probe := lookupSpec(keyProbeInterval)
+	if rule := probe.check(c); rule != "" {
+		return fail(probe.key, "%s (%s) %s", probe.key, probe.shown(c), rule)
+	}
 	for _, s := range specs {
 		if s.check == nil {
 			continue
@@ -99,6 +116,10 @@ func (c *Config) validate(sec secrets) *ParseError {
 	case c.Topology == TopologyPatroni && c.PatroniTimeout >= c.Lease:
 		return fail(keyPatroniTimeout, "%s (%s) must be less than %s (%s): an answer slower than the lease could never keep a primary",
 			keyPatroniTimeout, formatDuration(c.PatroniTimeout), keyLease, formatDuration(c.Lease))
+	}
+	if c.CircuitMaxBackoff < c.ProbeInterval {
+		return fail(keyCircuitMaxBackoff, "%s (%s) must be at least %s (%s): an open circuit is not probed more often than a healthy host",
+			keyCircuitMaxBackoff, formatDuration(c.CircuitMaxBackoff), keyProbeInterval, formatDuration(c.ProbeInterval))
 	}
 	if c.Lease <= c.ProbeInterval {
 		return fail(keyLease, "%s (%s) must be greater than %s (%s): a primary must be probed again before its lease runs out",

@@ -36,7 +36,7 @@ func TestValidate(t *testing.T) {
 		{"repeated host", func(c *Config) { c.Hosts[2].Addr = "DB1:5432" }, "host DB1:5432 is listed twice (hosts 1 and 3)", "host"},
 		{"name with comma", func(c *Config) { c.Hosts[0].Name = "x,y" }, `entry 1 ("x,y") must not hold commas`, keyNames},
 		{"name with space around", func(c *Config) { c.Hosts[0].Name = " x" }, "surrounding space", keyNames},
-		{"name with control", func(c *Config) { c.Hosts[0].Name = "x\n" }, "control characters", keyNames},
+		{"name with control", func(c *Config) { c.Hosts[0].Name = "x\n" }, `entry 1 ("x\n"): byte 2 is U+000A, a control character`, keyNames},
 		{"name reserved", func(c *Config) { c.Hosts[2].Name = "PRIMARY" }, "entry 3: the name primary is reserved", keyNames},
 		{"name repeated", func(c *Config) { c.Hosts[2].Name = "B" }, "entries 2 and 3 are both B; names must be unique", keyNames},
 		{"name is the password", func(c *Config) { c.Hosts[0].Name, c.Hosts[1].Name = marker, marker }, "names must be unique", keyNames},
@@ -69,6 +69,41 @@ func TestValidate(t *testing.T) {
 		{"replica_max_conns negative", func(c *Config) { c.ReplicaMaxConns = -1 }, "pgrouted_replica_max_conns (-1) must not be negative", keyReplicaMaxConns},
 		{"circuit_failures negative", func(c *Config) { c.CircuitFailures = -1 }, "pgrouted_circuit_failures (-1) must be at least 1", keyCircuitFailures},
 		{"circuit_max_backoff negative", func(c *Config) { c.CircuitMaxBackoff = -time.Second }, "pgrouted_circuit_max_backoff (-1s) must not be negative", keyCircuitMaxBackoff},
+
+		// Names and hosts that logs, metrics and terminals show.
+		{"name not UTF-8", func(c *Config) { c.Hosts[0].Name = "a\xff" }, `entry 1 ("a\xff"): byte 2 (\xff) is not UTF-8`, keyNames},
+		{"name with a direction override", func(c *Config) { c.Hosts[1].Name = "b\u202e" }, `entry 2 ("b\u202e"): byte 2 is U+202E, a format character`, keyNames},
+		{"name with a tag character", func(c *Config) { c.Hosts[1].Name = "b\U000E0041" }, `entry 2 ("b\U000e0041"): byte 2 is U+E0041, a format character`, keyNames},
+		{"address with a direction override", func(c *Config) { c.Hosts[2].Addr = "db\u202e3:5432" }, `host 3 ("db\u202e3:5432"): byte 3 is U+202E, a format character`, "host"},
+		{"address not UTF-8", func(c *Config) { c.Hosts[2].Addr = "db3\xfe:5432" }, `host 3 ("db3\xfe:5432"): byte 4 (\xfe) is not UTF-8`, "host"},
+		{"pgx host with a control character", func(c *Config) { c.Hosts[0].ConnConfig.Host = "db1\x1b[2J" }, `host 1 ("db1\x1b[2J"): byte 4 is U+001B, a control character`, "host"},
+
+		// Every bound, in code as in a connection string (bounds.go).
+		{"probe of a microsecond", func(c *Config) { c.ProbeInterval = time.Microsecond }, "pgrouted_probe_interval (0.001ms) must be at least 10ms", keyProbeInterval},
+		{"probe too long", func(c *Config) { c.ProbeInterval = 2 * time.Hour }, "pgrouted_probe_interval (120m) must be at most 60m", keyProbeInterval},
+		{"max_lag too long", func(c *Config) { c.MaxLag = LagTime(292 * 365 * 24 * time.Hour) }, "pgrouted_max_lag (153475200m) must be at most 1440m", keyMaxLag},
+		{"max_lag too many bytes", func(c *Config) { c.MaxLag = LagBytes(2 << 40) }, "pgrouted_max_lag (2048GB) must be at most 1024GB", keyMaxLag},
+		{"latency window too short", func(c *Config) { c.LatencyWindow = time.Microsecond }, "pgrouted_latency_window (0.001ms) must be at least 0.1ms", keyLatencyWindow},
+		{"latency window too long", func(c *Config) { c.LatencyWindow = time.Minute }, "pgrouted_latency_window (1m) must be at most 10s", keyLatencyWindow},
+		{"pin too short", func(c *Config) { c.PinAfterWrite = time.Microsecond }, "pgrouted_pin_after_write (0.001ms) must be at least 1ms (or 0: off)", keyPinAfterWrite},
+		{"pin too long", func(c *Config) { c.PinAfterWrite = 2 * time.Hour }, "pgrouted_pin_after_write (120m) must be at most 60m", keyPinAfterWrite},
+		{"write_timeout too short", func(c *Config) { c.WriteTimeout = 1 }, "pgrouted_write_timeout (0.000001ms) must be at least 1ms (or 0: no wait)", keyWriteTimeout},
+		{"write_timeout of centuries", func(c *Config) { c.WriteTimeout = math.MaxInt64 }, "must be at most 60m", keyWriteTimeout},
+		{"replica_wait of centuries", func(c *Config) { c.ReplicaWait = math.MaxInt64 }, "pgrouted_replica_wait (9223372036854.775807ms) must be at most 60m", keyReplicaWait},
+		{"lease too long", func(c *Config) { c.Lease = 3 * time.Hour }, "pgrouted_lease (180m) must be at most 120m", keyLease},
+		{"replica_max_conns too many", func(c *Config) { c.ReplicaMaxConns = math.MaxInt32 }, "pgrouted_replica_max_conns (2147483647) must be a whole number from 1 to 10000", keyReplicaMaxConns},
+		{"circuit_failures too many", func(c *Config) { c.CircuitFailures = 1001 }, "pgrouted_circuit_failures (1001) must be at most 1000", keyCircuitFailures},
+		{"circuit_max_backoff of a nanosecond", func(c *Config) { c.CircuitMaxBackoff = 1 }, "pgrouted_circuit_max_backoff (0.000001ms) must be at least 10ms", keyCircuitMaxBackoff},
+		{"circuit_max_backoff too long", func(c *Config) { c.CircuitMaxBackoff = 2 * time.Hour }, "pgrouted_circuit_max_backoff (120m) must be at most 60m", keyCircuitMaxBackoff},
+		{"circuit_max_backoff below the probe interval", func(c *Config) { c.ProbeInterval, c.CircuitMaxBackoff = 2*time.Second, time.Second },
+			"pgrouted_circuit_max_backoff (1s) must be at least pgrouted_probe_interval (2s)", keyCircuitMaxBackoff},
+		{"patroni_timeout too short", func(c *Config) { c.PatroniTimeout = time.Millisecond }, "pgrouted_patroni_timeout (1ms) must be at least 10ms", keyPatroniTimeout},
+		{"patroni_timeout too long", func(c *Config) { c.PatroniTimeout = time.Hour }, "pgrouted_patroni_timeout (60m) must be at most 1m", keyPatroniTimeout},
+		// The probe interval set alone is the key named, not the
+		// pgrouted_max_lag default that follows it.
+		{"probe too long alone", func(c *Config) {
+			c.ProbeInterval, c.Lease, c.MaxLag, c.CircuitMaxBackoff = 10*time.Hour, 20*time.Hour, LagBudget{}, 0
+		}, "pgrouted_probe_interval (600m) must be at most 60m", keyProbeInterval},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -140,15 +140,25 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 // Collect implements prometheus.Collector. It reads the Source's Stats and
-// Topology once.
+// Topology once. It never panics: a series that cannot be exported (a
+// label value that is not UTF-8, say from a topology provider's answer)
+// is sent as an invalid metric, which the registry's Gather reports as an
+// error naming the metric, and every other series is exported as usual.
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	st := c.src.Stats()
 	top := c.src.Topology()
+	send := func(d *prometheus.Desc, t prometheus.ValueType, v float64, labels ...string) {
+		m, err := prometheus.NewConstMetric(d, t, v, labels...)
+		if err != nil {
+			m = prometheus.NewInvalidMetric(d, err)
+		}
+		ch <- m
+	}
 	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+		send(d, prometheus.CounterValue, float64(v), labels...)
 	}
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+		send(d, prometheus.GaugeValue, v, labels...)
 	}
 
 	// Statements: every host of the topology with every op, and any other
@@ -188,13 +198,13 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.functionRouted, st.FunctionRouted)
 	counter(c.functionPins, st.FunctionPins)
 	counter(c.replicaWaits, st.ReplicaWaits)
-	ch <- prometheus.MustNewConstMetric(c.replicaWaitSeconds, prometheus.CounterValue, st.ReplicaWaitTime.Seconds())
+	send(c.replicaWaitSeconds, prometheus.CounterValue, st.ReplicaWaitTime.Seconds())
 	counter(c.replicaWaitTimeouts, st.ReplicaWaitTimeouts)
 	counter(c.positionFetches, st.PositionFetches)
 	counter(c.positionFetchErrors, st.PositionFetchErrors)
 	counter(c.globalReads, st.GlobalReads)
 	counter(c.deferredReads, st.DeferredPositionReads)
-	ch <- prometheus.MustNewConstMetric(c.globalWaitSeconds, prometheus.CounterValue, st.GlobalWaitTime.Seconds())
+	send(c.globalWaitSeconds, prometheus.CounterValue, st.GlobalWaitTime.Seconds())
 	counter(c.posShared, st.PositionsShared)
 	gauge(c.epoch, float64(top.Epoch))
 	gauge(c.lease, top.LeaseRemainingMs/1e3)

@@ -77,6 +77,19 @@
 // rate() and alerts see a series before its first event. Nothing exported
 // holds a password: host names and numbers only.
 //
+// The labels do reveal the cluster: host names and addresses, the topology
+// provider's name and the endpoint of its last answer (with its user, the
+// password redacted). Serve the metrics behind authentication (see
+// docs/security.md).
+//
+// Collect never panics. pgrouted refuses a name that is not UTF-8 or holds
+// a control or format character, but a Source may still report one (a
+// topology provider's answer, a Source of one's own): such a series is
+// sent as a prometheus invalid metric, Gather reports it as an error
+// naming the metric, and the other series are exported. With promhttp,
+// HandlerOpts{ErrorHandling: promhttp.ContinueOnError} serves them; the
+// default, HTTPErrorOnError, fails the scrape with status 500.
+//
 // Two Connectors in one registry need distinguishing labels:
 // New(conn, ConstLabels(prometheus.Labels{"db": "orders"})).
 package promcollector

@@ -3,8 +3,6 @@ package promcollector_test
 import (
 	"context"
 	"database/sql"
-	"io"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -358,18 +356,11 @@ func TestExpositionHasNoPassword(t *testing.T) {
 	if err := db.QueryRowContext(ctx, "SELECT 1").Scan(&one); err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.HTTPErrorOnError}))
-	defer srv.Close()
-	resp, err := srv.Client().Get(srv.URL)
-	if err != nil {
-		t.Fatal(err)
+	status, body := scrape(t, reg, promhttp.HandlerOpts{ErrorHandling: promhttp.HTTPErrorOnError})
+	if status != 200 || !strings.Contains(body, `pgrouted_statements_total{endpoint="`) {
+		t.Fatalf("scrape: %d\n%s", status, body)
 	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != 200 || !strings.Contains(string(body), `pgrouted_statements_total{endpoint="`) {
-		t.Fatalf("scrape: %d\n%s", resp.StatusCode, body)
-	}
-	if strings.Contains(string(body), marker) {
+	if strings.Contains(body, marker) {
 		t.Fatalf("the password is in the metrics:\n%s", body)
 	}
 	if n, err := testutil.GatherAndCount(reg, "pgrouted_healthy"); err != nil || n != 3 {

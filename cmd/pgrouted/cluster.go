@@ -26,7 +26,8 @@ server binaries on this machine, in a temporary directory, on free loopback
 ports), print its multi-host DSN on stdout, one line starting with "DSN: ",
 and keep it up until Ctrl-C (or SIGTERM), which stops every PostgreSQL
 process and removes the directory. Open the DSN with sql.Open("pgrouted",
-dsn) from your own code, or look at it with pgrouted topology "$DSN".
+dsn) from your own code, or put it in PGROUTED_DSN and look at it with
+pgrouted topology.
 
 The DSN holds a password: a random one made up at start for this throwaway
 cluster (SCRAM authentication on loopback), which protects nothing else and is
@@ -88,9 +89,9 @@ func runCluster(ctx context.Context, replicas int, stdout, stderr io.Writer) int
 	fmt.Fprintf(stderr, `
 %s primary %s and %d streaming replica(s) are up, in %s.
 The DSN above (stdout) names them all, primary first; its password is a random
-one for this cluster only. Set DSN to it, then for example:
-  go run ./cmd/pgrouted topology "$DSN"
-  go run ./cmd/pgrouted explain "$DSN" "SELECT 1"
+one for this cluster only. Put it in PGROUTED_DSN, then for example:
+  go run ./cmd/pgrouted topology
+  go run ./cmd/pgrouted explain "SELECT 1"
 or open it from your own code: sql.Open("pgrouted", dsn).
 Ctrl-C stops the cluster and removes its directory.
 `, strings.Replace(c.Version(), "postgres (PostgreSQL)", "PostgreSQL", 1), c.Primary().Name(), replicas, c.Dir())

@@ -110,7 +110,7 @@ func TestClusterCommand(t *testing.T) {
 	if code != exitOK || !strings.Contains(errs, "Stopped;") {
 		t.Errorf("exit %d (%v) after SIGINT, want %d; stderr:\n%s", code, err, exitOK, errs)
 	}
-	if !strings.Contains(errs, `pgrouted topology "$DSN"`) {
+	if !strings.Contains(errs, "Put it in PGROUTED_DSN") || !strings.Contains(errs, "go run ./cmd/pgrouted topology\n") {
 		t.Errorf("no hint on stderr")
 	}
 	if strings.Contains(errs, pw) {

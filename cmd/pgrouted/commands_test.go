@@ -12,6 +12,7 @@ import (
 
 func TestUsage(t *testing.T) {
 	ctx := context.Background()
+	withDSN(t, "")
 	for _, tc := range []struct {
 		args     []string
 		code     int
@@ -29,7 +30,15 @@ func TestUsage(t *testing.T) {
 		{args: []string{"explain", "-h"}, code: exitOK, stdout: "Usage: pgrouted explain"},
 		{args: []string{"topology"}, code: exitUsage, stderr: "want one DSN", noStdout: true},
 		{args: []string{"topology", "a", "b"}, code: exitUsage, stderr: "want one DSN", noStdout: true},
-		{args: []string{"explain", "postgres://h/db"}, code: exitUsage, stderr: "want a DSN and a query", noStdout: true},
+		{args: []string{"explain", "postgres://h/db"}, code: exitUsage, stderr: "want a DSN and a query: PGROUTED_DSN is not set", noStdout: true},
+		{args: []string{"explain"}, code: exitUsage, stderr: "want a DSN and a query, got 0 arguments", noStdout: true},
+		{args: []string{"explain", "a", "b", "c"}, code: exitUsage, stderr: "want a DSN and a query, got 3 arguments", noStdout: true},
+		{args: []string{"topology"}, code: exitUsage, stderr: "want one DSN: PGROUTED_DSN is not set (set PGROUTED_DSN, or give - and write the DSN on stdin)", noStdout: true},
+		{args: []string{"topology", "-"}, code: exitUsage, stderr: "want one DSN: stdin holds no DSN", noStdout: true},
+		{args: []string{"explain", "-", "SELECT 1"}, code: exitUsage, stderr: "want a DSN and a query: stdin holds no DSN", noStdout: true},
+		{args: []string{"help", "topology"}, code: exitOK, stdout: "The DSN comes from the environment variable PGROUTED_DSN"},
+		{args: []string{"explain", "--help"}, code: exitOK, stdout: "pgrouted topology - < dsn.txt"},
+		{args: []string{"help"}, code: exitOK, stdout: "read it from the environment variable PGROUTED_DSN"},
 		{args: []string{"topology", "--bogus", "postgres://h/db"}, code: exitUsage, stderr: "flag provided but not defined", noStdout: true},
 		{args: []string{"demo", "--duration", "5s"}, code: exitUsage, stderr: "too short", noStdout: true},
 		{args: []string{"demo", "--replicas", "0"}, code: exitUsage, stderr: "want 1 to", noStdout: true},
@@ -85,8 +94,9 @@ const probeWait = "45s"
 
 func TestTopologyCommand(t *testing.T) {
 	ctx := testCtx(t)
-	code, out, errs := runCmd(t, ctx, "topology", "--timeout", probeWait, testDSN("pgrouted_max_lag=2s"))
-	if code != exitOK {
+	withDSN(t, testDSN("pgrouted_max_lag=2s"))
+	code, out, errs := runCmd(t, ctx, "topology", "--timeout", probeWait)
+	if code != exitOK || errs != "" {
 		t.Fatalf("exit %d\n%s\n%s", code, out, errs)
 	}
 	t.Logf("\n%s", out)
@@ -99,9 +109,10 @@ func TestTopologyCommand(t *testing.T) {
 		t.Errorf("ANSI codes in output that is not a terminal")
 	}
 
-	code, out, errs = runCmd(t, ctx, "topology", "--timeout", probeWait, "--json", testDSN())
+	// From stdin, "-": the DSN there wins over PGROUTED_DSN.
+	code, out, errs = runCmdIn(t, ctx, testDSN()+"\n", "topology", "--timeout", probeWait, "--json", "-")
 	var top pgrouted.Snapshot
-	if code != exitOK || json.Unmarshal([]byte(out), &top) != nil {
+	if code != exitOK || errs != "" || json.Unmarshal([]byte(out), &top) != nil {
 		t.Fatalf("exit %d, %q %s", code, out, errs)
 	}
 	if top.Primary != "node0" || len(top.Hosts) != 3 || top.Hosts[1].Role != "standby" || top.Hosts[1].ReplayLSN == "" {
@@ -115,7 +126,8 @@ func TestTopologyCommand(t *testing.T) {
 func TestTopologyWatch(t *testing.T) {
 	ctx, cancel := context.WithTimeout(testCtx(t), 10*time.Second)
 	defer cancel()
-	code, out, errs := runCmd(t, ctx, "topology", testDSN(), "--watch")
+	withDSN(t, testDSN())
+	code, out, errs := runCmd(t, ctx, "topology", "--watch")
 	if code != exitOK {
 		t.Fatalf("exit %d\n%s\n%s", code, out, errs)
 	}
@@ -152,7 +164,7 @@ func TestTopologyBadDSNs(t *testing.T) {
 
 func TestExplainCommand(t *testing.T) {
 	ctx := testCtx(t)
-	dsn := testDSN()
+	withDSN(t, testDSN())
 	for _, tc := range []struct {
 		query  string
 		code   int
@@ -167,7 +179,7 @@ func TestExplainCommand(t *testing.T) {
 		{"/* pgrouted:primary */ SELECT 1", exitOK, []string{"node0 (the primary)", "forced"}, true},
 		{"/* pgrouted:replica */ DELETE FROM t", exitFailure, []string{"write-on-replica", "error:", "runs on:  nowhere"}, false},
 	} {
-		code, out, errs := runCmd(t, ctx, "explain", "--timeout", probeWait, dsn, tc.query)
+		code, out, errs := runCmd(t, ctx, "explain", "--timeout", probeWait, tc.query)
 		if code != tc.code {
 			t.Errorf("%q: exit %d, want %d\n%s%s", tc.query, code, tc.code, out, errs)
 			continue
@@ -178,12 +190,51 @@ func TestExplainCommand(t *testing.T) {
 			}
 		}
 	}
-	code, out, errs := runCmd(t, ctx, "explain", "--timeout", probeWait, "--json", dsn, "--", "-- a comment\nSELECT 1")
+	code, out, errs := runCmdIn(t, ctx, testDSN(), "explain", "--timeout", probeWait, "--json", "-", "--", "-- a comment\nSELECT 1")
 	var d struct {
 		pgrouted.Decision
 		Query string `json:"query"`
 	}
-	if code != exitOK || json.Unmarshal([]byte(out), &d) != nil || d.Op != "read" || d.Primary || d.Endpoint == "" {
+	if code != exitOK || errs != "" || json.Unmarshal([]byte(out), &d) != nil || d.Op != "read" || d.Primary || d.Endpoint == "" {
 		t.Fatalf("--json: exit %d, %s %s", code, out, errs)
+	}
+}
+
+// TestDSNInArgs: a DSN given as an argument still works, with a warning
+// on stderr that other users can read it; from PGROUTED_DSN or stdin there
+// is none. The password shows nowhere (runCmd).
+func TestDSNInArgs(t *testing.T) {
+	ctx := testCtx(t)
+	withDSN(t, "")
+	for _, tc := range []struct {
+		name, stdin string
+		args        []string
+		env         string
+		warn        bool
+	}{
+		{name: "topology, argument", args: []string{"topology", "--timeout", probeWait, testDSN()}, warn: true},
+		{name: "explain, argument", args: []string{"explain", "--timeout", probeWait, testDSN(), "SELECT 1"}, warn: true},
+		{name: "topology, argument over the environment", args: []string{"topology", "--timeout", probeWait, testDSN()}, env: "host=nowhere.invalid", warn: true},
+		{name: "explain, environment", args: []string{"explain", "--timeout", probeWait, "SELECT 1"}, env: testDSN()},
+		{name: "explain, stdin", args: []string{"explain", "--timeout", probeWait, "-", "SELECT 1"}, stdin: "  " + testDSN() + "\n\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			withDSN(t, tc.env)
+			code, out, errs := runCmdIn(t, ctx, tc.stdin, tc.args...)
+			if code != exitOK || !strings.Contains(out, "node") {
+				t.Fatalf("exit %d\n%s\n%s", code, out, errs)
+			}
+			warned := strings.Contains(errs, "warning: the DSN is an argument, which other users of this machine can read (ps, /proc)")
+			if warned != tc.warn || (!tc.warn && errs != "") {
+				t.Errorf("stderr %q, want a warning: %v", errs, tc.warn)
+			}
+		})
+	}
+	// An invalid DSN in the arguments: the warning, then the error, and
+	// no password.
+	code, _, errs := runCmd(t, ctx, "topology", "host=db1 password="+marker+" pgrouted_probe_interval=0.001ms")
+	if code != exitUsage || !strings.Contains(errs, "warning: the DSN is an argument") ||
+		!strings.Contains(errs, "pgrouted_probe_interval (0.001ms) must be at least 10ms") {
+		t.Errorf("exit %d, stderr %q", code, errs)
 	}
 }

@@ -168,7 +168,7 @@ func TestDemoInterruptedBeforeUp(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		code = run(ctx, []string{"demo", "--no-color"}, &outb, &errb)
+		code = run(ctx, []string{"demo", "--no-color"}, nil, &outb, &errb)
 	}()
 	const starting = "Starting a local PostgreSQL primary"
 	for !strings.Contains(outb.String(), starting) {

@@ -4,14 +4,20 @@
 //
 //	pgrouted demo [--duration 20s] [--replicas 2] [--no-color] [--json]
 //	pgrouted cluster [--replicas 2]
-//	pgrouted topology [--watch] [--json] [--no-color] [--timeout 10s] DSN
-//	pgrouted explain [--json] [--timeout 10s] DSN QUERY
+//	pgrouted topology [--watch] [--json] [--no-color] [--timeout 10s] [DSN]
+//	pgrouted explain [--json] [--timeout 10s] [DSN] QUERY
 //	pgrouted help [COMMAND]
 //
 // Flags may come before or after the arguments; "--" ends them. Errors go to
 // stderr. No password from a DSN is ever printed: the driver's errors and
 // snapshots hold none, and the command masks the DSN's password in anything
 // it writes as well.
+//
+// topology and explain read the DSN from the environment variable
+// PGROUTED_DSN, or from stdin when the DSN argument is "-". A DSN given as
+// an argument still works, with a warning on stderr: other users of the
+// machine can read a process's arguments (ps, /proc/PID/cmdline), and the
+// shell keeps them in its history.
 //
 // # demo
 //
@@ -65,9 +71,9 @@
 //	DSN: postgres://postgres:PASSWORD@127.0.0.1:P0,127.0.0.1:P1,127.0.0.1:P2/postgres?sslmode=disable&pgrouted_names=node0,node1,node2
 //
 // the multi-host DSN of the cluster, primary first, and on stderr its
-// progress and a hint (pgrouted topology "$DSN"), then keeps the cluster up
-// until Ctrl-C or SIGTERM, when it stops every PostgreSQL process and
-// removes the cluster's directory. make cluster runs it from a checkout.
+// progress and a hint (put it in PGROUTED_DSN, then pgrouted topology),
+// then keeps the cluster up until Ctrl-C or SIGTERM, when it stops every
+// PostgreSQL process and removes the cluster's directory. make cluster runs it from a checkout.
 //
 // PASSWORD is random, made up at start for this cluster (SCRAM
 // authentication): it protects nothing but this throwaway cluster, and the

@@ -11,15 +11,17 @@ import (
 	"github.com/pgrouted/pgrouted"
 )
 
-// explainCmd is `pgrouted explain [--json] [--timeout d] DSN QUERY`.
-func explainCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("explain", "explain [--json] [--timeout 10s] DSN QUERY",
+// explainCmd is `pgrouted explain [--json] [--timeout d] [DSN] QUERY`.
+func explainCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	fs := newFlags("explain", "explain [--json] [--timeout 10s] [DSN] QUERY",
 		`Start pgrouted's probers on DSN, wait until every host answered its first
 probe (or --timeout), and print where QUERY would run now, in autocommit mode
 and with no write made before it, and why: pgrouted's Connector.Explain. The
 query is not run. A query that starts with "-" (a -- comment) goes after "--":
-  pgrouted explain DSN -- "-- report
+  pgrouted explain -- "-- report
   SELECT 1"
+
+`+dsnHelp+`
 
 Exit status: 0 when the query has somewhere to run; 1 when it could not run
 now (no primary, no replica for a forced replica read, a write forced to a
@@ -30,13 +32,20 @@ replica); 2 on bad arguments or an invalid DSN.`, stderr)
 	if !ok {
 		return code
 	}
-	if len(pos) != 2 {
+	if len(pos) < 1 || len(pos) > 2 {
 		return usageError(fs, stderr, "want a DSN and a query, got %d arguments", len(pos))
 	}
-	dsn, query := pos[0], pos[1]
+	query := pos[len(pos)-1]
+	dsn, src, err := readDSN(pos[0], len(pos) == 2, stdin)
+	if err != nil {
+		return usageError(fs, stderr, "want a DSN and a query: %v (set %s, or give - before the query and write the DSN on stdin)", err, envDSN)
+	}
 	conn, cfg, err := openConnector(dsn)
 	stdout = &redactor{w: stdout, secrets: secretsOf(dsn, cfg)}
 	stderr = &redactor{w: stderr, secrets: secretsOf(dsn, cfg)}
+	if src == fromArgs {
+		fmt.Fprintf(stderr, "pgrouted explain: %s\n", argvWarning)
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "pgrouted explain: %v\n", err)
 		if cfg == nil {

@@ -29,14 +29,15 @@ func main() {
 		<-ctx.Done()
 		stop()
 	}()
-	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
 }
 
 // run runs the command line args (without the program name) and returns
-// the exit code. ctx ends on Ctrl-C.
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+// the exit code. ctx ends on Ctrl-C. stdin is read only for a DSN given as
+// "-".
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		usage(stderr)
 		return exitUsage
@@ -47,13 +48,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "cluster":
 		return clusterCmd(ctx, rest, stdout, stderr)
 	case "topology":
-		return topologyCmd(ctx, rest, stdout, stderr)
+		return topologyCmd(ctx, rest, stdin, stdout, stderr)
 	case "explain":
-		return explainCmd(ctx, rest, stdout, stderr)
+		return explainCmd(ctx, rest, stdin, stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		if len(rest) > 0 {
 			// pgrouted help demo: the subcommand's own help.
-			return run(ctx, []string{rest[0], "--help"}, stdout, stderr)
+			return run(ctx, []string{rest[0], "--help"}, stdin, stdout, stderr)
 		}
 		usage(stdout)
 		return exitOK
@@ -76,9 +77,9 @@ Usage:
       Start a local PostgreSQL primary with streaming replicas, print its
       DSN (with the random password made up for it) and keep it up until
       Ctrl-C, to try pgrouted from your own code (make cluster does too).
-  pgrouted topology [--watch] [--json] [--no-color] [--timeout 10s] DSN
+  pgrouted topology [--watch] [--json] [--no-color] [--timeout 10s] [DSN]
       Probe a cluster and print what pgrouted sees of each host.
-  pgrouted explain [--json] [--timeout 10s] DSN QUERY
+  pgrouted explain [--json] [--timeout 10s] [DSN] QUERY
       Print where QUERY would run now, and why, without running it.
   pgrouted help [COMMAND]
       This text, or a command's flags.
@@ -86,7 +87,11 @@ Usage:
 DSN is a pgrouted connection string: any string pgx accepts (URL or
 key=value, several hosts) plus pgrouted_ keys, e.g.
   "postgres://app:secret@db1,db2,db3/app?pgrouted_max_lag=2s"
-No password is ever printed.
+topology and explain read it from the environment variable PGROUTED_DSN,
+or from stdin when the DSN argument is "-". A DSN given as an argument
+works, with a warning: other users of the machine can read the arguments
+of a process (ps), and the shell keeps them in its history. No password is
+ever printed.
 
 Exit codes: 0 success (demo, cluster: also stopped by Ctrl-C once their
 cluster was up); 1 failure (cluster unreachable, demo found stale reads or

@@ -48,6 +48,12 @@ func restore(t *testing.T) {
 // ignores it.
 const marker = "hunter2marker"
 
+// withDSN sets PGROUTED_DSN to dsn for the rest of the test.
+func withDSN(t *testing.T, dsn string) {
+	t.Helper()
+	t.Setenv(envDSN, dsn)
+}
+
 // testDSN is the cluster's DSN with the marker password and the hosts named
 // node0, node1, node2 (primary first).
 func testDSN(extra ...string) string {
@@ -63,12 +69,19 @@ func testDSN(extra ...string) string {
 	return dsn
 }
 
-// runCmd runs the command line in process and returns its exit code,
-// stdout and stderr. It fails the test if the marker password shows up.
+// runCmd runs the command line in process, with nothing on stdin, and
+// returns its exit code, stdout and stderr. It fails the test if the
+// marker password shows up.
 func runCmd(t *testing.T, ctx context.Context, args ...string) (int, string, string) {
 	t.Helper()
+	return runCmdIn(t, ctx, "", args...)
+}
+
+// runCmdIn is runCmd with stdin holding in.
+func runCmdIn(t *testing.T, ctx context.Context, in string, args ...string) (int, string, string) {
+	t.Helper()
 	var out, errb bytes.Buffer
-	code := run(ctx, args, &out, &errb)
+	code := run(ctx, args, strings.NewReader(in), &out, &errb)
 	for _, s := range []string{out.String(), errb.String()} {
 		if strings.Contains(s, marker) {
 			t.Fatalf("pgrouted %s printed the password:\n%s", args[0], s)

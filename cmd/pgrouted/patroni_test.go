@@ -45,7 +45,8 @@ func TestTopologyCommandPatroni(t *testing.T) {
 	endpoint := strings.Replace(srv.URL, "http://", "http://patroni:"+secret+"@", 1)
 	dsn := testDSN("pgrouted_topology=patroni", "pgrouted_patroni_endpoints="+url.QueryEscape(endpoint))
 
-	code, out, errs := runCmd(t, ctx, "topology", dsn)
+	withDSN(t, dsn)
+	code, out, errs := runCmd(t, ctx, "topology")
 	if code != exitOK {
 		t.Fatalf("exit %d\n%s\n%s", code, out, errs)
 	}
@@ -53,7 +54,7 @@ func TestTopologyCommandPatroni(t *testing.T) {
 	if !strings.Contains(out, want) || !strings.Contains(out, "primary: node0") {
 		t.Errorf("output lacks %q:\n%s", want, out)
 	}
-	code, js, errs := runCmd(t, ctx, "topology", "--json", dsn)
+	code, js, errs := runCmd(t, ctx, "topology", "--json")
 	var top pgrouted.Snapshot
 	if code != exitOK || json.Unmarshal([]byte(js), &top) != nil {
 		t.Fatalf("exit %d, %q %s", code, js, errs)

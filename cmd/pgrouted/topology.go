@@ -12,9 +12,9 @@ import (
 )
 
 // topologyCmd is `pgrouted topology [--watch] [--json] [--no-color]
-// [--timeout d] DSN`.
-func topologyCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("topology", "topology [--watch] [--json] [--no-color] [--timeout 10s] DSN",
+// [--timeout d] [DSN]`.
+func topologyCmd(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	fs := newFlags("topology", "topology [--watch] [--json] [--no-color] [--timeout 10s] [DSN]",
 		`Start pgrouted's probers on DSN, wait until every host answered its first
 probe (or --timeout), and print what pgrouted sees: which host is the primary
 and, for each host, its role, circuit breaker, timeline, replay position, lag
@@ -23,6 +23,8 @@ flight, pool and last probe error; with pgrouted_topology=patroni, the
 Patroni endpoint that answered, the leader it names and its timeline, its
 lease and the hosts it lets serve no reads. With --watch, print it again every second
 until Ctrl-C. No password is printed.
+
+`+dsnHelp+`
 
 Exit status: 0 when a host answered; 1 when none did; 2 on bad arguments or
 an invalid DSN.`, stderr)
@@ -34,15 +36,21 @@ an invalid DSN.`, stderr)
 	if !ok {
 		return code
 	}
-	if len(pos) != 1 {
+	if len(pos) > 1 {
 		return usageError(fs, stderr, "want one DSN, got %d arguments", len(pos))
 	}
-	dsn := pos[0]
+	dsn, src, err := readDSN(strings.Join(pos, ""), len(pos) == 1, stdin)
+	if err != nil {
+		return usageError(fs, stderr, "want one DSN: %v (set %s, or give - and write the DSN on stdin)", err, envDSN)
+	}
 	live := !*noColor && !*asJSON && isTerminal(stdout)
 	conn, cfg, err := openConnector(dsn)
 	// From here on nothing written may hold the password, even by mistake.
 	stdout = &redactor{w: stdout, secrets: secretsOf(dsn, cfg)}
 	stderr = &redactor{w: stderr, secrets: secretsOf(dsn, cfg)}
+	if src == fromArgs {
+		fmt.Fprintf(stderr, "pgrouted topology: %s\n", argvWarning)
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "pgrouted topology: %v\n", err)
 		if cfg == nil {
