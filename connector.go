@@ -111,19 +111,16 @@ func NewConnector(cfg *Config) (*Connector, error) {
 	if p, ok := prov.(*topology.Patroni); ok && own.Provider == nil {
 		c.patroni = p
 	}
-	var discover func(int, topology.Member) (topology.Host, bool)
-	if own.Discover {
-		discover = c.discoverHost
-	}
-	top, err := topology.New(th, topology.Options{
+	opts := topology.Options{
 		Provider: prov,
-		Discover: discover,
 		Interval: own.ProbeInterval,
 		Lease:    own.Lease,
 		// Subscribed before the first probe: the boot's events are
 		// logged too.
 		EventBuffer: 64,
-	})
+	}
+	c.discovery(&opts) // hosts.go
+	top, err := topology.New(th, opts)
 	if err != nil {
 		c.closePools()
 		return nil, fmt.Errorf("pgrouted: %w", err)

@@ -1,7 +1,6 @@
 package pgrouted
 
 import (
-	"crypto/tls"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -40,10 +39,33 @@ func (t *hostTable) add(h *host) {
 	t.p.Store(&next)
 }
 
+// discovery sets, in o, what pgrouted_discover asks of the topology: the
+// hosts it adds (discoverHost), at most pgrouted_discover_max of them,
+// and the log line that says once that members were left out.
+func (c *Connector) discovery(o *topology.Options) {
+	if !c.cfg.Discover {
+		return
+	}
+	o.Discover = c.discoverHost
+	o.DiscoverMax = c.cfg.DiscoverMax
+	o.OnDiscoverLimit = func(left int) {
+		c.logWarn("pgrouted: members of the topology provider's view left out: pgrouted_discover_max hosts are discovered already",
+			"pgrouted_discover_max", o.DiscoverMax, "left_out", left)
+	}
+}
+
 // discoverHost builds host i for member m of the topology provider's view,
 // with the DSN's user, database, TLS and other settings (those of its first
 // TCP host), and adds it to c.hosts. It runs on the topology's tracker
 // (topology.Options.Discover).
+//
+// The provider's word makes the member a host, not a trusted one: the
+// topology lets it serve only once its own probe shows it is of this
+// system (topology.HostState.Untrusted). Until then, nothing in its
+// settings trusts the name the provider gave: the TLS settings are the
+// DSN's unchanged (verify-full checks the DSN's host name, not the
+// member's), and the password is never sent but through SCRAM
+// (discoveredAuth).
 func (c *Connector) discoverHost(i int, m topology.Member) (topology.Host, bool) {
 	if i != len(c.hosts.all()) {
 		c.logWarn("pgrouted: discovered member not added: host index mismatch", "member", m.Name)
@@ -56,12 +78,12 @@ func (c *Connector) discoverHost(i int, m topology.Member) (topology.Host, bool)
 	}
 	cc := tmpl.Copy()
 	cc.Host, cc.Port = m.Host, m.Port
-	cc.TLSConfig = retarget(cc.TLSConfig, tmpl.Host, m.Host)
 	fallbacks := make([]*pgconn.FallbackConfig, 0, len(cc.Fallbacks))
 	for _, fb := range cc.Fallbacks {
-		fallbacks = append(fallbacks, &pgconn.FallbackConfig{Host: m.Host, Port: m.Port, TLSConfig: retarget(fb.TLSConfig, tmpl.Host, m.Host)})
+		fallbacks = append(fallbacks, &pgconn.FallbackConfig{Host: m.Host, Port: m.Port, TLSConfig: fb.TLSConfig})
 	}
 	cc.Fallbacks = fallbacks
+	discoveredAuth(&cc.Config)
 	_, addr := pgconn.NetworkAddress(m.Host, m.Port)
 	name := m.Name
 	for _, h := range c.hosts.all() {
@@ -76,7 +98,7 @@ func (c *Connector) discoverHost(i int, m topology.Member) (topology.Host, bool)
 		c.logWarn("pgrouted: discovered member not added", "member", m.Name, "error", err.Error())
 		return topology.Host{}, false
 	}
-	hs.discovered = true
+	hs.discovered = true // before topologyHost
 	c.hosts.add(hs)
 	c.logInfo("pgrouted: host discovered", "host", name, "address", addr)
 	return c.topologyHost(hs, &cc.Config), true
@@ -98,17 +120,22 @@ func templateOf(hosts []dsn.Host) *pgx.ConnConfig {
 // tells them apart.
 func isSocket(host string) bool { return strings.HasPrefix(host, "/") }
 
-// retarget returns a copy of cfg for a server at host instead of from: its
-// ServerName (the name verify-full checks, and SNI) follows the host.
-func retarget(cfg *tls.Config, from, host string) *tls.Config {
-	if cfg == nil {
-		return nil
+// discoveredRequireAuth is the require_auth of a discovered host's
+// connections when the DSN has a password.
+const discoveredRequireAuth = "scram-sha-256"
+
+// discoveredAuth makes cfg, a discovered host's configuration, refuse to
+// give its password to a server that asks for it in cleartext or as MD5,
+// or that lets it in without proving it holds the role's SCRAM verifier:
+// with a password, a discovered host must authenticate with SCRAM-SHA-256
+// (pgconn's require_auth=scram-sha-256), whatever require_auth the DSN
+// has. SCRAM sends no password, and its last message proves the server
+// knows the role's verifier. Without a password there is nothing to give
+// away, and the DSN's require_auth stays.
+func discoveredAuth(cfg *pgconn.Config) {
+	if cfg.Password != "" {
+		cfg.RequireAuth = discoveredRequireAuth
 	}
-	n := cfg.Clone()
-	if n.ServerName == from || n.ServerName == "" {
-		n.ServerName = host
-	}
-	return n
 }
 
 // topologyHost is h as the topology probes it, with the hooks that tell h
@@ -118,12 +145,18 @@ func retarget(cfg *tls.Config, from, host string) *tls.Config {
 func (c *Connector) topologyHost(h *host, cfg *pgconn.Config) topology.Host {
 	cfg = cfg.Copy()
 	boundConnect(cfg)
-	return topology.Host{
+	th := topology.Host{
 		Name: h.Name, Addr: h.Addr, Config: cfg,
 		OnProbe:  h.breaker.ReportProbe,
 		Backoff:  func(int) time.Duration { return h.breaker.ProbeBackoff() },
 		OnRemove: func() { c.removeHost(h) },
 	}
+	if h.discovered {
+		th.OnRefuse = func(reason string) {
+			c.logWarn("pgrouted: discovered host refused", "host", h.Name, "address", h.Addr, "reason", reason)
+		}
+	}
+	return th
 }
 
 // removeHost is told by the topology that discovered host h left the

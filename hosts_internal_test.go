@@ -28,7 +28,8 @@ func hostsOnly(t *testing.T, dsn string) (*Connector, *Config) {
 }
 
 // A discovered host takes the DSN's settings from its first TCP host, its
-// TLS server name following the member's host.
+// TLS settings unchanged: verify-full checks the DSN's host name, never the
+// one the provider gave.
 func TestDiscoveredHostSettings(t *testing.T) {
 	c, cfg := hostsOnly(t, "host=/tmp,db1.example,db2.example port=5432,5433,5434 user=app dbname=shop sslmode=verify-full sslrootcert=system pgrouted_discover=true")
 	defer c.closePools()
@@ -40,8 +41,13 @@ func TestDiscoveredHostSettings(t *testing.T) {
 	if got.Host != "db9.example" || got.Port != 6000 || got.User != "app" || got.Database != "shop" {
 		t.Fatalf("discovered host at %s:%d as %s on %s", got.Host, got.Port, got.User, got.Database)
 	}
-	if got.TLSConfig == nil || got.TLSConfig.ServerName != "db9.example" {
-		t.Fatalf("TLS %+v: want verify-full against db9.example", got.TLSConfig)
+	if got.TLSConfig == nil || got.TLSConfig.ServerName != "db1.example" || got.TLSConfig.InsecureSkipVerify {
+		t.Fatalf("TLS %+v: want verify-full against the DSN's db1.example", got.TLSConfig)
+	}
+	for _, fb := range got.Fallbacks {
+		if fb.Host != "db9.example" || fb.TLSConfig != nil && fb.TLSConfig.ServerName != "db1.example" {
+			t.Fatalf("fallback %s with TLS server name %q", fb.Host, fb.TLSConfig.ServerName)
+		}
 	}
 	if tmpl := cfg.Hosts[1].ConnConfig.TLSConfig; tmpl.ServerName != "db1.example" {
 		t.Fatalf("the template's TLS changed: server name %q", tmpl.ServerName)
@@ -81,6 +87,37 @@ func TestProbeConnectTimeout(t *testing.T) {
 			if h.ConnConfig.ConnectTimeout != before {
 				t.Errorf("%s: host %s: its configuration's connect timeout changed to %v", tc.dsn, h.Name, h.ConnConfig.ConnectTimeout)
 			}
+		}
+		c.closePools()
+	}
+}
+
+// A discovered host's connections, data and probe alike, give the DSN's
+// password only through SCRAM: require_auth=scram-sha-256 whatever the
+// DSN's require_auth; without a password, the DSN's require_auth stays.
+func TestDiscoveredHostAuth(t *testing.T) {
+	for _, tc := range []struct {
+		dsn, want string
+	}{
+		{"host=db1.example user=app password=secret sslmode=disable pgrouted_discover=true", "scram-sha-256"},
+		{"host=db1.example user=app password=secret sslmode=disable require_auth=password,md5 pgrouted_discover=true", "scram-sha-256"},
+		{"host=db1.example user=app sslmode=disable pgrouted_discover=true", ""},
+		{"host=db1.example user=app sslmode=disable require_auth=!password pgrouted_discover=true", "!password"},
+	} {
+		c, cfg := hostsOnly(t, tc.dsn)
+		th, ok := c.discoverHost(1, topology.Member{Name: "pg-new", Host: "db9.example", Port: 6000})
+		if !ok {
+			t.Fatalf("%s: member not added", tc.dsn)
+		}
+		h := c.hosts.all()[1]
+		if got := h.pool.Config().ConnConfig.RequireAuth; got != tc.want {
+			t.Errorf("%s: data connections' require_auth %q, want %q", tc.dsn, got, tc.want)
+		}
+		if got := th.Config.RequireAuth; got != tc.want {
+			t.Errorf("%s: probe's require_auth %q, want %q", tc.dsn, got, tc.want)
+		}
+		if got, was := cfg.Hosts[0].ConnConfig.RequireAuth, c.hosts.all()[0].pool.Config().ConnConfig.RequireAuth; got != was || (tc.want == "scram-sha-256" && got == tc.want) {
+			t.Errorf("%s: the DSN's host's require_auth became %q", tc.dsn, got)
 		}
 		c.closePools()
 	}

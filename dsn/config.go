@@ -399,6 +399,10 @@ type Config struct {
 	// string's user, database and TLS settings (pgrouted_discover, default
 	// [DefaultDiscover]).
 	Discover bool
+	// DiscoverMax is the most hosts discovery keeps at once; the members
+	// past it are left out (pgrouted_discover_max, default
+	// [DefaultDiscoverMax]). From 1 to [MaxDiscoverMax].
+	DiscoverMax int
 	// ReplicaWait is how long a read may wait on a replica that has not
 	// yet replayed the caller's writes for its replay to reach them,
 	// instead of going to the primary (pgrouted_replica_wait, default
@@ -441,6 +445,7 @@ func (c *Config) SetDefaults() {
 	setDefault(&c.CircuitMaxBackoff, defaultCircuitMaxBackoff(c.ProbeInterval))
 	setDefault(&c.Topology, DefaultTopology)
 	setDefault(&c.PatroniTimeout, DefaultPatroniTimeout)
+	setDefault(&c.DiscoverMax, DefaultDiscoverMax)
 	setDefault(&c.MaxLag, defaultMaxLag(c.ProbeInterval))
 	for i := range c.Hosts {
 		setDefault(&c.Hosts[i].Weight, DefaultWeight)

@@ -346,7 +346,7 @@ var cases = []dsnCase{
 		"&pgrouted_latency_window=5ms&pgrouted_weights=3,2,1&pgrouted_names=a,b,c&pgrouted_fallback=error" +
 		"&pgrouted_readonly_tx=primary&pgrouted_pin_after_write=100ms&pgrouted_write_timeout=10s&pgrouted_lease=5s" +
 		"&pgrouted_replica_max_conns=20&pgrouted_circuit_failures=3&pgrouted_circuit_max_backoff=2m&pgrouted_strict_boot=yes" +
-		"&pgrouted_topology=patroni&pgrouted_patroni_endpoints=http://db1:8008,https://db2:8008&pgrouted_patroni_timeout=1s&pgrouted_discover=true",
+		"&pgrouted_topology=patroni&pgrouted_patroni_endpoints=http://db1:8008,https://db2:8008&pgrouted_patroni_timeout=1s&pgrouted_discover=true&pgrouted_discover_max=32",
 		hosts: []hostWant{
 			{name: "a", addr: "db1:5432", weight: 3},
 			{name: "b", addr: "db2:5433", weight: 2},
@@ -358,6 +358,7 @@ var cases = []dsnCase{
 				PinAfterWrite: 100 * time.Millisecond, WriteTimeout: 10 * time.Second, Lease: 5 * time.Second,
 				ReplicaMaxConns: 20, CircuitFailures: 3, CircuitMaxBackoff: 2 * time.Minute, StrictBoot: true}
 			c.Topology, c.PatroniEndpoints, c.PatroniTimeout, c.Discover = TopologyPatroni, []string{"http://db1:8008", "https://db2:8008"}, time.Second, true
+			c.DiscoverMax = 32
 		}},
 
 	// Unknown keys.
@@ -617,6 +618,14 @@ var cases = []dsnCase{
 		err: `entry 1 (http://db1:8008/p%FF): in the path, byte 3 (\xff) is not UTF-8`, key: keyPatroniEndpoints},
 	{name: "function name with a direction override", dsn: "host=db1 pgrouted_read_functions='a,b‮'",
 		err: `pgrouted_read_functions (a,b\u202e) entry 2 ("b\u202e"): byte 2 is U+202E, a format character`, key: keyReadFunctions},
+	{name: "discover max", dsn: "host=db1 sslmode=disable pgrouted_discover_max=256",
+		hosts: plain("db1:5432"), set: func(c *Config) { c.DiscoverMax = 256 }},
+	{name: "discover max zero", dsn: "host=db1 pgrouted_discover_max=0",
+		err: "pgrouted_discover_max (0) must be a whole number from 1 to 256", key: "pgrouted_discover_max"},
+	{name: "discover max too many", dsn: "host=db1 pgrouted_discover_max=257",
+		err: "pgrouted_discover_max (257) must be a whole number from 1 to 256", key: "pgrouted_discover_max"},
+	{name: "discover max not a number", dsn: "host=db1 pgrouted_discover_max=lots",
+		err: "pgrouted_discover_max (lots) must be a whole number from 1 to 256", key: "pgrouted_discover_max"},
 }
 
 // TestParse runs the table.
@@ -658,10 +667,10 @@ func TestParse(t *testing.T) {
 
 // routingOnly prints the routing settings of c, for a diff.
 func routingOnly(c *Config) string {
-	return fmt.Sprintf("%v %v %v %v %v %v %v %v %v %v %v %v %v %v %v %v %v %v %v",
+	return fmt.Sprintf("%v %v %v %v %v %v %v %v %v %v %v %v %v %v %v %v %v %v %v %v",
 		c.Consistency, c.MaxLag, c.ProbeInterval, c.SelectPolicy, c.LatencyWindow, c.Fallback, c.ReadOnlyTx,
 		c.PinAfterWrite, c.WriteTimeout, c.Lease, c.ReplicaMaxConns, c.CircuitFailures, c.CircuitMaxBackoff, c.StrictBoot,
-		c.Topology, redactEndpoints(c.PatroniEndpoints), c.PatroniTimeout, c.Discover, c.ReplicaWait)
+		c.Topology, redactEndpoints(c.PatroniEndpoints), c.PatroniTimeout, c.Discover, c.DiscoverMax, c.ReplicaWait)
 }
 
 func checkError(t *testing.T, err error, text, key string) {

@@ -37,6 +37,7 @@ const (
 	keyPatroniEndpoints = "pgrouted_patroni_endpoints"
 	keyPatroniTimeout   = "pgrouted_patroni_timeout"
 	keyDiscover         = "pgrouted_discover"
+	keyDiscoverMax      = "pgrouted_discover_max"
 	keyReplicaWait      = "pgrouted_replica_wait"
 )
 
@@ -243,6 +244,22 @@ var specs = []keySpec{
 		},
 		get:   func(c *Config) string { return strconv.FormatBool(c.Discover) },
 		check: func(*Config) string { return "" }},
+	{key: keyDiscoverMax,
+		set: func(c *Config, v string) string {
+			n, err := strconv.ParseInt(v, 10, 32)
+			if err != nil {
+				return ruleDiscoverMax
+			}
+			c.DiscoverMax = int(n)
+			return ""
+		},
+		get: func(c *Config) string { return strconv.Itoa(c.DiscoverMax) },
+		check: func(c *Config) string {
+			if c.DiscoverMax < 1 || c.DiscoverMax > MaxDiscoverMax {
+				return ruleDiscoverMax
+			}
+			return ""
+		}},
 
 	durationSpec(keyReplicaWait, func(c *Config) *time.Duration { return &c.ReplicaWait },
 		durationBounds{min: minWait, max: maxWait, zero: "off"}),
@@ -435,6 +452,7 @@ func nearestKey(key string) string {
 //	pgrouted_patroni_endpoints    comma list of http(s) URLs               none (required with patroni)
 //	pgrouted_patroni_timeout      duration                                 2s
 //	pgrouted_discover             true | false                             false
+//	pgrouted_discover_max         whole number, 1 to 256                   16
 //	pgrouted_replica_wait         duration, 0 is off                       0
 //
 // Every duration, count and size has a minimum and a maximum, both

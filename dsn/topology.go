@@ -28,7 +28,15 @@ const (
 	DefaultPatroniTimeout = 2 * time.Second
 	// DefaultDiscover is the default of pgrouted_discover.
 	DefaultDiscover = false
+	// DefaultDiscoverMax is the default of pgrouted_discover_max.
+	DefaultDiscoverMax = 16
+	// MaxDiscoverMax is the largest pgrouted_discover_max: each
+	// discovered host has a prober and a pool.
+	MaxDiscoverMax = 256
 )
+
+// ruleDiscoverMax is pgrouted_discover_max's rule.
+var ruleDiscoverMax = fmt.Sprintf("must be a whole number from 1 to %d (leave the key out for the default, %d)", MaxDiscoverMax, DefaultDiscoverMax)
 
 // checkEndpoints is the rule of pgrouted_patroni_endpoints: each entry an
 // http or https URL with a host and no query, UTF-8 without control or

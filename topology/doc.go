@@ -49,8 +49,13 @@
 // at the end of the lease, and the probes never decide alone. Members that
 // are not listed, not running or streaming, or tagged noloadbalance serve
 // no reads ([HostState].NoReads). With [Options].Discover, members that no
-// host matches become hosts (appended; indexes never move), and discovered
-// hosts that leave the view are stopped and marked Removed.
+// host matches become hosts (appended; indexes never move; at most
+// [Options].DiscoverMax at once), and discovered hosts that leave the view
+// are stopped and marked Removed. A discovered host is not trusted on the
+// provider's word ([HostState].Untrusted): it serves nothing and cannot be
+// the primary until its own probe has read the configured hosts' system
+// identifier and seen it in recovery, before it was ever seen out of
+// recovery.
 //
 // [Topology.Subscribe] delivers [Event]s (host up or down, primary changed,
 // lost, or in conflict) on a channel; the tracker never waits for a

@@ -319,8 +319,10 @@ func TestPatroniCloseLeavesNoGoroutine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := waitSnap(t, top, 20*time.Second, "node2 discovered and probed", func(s *topology.Snapshot) bool {
-		return len(s.Hosts) == 3 && s.Hosts[2].Discovered && s.Hosts[2].Role == topology.RoleStandby
+	// Trusted once its probe showed the DSN hosts' system, in recovery:
+	// under load, after the probe that saw it a standby.
+	s := waitSnap(t, top, 20*time.Second, "node2 discovered, probed and trusted", func(s *topology.Snapshot) bool {
+		return len(s.Hosts) == 3 && s.Hosts[2].Discovered && s.Hosts[2].Role == topology.RoleStandby && s.Hosts[2].Untrusted == ""
 	})
 	if s.Hosts[2].NoReads {
 		t.Fatal("the discovered streaming replica serves no reads")

@@ -115,7 +115,8 @@ type Authority struct {
 	// Conflict is true when two or more members are running leaders.
 	Conflict bool
 	// Unknown names the running leader the view reports that is not a host
-	// pgrouted knows, if any (it is not authorised).
+	// pgrouted knows, or, when no other leads, one it does not trust to
+	// lead (an Untrusted host), if any (it is not authorised).
 	Unknown string
 	// Member is, per host, the index in the view's Members of the member it
 	// is, or -1 when the view does not list it.
@@ -129,12 +130,18 @@ type Authority struct {
 type Endpoint struct {
 	Host string
 	Port uint16
+	// Untrusted marks a host that may not lead: a discovered host not
+	// trusted yet (see [HostState].Untrusted). A member matching it that
+	// the view names leader gives no authority and makes no conflict.
+	Untrusted bool
 }
 
 // Authorize applies the authority rules to v over hosts:
 //   - only a member whose role is leader (or master) and whose state is
 //     running can be the primary; a standby_leader never is;
-//   - two or more running leaders are a conflict: no leader at all;
+//   - a leader matching an Untrusted host counts for nothing: it is not
+//     authorised and makes no conflict;
+//   - two or more other running leaders are a conflict: no leader at all;
 //   - the leader must be one of hosts (host compared ignoring case, port
 //     equal), else it is not authorised;
 //   - a host serves reads only when the view lists it running or
@@ -149,16 +156,26 @@ func Authorize(v View, hosts []Endpoint) Authority {
 		a.Member[i] = -1
 	}
 	leaders := 0
-	leader := -1
+	leader, untrusted := -1, -1
 	for k, m := range v.Members {
-		if m.IsLeader() && m.Serves() {
-			leaders++
-			leader = k
-		}
+		trusted := true
 		for i, h := range hosts {
-			if a.Member[i] < 0 && m.matches(h.Host, h.Port) {
+			if !m.matches(h.Host, h.Port) {
+				continue
+			}
+			trusted = trusted && !h.Untrusted
+			if a.Member[i] < 0 {
 				a.Member[i] = k
 				a.Readable[i] = m.Serves() && !m.NoLoadBalance
+			}
+		}
+		if m.IsLeader() && m.Serves() {
+			switch {
+			case trusted:
+				leaders++
+				leader = k
+			case untrusted < 0:
+				untrusted = k
 			}
 		}
 	}
@@ -175,6 +192,8 @@ func Authorize(v View, hosts []Endpoint) Authority {
 		if a.Leader < 0 {
 			a.Unknown = m.Name
 		}
+	case untrusted >= 0:
+		a.Unknown = v.Members[untrusted].Name
 	}
 	return a
 }

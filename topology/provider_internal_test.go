@@ -54,7 +54,7 @@ func TestTruthyTags(t *testing.T) {
 }
 
 func TestAuthorize(t *testing.T) {
-	hosts := []Endpoint{{"db1", 5432}, {"db2", 5432}, {"db3", 5433}}
+	hosts := []Endpoint{{Host: "db1", Port: 5432}, {Host: "db2", Port: 5432}, {Host: "db3", Port: 5433}, {Host: "evil", Port: 5432, Untrusted: true}}
 	m := func(host string, port uint16, role, state string) Member {
 		return Member{Name: host, Host: host, Port: port, Role: role, State: state, Timeline: 7}
 	}
@@ -83,6 +83,14 @@ func TestAuthorize(t *testing.T) {
 		{"noloadbalance", []Member{m("db1", 5432, "leader", "running"), {Name: "db3", Host: "db3", Port: 5433, Role: "replica", State: "streaming", NoLoadBalance: true}},
 			0, false, "", []bool{true, false, false}},
 		{"empty view", nil, -1, false, "", []bool{false, false, false}},
+		// A discovered host not trusted yet: its leader role counts for
+		// nothing, neither as the leader nor in a conflict.
+		{"untrusted leader beside the real one", []Member{m("evil", 5432, "leader", "running"), m("db1", 5432, "leader", "running"), m("db2", 5432, "replica", "streaming")},
+			0, false, "", []bool{true, true, false, true}},
+		{"untrusted leader alone", []Member{m("evil", 5432, "leader", "running"), m("db1", 5432, "replica", "streaming")},
+			-1, false, "evil", []bool{true, false, false, true}},
+		{"untrusted leader listed twice", []Member{m("evil", 5432, "leader", "running"), m("EVIL", 5432, "leader", "running"), m("db1", 5432, "leader", "running")},
+			0, false, "", []bool{true, false, false, true}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -94,7 +102,7 @@ func TestAuthorize(t *testing.T) {
 				t.Errorf("leader timeline %d, want 7", a.LeaderTimeline)
 			}
 			for i := range hosts {
-				if a.Readable[i] != c.readable[i] {
+				if i < len(c.readable) && a.Readable[i] != c.readable[i] {
 					t.Errorf("host %d readable=%v, want %v", i, a.Readable[i], c.readable[i])
 				}
 			}

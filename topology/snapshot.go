@@ -149,6 +149,14 @@ type HostState struct {
 	// configuration does not name (Options.Discover).
 	Discovered bool `json:"discovered,omitempty"`
 
+	// Untrusted is, for a discovered host, why it is not trusted: empty
+	// once its probe showed the system identifier of the configured hosts
+	// and it was seen in recovery (replicating this system) before it was
+	// ever seen out of recovery. While it is not empty the host serves no
+	// reads (NoReads), it cannot be the primary, and its SystemID is not
+	// shown. Always empty for a configured host.
+	Untrusted string `json:"untrusted,omitempty"`
+
 	// Removed is true for a discovered host that left the provider's view:
 	// it is no longer probed and serves nothing. Its index is never reused.
 	Removed bool `json:"removed,omitempty"`

@@ -38,6 +38,13 @@ type Host struct {
 	// view: its prober is stopped, and from the next snapshot on it is
 	// Removed (its place stays, never reused). It must not block.
 	OnRemove func()
+	// OnRefuse, when set, is called on the tracker's goroutine when the
+	// host, discovered through Options.Discover, is first refused for a
+	// reason (see [HostState].Untrusted): its probe showed another
+	// system's identifier, or it was out of recovery before it was ever
+	// seen replicating this system. Once per host and reason. It must not
+	// block.
+	OnRefuse func(reason string)
 }
 
 // Options tune the probers.
@@ -83,7 +90,18 @@ type Options struct {
 	// false to leave the member out. It runs on the tracker's goroutine:
 	// it must be quick and must not wait for the Topology.
 	Discover func(i int, m Member) (Host, bool)
+	// DiscoverMax is the most discovered hosts kept at once (those not
+	// Removed); the members past it are left out, until a discovered host
+	// leaves the view. 0: [DefaultDiscoverMax].
+	DiscoverMax int
+	// OnDiscoverLimit, when set, is called on the tracker's goroutine the
+	// first time a view has members left out for DiscoverMax, with how
+	// many that view left out. Once per Topology. It must not block.
+	OnDiscoverLimit func(left int)
 }
+
+// DefaultDiscoverMax is the default of [Options].DiscoverMax.
+const DefaultDiscoverMax = 16
 
 // ProbeApplicationName is the application_name of probe connections.
 const ProbeApplicationName = "pgrouted-probe"
@@ -130,6 +148,9 @@ func New(hosts []Host, opts Options) (*Topology, error) {
 	}
 	if opts.Lease <= 0 {
 		opts.Lease = 10 * time.Second
+	}
+	if opts.DiscoverMax <= 0 {
+		opts.DiscoverMax = DefaultDiscoverMax
 	}
 	t := &Topology{
 		opts:    opts,

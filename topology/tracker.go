@@ -1,6 +1,7 @@
 package topology
 
 import (
+	"fmt"
 	"slices"
 	"time"
 
@@ -35,6 +36,8 @@ type tracker struct {
 	// initial is the number of configured hosts (the others were
 	// discovered).
 	initial int
+	// limitSaid is set once OnDiscoverLimit was called.
+	limitSaid bool
 }
 
 // tracked is what the tracker keeps of one host.
@@ -45,7 +48,24 @@ type tracked struct {
 	// endpoint is where it listens, for matching a provider's members.
 	endpoint Endpoint
 	prober   *prober // stopped when a discovered host is removed
+
+	// For a discovered host (see trust): the system identifier its last
+	// successful probe read (0: unknown), whether it was seen in recovery
+	// with the configured hosts' identifier, whether the provider's last
+	// view lets it serve reads, and the refusals already said (OnRefuse).
+	systemID    uint64
+	seenStandby bool
+	readable    bool
+	said        refusal
 }
+
+// refusal is a kind of reason a discovered host is refused, as a bit.
+type refusal uint8
+
+const (
+	refusedSystem refusal = 1 << iota // another system's identifier
+	refusedLead                       // out of recovery before seen replicating
+)
 
 func newTracker(t *Topology, first *Snapshot) *tracker {
 	tr := &tracker{
@@ -88,42 +108,30 @@ func (tr *tracker) endpoints() []Endpoint {
 	es := make([]Endpoint, len(tr.hosts))
 	for i := range tr.hosts {
 		es[i] = tr.hosts[i].endpoint
+		es[i].Untrusted = tr.hosts[i].state.Untrusted != ""
 	}
 	return es
 }
 
-// discover adds a host for each member of v that matches none (see
-// Options.Discover), and removes the discovered hosts that v no longer
-// lists (see Host.OnRemove). a is v's authority over the hosts before;
-// it returns the authority over the hosts after.
+// discover removes the discovered hosts that v no longer lists (see
+// Host.OnRemove), then adds a host for each member of v that matches none
+// (see Options.Discover), as long as fewer than Options.DiscoverMax
+// discovered hosts are left. a is v's authority over the hosts before; it
+// returns the authority over the hosts after.
 func (tr *tracker) discover(v View, a Authority) Authority {
 	opts := &tr.t.opts
 	if opts.Discover == nil {
 		return a
 	}
-	added := false
-	for _, m := range v.Members {
-		if m.Host == "" || m.Port == 0 || slices.ContainsFunc(tr.hosts, func(h tracked) bool { return m.matches(h.endpoint.Host, h.endpoint.Port) }) {
-			// Known already (a member listed twice is added once).
-			continue
-		}
-		i := len(tr.hosts)
-		h, ok := opts.Discover(i, m)
-		if !ok || h.Config == nil {
-			continue
-		}
-		tr.hosts = append(tr.hosts, tracked{state: HostState{Name: h.Name, Addr: h.Addr, Discovered: true}})
-		tr.startProber(i, probeHost(h, opts.Timeout))
-		tr.emit(Event{Kind: EventHostAdded, Host: h.Name})
-		added = true
-	}
-	if added {
-		a = Authorize(v, tr.endpoints())
-	}
-	removed := false
+	changed := false
+	live := 0
 	for i := tr.initial; i < len(tr.hosts); i++ {
 		th := &tr.hosts[i]
-		if th.state.Removed || a.Member[i] >= 0 {
+		if th.state.Removed {
+			continue
+		}
+		if a.Member[i] >= 0 {
+			live++
 			continue
 		}
 		close(th.prober.stop)
@@ -133,9 +141,37 @@ func (tr *tracker) discover(v View, a Authority) Authority {
 			th.prober.host.OnRemove()
 		}
 		tr.emit(Event{Kind: EventHostRemoved, Host: th.state.Name})
-		removed = true
+		changed = true
 	}
-	if removed {
+	left := 0
+	for _, m := range v.Members {
+		if m.Host == "" || m.Port == 0 || slices.ContainsFunc(tr.hosts, func(h tracked) bool { return m.matches(h.endpoint.Host, h.endpoint.Port) }) {
+			// Known already (a member listed twice is added once).
+			continue
+		}
+		if live >= opts.DiscoverMax {
+			left++
+			continue
+		}
+		i := len(tr.hosts)
+		h, ok := opts.Discover(i, m)
+		if !ok || h.Config == nil {
+			continue
+		}
+		// Untrusted until its probes show it is of this system.
+		tr.hosts = append(tr.hosts, tracked{state: HostState{Name: h.Name, Addr: h.Addr, Discovered: true, NoReads: true, Untrusted: untrustedUnprobed}})
+		tr.startProber(i, probeHost(h, opts.Timeout))
+		tr.emit(Event{Kind: EventHostAdded, Host: h.Name})
+		changed = true
+		live++
+	}
+	if left > 0 && !tr.limitSaid {
+		tr.limitSaid = true
+		if opts.OnDiscoverLimit != nil {
+			opts.OnDiscoverLimit(left)
+		}
+	}
+	if changed {
 		a = Authorize(v, tr.endpoints())
 	}
 	return a
@@ -203,7 +239,10 @@ func (tr *tracker) apply(r result) {
 		h.Pooler, h.BackendSwitched = r.pooler, r.switched
 		h.Missing = r.missing
 		tr.reportMissing(h.Name, r.missing)
-		if r.systemID != 0 {
+		if r.i >= tr.initial {
+			// Shown once trusted (see trust).
+			th.systemID = r.systemID
+		} else if r.systemID != 0 {
 			h.SystemID = r.systemID
 		}
 		if !r.layout.IsZero() {
@@ -257,6 +296,7 @@ func (tr *tracker) applyView(v viewResult) {
 			h.Member, h.MemberRole, h.MemberState, h.NoLoadBalance = m.Name, m.Role, m.State, m.NoLoadBalance
 		}
 		h.NoReads = !a.Readable[i]
+		tr.hosts[i].readable = a.Readable[i]
 		if h.Removed {
 			h.Member, h.MemberRole, h.MemberState = "", "", ""
 		}
@@ -271,9 +311,11 @@ func (tr *tracker) applyView(v viewResult) {
 // when called for a probe that saw a host out of recovery.
 func (tr *tracker) evaluate(observed bool, r *result) {
 	now := time.Now()
+	tr.trust()
 	claims := make([]claim, 0, 2)
 	for i := range tr.hosts {
-		if c := tr.hosts[i].claim; c != nil {
+		// An untrusted host's claim gives nothing (see trust).
+		if c := tr.hosts[i].claim; c != nil && tr.hosts[i].state.Untrusted == "" {
 			claims = append(claims, *c)
 		}
 	}
@@ -383,4 +425,79 @@ func (tr *tracker) record(r *result) {
 			_ = hist.Append(s)
 		}
 	}
+}
+
+// Why a discovered host is not trusted yet (HostState.Untrusted), besides
+// a refusal.
+const (
+	untrustedUnprobed = "not probed yet"
+	untrustedNoID     = "its system identifier could not be read (pg_control_system())"
+	untrustedLead     = "out of recovery before it was seen replicating this system: it cannot be the primary"
+)
+
+// trust decides, for each discovered host, whether it is trusted, from
+// what its own probes and the configured hosts' probes read, and sets what
+// follows in its state: Untrusted, NoReads, the SystemID shown. A
+// discovered host is trusted once its probe read the system identifier of
+// the configured hosts and saw it in recovery (a replica of this system)
+// before it was ever seen out of recovery: until then it serves nothing
+// and cannot be the primary, whatever the provider says of it. It says
+// each refusal once (Host.OnRefuse).
+func (tr *tracker) trust() {
+	want, why := tr.system()
+	for i := tr.initial; i < len(tr.hosts); i++ {
+		th := &tr.hosts[i]
+		h := &th.state
+		if h.Removed {
+			continue
+		}
+		reason, kind := "", refusal(0)
+		switch {
+		case h.LastSuccess.IsZero():
+			reason = untrustedUnprobed
+		case th.systemID == 0:
+			reason = untrustedNoID
+		case want == 0:
+			reason = why
+		case th.systemID != want:
+			th.seenStandby = false
+			reason, kind = fmt.Sprintf("system identifier %d is not the configured hosts' (%d): refused", th.systemID, want), refusedSystem
+		default:
+			th.seenStandby = th.seenStandby || h.Role == RoleStandby
+			if !th.seenStandby {
+				reason, kind = untrustedLead, refusedLead
+			}
+		}
+		h.Untrusted = reason
+		h.NoReads = !th.readable || reason != ""
+		h.SystemID = 0
+		if reason == "" {
+			h.SystemID = th.systemID
+		}
+		if kind != 0 && th.said&kind == 0 {
+			th.said |= kind
+			if p := th.prober; p != nil && p.host.OnRefuse != nil {
+				p.host.OnRefuse(reason)
+			}
+		}
+	}
+}
+
+// system returns the system identifier the configured hosts' probes read,
+// or 0 and why there is none: none read yet, or two different ones.
+func (tr *tracker) system() (uint64, string) {
+	var id uint64
+	for i := 0; i < tr.initial; i++ {
+		switch s := tr.hosts[i].state.SystemID; {
+		case s == 0:
+		case id == 0:
+			id = s
+		case s != id:
+			return 0, "the configured hosts show different system identifiers"
+		}
+	}
+	if id == 0 {
+		return 0, "the configured hosts' system identifier is not known yet"
+	}
+	return id, ""
 }
