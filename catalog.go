@@ -220,7 +220,7 @@ func (c *Connector) loadCatalog(ctx context.Context) (catalogDefs, error) {
 	}
 	for _, healthy := range []bool{true, false} {
 		for i := range v.hosts {
-			if h := &v.hosts[i]; h != v.primary && h.probe.Healthy == healthy && !h.probe.Removed {
+			if h := &v.hosts[i]; h != v.primary && h.probe.Healthy == healthy && !h.probe.Removed && h.probe.Untrusted == "" {
 				order = append(order, h.host)
 			}
 		}

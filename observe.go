@@ -129,6 +129,11 @@ type HostInfo struct {
 	// Discovered is true for a host the topology provider reported that
 	// the DSN does not name (pgrouted_discover).
 	Discovered bool `json:"discovered,omitempty"`
+	// Untrusted says why a discovered host serves nothing yet (its probe
+	// has not shown the DSN hosts' system in recovery, or showed another
+	// system: docs/patroni.md); empty once it is trusted, and for the
+	// DSN's hosts.
+	Untrusted string `json:"untrusted,omitempty"`
 }
 
 // PoolInfo describes a replica connection pool.
@@ -189,6 +194,7 @@ func (c *Connector) Topology() Snapshot {
 			NoLoadBalance: h.NoLoadBalance,
 			NoReads:       h.NoReads,
 			Discovered:    h.Discovered,
+			Untrusted:     h.Untrusted,
 		}
 		hi.Pooler, hi.BackendSwitched = h.Pooler, h.BackendSwitched
 		hi.MissingPrivileges = h.Missing
