@@ -63,7 +63,9 @@ func (c *Connector) waitFor(in *consistency.Intent, pk pick) time.Duration {
 		return 0
 	}
 	h := pk.host
-	if !h.waitable() || c.lagFloor(h) > d {
+	if !h.mayReach(pk.wm) || !h.waitable() || c.lagFloor(h) > d {
+		// A replica that cannot hold the position (another system, a
+		// timeline not in its history) is not waited on at all.
 		return 0
 	}
 	if !in.DryRun && !c.waitSlotsOf(h.host).take(time.Now(), d) {
@@ -162,9 +164,13 @@ func (h *hostView) waitable() bool {
 }
 
 // noteMiss records that a wait on h (probe connection conn) ended before
-// h replayed lsn.
-func (h *host) noteMiss(conn uint64, lsn lagmeter.LSN) {
-	h.missed.Store(&waitMiss{conn: conn, lsn: lsn, at: time.Now()})
+// h replayed wm, when the primary is known to have written wm (on the
+// history of known, the newest position of the primary known, at or
+// before it): a position nobody wrote says nothing of h's lag.
+func (h *host) noteMiss(conn uint64, wm, known lagmeter.Watermark) {
+	if consistency.Reached(wm, known) {
+		h.missed.Store(&waitMiss{conn: conn, lsn: wm.LSN, at: time.Now()})
+	}
 }
 
 // waited accounts for a position check on h (probe connection conn) that
@@ -183,8 +189,8 @@ func (c *Connector) waited(h *host, conn uint64, wm lagmeter.Watermark, wait tim
 	}
 	d := time.Since(start)
 	c.noteWait(d, err == nil)
-	if err != nil && consistency.Reached(wm, c.knownPosition(c.view())) {
-		h.noteMiss(conn, wm.LSN)
+	if err != nil {
+		h.noteMiss(conn, wm, c.knownPosition(c.view()))
 	}
 	return d
 }
