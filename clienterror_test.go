@@ -29,7 +29,7 @@ func TestArgumentThatCannotBeEncoded(t *testing.T) {
 	ctx := testCtx(t)
 	// Probes far apart: right after a write, only the check can tell.
 	db, conn, rec := openDSN(t, cluster.DSN()+"&pgrouted_names="+names()+"&pgrouted_probe_interval=5s&pgrouted_latency_window=off", nil)
-	bad := make(chan int) // pgx has no encoding for a channel
+	bad := make(chan int)                                                // pgx has no encoding for a channel
 	const read = "SELECT $1::int AS enc_read FROM generate_series(1, 1)" // every relation: it needs the write below
 	check := func(path string, reason pgrouted.Reason) {
 		t.Helper()

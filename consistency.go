@@ -5,6 +5,7 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -41,6 +42,12 @@ type readYourWrites struct {
 	// loggedTimeline is the last timeline for which a possible loss of
 	// writes was logged (reportLoss).
 	loggedTimeline atomic.Uint32
+	// forged counts the Sessions' tokens found past the primary's position
+	// (vouch): Stats.ForgedTokens.
+	forged atomic.Uint64
+	// waitSlots holds each replica's wait slots (*host to *waitSlots;
+	// replicawait.go).
+	waitSlots sync.Map
 }
 
 // intentOf resolves the read-your-writes intent of a statement whose
@@ -85,9 +92,13 @@ type readCtx struct {
 // readCtx fills rc, a zero readCtx, with what the eligibility of a read
 // of the relations reads with intent in (forced to a replica: forced)
 // depends on in view v. With commit false (Explain) it changes nothing:
-// what it learns about the caller's position stays local.
+// what it learns about the caller's position stays local, and in is
+// marked a dry run (nothing the plan takes needs giving back). With commit
+// true a Session's position restored from a token is vouched for first
+// (vouch).
 func (c *Connector) readCtx(rc *readCtx, ctx context.Context, in *consistency.Intent, reads sqlclass.Scope, forced bool, v *view, commit bool) error {
 	rc.ctx, rc.in, rc.budget, rc.now, rc.forced = ctx, in, c.budget, consistency.Now(), forced
+	in.DryRun = !commit
 	if in.HasMaxLag {
 		d := in.MaxLag
 		if d <= 0 {
@@ -108,11 +119,49 @@ func (c *Connector) readCtx(rc *readCtx, ctx context.Context, in *consistency.In
 				}
 			}
 		}
+		if every := rc.read.Every(); commit && every.Origin() != consistency.Local {
+			c.vouch(ctx, v, in, every)
+		}
 	}
 	var e consistency.Effect
 	rc.st, rc.lost, e = rc.read.Settle(v.primaryState(), rc.now, commit)
 	c.reportLoss(e)
 	return nil
+}
+
+// vouch checks the position of every, the state of the writes of in's
+// Session restored from a token, against the primary: past the newest position of the primary
+// this process knows (knownPosition), it asks the primary for its
+// position (the read index's shared fetch: a flood of such tokens costs
+// one query per fetch round trip, not one per read); still past it, the
+// primary never wrote it: the token is forged, and the read plans as one
+// without a token (Scopes.DropForged). A token written after the read began
+// cannot be past a position read after that. When the position cannot be
+// had (no primary, a failover under way), the token stays: it costs only
+// its own reads (they go to the primary), and changes nothing shared (a
+// wait that misses it, noted only for positions the primary reached:
+// waited; a failover never reports it lost: Mark.Settle).
+func (c *Connector) vouch(ctx context.Context, v *view, in *consistency.Intent, every *consistency.State) {
+	w := every.Watermark()
+	if !consistency.Ahead(w, c.knownPosition(v)) {
+		return
+	}
+	pos, err := c.rw.index.Ask(ctx)
+	if err != nil || !consistency.Ahead(w, pos) {
+		return
+	}
+	if in.Scopes.DropForged(every) {
+		c.rw.forged.Add(1)
+	}
+}
+
+// knownPosition is the newest position of the primary this process knows
+// the primary wrote: its last probe's in v, the last write through this
+// Connector's, the read index's last. A position on its history at or
+// before it was written (consistency.Reached).
+func (c *Connector) knownPosition(v *view) lagmeter.Watermark {
+	p, _ := v.primaryState().Position()
+	return consistency.Later(p, c.rw.writes.Every().Load().Watermark(), c.rw.index.Last())
 }
 
 // reportLoss counts and logs what a transition of the read-your-writes

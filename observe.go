@@ -271,6 +271,12 @@ type Stats struct {
 	// timeline history file (see package topology); without it such a
 	// write counts in TimelineResets.
 	LostWrites uint64 `json:"lostWrites"`
+	// ForgedTokens counts the Sessions restored from unsigned tokens
+	// (UnmarshalText) whose position the primary had not written when a
+	// read asked it (a forged token): the read ran as one without a token
+	// would, and the Session forgot it. Asking is one of PositionFetches,
+	// shared with the other reads that wait for one.
+	ForgedTokens uint64 `json:"forgedTokens"`
 	// FunctionRouted counts the statements that ran on the primary because
 	// of a function they call (ReasonVolatileFunction,
 	// ReasonUnknownFunction, ReasonWriteFunction) or because a replica
@@ -298,8 +304,9 @@ type Stats struct {
 	ReplicaWaitTimeouts uint64        `json:"replicaWaitTimeouts"`
 
 	// PositionFetches counts the reads of the primary's WAL position made
-	// for global consistency and for reads after a write whose position
-	// was deferred (one query each, on a connection of the primary's
+	// for global consistency, for reads after a write whose position
+	// was deferred, and for Sessions' tokens past the last position of
+	// the primary known (ForgedTokens) (one query each, on a connection of the primary's
 	// pool), PositionFetchErrors those that failed, GlobalReads the global
 	// reads they served and DeferredPositionReads the others: concurrent
 	// reads share one fetch, so PositionFetches/(GlobalReads +
@@ -425,6 +432,7 @@ func (c *Connector) Stats() Stats {
 		ReplicaRetries:  k.retries.Load(),
 		TimelineResets:  k.timelineResets.Load(),
 		LostWrites:      k.lostWrites.Load(),
+		ForgedTokens:    c.rw.forged.Load(),
 
 		ReplicaWaits:        k.wait.waits.Load(),
 		ReplicaWaitTime:     time.Duration(k.wait.nanos.Load()),

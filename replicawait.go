@@ -2,6 +2,7 @@ package pgrouted
 
 import (
 	"errors"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -37,7 +38,18 @@ import (
 // (lagmeter.History.LagFloor), and one on which a wait ended without the
 // position, until it is seen at or past the position it missed (by a
 // probe or a check) or its server restarted, or until a primary probe
-// shows that the position it missed was not written (a forged one).
+// shows that the position it missed was not written (a forged one). A
+// miss counts only for a position the primary is known to have written
+// when the wait ended (Connector.knownPosition): a token's position that
+// nobody wrote (a forged one) stops nobody's waits.
+//
+// Waits hold at most half of a replica's pool (pgrouted_replica_max_conns
+// / 2, at least one connection): a read planned to wait takes one of the
+// replica's wait slots (waitSlots), and gives it back when its wait ends;
+// when none is free it does not wait (it checks the replica once, as
+// without a wait), so that reads that need no wait keep the rest of the
+// pool. A slot whose read never waited (it failed before, or ran
+// elsewhere) frees itself once the wait would have ended.
 
 // waitFor is how long a read with intent in, planned with pk, may wait on its replica:
 // only a checked read (the replica may not hold the caller's position yet)
@@ -50,10 +62,69 @@ func (c *Connector) waitFor(in *consistency.Intent, pk pick) time.Duration {
 	if d <= 0 {
 		return 0
 	}
-	if h := pk.host; !h.waitable() || c.lagFloor(h) > d {
+	h := pk.host
+	if !h.mayReach(pk.wm) || !h.waitable() || c.lagFloor(h) > d {
+		// A replica that cannot hold the position (another system, a
+		// timeline not in its history) is not waited on at all.
+		return 0
+	}
+	if !in.DryRun && !c.waitSlotsOf(h.host).take(time.Now(), d) {
 		return 0
 	}
 	return d
+}
+
+// waitSlack is how long after its wait would have ended a wait slot taken
+// for a read that never waited frees itself: the read's borrow and the
+// round trip of its wait fit in it.
+const waitSlack = time.Second
+
+// waitSlots are a replica's slots for reads that wait on it: half its
+// pool, at least one. Each is free, or taken until a time (the end of the
+// wait it was taken for, plus waitSlack).
+type waitSlots struct {
+	mu    sync.Mutex
+	until []time.Time
+}
+
+// waitSlotsOf returns h's wait slots.
+func (c *Connector) waitSlotsOf(h *host) *waitSlots {
+	if s, ok := c.rw.waitSlots.Load(h); ok {
+		return s.(*waitSlots)
+	}
+	s, _ := c.rw.waitSlots.LoadOrStore(h, &waitSlots{until: make([]time.Time, max(h.maxConns/2, 1))})
+	return s.(*waitSlots)
+}
+
+// take takes a free slot at now for a wait of up to d, and reports
+// whether there was one.
+func (s *waitSlots) take(now time.Time, d time.Duration) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, u := range s.until {
+		if !u.After(now) {
+			s.until[i] = now.Add(d + waitSlack)
+			return true
+		}
+	}
+	return false
+}
+
+// give frees a slot at now, after a wait ended: the taken one that frees
+// itself first (the slots are alike; that one is the oldest wait's, or
+// the one of a read that never waited).
+func (s *waitSlots) give(now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	j := -1
+	for i, u := range s.until {
+		if u.After(now) && (j < 0 || u.Before(s.until[j])) {
+			j = i
+		}
+	}
+	if j >= 0 {
+		s.until[j] = time.Time{}
+	}
 }
 
 // lagFloor is a lower bound on the replay delay of the standby h from its
@@ -93,23 +164,33 @@ func (h *hostView) waitable() bool {
 }
 
 // noteMiss records that a wait on h (probe connection conn) ended before
-// h replayed lsn.
-func (h *host) noteMiss(conn uint64, lsn lagmeter.LSN) {
-	h.missed.Store(&waitMiss{conn: conn, lsn: lsn, at: time.Now()})
+// h replayed wm, when the primary is known to have written wm (on the
+// history of known, the newest position of the primary known, at or
+// before it): a position nobody wrote says nothing of h's lag.
+func (h *host) noteMiss(conn uint64, wm, known lagmeter.Watermark) {
+	if consistency.Reached(wm, known) {
+		h.missed.Store(&waitMiss{conn: conn, lsn: wm.LSN, at: time.Now()})
+	}
 }
 
 // waited accounts for a position check on h (probe connection conn) that
 // could wait up to wait for wm, sent at start and answered with err: a
-// wait counted in Stats, and a miss noted on h (see waitable).
-// It returns the wait's duration, 0 when there was none.
+// wait counted in Stats, and a miss noted on h (see waitable) when the
+// primary is known to have written wm (a position nobody wrote says
+// nothing of h's lag). It returns the wait's duration, 0 when there was
+// none.
 func (c *Connector) waited(h *host, conn uint64, wm lagmeter.Watermark, wait time.Duration, start time.Time, err error) time.Duration {
-	if wait <= 0 || (err != nil && !errors.Is(err, errNotCaughtUp)) {
+	if wait <= 0 {
+		return 0
+	}
+	c.waitSlotsOf(h).give(time.Now())
+	if err != nil && !errors.Is(err, errNotCaughtUp) {
 		return 0
 	}
 	d := time.Since(start)
 	c.noteWait(d, err == nil)
 	if err != nil {
-		h.noteMiss(conn, wm.LSN)
+		h.noteMiss(conn, wm, c.knownPosition(c.view()))
 	}
 	return d
 }

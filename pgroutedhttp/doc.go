@@ -63,22 +63,37 @@
 // unless the handler wrote.
 //
 // A token with this cluster's identifier and a position the cluster has not
-// written (forged, ahead of the primary) cannot be told from a write made
-// an instant ago elsewhere. It is honoured: each of that user's reads waits
-// up to pgrouted_replica_wait on a replica, then runs on the primary, as
-// for any position no replica has replayed. It costs its sender reads on
-// the primary; the others, at most, that until the next probe of the
-// primary (pgrouted_probe_interval) their reads do not wait on a replica
-// whose wait missed it (they run on the primary if that replica lacks
-// their writes). A client could as well not send its cookie (and read its
-// own writes stale) or send a far position (and read on the primary). A
-// service for which that matters signs the token in a middleware of its
-// own.
+// written (forged, ahead of the primary) is found by the handler's first
+// read: past every position of the primary the process knows, the read
+// asks the primary (one query shared by the reads that wait for it), and
+// when the primary has not written it either, the read runs as one
+// without a token, and the token is counted too. Such a token changes
+// nothing for the other users: a replica wait that misses it does not stop
+// theirs, waits hold at most half of a replica's pool, and after a
+// failover an unsigned token is never reported as a lost write. A client
+// could as well not send its cookie (and read its own writes stale).
+//
+// # Signed tokens
+//
+// With [Options].Keys the tokens are signed (HMAC-SHA256, the first key
+// signs, each verifies, so keys rotate; see
+// [pgrouted.Session.MarshalSigned] for the form,
+// "s1.<issued>.<token>.<mac>"), and a token that is not signed, whose
+// signature does not verify with any key, or that is older than
+// [Options].MaxAge ([DefaultTokenMaxAge] when 0) is ignored and counted
+// ([Options.Rejected]), never an error response:
+//
+//	opts := &pgroutedhttp.Options{Keys: [][]byte{key}, MaxAge: time.Hour}
+//
+// Each key is a secret of at least 32 random bytes, the same in every
+// instance. A response whose Session did not change sends the request's
+// token back as it came (the cookie is not set again).
 //
 // # Options
 //
 // [Middleware] uses [DefaultOptions]. An [Options] value sets the cookie's
-// name, the header's name, the cookie's Max-Age and Secure attribute:
+// name, the header's name, the cookie's Max-Age and Secure attribute, and
+// the keys that sign the tokens:
 //
 //	opts := &pgroutedhttp.Options{CookieName: "rw", MaxAge: time.Hour}
 //	handler := opts.Middleware(mux)

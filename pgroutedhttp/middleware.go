@@ -1,6 +1,7 @@
 package pgroutedhttp
 
 import (
+	"fmt"
 	"math"
 	"net/http"
 	"strings"
@@ -19,8 +20,9 @@ const (
 
 // Options configures the middleware. The zero value is ready for use:
 // cookie pgrouted_session, header Pgrouted-Session, a cookie without
-// Max-Age. Set the fields before the middleware serves a request, and do
-// not copy an Options after first use (it holds a counter).
+// Max-Age, unsigned tokens. Set the fields before the middleware is built
+// ([Options.Middleware]), and do not copy an Options after first use (it
+// holds a counter).
 type Options struct {
 	// CookieName is the cookie's name; "" means [DefaultCookieName].
 	CookieName string
@@ -33,8 +35,19 @@ type Options struct {
 	// MaxAge is the cookie's lifetime after the response that sets it (the
 	// response to a request that wrote, or whose token changed), rounded up
 	// to whole seconds. 0 means no Max-Age: the browser keeps the cookie
-	// until it closes.
+	// until it closes. With Keys, it also bounds a token's age: a token
+	// signed longer ago than MaxAge (0: [DefaultTokenMaxAge]) is ignored.
 	MaxAge time.Duration
+
+	// Keys sign the tokens (HMAC-SHA256): the first one signs, every one
+	// verifies, so that keys rotate (put the new key first, keep the old
+	// one after it for MaxAge, then drop it). Each is a secret of at
+	// least 32 random bytes, the same in every instance; Middleware
+	// panics on a shorter one. With Keys, a token that is not signed,
+	// whose signature does not verify with any of them, or that expired is
+	// ignored and counted ([Options.Rejected]). See the package
+	// documentation, and [pgrouted.Session.MarshalSigned] for the form.
+	Keys [][]byte
 
 	// Secure marks the cookie Secure on every response, not only on those
 	// to requests that came over TLS: set it behind a proxy that
@@ -45,8 +58,13 @@ type Options struct {
 }
 
 // DefaultOptions are the options of [Middleware]. Change its fields only
-// before Middleware serves a request.
+// before Middleware is called.
 var DefaultOptions = &Options{}
+
+// DefaultTokenMaxAge is how long a signed token is accepted after it was
+// signed when [Options].MaxAge is 0. A token matters only until every
+// replica has replayed its position: far longer than that.
+const DefaultTokenMaxAge = 24 * time.Hour
 
 // Middleware is DefaultOptions.Middleware(next): see [Options.Middleware].
 func Middleware(next http.Handler) http.Handler {
@@ -58,18 +76,25 @@ func Middleware(next http.Handler) http.Handler {
 // token (header, else cookie; a fresh Session when there is none, or when
 // it cannot be trusted), and sends the updated token back (cookie and
 // header) with the response's header. See the package documentation.
+// It panics when one of o.Keys is shorter than 32 bytes.
 func (o *Options) Middleware(next http.Handler) http.Handler {
+	for i, k := range o.Keys {
+		if _, err := pgrouted.NewSession().MarshalSigned(k); err != nil {
+			panic(fmt.Sprintf("pgroutedhttp: Options.Keys[%d]: %v", i, err))
+		}
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		s, cookie := o.session(r)
-		rw := &responseWriter{ResponseWriter: w, o: o, s: s, tls: r.TLS != nil, cookie: cookie}
+		s, in := o.session(r)
+		rw := &responseWriter{ResponseWriter: w, o: o, s: s, tls: r.TLS != nil, in: in}
 		next.ServeHTTP(rw, r.WithContext(pgrouted.WithSession(r.Context(), s)))
 		rw.sendToken()
 	})
 }
 
 // Rejected is the number of tokens ignored so far by the handlers of o:
-// malformed ones, and ones of another cluster, found by a read (see the
-// package documentation).
+// malformed ones; with Keys, unsigned, forged and expired ones; found by
+// a read, ones of another cluster and ones whose position the database
+// never wrote (see the package documentation).
 func (o *Options) Rejected() uint64 { return o.rejected.Load() }
 
 func (o *Options) reject() { o.rejected.Add(1) }
@@ -88,26 +113,68 @@ func (o *Options) headerName() string {
 	return DefaultHeaderName
 }
 
-// session restores the Session of r's token, and returns the value of r's
-// cookie ("" when it has none).
-func (o *Options) session(r *http.Request) (*pgrouted.Session, string) {
+// received is what a request brought: its cookie's value ("" when it has
+// none), and the token the Session was restored from with the Session's
+// text then (both "" when none was restored).
+type received struct {
+	cookie      string
+	token, text string
+}
+
+// session restores the Session of r's token, and returns it with what r
+// brought.
+func (o *Options) session(r *http.Request) (*pgrouted.Session, received) {
 	s := pgrouted.NewSession()
 	s.IgnoreForeign(o.reject)
-	var cookie string
+	var in received
 	if c, err := r.Cookie(o.cookieName()); err == nil {
-		cookie = c.Value
+		in.cookie = c.Value
 	}
 	token := r.Header.Get(o.headerName())
 	if token == "" {
-		token = fromCookie(cookie)
+		token = fromCookie(in.cookie)
 	}
-	if token != "" {
-		if err := s.UnmarshalText([]byte(token)); err != nil {
-			// s is left as it was: fresh.
-			o.reject()
-		}
+	if token == "" {
+		return s, in
 	}
-	return s, cookie
+	var err error
+	if len(o.Keys) > 0 {
+		err = s.UnmarshalSigned([]byte(token), o.Keys, o.tokenMaxAge())
+	} else {
+		err = s.UnmarshalText([]byte(token))
+	}
+	if err != nil {
+		// s is left as it was: fresh.
+		o.reject()
+		return s, in
+	}
+	if text, err := s.MarshalText(); err == nil {
+		in.token, in.text = token, string(text)
+	}
+	return s, in
+}
+
+func (o *Options) tokenMaxAge() time.Duration {
+	if o.MaxAge > 0 {
+		return o.MaxAge
+	}
+	return DefaultTokenMaxAge
+}
+
+// marshal returns s's token: its text, or with Keys, signed with the
+// first key; the request's own token (in) when s has not changed since it
+// was restored from it (it is not signed again: a cookie that does not
+// change is not sent again, and an unchanged position keeps its age).
+func (o *Options) marshal(s *pgrouted.Session, in received) (string, error) {
+	text, err := s.MarshalText()
+	if err != nil || len(o.Keys) == 0 {
+		return string(text), err
+	}
+	if in.token != "" && string(text) == in.text {
+		return in.token, nil
+	}
+	b, err := s.MarshalSigned(o.Keys[0])
+	return string(b), err
 }
 
 // cookieSemicolon is how a cookie spells the ";" of a token (a cookie's
@@ -119,18 +186,18 @@ func fromCookie(value string) string { return strings.ReplaceAll(value, cookieSe
 
 // setToken puts s's token on h, the response's header: the header, and a
 // cookie unless the request's cookie holds it already (one that holds
-// another token, when s has none, is deleted).
-func (o *Options) setToken(h http.Header, s *pgrouted.Session, requestCookie string, tls bool) {
-	b, err := s.MarshalText()
+// another token, when s has none, is deleted). in is what the request
+// brought.
+func (o *Options) setToken(h http.Header, s *pgrouted.Session, in received, tls bool) {
+	token, err := o.marshal(s, in)
 	if err != nil {
 		return
 	}
-	token := string(b)
 	if token != "" {
 		h.Set(o.headerName(), token)
 	}
 	value := toCookie(token)
-	if value == requestCookie {
+	if value == in.cookie {
 		return
 	}
 	c := &http.Cookie{

@@ -16,11 +16,11 @@ import (
 // the token first where they write the header.
 type responseWriter struct {
 	http.ResponseWriter
-	o      *Options
-	s      *pgrouted.Session
-	tls    bool   // the request came over TLS
-	cookie string // the request's cookie value
-	done   bool   // the header went out (or the connection was hijacked)
+	o    *Options
+	s    *pgrouted.Session
+	tls  bool     // the request came over TLS
+	in   received // what the request brought: its cookie, its token
+	done bool     // the header went out (or the connection was hijacked)
 }
 
 // sendToken sets the token on the header, once, unless the header went out.
@@ -29,7 +29,7 @@ func (w *responseWriter) sendToken() {
 		return
 	}
 	w.done = true
-	w.o.setToken(w.ResponseWriter.Header(), w.s, w.cookie, w.tls)
+	w.o.setToken(w.ResponseWriter.Header(), w.s, w.in, w.tls)
 }
 
 // WriteHeader implements http.ResponseWriter. An informational status

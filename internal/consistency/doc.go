@@ -15,7 +15,13 @@
 //     survived, was lost, or cannot be told), an unknown or deferred
 //     position that a probe sent after it settles;
 //   - [Mark.DropForeign]: a token of another cluster forgotten;
-//   - [Mark.Restore]: the state a token carried from another process.
+//   - [Mark.DropForged]: a token whose position the primary never wrote
+//     forgotten;
+//   - [Mark.Restore]: the state a token carried from another process, with
+//     what vouches for it ([Origin]).
+//
+// A Session's token and its signed form ([AppendToken], [ParseToken],
+// [Sign], [Verify]) are here too.
 //
 // What a read plans with, but never commits, are copies: [State.WithIndex]
 // (the primary's position read for a global read), [State.AtLeast].

@@ -39,6 +39,10 @@ type Intent struct {
 	// MaxLag is the context's staleness budget, when HasMaxLag.
 	MaxLag    time.Duration
 	HasMaxLag bool
+	// DryRun: the statement is only planned, never run (Explain): its
+	// plan takes nothing that a read would give back (a replica's wait
+	// slot).
+	DryRun bool
 }
 
 // Defers reports whether a write leaves its position to be read when a

@@ -61,6 +61,9 @@ type ReadIndex struct {
 	shared  atomic.Uint64 // rounds completed by an offered position instead of their fetch
 	busy    atomic.Bool   // a round is running or waiting (running or next set; written under mu)
 	waited  atomic.Uint64 // nanoseconds reads waited for their positions (AddWait)
+	// last is the newest position the index was given, by a fetch or an
+	// offer (Last).
+	last atomic.Pointer[lagmeter.Watermark]
 }
 
 // fetchRound is one fetch and the reads waiting for it.
@@ -85,6 +88,26 @@ func (r *fetchRound) complete(wm lagmeter.Watermark, err error) bool {
 	return true
 }
 
+// note records wm, a position the index was given, as Last when it is
+// newer. Called under ReadIndex.mu.
+func (ri *ReadIndex) note(wm lagmeter.Watermark) {
+	if wm.IsZero() {
+		return
+	}
+	if l := ri.last.Load(); l == nil || later(*l, wm) != *l {
+		ri.last.Store(&wm)
+	}
+}
+
+// Last is the newest position of the primary the index was given (by a
+// fetch or an offer; zero: none yet): the primary had written it.
+func (ri *ReadIndex) Last() lagmeter.Watermark {
+	if l := ri.last.Load(); l != nil {
+		return *l
+	}
+	return lagmeter.Watermark{}
+}
+
 // NewReadIndex returns a read index whose fetches call fetch, each
 // bounded by timeout.
 func NewReadIndex(fetch Fetch, timeout time.Duration) *ReadIndex {
@@ -97,6 +120,19 @@ func NewReadIndex(fetch Fetch, timeout time.Duration) *ReadIndex {
 // the caller opened the round it waited for (started: no read waited for
 // that fetch before it).
 func (ri *ReadIndex) Join(ctx context.Context) (_ lagmeter.Watermark, started bool, _ error) {
+	return ri.join(ctx, true)
+}
+
+// Ask is Join for a caller that is not a read served by the position (a
+// token's position to vouch for): it shares the fetches the same way, and
+// is not counted in Served.
+func (ri *ReadIndex) Ask(ctx context.Context) (lagmeter.Watermark, error) {
+	wm, _, err := ri.join(ctx, false)
+	return wm, err
+}
+
+// join is Join, counting the position served when serve is true.
+func (ri *ReadIndex) join(ctx context.Context, serve bool) (_ lagmeter.Watermark, started bool, _ error) {
 	ri.mu.Lock()
 	if ri.closed {
 		ri.mu.Unlock()
@@ -127,7 +163,9 @@ func (ri *ReadIndex) Join(ctx context.Context) (_ lagmeter.Watermark, started bo
 		if r.err != nil {
 			return lagmeter.Watermark{}, started, r.err
 		}
-		ri.served.Add(1)
+		if serve {
+			ri.served.Add(1)
+		}
 		return r.wm, started, nil
 	case <-ctx.Done():
 		return lagmeter.Watermark{}, started, ctx.Err()
@@ -146,6 +184,9 @@ func (ri *ReadIndex) run(r *fetchRound) {
 			ri.failed.Add(1)
 		}
 		ri.mu.Lock()
+		if err == nil {
+			ri.note(wm)
+		}
 		r.complete(wm, err) // unless an offer completed it meanwhile
 		r, ri.next = ri.next, nil
 		ri.running = r
@@ -166,6 +207,7 @@ func (ri *ReadIndex) Offer(wm lagmeter.Watermark, sent time.Time) bool {
 	}
 	ri.mu.Lock()
 	defer ri.mu.Unlock()
+	ri.note(wm)
 	served := false
 	if r := ri.running; r != nil && r.waiters > 0 && sent.After(r.lastJoin) && r.complete(wm, nil) {
 		served = true

@@ -135,12 +135,44 @@ func (s *Scopes) targets(named bool, keys []uint64) (ms [maxReadMarks]*Mark) {
 	return ms
 }
 
-// Restore replaces the state with a token's (see Mark.Restore): it counts
-// for every relation.
-func (s *Scopes) Restore(wm lagmeter.Watermark, unknown bool, now time.Time) {
+// Restore replaces the state with a token's, which origin vouches for
+// (see Mark.Restore): it counts for every relation.
+func (s *Scopes) Restore(wm lagmeter.Watermark, unknown bool, origin Origin, now time.Time) {
 	s.rels.Store(nil)
-	s.broad.Restore(wm, unknown, now)
-	s.every.Restore(wm, unknown, now)
+	s.broad.Restore(wm, unknown, origin, now)
+	s.every.Restore(wm, unknown, origin, now)
+}
+
+// DropForged forgets st, the state of every write restored from an
+// unsigned token, whose position the primary has not reached (a forged
+// token): s starts afresh, unless a write replaced the token first.
+// dropped reports whether this call forgot it, so that a token counts
+// once; it calls IgnoreForeign's callback (when set) then.
+func (s *Scopes) DropForged(st *State) (dropped bool) {
+	for {
+		if s.every.p.CompareAndSwap(st, zeroState) {
+			s.broad.dropIfToken(st.wm)
+			if f := s.foreign.Load(); f != nil && *f != nil {
+				(*f)()
+			}
+			return true
+		}
+		cur := s.every.Load()
+		if cur.origin == Local || cur.wm != st.wm {
+			return false
+		}
+		st = cur
+	}
+}
+
+// dropIfToken forgets m's state while it is still a token's position wm.
+func (m *Mark) dropIfToken(wm lagmeter.Watermark) {
+	for {
+		st := m.Load()
+		if st.origin == Local || st.wm != wm || m.p.CompareAndSwap(st, zeroState) {
+			return
+		}
+	}
 }
 
 // IgnoreForeign makes DropForeign forget a token of another cluster,
@@ -301,6 +333,7 @@ func (r *Read) combine() *State {
 			c.lastWrite = st.lastWrite
 		}
 		c.fetched = c.fetched || st.fetched
+		c.origin = max(c.origin, st.origin)
 		if st.pending {
 			switch {
 			case !c.pending:
@@ -312,7 +345,7 @@ func (r *Read) combine() *State {
 			}
 		}
 	}
-	c.origin = newest
+	c.last = newest
 	return c
 }
 
@@ -331,8 +364,8 @@ func (s *State) blank() bool { return s.wm.IsZero() && !s.unknown && !s.pending 
 // reads (DeferredUse): the state of the last deferred write among those a
 // combination was made of, or s itself.
 func (s *State) identity() *State {
-	if s.origin != nil {
-		return s.origin
+	if s.last != nil {
+		return s.last
 	}
 	return s
 }

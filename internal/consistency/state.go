@@ -27,10 +27,30 @@ type State struct {
 	// (ResolveDeferred), with no write since: the reads that rely on it
 	// count for the position's read (DeferredUse).
 	fetched bool
-	// origin: s combines the states of several marks (Read); origin is
-	// the one of their last deferred write (see identity).
-	origin *State
+	// origin: where wm came from (Restore), until a write through this
+	// process replaces it.
+	origin Origin
+	// last: s combines the states of several marks (Read); last is the
+	// one of their last deferred write (see identity).
+	last *State
 }
+
+// Origin is where a State's position came from: what vouches for it.
+type Origin uint8
+
+// The origins of a position.
+const (
+	// Local: a write through this process (or no write at all).
+	Local Origin = iota
+	// Signed: a token whose signature verified (Verify): a process that
+	// holds the key issued it after a write.
+	Signed
+	// Unsigned: a token nothing vouches for: its holder could have
+	// written any position in it. Such a position is trusted only as far
+	// as the primary has shown it (Ahead), and a failover never reports
+	// it lost (Settle).
+	Unsigned
+)
 
 // zeroState is the State of a Mark without writes.
 var zeroState = &State{}
@@ -52,6 +72,9 @@ func (s *State) Pending() bool { return s.pending }
 // Fetched reports whether the watermark is a deferred position read for a
 // read, with no write since.
 func (s *State) Fetched() bool { return s.fetched }
+
+// Origin is where s's position came from.
+func (s *State) Origin() Origin { return s.origin }
 
 // Empty reports whether s records no write at all (a new Session's).
 func (s *State) Empty() bool { return s.wm.IsZero() && !s.unknown }
@@ -112,6 +135,15 @@ func (m *Mark) Wrote(w lagmeter.Watermark, now, sent time.Time) {
 			next.unknown, next.unknownAt = true, now
 		} else {
 			next.wm = later(next.wm, w)
+			if next.origin != Local && sameHistory(next.wm, w) {
+				// A token's position on w's history that an honest
+				// client held came from a write committed before this
+				// one: w is at or past it.
+				next.wm = w
+			}
+			if next.wm == w {
+				next.origin = Local
+			}
 			if next.pending && !sent.IsZero() && sent.After(next.pendingAt) && sameHistory(w, next.pendingOn) {
 				next.pending = false
 			}
@@ -150,9 +182,11 @@ func (m *Mark) WroteDeferred(on lagmeter.Watermark, now time.Time) {
 }
 
 // Restore replaces the state with a token's: its position wm (zero: no
-// write), or an unknown position (unknown, as of now).
-func (m *Mark) Restore(wm lagmeter.Watermark, unknown bool, now time.Time) {
-	st := &State{wm: wm}
+// write), or an unknown position (unknown, as of now); origin says what
+// vouches for it (Signed or Unsigned; Local for a token this process
+// trusts as its own writes).
+func (m *Mark) Restore(wm lagmeter.Watermark, unknown bool, origin Origin, now time.Time) {
+	st := &State{wm: wm, origin: origin}
 	if unknown {
 		st.unknown, st.unknownAt = true, now
 	}
@@ -235,9 +269,16 @@ type Effect struct {
 //     on another history (a failover since) it becomes unknown
 //     (MayBeLost: whether it survived needs its position, which nobody
 //     read).
+//
+// A position restored from an unsigned token (Origin Unsigned) moves the
+// same way, but is never reported lost (lost false, no Effect): its holder
+// could have written any position in it.
 func (m *Mark) Settle(st *State, p *Primary, now time.Time, commit bool) (_ *State, lost bool, e Effect) {
 	if p == nil {
 		return st, false, e
+	}
+	if st.origin == Unsigned {
+		defer func() { lost, e = false, Effect{} }()
 	}
 	if w := st.wm; !w.IsZero() && p.SystemID == w.SystemID && p.Timeline > w.Timeline {
 		st, lost, e = m.crossTimeline(st, p, now, commit)
@@ -360,4 +401,28 @@ func later(a, b lagmeter.Watermark) lagmeter.Watermark {
 // the same system and timeline.
 func sameHistory(a, b lagmeter.Watermark) bool {
 	return a.SystemID == b.SystemID && a.Timeline == b.Timeline
+}
+
+// Later returns the watermark that implies the others: the same history's
+// largest position, or the newest history's.
+func Later(ws ...lagmeter.Watermark) lagmeter.Watermark {
+	var l lagmeter.Watermark
+	for _, w := range ws {
+		l = later(l, w)
+	}
+	return l
+}
+
+// Ahead reports whether w is past p, a position the primary was seen at,
+// on p's history: the primary had not written w when p was read. A
+// position on another history (another system, an older or a newer
+// timeline) is not ahead: p says nothing of it.
+func Ahead(w, p lagmeter.Watermark) bool {
+	return !w.IsZero() && !p.IsZero() && sameHistory(w, p) && w.LSN > p.LSN
+}
+
+// Reached reports whether the primary is known to have written w: w is on
+// the history of p, a position the primary was seen at, at or before it.
+func Reached(w, p lagmeter.Watermark) bool {
+	return !w.IsZero() && !p.IsZero() && sameHistory(w, p) && w.LSN <= p.LSN
 }

@@ -1,0 +1,147 @@
+package pgrouted
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/pgrouted/pgrouted/dsn"
+	"github.com/pgrouted/pgrouted/internal/consistency"
+	"github.com/pgrouted/pgrouted/internal/sqlclass"
+	"github.com/pgrouted/pgrouted/lagmeter"
+)
+
+// TestVouch: a Session restored from a token past every position of the
+// primary the Connector knows asks the primary (the read index); still
+// past the answer, it reads as a fresh Session and counts once as forged.
+// A token the answer reaches, one on another history, or one whose
+// answer failed, stays as it is; a Session of this process's writes asks
+// nothing.
+func TestVouch(t *testing.T) {
+	const known = 1 << 30 // benchConnector's primary position
+	for _, tc := range []struct {
+		name    string
+		token   lagmeter.Watermark
+		fetched lagmeter.LSN // 0: the fetch fails
+		asks    bool
+		forged  bool
+	}{
+		{"at the probe", lagmeter.Watermark{SystemID: 7, Timeline: 1, LSN: known}, known + 100, false, false},
+		{"reached since", lagmeter.Watermark{SystemID: 7, Timeline: 1, LSN: known + 50}, known + 100, true, false},
+		{"past the primary", lagmeter.Watermark{SystemID: 7, Timeline: 1, LSN: known + 500}, known + 100, true, true},
+		{"fetch fails", lagmeter.Watermark{SystemID: 7, Timeline: 1, LSN: known + 500}, 0, true, false},
+		{"later timeline", lagmeter.Watermark{SystemID: 7, Timeline: 2, LSN: 1}, known + 100, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, v := benchConnector(&testing.B{}, dsn.SelectRoundRobin, 2)
+			fetches := 0
+			c.rw.index = consistency.NewReadIndex(func(context.Context) (lagmeter.Watermark, error) {
+				fetches++
+				if tc.fetched == 0 {
+					return lagmeter.Watermark{}, errors.New("no primary")
+				}
+				return lagmeter.Watermark{SystemID: 7, Timeline: 1, LSN: tc.fetched}, nil
+			}, time.Minute)
+			t.Cleanup(c.rw.index.Close)
+			s := NewSession()
+			text, _ := tc.token.MarshalText()
+			if err := s.UnmarshalText(text); err != nil {
+				t.Fatal(err)
+			}
+			in := c.intentOf(&options{session: s})
+			var rc readCtx
+			if err := c.readCtx(&rc, context.Background(), &in, sqlclass.AllRelations, false, v, true); err != nil {
+				t.Fatal(err)
+			}
+			if (fetches > 0) != tc.asks {
+				t.Errorf("%d fetches, want asked %v", fetches, tc.asks)
+			}
+			forged := rc.st.Empty() && s.s.Every().Load().Empty()
+			if forged != tc.forged || c.rw.forged.Load() != map[bool]uint64{true: 1}[tc.forged] {
+				t.Errorf("state %v (Session %v), %d counted; want forged %v", rc.st.Watermark(), s.s.Every().Load().Watermark(), c.rw.forged.Load(), tc.forged)
+			}
+			if tc.forged {
+				// Asked again (a retry on another replica): nothing more.
+				if err := c.readCtx(&rc, context.Background(), &in, sqlclass.AllRelations, false, v, true); err != nil || c.rw.forged.Load() != 1 {
+					t.Errorf("second plan: %v, %d counted", err, c.rw.forged.Load())
+				}
+			}
+		})
+	}
+	// The Session of this process's writes asks nothing, however far
+	// ahead of the last probe (the write's position is the primary's).
+	c, v := benchConnector(&testing.B{}, dsn.SelectRoundRobin, 2)
+	c.rw.index = consistency.NewReadIndex(func(context.Context) (lagmeter.Watermark, error) {
+		t.Error("a Session of this process's writes asked the primary")
+		return lagmeter.Watermark{}, errors.New("no")
+	}, time.Minute)
+	t.Cleanup(c.rw.index.Close)
+	s := NewSession()
+	s.s.Wrote(false, nil, lagmeter.Watermark{SystemID: 7, Timeline: 1, LSN: known + 1<<20}, time.Now(), time.Time{})
+	in := c.intentOf(&options{session: s})
+	var rc readCtx
+	if err := c.readCtx(&rc, context.Background(), &in, sqlclass.AllRelations, false, v, true); err != nil || rc.st.Empty() {
+		t.Fatalf("a Session of this process's writes: %v, %+v", err, rc.st)
+	}
+}
+
+// TestMissOfAPositionNobodyWrote: a wait that misses a position the
+// primary is not known to have written stops nobody's waits on the
+// replica; one that misses a written position does.
+func TestMissOfAPositionNobodyWrote(t *testing.T) {
+	known := lagmeter.Watermark{SystemID: 7, Timeline: 1, LSN: 1000}
+	for _, tc := range []struct {
+		wm    lagmeter.Watermark
+		noted bool
+	}{
+		{lagmeter.Watermark{SystemID: 7, Timeline: 1, LSN: 1000}, true},
+		{lagmeter.Watermark{SystemID: 7, Timeline: 1, LSN: 1001}, false},
+		{lagmeter.Watermark{SystemID: 7, Timeline: 2, LSN: 10}, false},
+		{lagmeter.Watermark{SystemID: 8, Timeline: 1, LSN: 10}, false},
+	} {
+		var h host
+		h.noteMiss(3, tc.wm, known)
+		if (h.missed.Load() != nil) != tc.noted {
+			t.Errorf("a miss of %v with the primary known at %v: noted %v, want %v", tc.wm, known, h.missed.Load() != nil, tc.noted)
+		}
+	}
+}
+
+// TestWaitSlots: reads wait on a replica in at most half its pool (at
+// least one connection); a wait that ends gives its slot back; Explain
+// (a dry run) takes none; a slot whose read never waited frees itself.
+func TestWaitSlots(t *testing.T) {
+	c, v := benchConnector(&testing.B{}, dsn.SelectRoundRobin, 2) // pools of 4
+	h := &v.hosts[1]
+	in := consistency.Intent{Wait: 100 * time.Millisecond}
+	pk := pick{host: h, check: true, wm: lagmeter.Watermark{SystemID: 7, Timeline: 1, LSN: 1 << 31}}
+	dry := in
+	dry.DryRun = true
+	for range 5 {
+		if d := c.waitFor(&dry, pk); d != in.Wait {
+			t.Fatalf("Explain's plan: wait %v, want %v", d, in.Wait)
+		}
+	}
+	for i := range 2 {
+		if d := c.waitFor(&in, pk); d != in.Wait {
+			t.Fatalf("read %d: wait %v, want %v", i, d, in.Wait)
+		}
+	}
+	if d := c.waitFor(&in, pk); d != 0 {
+		t.Fatalf("a third read waiting on a pool of 4: wait %v, want none", d)
+	}
+	c.waited(h.host, h.probe.Conn, pk.wm, in.Wait, time.Now(), nil)
+	if d := c.waitFor(&in, pk); d != in.Wait {
+		t.Fatalf("after a wait ended: wait %v, want %v", d, in.Wait)
+	}
+	slots := c.waitSlotsOf(h.host)
+	if !slots.take(time.Now().Add(in.Wait+waitSlack+time.Millisecond), in.Wait) {
+		t.Fatal("slots of reads that never waited did not free themselves")
+	}
+	var one host
+	one.maxConns = 1
+	if n := len(c.waitSlotsOf(&one).until); n != 1 {
+		t.Fatalf("a pool of 1: %d slots, want 1", n)
+	}
+}
