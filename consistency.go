@@ -48,6 +48,53 @@ type readYourWrites struct {
 	// waitSlots holds each replica's wait slots (*host to *waitSlots;
 	// replicawait.go).
 	waitSlots sync.Map
+	// scope is what reads without a Session paid for the writes of the
+	// whole process (noteProcessScope).
+	scope processScope
+}
+
+// processScope counts the reads without a Session (reads) and those of
+// them that ran on the primary, or waited, for lack of the Connector's
+// writes (blocked); warned is set once the log said so.
+type processScope struct {
+	reads, blocked atomic.Uint64
+	lastReads      atomic.Uint64 // reads at the last look (processScopeWindow)
+	lastBlocked    atomic.Uint64
+	warned         atomic.Bool
+}
+
+// processScopeWindow is how many reads without a Session the share of
+// blocked ones is judged over.
+const processScopeWindow = 1000
+
+// noteProcessScope counts a read without a Session under session
+// consistency, planned p and run as cl: blocked when it ran on the primary
+// for lack of a position (behind, catching up, a position deferred or
+// unknown), or waited on its replica. When, over a window of such reads,
+// more than half were blocked, the log says once why the replicas sit idle
+// and what to do.
+func (c *Connector) noteProcessScope(p *plan, cl *call) {
+	sc := &c.rw.scope
+	blocked := cl.waited > 0
+	if cl.primary {
+		switch p.reason {
+		case ReasonBehind, ReasonCatchingUp, ReasonDeferred, ReasonPositionUnknown:
+			blocked = true
+		}
+	}
+	if blocked {
+		sc.blocked.Add(1)
+	}
+	n := sc.reads.Add(1)
+	if n%processScopeWindow != 0 || sc.warned.Load() {
+		return
+	}
+	b := sc.blocked.Load()
+	dr, db := n-sc.lastReads.Swap(n), b-sc.lastBlocked.Swap(b)
+	if 2*db > dr && sc.warned.CompareAndSwap(false, true) {
+		c.logWarn("pgrouted: most reads without a Session ran on the primary, or waited, because the replicas lacked this process's latest writes to what they read (writes of any request): give each request or user a Session of its own (pgrouted.WithSession; pgroutedhttp.Middleware; pgroutedgrpc's interceptors), so that a read needs its own writes only",
+			"reads", dr, "onPrimaryOrWaited", db)
+	}
 }
 
 // intentOf resolves the read-your-writes intent of a statement whose

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/pgrouted/pgrouted/internal/consistency"
 	"github.com/pgrouted/pgrouted/lagmeter"
 )
 
@@ -277,6 +278,14 @@ type Stats struct {
 	// would, and the Session forgot it. Asking is one of PositionFetches,
 	// shared with the other reads that wait for one.
 	ForgedTokens uint64 `json:"forgedTokens"`
+	// ProcessScopeReads counts the reads without a Session that ran on the
+	// primary, or waited on a replica, because the replicas lacked the
+	// Connector's latest writes to what they read: writes of any request
+	// of the process. Per-request Sessions (WithSession, package
+	// pgroutedhttp's middleware, module pgroutedgrpc's interceptors) scope
+	// a read to its own request's writes; when most reads count here, the
+	// log says so once.
+	ProcessScopeReads uint64 `json:"processScopeReads"`
 	// FunctionRouted counts the statements that ran on the primary because
 	// of a function they call (ReasonVolatileFunction,
 	// ReasonUnknownFunction, ReasonWriteFunction) or because a replica
@@ -401,6 +410,9 @@ func (c *Connector) count(p *plan, cl *call, err error) {
 			k.fallbacks[i].Add(1)
 		}
 	}
+	if p.op == OpRead && !p.in.Session && p.in.Level == consistency.Session {
+		c.noteProcessScope(p, cl)
+	}
 }
 
 // countRouteError counts err when it is a RouteError, and reports whether
@@ -433,6 +445,8 @@ func (c *Connector) Stats() Stats {
 		TimelineResets:  k.timelineResets.Load(),
 		LostWrites:      k.lostWrites.Load(),
 		ForgedTokens:    c.rw.forged.Load(),
+
+		ProcessScopeReads: c.rw.scope.blocked.Load(),
 
 		ReplicaWaits:        k.wait.waits.Load(),
 		ReplicaWaitTime:     time.Duration(k.wait.nanos.Load()),

@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -245,5 +247,59 @@ INSERT INTO mx_products SELECT g, 'p' || g FROM generate_series(1, 100) g`)
 	}
 	if p := float64(productsOnReplica) / float64(max(products, 1)); p < 0.9 {
 		t.Fatalf("replicas served %.1f%% of the products reads, want nearly all (90%%)", 100*p)
+	}
+}
+
+// TestProcessScopeIsSaid: a process whose reads without a Session wait for
+// every request's writes (here: reads of the table all of them write, the
+// replicas 40 ms behind) counts those reads (Stats.ProcessScopeReads) and
+// says once in the log why the replicas sit idle and what to do; with a
+// Session per user, none count.
+func TestProcessScopeIsSaid(t *testing.T) {
+	ctx := testCtx(t)
+	restore(t)
+	mustExec(t, ctx, cluster.Primary(), "DROP TABLE IF EXISTS ps_t; CREATE TABLE ps_t (id bigserial PRIMARY KEY, u int)")
+	replicated(t, ctx)
+	logs := &syncBuffer{}
+	db, conn, _ := openDSN(t, cluster.DSN()+"&pgrouted_names="+names(), func(c *pgrouted.Config) {
+		c.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	})
+	waitRelationScope(t, ctx, db, conn, "INSERT INTO ps_t (u) VALUES (0)", "SELECT 1")
+	delayReplicas(t, 40*time.Millisecond)
+	run := func(session bool) {
+		t.Helper()
+		var wg sync.WaitGroup
+		for u := range 4 {
+			wg.Go(func() {
+				c := ctx
+				if session {
+					c = pgrouted.WithSession(ctx, pgrouted.NewSession())
+				}
+				for range 300 {
+					if _, err := db.ExecContext(c, "INSERT INTO ps_t (u) VALUES ($1)", u); err != nil {
+						t.Error(err)
+						return
+					}
+					var n int
+					if err := db.QueryRowContext(c, "SELECT count(*) FROM ps_t WHERE u = $1", u).Scan(&n); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+	}
+	run(false)
+	blocked := conn.Stats().ProcessScopeReads
+	if blocked < 600 {
+		t.Fatalf("%d of 1200 reads without a Session counted as waiting for the process's writes, want most", blocked)
+	}
+	if n := strings.Count(logs.String(), "most reads without a Session"); n != 1 {
+		t.Fatalf("the log said it %d times, want once:\n%s", n, logs.String())
+	}
+	run(true)
+	if got := conn.Stats().ProcessScopeReads; got != blocked {
+		t.Fatalf("reads with a Session counted: %d more", got-blocked)
 	}
 }

@@ -52,8 +52,9 @@ func (cn *conn) onReplicas(ctx context.Context, p *plan, cl *call) (done bool, e
 }
 
 // runOnReplicas runs cl on the replica p planned. When the replica's
-// connection fails before any row, or the standby cancels the read for a
-// recovery conflict, it tries one other eligible replica. When a replica
+// connection fails before any row, the standby cancels the read for a
+// recovery conflict, or its check finds it without the caller's position
+// (in time for the wait), it tries one other eligible replica. When a replica
 // refuses the statement with SQLSTATE 25006 (it was not a read after all),
 // is found behind by its check, or no replica could run it, the plan says
 // whether the primary may run it instead (plan.fallback): the outcome then
@@ -81,6 +82,15 @@ func (cn *conn) runOnReplicas(ctx context.Context, p *plan, cl *call) (replicaOu
 			h.breaker.ReportFailure()
 		}
 		if errors.Is(err, errNotCaughtUp) {
+			// It lacked the position (behind more than the wait, paused):
+			// another replica that may hold it is tried before the
+			// primary.
+			if attempt == 0 && ctx.Err() == nil {
+				if next, ok := cn.c.replan(ctx, p, h); ok {
+					at = next
+					continue
+				}
+			}
 			if ferr := p.fallback(ReasonBehind, nil); ferr != nil {
 				return replicaOutcome{}, ferr
 			}

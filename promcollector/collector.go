@@ -37,7 +37,7 @@ type Collector struct {
 
 	statements, fallbacks, routeErrors, readOnlyRetries, replicaRetries    *prometheus.Desc
 	failovers, conflicts, timelineResets, lostWrites, epoch, lease         *prometheus.Desc
-	functionRouted, functionPins                                           *prometheus.Desc
+	functionRouted, functionPins, processScopeReads, forgedTokens          *prometheus.Desc
 	role, current, healthy, circuitOpen, rtt, lagBytes, lagBound, inflight *prometheus.Desc
 	poolConns, poolMax                                                     *prometheus.Desc
 
@@ -80,35 +80,37 @@ func New(src Source, opts ...Option) *Collector {
 		return prometheus.NewDesc("pgrouted_"+name, help, labels, o.constLabels)
 	}
 	return &Collector{
-		src:             src,
-		statements:      d("statements_total", "Statements run, per endpoint (host name) and op (read, write, tx, lock).", "endpoint", "op"),
-		fallbacks:       d("fallbacks_total", "Reads that ran on the primary because no replica could serve them, per reason.", "reason"),
-		routeErrors:     d("route_errors_total", "Statements that could not run (no replica, no primary, write forced to a replica), per reason.", "reason"),
-		readOnlyRetries: d("read_only_retries_total", "Statements a replica refused with SQLSTATE 25006 (read_only_sql_transaction) that ran again on the primary."),
-		replicaRetries:  d("replica_retries_total", "Reads that ran on another host after their replica's connection failed before any row."),
-		failovers:       d("failovers_total", "Changes of primary seen (primary epochs after the first)."),
-		conflicts:       d("conflicting_primaries_total", "Observations of two or more hosts out of recovery with no strictly higher timeline among them (no primary: fail closed)."),
-		functionRouted:  d("function_routed_total", "Statements sent to the primary because of a function they call (VOLATILE, unknown to the catalog, or listed in pgrouted_write_functions) or because a replica refused the same text before."),
-		functionPins:    d("function_pins_total", "Connections pinned to the primary by such a statement: they serve every read from the primary until database/sql closes them."),
-		lostWrites:      d("lost_writes_total", "Read-your-writes positions found past the point where the new primary's timeline history left theirs: writes the old primary acknowledged and a failover lost."),
-		timelineResets:  d("timeline_resets_total", "Read-your-writes positions given up because they were written on a timeline older than the primary's (a failover may have lost them): reads went to the primary until a position on the new timeline was known."),
-		epoch:           d("primary_epoch", "Primary epoch: increments each time the primary becomes another host."),
-		lease:           d("primary_lease_remaining_seconds", "How long the current primary stays trusted without a new successful probe; 0 when there is no trusted primary."),
-		role:            d("role", "1 for the role the host's last successful probe saw (primary, standby, unknown), 0 for the others; see pgrouted_healthy.", "endpoint", "role"),
-		current:         d("current_primary", "1 for the host writes go to now (the primary with a valid lease), 0 for the others.", "endpoint"),
-		healthy:         d("healthy", "1 when the host's last probe succeeded, else 0.", "endpoint"),
-		circuitOpen:     d("circuit_open", "1 while the host's circuit breaker is open (no statement is sent to it), else 0.", "endpoint"),
-		rtt:             d("probe_rtt_seconds", "Exponentially weighted moving average of the host's probe round trip; absent while unknown.", "endpoint"),
-		lagBytes:        d("replica_lag_bytes", "WAL bytes a standby has yet to replay to reach the primary's last probed position; absent while unknown.", "endpoint"),
-		lagBound:        d("replica_lag_bound_seconds", "Upper bound on a standby's staleness, from the primary's WAL position history (no clock synchronisation needed); absent while unknown.", "endpoint"),
-		inflight:        d("inflight_reads", "Reads running on the host now through this Connector.", "endpoint"),
-		poolConns:       d("replica_pool_connections", "Connections of the host's replica pool, per state (idle, acquired).", "endpoint", "state"),
-		poolMax:         d("replica_pool_max_connections", "Size of the host's replica pool.", "endpoint"),
-		provider:        d("topology_provider_info", "1, labelled with the topology provider (patroni, manual, ...) and the endpoint of its last answer (password redacted).", "provider", "source"),
-		providerUp:      d("topology_provider_up", "1 when the topology provider's last request was answered, else 0.", "provider"),
-		providerLease:   d("topology_provider_lease_remaining_seconds", "How long the topology provider's last answer stays authoritative; 0 once pgrouted_lease passed without one (no primary: writes wait, then fail).", "provider"),
-		leaderTimeline:  d("topology_provider_leader_timeline", "The timeline of the leader the topology provider names, as it reports it; absent while it names none.", "provider"),
-		noReads:         d("topology_provider_no_reads", "1 when the topology provider lets the host serve no reads (not listed, not running or streaming, or tagged noloadbalance), else 0.", "endpoint"),
+		src:               src,
+		statements:        d("statements_total", "Statements run, per endpoint (host name) and op (read, write, tx, lock).", "endpoint", "op"),
+		fallbacks:         d("fallbacks_total", "Reads that ran on the primary because no replica could serve them, per reason.", "reason"),
+		routeErrors:       d("route_errors_total", "Statements that could not run (no replica, no primary, write forced to a replica), per reason.", "reason"),
+		readOnlyRetries:   d("read_only_retries_total", "Statements a replica refused with SQLSTATE 25006 (read_only_sql_transaction) that ran again on the primary."),
+		replicaRetries:    d("replica_retries_total", "Reads that ran on another host after their replica's connection failed before any row."),
+		failovers:         d("failovers_total", "Changes of primary seen (primary epochs after the first)."),
+		conflicts:         d("conflicting_primaries_total", "Observations of two or more hosts out of recovery with no strictly higher timeline among them (no primary: fail closed)."),
+		functionRouted:    d("function_routed_total", "Statements sent to the primary because of a function they call (VOLATILE, unknown to the catalog, or listed in pgrouted_write_functions) or because a replica refused the same text before."),
+		functionPins:      d("function_pins_total", "Connections pinned to the primary by such a statement: they serve every read from the primary until database/sql closes them."),
+		processScopeReads: d("process_scope_reads_total", "Reads without a Session that ran on the primary, or waited on a replica, because the replicas lacked the process's latest writes (of any request) to what they read: per-request Sessions scope reads to their own writes."),
+		forgedTokens:      d("forged_tokens_total", "Session tokens restored without a signature whose position the primary had not written: their reads ran as reads without a token."),
+		lostWrites:        d("lost_writes_total", "Read-your-writes positions found past the point where the new primary's timeline history left theirs: writes the old primary acknowledged and a failover lost."),
+		timelineResets:    d("timeline_resets_total", "Read-your-writes positions given up because they were written on a timeline older than the primary's (a failover may have lost them): reads went to the primary until a position on the new timeline was known."),
+		epoch:             d("primary_epoch", "Primary epoch: increments each time the primary becomes another host."),
+		lease:             d("primary_lease_remaining_seconds", "How long the current primary stays trusted without a new successful probe; 0 when there is no trusted primary."),
+		role:              d("role", "1 for the role the host's last successful probe saw (primary, standby, unknown), 0 for the others; see pgrouted_healthy.", "endpoint", "role"),
+		current:           d("current_primary", "1 for the host writes go to now (the primary with a valid lease), 0 for the others.", "endpoint"),
+		healthy:           d("healthy", "1 when the host's last probe succeeded, else 0.", "endpoint"),
+		circuitOpen:       d("circuit_open", "1 while the host's circuit breaker is open (no statement is sent to it), else 0.", "endpoint"),
+		rtt:               d("probe_rtt_seconds", "Exponentially weighted moving average of the host's probe round trip; absent while unknown.", "endpoint"),
+		lagBytes:          d("replica_lag_bytes", "WAL bytes a standby has yet to replay to reach the primary's last probed position; absent while unknown.", "endpoint"),
+		lagBound:          d("replica_lag_bound_seconds", "Upper bound on a standby's staleness, from the primary's WAL position history (no clock synchronisation needed); absent while unknown.", "endpoint"),
+		inflight:          d("inflight_reads", "Reads running on the host now through this Connector.", "endpoint"),
+		poolConns:         d("replica_pool_connections", "Connections of the host's replica pool, per state (idle, acquired).", "endpoint", "state"),
+		poolMax:           d("replica_pool_max_connections", "Size of the host's replica pool.", "endpoint"),
+		provider:          d("topology_provider_info", "1, labelled with the topology provider (patroni, manual, ...) and the endpoint of its last answer (password redacted).", "provider", "source"),
+		providerUp:        d("topology_provider_up", "1 when the topology provider's last request was answered, else 0.", "provider"),
+		providerLease:     d("topology_provider_lease_remaining_seconds", "How long the topology provider's last answer stays authoritative; 0 once pgrouted_lease passed without one (no primary: writes wait, then fail).", "provider"),
+		leaderTimeline:    d("topology_provider_leader_timeline", "The timeline of the leader the topology provider names, as it reports it; absent while it names none.", "provider"),
+		noReads:           d("topology_provider_no_reads", "1 when the topology provider lets the host serve no reads (not listed, not running or streaming, or tagged noloadbalance), else 0.", "endpoint"),
 
 		replicaWaits:        d("replica_waits_total", "Reads that waited on a replica for it to replay the caller's writes (pgrouted_replica_wait)."),
 		replicaWaitSeconds:  d("replica_wait_seconds_total", "Total time reads waited on replicas for their replay (one round trip included per wait)."),
@@ -128,7 +130,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		c.statements, c.fallbacks, c.routeErrors, c.readOnlyRetries, c.replicaRetries,
 		c.failovers, c.conflicts, c.timelineResets, c.lostWrites, c.epoch, c.lease,
-		c.functionRouted, c.functionPins,
+		c.functionRouted, c.functionPins, c.processScopeReads, c.forgedTokens,
 		c.role, c.current, c.healthy, c.circuitOpen, c.rtt, c.lagBytes, c.lagBound, c.inflight,
 		c.poolConns, c.poolMax,
 		c.provider, c.providerUp, c.providerLease, c.leaderTimeline, c.noReads,
@@ -197,6 +199,8 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.lostWrites, st.LostWrites)
 	counter(c.functionRouted, st.FunctionRouted)
 	counter(c.functionPins, st.FunctionPins)
+	counter(c.processScopeReads, st.ProcessScopeReads)
+	counter(c.forgedTokens, st.ForgedTokens)
 	counter(c.replicaWaits, st.ReplicaWaits)
 	send(c.replicaWaitSeconds, prometheus.CounterValue, st.ReplicaWaitTime.Seconds())
 	counter(c.replicaWaitTimeouts, st.ReplicaWaitTimeouts)

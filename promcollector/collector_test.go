@@ -40,6 +40,9 @@ func fixed() *fake {
 			FunctionRouted:  10,
 			FunctionPins:    11,
 
+			ProcessScopeReads: 21,
+			ForgedTokens:      22,
+
 			ReplicaWaits:        12,
 			ReplicaWaitTime:     1500 * time.Millisecond,
 			ReplicaWaitTimeouts: 13,
@@ -172,6 +175,12 @@ pgrouted_function_pins_total 11
 # HELP pgrouted_function_routed_total Statements sent to the primary because of a function they call (VOLATILE, unknown to the catalog, or listed in pgrouted_write_functions) or because a replica refused the same text before.
 # TYPE pgrouted_function_routed_total counter
 pgrouted_function_routed_total 10
+# HELP pgrouted_process_scope_reads_total Reads without a Session that ran on the primary, or waited on a replica, because the replicas lacked the process's latest writes (of any request) to what they read: per-request Sessions scope reads to their own writes.
+# TYPE pgrouted_process_scope_reads_total counter
+pgrouted_process_scope_reads_total 21
+# HELP pgrouted_forged_tokens_total Session tokens restored without a signature whose position the primary had not written: their reads ran as reads without a token.
+# TYPE pgrouted_forged_tokens_total counter
+pgrouted_forged_tokens_total 22
 # HELP pgrouted_lost_writes_total Read-your-writes positions found past the point where the new primary's timeline history left theirs: writes the old primary acknowledged and a failover lost.
 # TYPE pgrouted_lost_writes_total counter
 pgrouted_lost_writes_total 9
