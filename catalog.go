@@ -161,9 +161,28 @@ func (k *catalog) close() {
 	}
 }
 
-// readFunctions reads the function catalog on a connection.
-func readFunctions(ctx context.Context, pc *pgconn.PgConn) ([]sqlclass.FuncDef, error) {
-	rr := pc.ExecParams(ctx, sqlclass.CatalogQuery, nil, nil, nil, nil)
+// readCatalog reads the function and relation catalog on a connection, in
+// one round trip (sqlclass.CatalogQuery, then sqlclass.RelationsQuery, as
+// one string of the simple protocol).
+func readCatalog(ctx context.Context, pc *pgconn.PgConn) (catalogDefs, error) {
+	mrr := pc.Exec(ctx, sqlclass.CatalogQuery+";\n"+sqlclass.RelationsQuery)
+	var defs catalogDefs
+	for i := 0; mrr.NextResult(); i++ {
+		switch i {
+		case 0:
+			defs.funcs = readFunctions(mrr.ResultReader())
+		case 1:
+			defs.rels = readRelations(mrr.ResultReader())
+		}
+	}
+	if err := mrr.Close(); err != nil {
+		return catalogDefs{}, err
+	}
+	return defs, nil
+}
+
+// readFunctions reads the rows of sqlclass.CatalogQuery from rr.
+func readFunctions(rr *pgconn.ResultReader) []sqlclass.FuncDef {
 	var defs []sqlclass.FuncDef
 	// Schemas and extensions repeat (thousands of functions in pg_catalog):
 	// one string each, which the snapshot keeps for as long as it lives.
@@ -189,10 +208,7 @@ func readFunctions(ctx context.Context, pc *pgconn.PgConn) ([]sqlclass.FuncDef, 
 			Extension: intern(v[4]),
 		})
 	}
-	if _, err := rr.Close(); err != nil {
-		return nil, err
-	}
-	return defs, nil
+	return defs
 }
 
 // parseFuncNames parses the function names of a pgrouted_*_functions key.
@@ -230,10 +246,7 @@ func (c *Connector) loadCatalog(ctx context.Context) (catalogDefs, error) {
 		var defs catalogDefs
 		err = h.pool.AcquireFunc(ctx, func(pc *pgxpool.Conn) error {
 			var rerr error
-			if defs.funcs, rerr = readFunctions(ctx, pc.Conn().PgConn()); rerr != nil {
-				return rerr
-			}
-			defs.rels, rerr = readRelations(ctx, pc.Conn().PgConn())
+			defs, rerr = readCatalog(ctx, pc.Conn().PgConn())
 			return rerr
 		})
 		if err == nil {
@@ -246,10 +259,8 @@ func (c *Connector) loadCatalog(ctx context.Context) (catalogDefs, error) {
 	return catalogDefs{}, err
 }
 
-// readRelations reads the relations of the catalog on a connection
-// (sqlclass.RelationsQuery).
-func readRelations(ctx context.Context, pc *pgconn.PgConn) ([]sqlclass.RelDef, error) {
-	rr := pc.ExecParams(ctx, sqlclass.RelationsQuery, nil, nil, nil, nil)
+// readRelations reads the rows of sqlclass.RelationsQuery from rr.
+func readRelations(rr *pgconn.ResultReader) []sqlclass.RelDef {
 	var defs []sqlclass.RelDef
 	for rr.NextRow() {
 		v := rr.Values()
@@ -268,8 +279,5 @@ func readRelations(ctx context.Context, pc *pgconn.PgConn) ([]sqlclass.RelDef, e
 		}
 		defs = append(defs, d)
 	}
-	if _, err := rr.Close(); err != nil {
-		return nil, err
-	}
-	return defs, nil
+	return defs
 }
