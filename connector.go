@@ -86,6 +86,7 @@ func NewConnector(cfg *Config) (*Connector, error) {
 	}
 	c := &Connector{cfg: own, funcs: newCatalog(read, write), classes: newClassCache()}
 	c.rw.index = consistency.NewReadIndex(c.fetchPosition, positionTimeout)
+	c.rw.level = levelOf(own.Consistency)
 	if d, ok := own.MaxLag.Time(); ok {
 		c.budget.MaxTime = d
 	} else if n, ok := own.MaxLag.Bytes(); ok {

@@ -11,7 +11,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/pgrouted/pgrouted/dsn"
 	"github.com/pgrouted/pgrouted/internal/consistency"
 	"github.com/pgrouted/pgrouted/internal/pgpipe"
 	"github.com/pgrouted/pgrouted/internal/sqlclass"
@@ -32,6 +31,8 @@ import (
 // share.
 type readYourWrites struct {
 	writes consistency.Scopes
+	// level is pgrouted_consistency's (intentOf).
+	level consistency.Level
 	// explore counts the reads that found no replica worth checking
 	// (worthChecking); deferredUse is what the reads of deferred positions
 	// served; index shares the reads of the primary's position among
@@ -101,8 +102,19 @@ func (c *Connector) noteProcessScope(p *plan, cl *call) {
 // context has options o: once per statement (or transaction), carried by
 // its plan.
 func (c *Connector) intentOf(o *options) consistency.Intent {
-	in := consistency.Intent{Level: levelOf(c.consistencyOf(o)), Scopes: &c.rw.writes, Wait: c.cfg.ReplicaWait}
-	in.Tracks = c.cfg.Consistency != dsn.ConsistencyEventual || in.Level != consistency.Eventual
+	var in consistency.Intent
+	c.setIntent(&in, o)
+	return in
+}
+
+// setIntent is intentOf, written in place (the plan's: no copy of it on
+// every statement's path).
+func (c *Connector) setIntent(in *consistency.Intent, o *options) {
+	in.Level, in.Scopes, in.Wait, in.Session = c.rw.level, &c.rw.writes, c.cfg.ReplicaWait, false
+	if o.consistency != "" {
+		in.Level = levelOf(c.consistencyOf(o))
+	}
+	in.Tracks = c.rw.level != consistency.Eventual || in.Level != consistency.Eventual
 	if o.session != nil {
 		in.Scopes, in.Session = &o.session.s, true
 	}
@@ -110,7 +122,6 @@ func (c *Connector) intentOf(o *options) consistency.Intent {
 		in.Wait = max(o.replicaWait, 0)
 	}
 	in.MaxLag, in.HasMaxLag = o.maxLag, o.hasMaxLag
-	return in
 }
 
 // levelOf is consistency's level of a pgrouted_consistency value.
@@ -127,9 +138,10 @@ func levelOf(c Consistency) consistency.Level {
 // readCtx is what the eligibility of a read depends on beyond the topology.
 type readCtx struct {
 	ctx    context.Context
-	in     *consistency.Intent // the plan's
-	read   consistency.Read    // the marks of in.Scopes the read needs
-	st     *consistency.State  // the read's state: their combination
+	level  consistency.Level  // the plan's Intent's (not a pointer to it: the plan stays on its caller's stack)
+	wait   time.Duration      // and its replica wait
+	read   consistency.Read   // the marks of in.Scopes the read needs
+	st     *consistency.State // the read's state: their combination
 	budget lagmeter.Budget
 	now    time.Time
 	forced bool // forced to a replica: a saturated one still serves
@@ -144,7 +156,7 @@ type readCtx struct {
 // true a Session's position restored from a token is vouched for first
 // (vouch).
 func (c *Connector) readCtx(rc *readCtx, ctx context.Context, in *consistency.Intent, reads sqlclass.Scope, forced bool, v *view, commit bool) error {
-	rc.ctx, rc.in, rc.budget, rc.now, rc.forced = ctx, in, c.budget, consistency.Now(), forced
+	rc.ctx, rc.level, rc.wait, rc.budget, rc.now, rc.forced = ctx, in.Level, in.Wait, c.budget, consistency.Now(), forced
 	in.DryRun = !commit
 	if in.HasMaxLag {
 		d := in.MaxLag
@@ -369,7 +381,7 @@ var errNoPrimaryPosition = errors.New("pgrouted: no primary to read the WAL posi
 // that fails makes the position unknown: the read goes where a session
 // read whose position is unknown goes, never to a replica on faith.
 func (c *Connector) globalPosition(ctx context.Context, v *view, rc *readCtx, g *indexRead, fetch bool) {
-	if rc.in.Level != consistency.Global {
+	if rc.level != consistency.Global {
 		return
 	}
 	if !fetch {

@@ -224,7 +224,8 @@ func (px *pgxCall) raiseOnClose(ctx context.Context, cn *conn, in *consistency.I
 		return false
 	}
 	host, sc := cn.host, cn.primary
-	px.afterClose(func() { cn.raiseAfterRows(ctx, in, ws, host) })
+	inCopy := *in // the plan is on its caller's stack
+	px.afterClose(func() { cn.raiseAfterRows(ctx, &inCopy, ws, host) })
 	if sc != nil {
 		// Err is read once the rows are closed, and the connection given
 		// back to its pool, which may have closed its session or opened

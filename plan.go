@@ -115,7 +115,8 @@ func opOf(c sqlclass.Class) string {
 func (c *Connector) plan(ctx context.Context, q *request, advance bool, p *plan) {
 	o := optionsFrom(ctx)
 	route := o.route
-	p.in, p.replicaForced = c.intentOf(o), route == Replica
+	c.setIntent(&p.in, o)
+	p.replicaForced = route == Replica
 	if q.begin {
 		c.planTx(ctx, q, route, advance, p)
 		return
@@ -357,7 +358,7 @@ func (c *Connector) pickReplica(v *view, rc *readCtx, advance bool, skip *host) 
 	nCand, maybeAt := 0, len(buf)
 	standbys, healthy, saturated := 0, 0, 0
 	unknown := false
-	level := rc.in.Level
+	level := rc.level
 	session := level != consistency.Eventual // session or global: a position to reach
 	wm := rc.st.Watermark()
 	if !session {
@@ -382,7 +383,7 @@ func (c *Connector) pickReplica(v *view, rc *readCtx, advance bool, skip *host) 
 		age = rc.now.Sub(lastWrite)
 		// A deferred position read already under way is shared: a read
 		// that joins it costs the primary nothing more.
-		recent = rc.in.Wait <= 0 && !(pending && c.rw.index.Waiting())
+		recent = rc.wait <= 0 && !(pending && c.rw.index.Waiting())
 	}
 	// Byte lag does not grow while the primary is not probed.
 	byteLease := rc.budget.MaxBytes == 0 || v.snap.LeaseValid(rc.now)

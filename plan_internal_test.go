@@ -145,7 +145,7 @@ func BenchmarkPickReplica(b *testing.B) {
 			b.Run(fmt.Sprintf("%s/%d", policy, n), func(b *testing.B) {
 				c, s := benchConnector(b, policy, n)
 				in := c.intentOf(noOptions)
-				rc := readCtx{ctx: context.Background(), in: &in, st: c.rw.writes.Every().Load(), now: time.Now()}
+				rc := readCtx{ctx: context.Background(), level: in.Level, wait: in.Wait, st: c.rw.writes.Every().Load(), now: time.Now()}
 				b.ReportAllocs()
 				for b.Loop() {
 					if p := c.pickReplica(s, &rc, true, nil); p.host == nil || p.host.idx < 1 {
@@ -161,7 +161,7 @@ func TestPickReplicaAllocatesNothing(t *testing.T) {
 	for _, policy := range []dsn.SelectPolicy{dsn.SelectRoundRobin, dsn.SelectWeighted, dsn.SelectLeastInflight, dsn.SelectNearest, dsn.SelectRandom} {
 		c, s := benchConnector(&testing.B{}, policy, 32)
 		in := c.intentOf(noOptions)
-		rc := readCtx{ctx: context.Background(), in: &in, st: c.rw.writes.Every().Load(), now: time.Now()}
+		rc := readCtx{ctx: context.Background(), level: in.Level, wait: in.Wait, st: c.rw.writes.Every().Load(), now: time.Now()}
 		if n := testing.AllocsPerRun(200, func() { c.pickReplica(s, &rc, true, nil) }); n != 0 {
 			t.Errorf("%s: %v allocations per pick", policy, n)
 		}

@@ -98,7 +98,7 @@ func (cn *conn) execPrimary(ctx context.Context, in *consistency.Intent, ws sqlc
 	switch {
 	case !positioned && writes && cl.isQuery && cl.px == nil:
 		// Rows that raise the marks once closed.
-		r := &writeRows{cn: cn, sc: sc, ctx: ctx, in: in, ws: ws, host: cn.host}
+		r := &writeRows{cn: cn, sc: sc, ctx: ctx, in: *in, ws: ws, host: cn.host}
 		if err = r.Rows.Query(ctx, sc.Conn(), cl.query, cn.c.statementArgs(cn.host, cl.args), nil); err != nil {
 			cl.unanswered = !r.Rows.Answered()
 			return 0, err
@@ -119,8 +119,9 @@ func (cn *conn) execPrimary(ctx context.Context, in *consistency.Intent, ws sqlc
 		// INSERT … RETURNING: the statement commits once its rows are all
 		// sent; the position after it is read when they are closed.
 		host, sent := cn.host, cl.sent // not cl: it would go to the heap
+		inCopy := *in                  // nor the plan
 		cl.rows, err = cn.queryPositioned(ctx, sc, cl.query, cl.args, func(pos lagmeter.LSN, werr error) {
-			cn.c.raiseOutcome(in, ws, host, pos, sent, werr)
+			cn.c.raiseOutcome(&inCopy, ws, host, pos, sent, werr)
 		})
 		cl.unanswered = err != nil // before its first row
 	default:
@@ -302,7 +303,7 @@ func (cn *conn) queryPositionedPgx(ctx context.Context, in *consistency.Intent, 
 		cl.unanswered = true
 		return err
 	}
-	w.cn, w.term, w.sc, w.in, w.ws, w.host, w.sent = cn, cn.term, sc, in, ws, cn.host, cl.sent
+	w.cn, w.term, w.sc, w.in, w.ws, w.host, w.sent = cn, cn.term, sc, *in, ws, cn.host, cl.sent
 	r.Rows = pgx.RowsFromResultReader(pc.TypeMap(), w.p.RR)
 	r.more = r.Rows.Next()
 	if r.Rows.Err() != nil {
@@ -323,8 +324,8 @@ type positionedRows struct {
 	cn   *conn
 	term *term // the session's, when the statement ran: cn's may have moved on by the time the rows are read
 	sc   *stdlib.Conn
-	in   *consistency.Intent
-	ws   sqlclass.Scope // the relations it wrote
+	in   consistency.Intent // a copy: the plan is on its caller's stack
+	ws   sqlclass.Scope     // the relations it wrote
 	host *host
 	sent time.Time
 }
@@ -339,7 +340,7 @@ func (w *positionedRows) finish() error {
 		return err
 	}
 	err = resultErr(err, w.term, w.sc)
-	w.cn.c.raiseOutcome(w.in, w.ws, w.host, pos, w.sent, err)
+	w.cn.c.raiseOutcome(&w.in, w.ws, w.host, pos, w.sent, err)
 	return err
 }
 

@@ -77,8 +77,8 @@ type writeRows struct {
 	cn   *conn
 	sc   *stdlib.Conn // the primary session the rows come from
 	ctx  context.Context
-	in   *consistency.Intent // the statement's plan's
-	ws   sqlclass.Scope      // the relations it wrote
+	in   consistency.Intent // the statement's plan's (a copy: the plan is on its caller's stack)
+	ws   sqlclass.Scope     // the relations it wrote
 	host *host
 	done bool
 }
@@ -93,7 +93,7 @@ func (r *writeRows) Close() error {
 	err := resultErr(r.Rows.Close(), r.cn.term, r.sc)
 	if !r.done {
 		r.done = true
-		r.cn.raiseAfterRows(r.ctx, r.in, r.ws, r.host)
+		r.cn.raiseAfterRows(r.ctx, &r.in, r.ws, r.host)
 	}
 	return err
 }

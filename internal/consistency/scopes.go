@@ -48,7 +48,7 @@ type relTable struct {
 }
 
 type relSlot struct {
-	key atomic.Uint64 // 0: free
+	key atomic.Uint32 // 0: free
 	m   Mark
 }
 
@@ -58,7 +58,7 @@ func (s *Scopes) Every() *Mark { return &s.every }
 
 // slot returns the mark of the relation key, claiming a free slot for it
 // when claim is set; nil when it has none.
-func (s *Scopes) slot(key uint64, claim bool) *Mark {
+func (s *Scopes) slot(key uint32, claim bool) *Mark {
 	t := s.rels.Load()
 	if t == nil {
 		if !claim {
@@ -88,7 +88,7 @@ func (s *Scopes) slot(key uint64, claim bool) *Mark {
 // Wrote records a committed write at w (zero: unknown) to the relations
 // keys when named, else to every relation; see Mark.Wrote for now and
 // sent.
-func (s *Scopes) Wrote(named bool, keys []uint64, w lagmeter.Watermark, now, sent time.Time) {
+func (s *Scopes) Wrote(named bool, keys []uint32, w lagmeter.Watermark, now, sent time.Time) {
 	s.every.Wrote(w, now, sent)
 	for _, m := range s.targets(named, keys) {
 		if m != nil {
@@ -100,7 +100,7 @@ func (s *Scopes) Wrote(named bool, keys []uint64, w lagmeter.Watermark, now, sen
 // WroteDeferred records a committed write whose position is deferred (see
 // Mark.WroteDeferred) to the relations keys when named, else to every
 // relation.
-func (s *Scopes) WroteDeferred(named bool, keys []uint64, on lagmeter.Watermark, now time.Time) {
+func (s *Scopes) WroteDeferred(named bool, keys []uint32, on lagmeter.Watermark, now time.Time) {
 	s.every.WroteDeferred(on, now)
 	for _, m := range s.targets(named, keys) {
 		if m != nil {
@@ -112,7 +112,7 @@ func (s *Scopes) WroteDeferred(named bool, keys []uint64, on lagmeter.Watermark,
 // targets returns the marks a write to keys (named) moves beside every:
 // the relations' own, or broad once for those without a slot, or for
 // every relation.
-func (s *Scopes) targets(named bool, keys []uint64) (ms [maxReadMarks]*Mark) {
+func (s *Scopes) targets(named bool, keys []uint32) (ms [maxReadMarks]*Mark) {
 	if !named || len(keys) >= maxReadMarks {
 		ms[0] = &s.broad
 		return ms
@@ -228,12 +228,11 @@ type Read struct {
 	marks [maxReadMarks]*Mark
 	sts   [maxReadMarks]*State
 	n     int
-	comb  State // the combination, when more than one state counts
 }
 
 // Begin makes r the read of the relations keys (named), or of unknown
 // relations, in s.
-func (r *Read) Begin(s *Scopes, named bool, keys []uint64) {
+func (r *Read) Begin(s *Scopes, named bool, keys []uint32) {
 	r.s, r.n = s, 0
 	if !named || len(keys) >= maxReadMarks {
 		r.marks[0], r.n = &s.every, 1
@@ -261,7 +260,9 @@ func (r *Read) Every() *State { return r.s.every.Load() }
 func (r *Read) Settle(p *Primary, now time.Time, commit bool) (_ *State, lost bool, e Effect) {
 	every := &r.s.every
 	if r.n != 1 || r.marks[0] != every {
-		_, _, e = every.Settle(every.Load(), p, now, commit)
+		if st := every.Load(); !st.blank() {
+			_, _, e = every.Settle(st, p, now, commit)
+		}
 	}
 	for i := range r.n {
 		var l bool
@@ -297,8 +298,9 @@ func (r *Read) ResolveDeferred(pos lagmeter.Watermark, now time.Time) (_ *State,
 }
 
 // combine returns the state of the read: the one state that records a
-// write, or their combination (comb): the later watermark, an unknown or
-// deferred position when any is, the last write.
+// write, or their combination (a new State: a read's own, never a part of
+// r, which lives on its reader's stack): the later watermark, an unknown
+// or deferred position when any is, the last write.
 func (r *Read) combine() *State {
 	var one *State
 	k := 0
@@ -315,8 +317,7 @@ func (r *Read) combine() *State {
 	case 1:
 		return one
 	}
-	c := &r.comb
-	*c = State{}
+	c := new(State)
 	var newest *State // the deferred state of the last write, its identity
 	for _, st := range r.sts[:r.n] {
 		if st.blank() {

@@ -274,7 +274,7 @@ type Effect struct {
 // same way, but is never reported lost (lost false, no Effect): its holder
 // could have written any position in it.
 func (m *Mark) Settle(st *State, p *Primary, now time.Time, commit bool) (_ *State, lost bool, e Effect) {
-	if p == nil {
+	if p == nil || st.blank() {
 		return st, false, e
 	}
 	if st.origin == Unsigned {

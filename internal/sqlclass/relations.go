@@ -39,7 +39,7 @@ const maxScopeKeys = 4
 type Scope struct {
 	Named bool
 	N     uint8
-	Keys  [maxScopeKeys]uint64
+	Keys  [maxScopeKeys]uint32
 }
 
 // AllRelations is the Scope of every relation.
@@ -47,7 +47,7 @@ var AllRelations = Scope{}
 
 // add adds key to s, a Named scope; beyond maxScopeKeys, s becomes every
 // relation.
-func (s *Scope) add(key uint64) {
+func (s *Scope) add(key uint32) {
 	if !s.Named {
 		return
 	}
@@ -80,14 +80,16 @@ var NoRelation = Scope{Named: true}
 
 // RelationKey is the key of a relation's base name as PostgreSQL stores it
 // (folded): what a Scope holds for a relation the catalog does not know.
-func RelationKey(name string) uint64 { return relationKey([]byte(name)) }
+func RelationKey(name string) uint32 { return relationKey([]byte(name)) }
 
-// relationKey is RelationKey of a name in a buffer (FNV-1a, 64 bits).
-func relationKey(name []byte) uint64 {
-	k := uint64(14695981039346656037)
+// relationKey is RelationKey of a name in a buffer (FNV-1a, 32 bits: two
+// names that share a key make a read need the other's writes too, which
+// is safe).
+func relationKey(name []byte) uint32 {
+	k := uint32(2166136261)
 	for _, c := range name {
-		k ^= uint64(c)
-		k *= 1099511628211
+		k ^= uint32(c)
+		k *= 16777619
 	}
 	if k == 0 {
 		k = 1 // 0 is no key
@@ -133,7 +135,7 @@ type relations struct {
 
 // relInfo is what a base name means for a Scope.
 type relInfo struct {
-	key       uint64 // its inheritance group's key
+	key       uint32 // its inheritance group's key
 	readAll   bool   // a read of it needs every relation (a view, a foreign table)
 	writesAll bool   // a write to it counts for every relation
 }

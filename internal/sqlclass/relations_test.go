@@ -38,15 +38,15 @@ func relCatalog() *Functions {
 }
 
 // scopeOf is s's keys, or nil for every relation.
-func scopeOf(s Scope) []uint64 {
+func scopeOf(s Scope) []uint32 {
 	if !s.Named {
 		return nil
 	}
-	return append([]uint64{}, s.Keys[:s.N]...)
+	return append([]uint32{}, s.Keys[:s.N]...)
 }
 
-func keysOf(names ...string) []uint64 {
-	out := []uint64{}
+func keysOf(names ...string) []uint32 {
+	out := []uint32{}
 	for _, n := range names {
 		out = append(out, RelationKey(n))
 	}
@@ -57,10 +57,10 @@ func keysOf(names ...string) []uint64 {
 // and every case the text does not tell counts for every relation.
 func TestScopes(t *testing.T) {
 	fn := relCatalog()
-	all := []uint64(nil)
+	all := []uint32(nil)
 	for _, tc := range []struct {
 		sql           string
-		reads, writes []uint64 // nil: every relation
+		reads, writes []uint32 // nil: every relation
 	}{
 		// Reads.
 		{"SELECT * FROM orders WHERE id = $1", keysOf("orders"), all},
@@ -75,8 +75,8 @@ func TestScopes(t *testing.T) {
 		{"SELECT * FROM ONLY orders", keysOf("orders"), all},
 		{"SELECT * FROM orders UNION SELECT * FROM products", keysOf("orders", "products"), all},
 		{"TABLE orders", keysOf("orders"), all},
-		{"SELECT 1", []uint64{}, all},
-		{"SELECT now()", []uint64{}, all},
+		{"SELECT 1", []uint32{}, all},
+		{"SELECT now()", []uint32{}, all},
 		{"SELECT * FROM measures_2026", keysOf("measures"), all}, // a partition: its group's key
 		{"SELECT * FROM derived", keysOf("base"), all},
 		{`SELECT * FROM "Mixed"`, keysOf("Mixed"), all},
