@@ -328,8 +328,8 @@ func streamService(proceed <-chan struct{}) *service {
 				return err
 			}
 			for i, token := range strings.Fields(in.GetValue()) {
-				if i > 0 {
-					<-proceed
+				if i > 0 && !wait(ss, proceed) {
+					return ss.Context().Err()
 				}
 				if err := write(ss.Context(), token); err != nil {
 					return err
@@ -387,15 +387,30 @@ func streamService(proceed <-chan struct{}) *service {
 			if err := ss.SendHeader(metadata.Pairs("own-key", "own-value")); err != nil {
 				return err
 			}
-			<-proceed
+			if !wait(ss, proceed) {
+				return ss.Context().Err()
+			}
 			return ss.SendMsg(in)
 		}},
 	}}
 }
 
-// newStream opens the stream name of the streamService with ctx.
+// wait waits for proceed, or for the end of the stream (false).
+func wait(ss grpc.ServerStream, proceed <-chan struct{}) bool {
+	select {
+	case <-proceed:
+		return true
+	case <-ss.Context().Done():
+		return false
+	}
+}
+
+// newStream opens the stream name of the streamService with ctx; the
+// stream ends with the test.
 func newStream(t *testing.T, ctx context.Context, cc *grpc.ClientConn, name string) grpc.ClientStream {
 	t.Helper()
+	ctx, cancel := context.WithCancel(ctx)
+	t.Cleanup(cancel)
 	sv := streamService(nil)
 	for i := range sv.streams {
 		if sv.streams[i].StreamName == name {
