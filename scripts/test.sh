@@ -146,6 +146,11 @@ modules() {
 	# otelroute is its own module too (go.opentelemetry.io stays out of
 	# the library's go.mod).
 	(cd otelroute && racetest ./... "$@") || rc=1
+	# pgroutedgrpc is its own module too (google.golang.org/grpc stays
+	# out of the library's go.mod); its two-process test waits on
+	# servers, so it runs once more without -race.
+	(cd pgroutedgrpc && racetest ./... "$@") || rc=1
+	(cd pgroutedgrpc && fulltest ./... "$@") || rc=1
 	# The benchmarks are their own module too (GORM, dbresolver); make
 	# test only compiles and vets them (make bench runs them).
 	(cd bench && go vet ./...) || rc=1
@@ -165,7 +170,7 @@ modules() {
 fuzztime=${FUZZTIME:-12s}
 fuzzworkers=${FUZZWORKERS:-1}
 targets=$(grep -rH --include='*_test.go' -E '^func Fuzz[A-Za-z0-9_]*\(' . |
-	grep -v -e '^\./examples/' -e '^\./otelroute/' |
+	grep -v -e '^\./examples/' -e '^\./otelroute/' -e '^\./pgroutedgrpc/' |
 	sed -E 's#^(.*)/[^/]*:func (Fuzz[A-Za-z0-9_]*)\(.*#\1 \2#' | sort || true)
 #
 # Go 1.26's fuzzing coordinator can fail a target with a bare "context
@@ -240,7 +245,7 @@ lanes+=($!)
 # Lane 5: the modules beside the library, then fuzzing.
 lane=5 jobseq=0
 (
-	job "race: examples, otelroute; bench vetted" modules "$@"
+	job "race: examples, otelroute, pgroutedgrpc (and without race); bench vetted" modules "$@"
 	job "fuzzing, $fuzztime a target" fuzzall
 ) &
 lanes+=($!)
