@@ -395,9 +395,10 @@ type linHelperProc struct {
 	out    *bufio.Reader
 	// tokens queues the tokens to send, so that a writer never waits on
 	// the pipe.
-	tokens  chan linToken
-	dropped atomic.Int64
-	sent    sync.WaitGroup
+	tokens      chan linToken
+	closeTokens func() // closes tokens, once
+	dropped     atomic.Int64
+	sent        sync.WaitGroup
 }
 
 // startLinHelper execs this test binary as a workload process.
@@ -422,12 +423,19 @@ func startLinHelper(t *testing.T, spec linSpec) *linHelperProc {
 		t.Fatal(err)
 	}
 	h := &linHelperProc{cmd: cmd, in: in, out: bufio.NewReaderSize(out, 1<<16), tokens: make(chan linToken, 256)}
+	h.closeTokens = sync.OnceFunc(func() { close(h.tokens) })
 	t.Cleanup(func() {
+		h.closeTokens()
+		h.sent.Wait()
 		h.mu.Lock()
 		in.Close()
 		h.mu.Unlock()
 		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
+		go func() {
+			// What it prints after a test that failed before reading it.
+			io.Copy(io.Discard, h.out)
+			done <- cmd.Wait()
+		}()
 		select {
 		case err := <-done:
 			if err != nil {
@@ -479,7 +487,7 @@ func (h *linHelperProc) token(tok linToken) {
 // stop stops the process's clients and returns what they recorded.
 func (h *linHelperProc) stop(t *testing.T) linResult {
 	t.Helper()
-	close(h.tokens)
+	h.closeTokens()
 	h.sent.Wait()
 	h.send(t, "stop")
 	var res linResult
