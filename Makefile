@@ -9,6 +9,10 @@
 #               your own code: prints its DSN (see docs/testcluster.md)
 #   make test   the whole test suite, with -race, against real local
 #               PostgreSQL clusters
+#   make chaos  the consistency levels checked the way databases are
+#               (Jepsen): three processes' histories under a random fault
+#               schedule, for CHAOS_DURATION (default 10m); CHAOS_SEED
+#               repeats a schedule (see docs/testing.md)
 #   make bench  pgrouted against pgx, GORM's dbresolver and a pin after
 #               write, on a local cluster (about 14 minutes); writes
 #               bench/RESULTS.md
@@ -17,11 +21,11 @@
 #               a compatibility subset on each PostgreSQL major version, 13
 #               to 18 (see below)
 #
-# All four install PostgreSQL when it is missing and this runs as root with
-# apt-get; otherwise they say which command to run. `make test` does the same
+# Each installs PostgreSQL when it is missing and this runs as root with
+# apt-get; otherwise it says which command to run. `make test` does the same
 # for Patroni and etcd (apt-get install -y patroni etcd-server).
 
-.PHONY: demo cluster test test-versions postgres patroni vet fmt bench
+.PHONY: demo cluster test test-versions postgres patroni vet fmt bench chaos
 
 # demo and cluster build the command first rather than use go run, which
 # exits 1 on Ctrl-C whatever the command returns: Ctrl-C is a normal end of
@@ -47,6 +51,13 @@ test: postgres patroni
 
 bench: postgres
 	./bench/run.sh
+
+# TestConsistencyUnderFaults, long and without -race (make test runs it for
+# about 20 s a check): CHAOS_DURATION=30m, CHAOS_SEED=<the seed a run
+# logged>. Failing histories are drawn in PGROUTED_HISTORY_DIR (default
+# ./chaos-history).
+chaos: postgres
+	./scripts/chaos.sh
 
 postgres:
 	@./scripts/ensure-postgres.sh

@@ -3,9 +3,11 @@ module github.com/pgrouted/pgrouted
 go 1.26
 
 require (
+	github.com/anishathalye/porcupine v1.3.1
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/prometheus/client_golang v1.21.1
 	go.uber.org/goleak v1.3.0
+	golang.org/x/sys v0.31.0
 )
 
 require (
@@ -21,7 +23,6 @@ require (
 	github.com/prometheus/common v0.62.0 // indirect
 	github.com/prometheus/procfs v0.15.1 // indirect
 	golang.org/x/sync v0.22.0 // indirect
-	golang.org/x/sys v0.31.0 // indirect
 	golang.org/x/text v0.41.0 // indirect
 	google.golang.org/protobuf v1.36.1 // indirect
 )
