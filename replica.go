@@ -83,10 +83,11 @@ func (cn *conn) runOnReplicas(ctx context.Context, p *plan, cl *call) (replicaOu
 		}
 		if errors.Is(err, errNotCaughtUp) {
 			// It lacked the position (behind more than the wait, paused):
-			// another replica that may hold it is tried before the
-			// primary.
+			// another replica whose last probe proves it holds the
+			// position serves it before the primary (one that would have
+			// to check or wait too is not tried: the wait would double).
 			if attempt == 0 && ctx.Err() == nil {
-				if next, ok := cn.c.replan(ctx, p, h); ok {
+				if next, ok := cn.c.replan(ctx, p, h); ok && !next.check {
 					at = next
 					continue
 				}
