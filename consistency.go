@@ -363,6 +363,7 @@ type indexRead struct {
 	// started: the read opened the fetch's round (no read waited for it
 	// before), as ReadIndex.Join reports.
 	started bool
+	at      time.Time          // when it was asked for (consistency.Now): the fetch started after
 	wait    time.Duration      // how long the read waited for it
 	wm      lagmeter.Watermark // the position, when err is nil
 	err     error
@@ -409,9 +410,9 @@ func (c *Connector) globalPosition(ctx context.Context, v *view, rc *readCtx, g 
 // (the read index: shared with concurrent reads), and how long it waited.
 func (c *Connector) readPosition(ctx context.Context, g *indexRead) {
 	g.done = true
-	start := consistency.Now()
+	g.at = consistency.Now()
 	g.wm, g.started, g.err = c.rw.index.Join(ctx)
-	g.wait = consistency.Now().Sub(start)
+	g.wait = consistency.Now().Sub(g.at)
 	c.rw.index.AddWait(g.wait)
 }
 
@@ -452,7 +453,7 @@ func (c *Connector) resolveDeferred(ctx context.Context, v *view, rc *readCtx, p
 	if d.err != nil {
 		return pick{reason: ReasonPositionUnknown}
 	}
-	st, ok, e := rc.read.ResolveDeferred(d.wm, rc.now)
+	st, ok, e := rc.read.ResolveDeferred(d.wm, d.at, rc.now)
 	rc.st = st
 	c.reportLoss(e)
 	if !ok {

@@ -276,11 +276,12 @@ func (r *Read) Settle(p *Primary, now time.Time, commit bool) (_ *State, lost bo
 	return r.combine(), lost, e
 }
 
-// ResolveDeferred completes each deferred state of the read with pos (see
-// Mark.ResolveDeferred) and returns the state the read plans with; ok is
+// ResolveDeferred completes each deferred state of the read with pos, read
+// by a query that started after readAt (see Mark.ResolveDeferred), and
+// returns the state the read plans with; ok is
 // false when pos is on another history than one of them. e is the loss
 // to report, found by the mark of every write only.
-func (r *Read) ResolveDeferred(pos lagmeter.Watermark, now time.Time) (_ *State, ok bool, e Effect) {
+func (r *Read) ResolveDeferred(pos lagmeter.Watermark, readAt, now time.Time) (_ *State, ok bool, e Effect) {
 	ok = true
 	for i := range r.n {
 		if !r.sts[i].pending {
@@ -288,7 +289,7 @@ func (r *Read) ResolveDeferred(pos lagmeter.Watermark, now time.Time) (_ *State,
 		}
 		var oki bool
 		var ei Effect
-		r.sts[i], oki, ei = r.marks[i].ResolveDeferred(r.sts[i], pos, now)
+		r.sts[i], oki, ei = r.marks[i].ResolveDeferred(r.sts[i], pos, readAt, now)
 		ok = ok && oki
 		if r.marks[i] == &r.s.every {
 			e = ei

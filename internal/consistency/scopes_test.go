@@ -78,7 +78,7 @@ func TestScopesDeferred(t *testing.T) {
 		t.Fatalf("read of the written relation: %+v, want its position deferred", st)
 	}
 	pos := lagmeter.Watermark{SystemID: 7, Timeline: 1, LSN: 4242}
-	st, ok, _ := own.ResolveDeferred(pos, now)
+	st, ok, _ := own.ResolveDeferred(pos, now.Add(time.Millisecond), now)
 	if !ok || st.Pending() || st.Watermark() != pos {
 		t.Fatalf("resolved: %+v %v", st, ok)
 	}
@@ -134,5 +134,30 @@ func TestScopesReadAllocatesNothing(t *testing.T) {
 	s.Wrote(false, nil, lagmeter.Watermark{SystemID: 7, Timeline: 1, LSN: 5}, now, time.Time{})
 	if n := read(1, 2); n != 1 {
 		t.Fatalf("two marks: %v allocations per read, want the combination's one", n)
+	}
+}
+
+// TestResolveDeferredAfterALaterWrite: a position read for a read serves
+// that read, but is published to the mark only when it covers every write
+// the mark records: one made after the position's read started (a read
+// planned again on another replica with its first plan's position finds
+// it) keeps its position deferred.
+func TestResolveDeferredAfterALaterWrite(t *testing.T) {
+	var s Scopes
+	on := lagmeter.Watermark{SystemID: 7, Timeline: 1}
+	readAt := Now()
+	s.WroteDeferred(true, []uint32{1}, on, readAt.Add(time.Millisecond)) // after the read began
+	var r Read
+	r.Begin(&s, true, []uint32{1})
+	r.Settle(nil, readAt, true)
+	pos := lagmeter.Watermark{SystemID: 7, Timeline: 1, LSN: 100}
+	st, ok, _ := r.ResolveDeferred(pos, readAt, readAt)
+	if !ok || st.Pending() || st.Watermark() != pos {
+		t.Fatalf("the read's own state: %+v %v", st, ok)
+	}
+	var again Read
+	again.Begin(&s, true, []uint32{1})
+	if st, _, _ := again.Settle(nil, readAt, true); !st.Pending() {
+		t.Fatalf("a write after the position's read was published as at the position: %+v", st)
 	}
 }

@@ -358,11 +358,16 @@ func (m *Mark) settleDeferred(st *State, p *Primary, now time.Time, commit bool)
 }
 
 // ResolveDeferred completes st, m's state with a deferred position, with
-// that position pos, read for a read after it began. ok is false when pos
-// is on another history than the writes' (a failover since): the position
-// is then unknown (MayBeLost). The result is published unless another
-// statement changed the mark first; the read uses it either way.
-func (m *Mark) ResolveDeferred(st *State, pos lagmeter.Watermark, now time.Time) (_ *State, ok bool, e Effect) {
+// that position pos, read by a query that started after readAt (Now), for
+// a read that began before readAt. ok is false when pos is on another
+// history than the writes' (a failover since): the position is then
+// unknown (MayBeLost). The result is the read's either way; it is
+// published (unless another statement changed the mark first) only when
+// pos covers every write st records: the last was acknowledged before
+// readAt. (A read planned again after a replica missed, with the position
+// its first plan read, may find writes made since: pos serves the read,
+// which began before them, not the mark.)
+func (m *Mark) ResolveDeferred(st *State, pos lagmeter.Watermark, readAt, now time.Time) (_ *State, ok bool, e Effect) {
 	next := *st
 	if !sameHistory(pos, st.pendingOn) {
 		next.pending, next.unknown, next.unknownAt = false, true, now
@@ -372,7 +377,9 @@ func (m *Mark) ResolveDeferred(st *State, pos lagmeter.Watermark, now time.Time)
 		return &next, false, e
 	}
 	next.pending, next.wm, next.fetched = false, later(st.wm, pos), true
-	m.p.CompareAndSwap(st, &next)
+	if !st.pendingAt.After(readAt) {
+		m.p.CompareAndSwap(st, &next)
+	}
 	return &next, true, e
 }
 
