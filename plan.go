@@ -284,9 +284,12 @@ func (p *plan) toPrimary(o replicaOutcome) {
 }
 
 // replan chooses another replica for p after the one it had (skip) failed:
-// the same eligibility as plan's, without skip. It reports false when
-// there is none.
-func (c *Connector) replan(ctx context.Context, p *plan, skip *host) (target, bool) {
+// the same eligibility as plan's, without skip; with noWait, a replica that
+// must check the read's position does so without waiting for it (the read
+// waited already). It reports false when there is none. A target it
+// returns is run: its wait, if any, holds a slot of the replica's
+// (waitFor).
+func (c *Connector) replan(ctx context.Context, p *plan, skip *host, noWait bool) (target, bool) {
 	v := c.view()
 	var rc readCtx
 	if err := c.readCtx(&rc, ctx, &p.in, p.reads, p.replicaForced, v, true); err != nil {
@@ -302,7 +305,11 @@ func (c *Connector) replan(ctx context.Context, p *plan, skip *host) (target, bo
 	if next.host == nil {
 		return target{}, false
 	}
-	return target{host: next.host, check: next.check, wm: next.wm, wait: c.waitFor(&p.in, next), wrote: next.wrote}, true
+	t := target{host: next.host, check: next.check, wm: next.wm, wrote: next.wrote}
+	if !noWait {
+		t.wait = c.waitFor(&p.in, next)
+	}
+	return t, true
 }
 
 // decision describes a plan for Explain and RouteEvent.

@@ -83,11 +83,11 @@ func (cn *conn) runOnReplicas(ctx context.Context, p *plan, cl *call) (replicaOu
 		}
 		if errors.Is(err, errNotCaughtUp) {
 			// It lacked the position (behind more than the wait, paused):
-			// another replica whose last probe proves it holds the
-			// position serves it before the primary (one that would have
-			// to check or wait too is not tried: the wait would double).
+			// another replica that holds it serves it before the primary,
+			// after a check of its own if its probe cannot prove it, but
+			// without a second wait.
 			if attempt == 0 && ctx.Err() == nil {
-				if next, ok := cn.c.replan(ctx, p, h); ok && !next.check {
+				if next, ok := cn.c.replan(ctx, p, h, true); ok {
 					at = next
 					continue
 				}
@@ -116,7 +116,7 @@ func (cn *conn) runOnReplicas(ctx context.Context, p *plan, cl *call) (replicaOu
 		cn.c.top.ProbeNow(h.idx)
 		cl.retried, cl.replicaFailed = true, true
 		if attempt == 0 {
-			if next, ok := cn.c.replan(ctx, p, h); ok {
+			if next, ok := cn.c.replan(ctx, p, h, false); ok {
 				at = next
 				continue
 			}
