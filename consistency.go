@@ -31,7 +31,7 @@ import (
 // share.
 type readYourWrites struct {
 	writes consistency.Scopes
-	// level is pgrouted_consistency's (intentOf).
+	// level is pgrouted_consistency's (setIntent).
 	level consistency.Level
 	// explore counts the reads that found no replica worth checking
 	// (worthChecking); deferredUse is what the reads of deferred positions
@@ -98,17 +98,9 @@ func (c *Connector) noteProcessScope(p *plan, cl *call) {
 	}
 }
 
-// intentOf resolves the read-your-writes intent of a statement whose
-// context has options o: once per statement (or transaction), carried by
-// its plan.
-func (c *Connector) intentOf(o *options) consistency.Intent {
-	var in consistency.Intent
-	c.setIntent(&in, o)
-	return in
-}
-
-// setIntent is intentOf, written in place (the plan's: no copy of it on
-// every statement's path).
+// setIntent resolves in place the read-your-writes intent of a statement
+// whose context has options o: once per statement (or transaction), in its
+// plan.
 func (c *Connector) setIntent(in *consistency.Intent, o *options) {
 	in.Level, in.Scopes, in.Wait, in.Session = c.rw.level, &c.rw.writes, c.cfg.ReplicaWait, false
 	if o.consistency != "" {

@@ -203,3 +203,10 @@ func TestWorthChecking(t *testing.T) {
 		t.Fatalf("%d of %d reads explored, want 1 in %d", explored, 8*consistency.ExploreEvery, consistency.ExploreEvery)
 	}
 }
+
+// intentOf is the intent Connector.setIntent resolves for options o.
+func (c *Connector) intentOf(o *options) consistency.Intent {
+	var in consistency.Intent
+	c.setIntent(&in, o)
+	return in
+}
