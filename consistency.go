@@ -5,7 +5,6 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -46,9 +45,6 @@ type readYourWrites struct {
 	// forged counts the Sessions' tokens found past the primary's position
 	// (vouch): Stats.ForgedTokens.
 	forged atomic.Uint64
-	// waitSlots holds each replica's wait slots (*host to *waitSlots;
-	// replicawait.go).
-	waitSlots sync.Map
 	// scope is what reads without a Session paid for the writes of the
 	// whole process (noteProcessScope).
 	scope processScope

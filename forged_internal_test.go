@@ -135,13 +135,12 @@ func TestWaitSlots(t *testing.T) {
 	if d := c.waitFor(&in, pk); d != in.Wait {
 		t.Fatalf("after a wait ended: wait %v, want %v", d, in.Wait)
 	}
-	slots := c.waitSlotsOf(h.host)
-	if !slots.take(time.Now().Add(in.Wait+waitSlack+time.Millisecond), in.Wait) {
+	if !h.waits.take(time.Now().Add(in.Wait+waitSlack+time.Millisecond), in.Wait, h.maxConns) {
 		t.Fatal("slots of reads that never waited did not free themselves")
 	}
-	var one host
-	one.maxConns = 1
-	if n := len(c.waitSlotsOf(&one).until); n != 1 {
+	var one waitSlots
+	one.take(time.Now(), time.Second, 1)
+	if n := len(one.until); n != 1 {
 		t.Fatalf("a pool of 1: %d slots, want 1", n)
 	}
 }

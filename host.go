@@ -60,6 +60,8 @@ type host struct {
 	// missed is the last position a replica wait on it did not see in
 	// time (replicawait.go).
 	missed atomic.Pointer[waitMiss]
+	// waits are its slots for reads that wait on it (replicawait.go).
+	waits waitSlots
 	// flight is the replica connections borrowed now.
 	flight hostFlight
 	// descs are the statement descriptions read on it, for the pipelined

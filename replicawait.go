@@ -68,7 +68,7 @@ func (c *Connector) waitFor(in *consistency.Intent, pk pick) time.Duration {
 		// timeline not in its history) is not waited on at all.
 		return 0
 	}
-	if !in.DryRun && !c.waitSlotsOf(h.host).take(time.Now(), d) {
+	if !in.DryRun && !h.waits.take(time.Now(), d, h.maxConns) {
 		return 0
 	}
 	return d
@@ -87,20 +87,15 @@ type waitSlots struct {
 	until []time.Time
 }
 
-// waitSlotsOf returns h's wait slots.
-func (c *Connector) waitSlotsOf(h *host) *waitSlots {
-	if s, ok := c.rw.waitSlots.Load(h); ok {
-		return s.(*waitSlots)
-	}
-	s, _ := c.rw.waitSlots.LoadOrStore(h, &waitSlots{until: make([]time.Time, max(h.maxConns/2, 1))})
-	return s.(*waitSlots)
-}
-
 // take takes a free slot at now for a wait of up to d, and reports
-// whether there was one.
-func (s *waitSlots) take(now time.Time, d time.Duration) bool {
+// whether there was one; a pool of maxConns connections has half as many
+// slots, at least one.
+func (s *waitSlots) take(now time.Time, d time.Duration, maxConns int64) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.until == nil {
+		s.until = make([]time.Time, max(maxConns/2, 1))
+	}
 	for i, u := range s.until {
 		if !u.After(now) {
 			s.until[i] = now.Add(d + waitSlack)
@@ -183,7 +178,7 @@ func (c *Connector) waited(h *host, conn uint64, wm lagmeter.Watermark, wait tim
 	if wait <= 0 {
 		return 0
 	}
-	c.waitSlotsOf(h).give(time.Now())
+	h.waits.give(time.Now())
 	if err != nil && !errors.Is(err, errNotCaughtUp) {
 		return 0
 	}
