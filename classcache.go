@@ -51,13 +51,15 @@ func (cc *classCache) slot(query string) *atomic.Pointer[classEntry] {
 	return &cc.slots[maphash.String(cc.seed, query)%classSlots]
 }
 
-// get returns query's classification under fns, if the cache holds it.
-func (cc *classCache) get(query string, fns *sqlclass.Functions) (sqlclass.Result, bool) {
+// get writes query's classification under fns to dst, if the cache holds
+// it, and reports whether it did.
+func (cc *classCache) get(query string, fns *sqlclass.Functions, dst *sqlclass.Result) bool {
 	e := cc.slot(query).Load()
 	if e == nil || e.fns != fns || e.query != query {
-		return sqlclass.Result{}, false
+		return false
 	}
-	return e.r, true
+	*dst = e.r
+	return true
 }
 
 // put stores query's classification r under fns.
@@ -70,25 +72,24 @@ func (cc *classCache) put(query string, fns *sqlclass.Functions, r sqlclass.Resu
 	cc.slot(query).Store(&classEntry{query: strings.Clone(query), fns: fns, r: r})
 }
 
-// classify classifies query, judging the functions it calls by the
+// classify classifies query into dst, judging the functions it calls by the
 // catalog's snapshot. Before the first snapshot every function is unknown:
 // a statement that calls one waits for it (catalogBootWait at most) rather
 // than pin its connection for a call of count(*). Classifications under a
 // loaded snapshot are cached (classcache.go); those made before the first
 // load are not, so that the next run of the same text waits for it again.
-func (c *Connector) classify(ctx context.Context, query string) sqlclass.Result {
+func (c *Connector) classify(ctx context.Context, query string, dst *sqlclass.Result) {
 	fns := c.funcs.functions()
-	if r, ok := c.classes.get(query, fns); ok {
-		return r
+	if c.classes.get(query, fns, dst) {
+		return
 	}
-	r := classifyText(query, fns)
+	*dst = classifyText(query, fns)
 	if !c.funcs.isLoaded() {
-		if r.Func != sqlclass.FuncUnknown || !c.funcs.waitLoaded(ctx, catalogBootWait) {
-			return r
+		if dst.Func != sqlclass.FuncUnknown || !c.funcs.waitLoaded(ctx, catalogBootWait) {
+			return
 		}
 		fns = c.funcs.functions()
-		r = classifyText(query, fns)
+		*dst = classifyText(query, fns)
 	}
-	c.classes.put(query, fns, r)
-	return r
+	c.classes.put(query, fns, *dst)
 }

@@ -213,10 +213,13 @@ func (cn *conn) run(ctx context.Context, cl *call) (err error) {
 		return driver.ErrBadConn
 	}
 	began := cn.c.began()
-	r := cl.class
-	if !cl.classified {
-		r = cn.c.classify(ctx, cl.query)
+	q := request{pinned: cn.pinned}
+	if cl.classified {
+		q.r = cl.class
+	} else {
+		cn.c.classify(ctx, cl.query, &q.r)
 	}
+	r := &q.r
 	cl.single = r.Statements == 1
 	if cl.px.batched() {
 		// The text is the batch's most dangerous statement: the others
@@ -227,10 +230,11 @@ func (cn *conn) run(ctx context.Context, cl *call) (err error) {
 		defer cn.catalogChanged()
 	}
 	if cn.tx != nil {
-		return cn.tx.run(ctx, r, cl, began)
+		return cn.tx.run(ctx, *r, cl, began)
 	}
 	var p plan
-	cn.c.plan(ctx, &request{r: r, pinned: cn.pinned, inTx: cn.inSQLTx(), fn: r.FuncName(cl.query), refused: cn.c.refused.has(cl.query)}, true, &p)
+	q.inTx, q.fn, q.refused = cn.inSQLTx(), r.FuncName(cl.query), cn.c.refused.has(cl.query)
+	cn.c.plan(ctx, &q, true, &p)
 	defer func() { cn.c.report(ctx, &p, cl, began, err) }()
 	if p.err != nil {
 		return p.err
@@ -249,7 +253,7 @@ func (cn *conn) run(ctx context.Context, cl *call) (err error) {
 
 // execute runs cl where p says: on a replica, then on the primary when the
 // replica path fell back (onReplicas), or on the primary.
-func (cn *conn) execute(ctx context.Context, p *plan, r sqlclass.Result, cl *call) error {
+func (cn *conn) execute(ctx context.Context, p *plan, r *sqlclass.Result, cl *call) error {
 	if done, err := cn.onReplicas(ctx, p, cl); done {
 		return err
 	}

@@ -143,7 +143,7 @@ type readCtx struct {
 // marked a dry run (nothing the plan takes needs giving back). With commit
 // true a Session's position restored from a token is vouched for first
 // (vouch).
-func (c *Connector) readCtx(rc *readCtx, ctx context.Context, in *consistency.Intent, reads sqlclass.Scope, forced bool, v *view, commit bool) error {
+func (c *Connector) readCtx(rc *readCtx, ctx context.Context, in *consistency.Intent, reads *sqlclass.Scope, forced bool, v *view, commit bool) error {
 	rc.ctx, rc.level, rc.wait, rc.budget, rc.now, rc.forced = ctx, in.Level, in.Wait, c.budget, consistency.Now(), forced
 	in.DryRun = !commit
 	if in.HasMaxLag {
@@ -170,9 +170,8 @@ func (c *Connector) readCtx(rc *readCtx, ctx context.Context, in *consistency.In
 			c.vouch(ctx, v, in, every)
 		}
 	}
-	var e consistency.Effect
-	rc.st, rc.lost, e = rc.read.Settle(v.primaryState(), rc.now, commit)
-	c.reportLoss(e)
+	rc.st, rc.lost = rc.read.Settle(v.primaryState(), rc.now, commit)
+	c.reportLoss(rc.read.Effect())
 	return nil
 }
 
@@ -216,7 +215,7 @@ func (c *Connector) knownPosition(v *view) lagmeter.Watermark {
 // lost with the old primary (RouteEvent.WriteLost, Stats.LostWrites, a
 // warning), or writes that may have been (Stats.TimelineResets; the log
 // says it once per new timeline, not once per request).
-func (c *Connector) reportLoss(e consistency.Effect) {
+func (c *Connector) reportLoss(e *consistency.Effect) {
 	switch e.Report {
 	case consistency.Lost:
 		c.counters.lostWrites.Add(1)
@@ -441,9 +440,9 @@ func (c *Connector) resolveDeferred(ctx context.Context, v *view, rc *readCtx, p
 	if d.err != nil {
 		return pick{reason: ReasonPositionUnknown}
 	}
-	st, ok, e := rc.read.ResolveDeferred(d.wm, d.at, rc.now)
+	st, ok := rc.read.ResolveDeferred(d.wm, d.at, rc.now)
 	rc.st = st
-	c.reportLoss(e)
+	c.reportLoss(rc.read.Effect())
 	if !ok {
 		return pick{reason: ReasonPositionUnknown}
 	}

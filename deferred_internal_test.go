@@ -30,7 +30,7 @@ func sessionRead(t *testing.T, c *Connector, v *view) *readCtx {
 	t.Helper()
 	in := c.intentOf(noOptions)
 	rc := new(readCtx)
-	if err := c.readCtx(rc, context.Background(), &in, sqlclass.AllRelations, false, v, true); err != nil {
+	if err := c.readCtx(rc, context.Background(), &in, &sqlclass.AllRelations, false, v, true); err != nil {
 		t.Fatal(err)
 	}
 	return rc

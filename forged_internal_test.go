@@ -51,7 +51,7 @@ func TestVouch(t *testing.T) {
 			}
 			in := c.intentOf(&options{session: s})
 			var rc readCtx
-			if err := c.readCtx(&rc, context.Background(), &in, sqlclass.AllRelations, false, v, true); err != nil {
+			if err := c.readCtx(&rc, context.Background(), &in, &sqlclass.AllRelations, false, v, true); err != nil {
 				t.Fatal(err)
 			}
 			if (fetches > 0) != tc.asks {
@@ -63,7 +63,7 @@ func TestVouch(t *testing.T) {
 			}
 			if tc.forged {
 				// Asked again (a retry on another replica): nothing more.
-				if err := c.readCtx(&rc, context.Background(), &in, sqlclass.AllRelations, false, v, true); err != nil || c.rw.forged.Load() != 1 {
+				if err := c.readCtx(&rc, context.Background(), &in, &sqlclass.AllRelations, false, v, true); err != nil || c.rw.forged.Load() != 1 {
 					t.Errorf("second plan: %v, %d counted", err, c.rw.forged.Load())
 				}
 			}
@@ -81,7 +81,7 @@ func TestVouch(t *testing.T) {
 	s.s.Wrote(false, nil, lagmeter.Watermark{SystemID: 7, Timeline: 1, LSN: known + 1<<20}, time.Now(), time.Time{})
 	in := c.intentOf(&options{session: s})
 	var rc readCtx
-	if err := c.readCtx(&rc, context.Background(), &in, sqlclass.AllRelations, false, v, true); err != nil || rc.st.Empty() {
+	if err := c.readCtx(&rc, context.Background(), &in, &sqlclass.AllRelations, false, v, true); err != nil || rc.st.Empty() {
 		t.Fatalf("a Session of this process's writes: %v, %+v", err, rc.st)
 	}
 }

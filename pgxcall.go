@@ -339,7 +339,8 @@ func newPgxCall(cl call, px pgxCall) *call {
 func batchCall(c *Connector, ctx context.Context, b *pgx.Batch) *call {
 	text, rank := "", -1
 	for _, q := range b.QueuedQueries {
-		r := c.classify(ctx, q.SQL)
+		var r sqlclass.Result
+		c.classify(ctx, q.SQL, &r)
 		k := 2 * r.Class.Rank()
 		if r.Class == sqlclass.Read && r.Hint == sqlclass.HintPrimary {
 			k = 1 // over any read, under any other statement

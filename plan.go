@@ -130,10 +130,15 @@ func (c *Connector) plan(ctx context.Context, q *request, advance bool, p *plan)
 		}
 	}
 	class := q.r.Class
-	p.reads, p.writes = q.r.Reads, q.r.Writes
 	if q.refused && class == sqlclass.Read {
 		// It wrote when it ran on a replica: its effects are not known.
 		class = sqlclass.Session
+	}
+	// A read needs only what it reads; anything else, only what it writes.
+	if class == sqlclass.Read {
+		p.reads = q.r.Reads
+	} else {
+		p.writes = q.r.Writes
 	}
 	p.op, p.class, p.forced, p.canFallback = opOf(class), class, route, c.canFallback(route)
 	if class != sqlclass.Read {
@@ -210,7 +215,7 @@ func (c *Connector) planTx(ctx context.Context, q *request, route Route, advance
 func (c *Connector) planReplica(ctx context.Context, p *plan, advance bool) {
 	v := c.view()
 	var rc readCtx
-	if err := c.readCtx(&rc, ctx, &p.in, p.reads, p.replicaForced, v, advance); err != nil {
+	if err := c.readCtx(&rc, ctx, &p.in, &p.reads, p.replicaForced, v, advance); err != nil {
 		p.err = err
 		return
 	}
@@ -292,7 +297,7 @@ func (p *plan) toPrimary(o replicaOutcome) {
 func (c *Connector) replan(ctx context.Context, p *plan, skip *host, noWait bool) (target, bool) {
 	v := c.view()
 	var rc readCtx
-	if err := c.readCtx(&rc, ctx, &p.in, p.reads, p.replicaForced, v, true); err != nil {
+	if err := c.readCtx(&rc, ctx, &p.in, &p.reads, p.replicaForced, v, true); err != nil {
 		return target{}, false
 	}
 	g := p.global
@@ -492,8 +497,9 @@ func (c *Connector) pickReplica(v *view, rc *readCtx, advance bool, skip *host) 
 // the read needs at least.
 func (c *Connector) Explain(ctx context.Context, query string) (Decision, error) {
 	var p plan
-	q := request{r: c.classify(ctx, query), refused: c.refused.has(query)}
-	q.fn = q.r.FuncName(query)
+	var q request
+	c.classify(ctx, query, &q.r)
+	q.refused, q.fn = c.refused.has(query), q.r.FuncName(query)
 	c.plan(ctx, &q, false, &p)
 	return p.decision(c), p.err
 }

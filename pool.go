@@ -146,7 +146,8 @@ func (p *Pool) run(ctx context.Context, cl *call) error {
 // classification is kept in cl for conn.run.
 func (p *Pool) refuseSessionState(ctx context.Context, cl *call) error {
 	if cl.px.kind != pxBatch {
-		cl.class, cl.classified = p.c.classify(ctx, cl.query), true
+		p.c.classify(ctx, cl.query, &cl.class)
+		cl.classified = true
 		if changesSession(cl.class, cl.query) {
 			return p.refuse(ctx, cl.query)
 		}
@@ -171,7 +172,9 @@ func (p *Pool) refuse(ctx context.Context, query string) error {
 // not only through a function the catalog does not know as STABLE or
 // IMMUTABLE, which runs on the primary without pinning (see Pool).
 func (c *Connector) changesSession(ctx context.Context, query string) bool {
-	return changesSession(c.classify(ctx, query), query)
+	var r sqlclass.Result
+	c.classify(ctx, query, &r)
+	return changesSession(r, query)
 }
 
 // changesSession is Connector.changesSession for query classified r.

@@ -33,7 +33,7 @@ func readOnly25006(err error) bool {
 // bookkeeping that follows a write: it runs it once more when nothing can
 // have run (the session broke before, or a demoted primary refused it),
 // and raises the read-your-writes watermark after it.
-func (cn *conn) runOnPrimary(ctx context.Context, p *plan, r sqlclass.Result, cl *call) error {
+func (cn *conn) runOnPrimary(ctx context.Context, p *plan, r *sqlclass.Result, cl *call) error {
 	for attempt := 0; ; attempt++ {
 		sc, err := cn.primaryConn(ctx, p.op)
 		if err != nil {
@@ -149,7 +149,7 @@ func (cn *conn) execPrimary(ctx context.Context, in *consistency.Intent, ws sqlc
 // as it does for a statement that pgx could not send (pgconn.SafeToRetry).
 // Whatever answered first (a row, a command tag) leaves the outcome
 // unknown: the error stays.
-func endedUnanswered(r sqlclass.Result, cl *call, err error) bool {
+func endedUnanswered(r *sqlclass.Result, cl *call, err error) bool {
 	if !cl.unanswered || !r.DML || !cl.single || err == nil {
 		return false
 	}
@@ -259,7 +259,7 @@ func (cn *conn) raiseAfterStatement(ctx context.Context, in *consistency.Intent,
 // ordinary path runs as pgx does), made with a Session (a write without
 // one defers its position: consistency.Intent.Positioned), that may be
 // pipelined (pipelines).
-func (cn *conn) positioned(in *consistency.Intent, r sqlclass.Result, cl *call) bool {
+func (cn *conn) positioned(in *consistency.Intent, r *sqlclass.Result, cl *call) bool {
 	if !r.DML || !in.Positioned() || cn.inSQLTx() {
 		return false
 	}

@@ -228,6 +228,7 @@ type Read struct {
 	marks [maxReadMarks]*Mark
 	sts   [maxReadMarks]*State
 	n     int
+	eff   Effect // the loss the last Settle or ResolveDeferred found (Effect)
 }
 
 // Begin makes r the read of the relations keys (named), or of unknown
@@ -254,35 +255,42 @@ func (r *Read) Every() *State { return r.s.every.Load() }
 // Settle settles each mark of the read in view of p (see Mark.Settle),
 // committing what it learns when commit is true, and returns the state
 // the read plans with and whether the caller's last write was found lost.
-// Losses are reported (e) from the mark of every write, which Settle also
-// settles, so that one write is reported once, whichever relations the
-// reads that find it read.
-func (r *Read) Settle(p *Primary, now time.Time, commit bool) (_ *State, lost bool, e Effect) {
+// The loss to report is then r.Effect(): found by the mark of every write,
+// which Settle also settles, so that one write is reported once,
+// whichever relations the reads that find it read.
+func (r *Read) Settle(p *Primary, now time.Time, commit bool) (_ *State, lost bool) {
 	every := &r.s.every
+	r.eff = Effect{}
 	if r.n != 1 || r.marks[0] != every {
 		if st := every.Load(); !st.blank() {
-			_, _, e = every.Settle(st, p, now, commit)
+			_, _, r.eff = every.Settle(st, p, now, commit)
 		}
 	}
 	for i := range r.n {
+		st := r.marks[i].Load()
+		if st.blank() {
+			r.sts[i] = st // Settle's first case, without its call
+			continue
+		}
 		var l bool
 		var ei Effect
-		r.sts[i], l, ei = r.marks[i].Settle(r.marks[i].Load(), p, now, commit)
+		r.sts[i], l, ei = r.marks[i].Settle(st, p, now, commit)
 		lost = lost || l
 		if r.marks[i] == every {
-			e = ei
+			r.eff = ei
 		}
 	}
-	return r.combine(), lost, e
+	return r.combine(), lost
 }
 
 // ResolveDeferred completes each deferred state of the read with pos, read
 // by a query that started after readAt (see Mark.ResolveDeferred), and
-// returns the state the read plans with; ok is
-// false when pos is on another history than one of them. e is the loss
-// to report, found by the mark of every write only.
-func (r *Read) ResolveDeferred(pos lagmeter.Watermark, readAt, now time.Time) (_ *State, ok bool, e Effect) {
+// returns the state the read plans with; ok is false when pos is on
+// another history than one of them. The loss to report is then
+// r.Effect(), found by the mark of every write only.
+func (r *Read) ResolveDeferred(pos lagmeter.Watermark, readAt, now time.Time) (_ *State, ok bool) {
 	ok = true
+	r.eff = Effect{}
 	for i := range r.n {
 		if !r.sts[i].pending {
 			continue
@@ -292,11 +300,15 @@ func (r *Read) ResolveDeferred(pos lagmeter.Watermark, readAt, now time.Time) (_
 		r.sts[i], oki, ei = r.marks[i].ResolveDeferred(r.sts[i], pos, readAt, now)
 		ok = ok && oki
 		if r.marks[i] == &r.s.every {
-			e = ei
+			r.eff = ei
 		}
 	}
-	return r.combine(), ok, e
+	return r.combine(), ok
 }
+
+// Effect is the loss the read's last Settle or ResolveDeferred found, to
+// report (its Report NoLoss when none).
+func (r *Read) Effect() *Effect { return &r.eff }
 
 // combine returns the state of the read: the one state that records a
 // write, or their combination (a new State: a read's own, never a part of

@@ -21,7 +21,7 @@ func TestScopes(t *testing.T) {
 		t.Helper()
 		var r Read
 		r.Begin(&s, named, keys)
-		st, _, _ := r.Settle(nil, now, true)
+		st, _ := r.Settle(nil, now, true)
 		return st.Watermark().LSN
 	}
 	s.Wrote(true, []uint32{1}, at(100), now, time.Time{})
@@ -53,7 +53,7 @@ func TestScopes(t *testing.T) {
 	o.Wrote(true, []uint32{999}, at(5000), now, time.Time{})
 	var r Read
 	r.Begin(&o, true, []uint32{1})
-	if st, _, _ := r.Settle(nil, now, true); st.Watermark().LSN != 5000 {
+	if st, _ := r.Settle(nil, now, true); st.Watermark().LSN != 5000 {
 		t.Fatalf("a write beyond the relations kept apart is not read as every relation's: %v", st.Watermark())
 	}
 }
@@ -68,23 +68,23 @@ func TestScopesDeferred(t *testing.T) {
 	s.WroteDeferred(true, []uint32{1}, on, now)
 	var other Read
 	other.Begin(&s, true, []uint32{2})
-	if st, _, _ := other.Settle(nil, now, true); st.Pending() || !st.Watermark().IsZero() {
+	if st, _ := other.Settle(nil, now, true); st.Pending() || !st.Watermark().IsZero() {
 		t.Fatalf("read of another relation: %+v, want nothing needed", st)
 	}
 	var own Read
 	own.Begin(&s, true, []uint32{1})
-	st, _, _ := own.Settle(nil, now, true)
+	st, _ := own.Settle(nil, now, true)
 	if !st.Pending() {
 		t.Fatalf("read of the written relation: %+v, want its position deferred", st)
 	}
 	pos := lagmeter.Watermark{SystemID: 7, Timeline: 1, LSN: 4242}
-	st, ok, _ := own.ResolveDeferred(pos, now.Add(time.Millisecond), now)
+	st, ok := own.ResolveDeferred(pos, now.Add(time.Millisecond), now)
 	if !ok || st.Pending() || st.Watermark() != pos {
 		t.Fatalf("resolved: %+v %v", st, ok)
 	}
 	var again Read
 	again.Begin(&s, true, []uint32{1})
-	if st, _, _ := again.Settle(nil, now, true); st.Pending() || st.Watermark() != pos {
+	if st, _ := again.Settle(nil, now, true); st.Pending() || st.Watermark() != pos {
 		t.Fatalf("the next read: %+v, want the position read", st)
 	}
 	if !s.Every().Load().Pending() {
@@ -103,7 +103,7 @@ func TestScopesCombined(t *testing.T) {
 	s.WroteDeferred(true, []uint32{2}, lagmeter.Watermark{SystemID: 7, Timeline: 1}, now.Add(time.Millisecond))
 	var r Read
 	r.Begin(&s, true, []uint32{1, 2})
-	st, _, _ := r.Settle(nil, now, true)
+	st, _ := r.Settle(nil, now, true)
 	if st.Watermark().LSN != 50 || !st.Pending() || st.LastWrite().IsZero() {
 		t.Fatalf("combined: %+v", st)
 	}
@@ -151,13 +151,13 @@ func TestResolveDeferredAfterALaterWrite(t *testing.T) {
 	r.Begin(&s, true, []uint32{1})
 	r.Settle(nil, readAt, true)
 	pos := lagmeter.Watermark{SystemID: 7, Timeline: 1, LSN: 100}
-	st, ok, _ := r.ResolveDeferred(pos, readAt, readAt)
+	st, ok := r.ResolveDeferred(pos, readAt, readAt)
 	if !ok || st.Pending() || st.Watermark() != pos {
 		t.Fatalf("the read's own state: %+v %v", st, ok)
 	}
 	var again Read
 	again.Begin(&s, true, []uint32{1})
-	if st, _, _ := again.Settle(nil, readAt, true); !st.Pending() {
+	if st, _ := again.Settle(nil, readAt, true); !st.Pending() {
 		t.Fatalf("a write after the position's read was published as at the position: %+v", st)
 	}
 }
