@@ -3,6 +3,7 @@ package consistency
 import (
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/pgrouted/pgrouted/lagmeter"
 )
@@ -39,6 +40,22 @@ type Scopes struct {
 	rels  atomic.Pointer[relTable] // at the first write to a named relation
 	// foreign is set by IgnoreForeign; *nil func: no callback.
 	foreign atomic.Pointer[func()]
+	// combos are the latest combinations of states reads made (see
+	// Read.combine), by the states combined.
+	combos [maxCombos]atomic.Pointer[combo]
+}
+
+// maxCombos bounds the combinations a Scopes keeps: reads of different
+// sets of written relations that share a slot replace each other.
+const maxCombos = 8
+
+// combo is the combination c of the states sts: States are immutable, so
+// a read that combines the same states (no write since to a relation it
+// reads) uses c again, and allocates nothing.
+type combo struct {
+	sts [maxReadMarks]*State
+	n   int
+	c   *State
 }
 
 // relTable is a Scopes' marks by relation: a slot is claimed (its key
@@ -234,7 +251,7 @@ type Read struct {
 // Begin makes r the read of the relations keys (named), or of unknown
 // relations, in s.
 func (r *Read) Begin(s *Scopes, named bool, keys []uint32) {
-	r.s, r.n = s, 0
+	r.s, r.n, r.sts = s, 0, [maxReadMarks]*State{}
 	if !named || len(keys) >= maxReadMarks {
 		r.marks[0], r.n = &s.every, 1
 		return
@@ -311,9 +328,10 @@ func (r *Read) ResolveDeferred(pos lagmeter.Watermark, readAt, now time.Time) (_
 func (r *Read) Effect() *Effect { return &r.eff }
 
 // combine returns the state of the read: the one state that records a
-// write, or their combination (a new State: a read's own, never a part of
-// r, which lives on its reader's stack): the later watermark, an unknown
-// or deferred position when any is, the last write.
+// write, or their combination (never a part of r, which lives on its
+// reader's stack: a State of its own, made once for the same states and
+// kept in the Scopes' combos): the later watermark, an unknown or
+// deferred position when any is, the last write.
 func (r *Read) combine() *State {
 	var one *State
 	k := 0
@@ -330,9 +348,32 @@ func (r *Read) combine() *State {
 	case 1:
 		return one
 	}
+	sts := r.sts[:r.n]
+	slot := &r.s.combos[comboSlot(sts)]
+	if m := slot.Load(); m != nil && m.n == r.n && m.sts == r.sts {
+		return m.c
+	}
+	c := combine(sts)
+	slot.Store(&combo{sts: r.sts, n: r.n, c: c})
+	return c
+}
+
+// comboSlot is the slot of Scopes.combos that the combination of sts
+// goes to.
+func comboSlot(sts []*State) uintptr {
+	var h uintptr
+	for _, st := range sts {
+		h = h*31 + uintptr(unsafe.Pointer(st))>>4
+	}
+	return h % maxCombos
+}
+
+// combine is the combination of sts, two or more of which record a
+// write: a new State.
+func combine(sts []*State) *State {
 	c := new(State)
 	var newest *State // the deferred state of the last write, its identity
-	for _, st := range r.sts[:r.n] {
+	for _, st := range sts {
 		if st.blank() {
 			continue
 		}

@@ -115,25 +115,46 @@ func TestScopesCombined(t *testing.T) {
 // TestScopesReadAllocatesNothing: beginning and settling a read of
 // relations allocates nothing when one mark records the writes it needs
 // (the usual case: a relation written, nothing written for every
-// relation); combining two allocates the combination, once.
+// relation), nor when it combines two: the combination of the same states
+// is made once, by the first read after a write, and kept (Scopes.combos).
+// A write to one of them makes the next read combine again; the reads of
+// another set of relations keep theirs.
 func TestScopesReadAllocatesNothing(t *testing.T) {
 	var s Scopes
 	now := Now()
-	s.Wrote(true, []uint32{1}, lagmeter.Watermark{SystemID: 7, Timeline: 1, LSN: 10}, now, time.Time{})
+	w := func(lsn lagmeter.LSN) lagmeter.Watermark { return lagmeter.Watermark{SystemID: 7, Timeline: 1, LSN: lsn} }
+	s.Wrote(true, []uint32{1}, w(10), now, time.Time{})
 	p := &Primary{SystemID: 7, Timeline: 1}
+	settle := func(keys ...uint32) *State {
+		var r Read
+		r.Begin(&s, true, keys)
+		st, _ := r.Settle(p, now, true)
+		return st
+	}
 	read := func(keys ...uint32) float64 {
-		return testing.AllocsPerRun(100, func() {
-			var r Read
-			r.Begin(&s, true, keys)
-			r.Settle(p, now, true)
-		})
+		return testing.AllocsPerRun(100, func() { settle(keys...) })
 	}
 	if n := read(1, 2); n != 0 {
 		t.Fatalf("one mark: %v allocations per read", n)
 	}
-	s.Wrote(false, nil, lagmeter.Watermark{SystemID: 7, Timeline: 1, LSN: 5}, now, time.Time{})
-	if n := read(1, 2); n != 1 {
-		t.Fatalf("two marks: %v allocations per read, want the combination's one", n)
+	s.Wrote(false, nil, w(5), now, time.Time{}) // broad: every read combines it
+	s.Wrote(true, []uint32{3}, w(20), now, time.Time{})
+	if n := read(1, 2); n != 0 {
+		t.Fatalf("two marks: %v allocations per read, want the combination made once", n)
+	}
+	if st := settle(1, 2); st.Watermark() != w(10) {
+		t.Fatalf("broad at 5 and relation 1 at 10 combine to %v, want 10", st.Watermark())
+	}
+	first := settle(1, 2)
+	s.Wrote(true, []uint32{1}, w(30), now, time.Time{})
+	if st := settle(1, 2); st == first || st.Watermark() != w(30) {
+		t.Fatalf("after a write to relation 1 at 30 the read combines %v (the same combination: %v), want 30", st.Watermark(), st == first)
+	}
+	if st := settle(3); st.Watermark() != w(20) {
+		t.Fatalf("relation 3 at 20 and broad at 5 combine to %v, want 20", st.Watermark())
+	}
+	if n := read(1, 2) + read(3); n != 0 {
+		t.Fatalf("reads of two sets of relations: %v allocations, want their combinations kept", n)
 	}
 }
 
