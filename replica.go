@@ -84,10 +84,12 @@ func (cn *conn) runOnReplicas(ctx context.Context, p *plan, cl *call) (replicaOu
 		if errors.Is(err, errNotCaughtUp) {
 			// It lacked the position (behind more than the wait, paused):
 			// another replica that holds it serves it before the primary,
-			// after a check of its own if its probe cannot prove it, but
-			// without a second wait.
+			// after a check of its own if its probe cannot prove it, which
+			// waits only when this one did not (a replica known to lag
+			// more than the wait is not waited on): a read waits once at
+			// most.
 			if attempt == 0 && ctx.Err() == nil {
-				if next, ok := cn.c.replan(ctx, p, h, true); ok {
+				if next, ok := cn.c.replan(ctx, p, h, at.wait > 0); ok {
 					at = next
 					continue
 				}
