@@ -122,7 +122,9 @@ func TestScopesCombined(t *testing.T) {
 func TestScopesReadAllocatesNothing(t *testing.T) {
 	var s Scopes
 	now := Now()
-	w := func(lsn lagmeter.LSN) lagmeter.Watermark { return lagmeter.Watermark{SystemID: 7, Timeline: 1, LSN: lsn} }
+	w := func(lsn lagmeter.LSN) lagmeter.Watermark {
+		return lagmeter.Watermark{SystemID: 7, Timeline: 1, LSN: lsn}
+	}
 	s.Wrote(true, []uint32{1}, w(10), now, time.Time{})
 	p := &Primary{SystemID: 7, Timeline: 1}
 	settle := func(keys ...uint32) *State {
