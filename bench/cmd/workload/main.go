@@ -244,6 +244,7 @@ func writeTargets(b *bytes.Buffer, facts map[string]float64, raw map[string][]be
 			fmt.Fprintf(b, "| 32 concurrent global readers: position fetches ≤ 1/5 of the reads (%v delay) | %.3f per read | %s |\n", d, v, verdict(v <= 0.2))
 		}
 	}
+	writeServiceTargets(b, facts, verdict)
 	for _, how := range []string{"stopped", "frozen"} {
 		for _, iv := range []time.Duration{250 * time.Millisecond, time.Second} {
 			if v, ok := facts[fmt.Sprintf("failover/%s/%v/unavail_ms", how, iv)]; ok {
@@ -253,6 +254,35 @@ func writeTargets(b *bytes.Buffer, facts map[string]float64, raw map[string][]be
 		}
 	}
 	fmt.Fprintln(b)
+}
+
+// writeServiceTargets writes the targets of the service workload (issue
+// 41): the mixed-tables service with the DSN's defaults, global reads with
+// a replica paused, and no stale read in any of its rows.
+func writeServiceTargets(b *bytes.Buffer, facts map[string]float64, verdict func(bool) string) {
+	const k = "service/mixed/"
+	if v, ok := facts[k+"share"]; ok {
+		stale, errs := facts[k+"stale"], facts[k+"errors"]
+		fmt.Fprintf(b, "| mixed-tables service, the DSN's defaults, replicas 15 and 40 ms behind: ≥ 75%% of reads on replicas, 0 stale, 0 errors | %.1f%%, %.0f stale, %.0f errors | %s |\n",
+			100*v, stale, errs, verdict(v >= 0.75 && stale == 0 && errs == 0))
+	}
+	const g = "service/global-paused/"
+	if v, ok := facts[g+"share"]; ok {
+		stale := facts[g+"stale"]
+		fmt.Fprintf(b, "| global (`replica_wait=100ms`), replicas 15 and 40 ms behind, one's replay paused 1.5 s in 8 s: ≥ 90%% of reads on replicas, 0 stale | %.1f%%, %.0f stale | %s |\n",
+			100*v, stale, verdict(v >= 0.9 && stale == 0))
+	}
+	var stale float64
+	var rows int
+	for k, v := range facts {
+		if strings.HasPrefix(k, "service/") && strings.HasSuffix(k, "/stale") {
+			stale += v
+			rows++
+		}
+	}
+	if rows > 0 {
+		fmt.Fprintf(b, "| service workload: 0 stale reads in every row | %.0f stale reads in %d rows | %s |\n", stale, rows, verdict(stale == 0))
+	}
 }
 
 // writeCostTargets writes the targets of what pgrouted costs the servers
