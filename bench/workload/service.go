@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -65,6 +67,7 @@ type svcResult struct {
 	p50, p99           time.Duration
 	primaryCPU         time.Duration // the primary's, during the run
 	waits, timeouts    uint64        // replica waits, and those that timed out
+	fallbacks          map[pgrouted.Reason]uint64
 	pauses             int
 }
 
@@ -107,7 +110,7 @@ func Service(ctx context.Context, e *Env) ([]Table, error) {
 			"during the row (postmaster and every child: the writes, the WAL sent, the position reads; not pgrouted's probe connections), over the reads served. "+
 			"*Before*: the replica share measured before read-your-writes was scoped by relation and before a read missing its position tried another replica (issue 41).",
 			svcUsers, svcMore, svcRecent, Dur(svcDelays[0]), Dur(svcDelays[1]), e.Duration),
-		Header: []string{"case", "before", "replica share", "reads", "reads/s", "read p50", "read p99", "stale reads", "errors", "primary CPU per read", "waits (timeouts)"},
+		Header: []string{"case", "before", "replica share", "reads", "reads/s", "read p50", "read p99", "stale reads", "errors", "primary CPU per read", "waits (timeouts)", "reads on the primary, by reason"},
 	}
 	for _, c := range svcCases {
 		if err := e.SetReplicationDelays(svcDelays...); err != nil {
@@ -126,7 +129,7 @@ func Service(ctx context.Context, e *Env) ([]Table, error) {
 		if r.waits > 0 {
 			waits = fmt.Sprintf("%d (%d)", r.waits, r.timeouts)
 		}
-		t.Add(c.name, c.before, Pct(r.replicaShare), r.reads, fmt.Sprintf("%.0f", r.readsPerSec), r.p50, r.p99, r.stale, r.errs, cpu, waits)
+		t.Add(c.name, c.before, Pct(r.replicaShare), r.reads, fmt.Sprintf("%.0f", r.readsPerSec), r.p50, r.p99, r.stale, r.errs, cpu, waits, fallbackText(r.fallbacks))
 		key := "service/" + c.key
 		e.Facts[key+"/share"] = r.replicaShare
 		e.Facts[key+"/stale"] = float64(r.stale)
@@ -143,7 +146,7 @@ func Service(ctx context.Context, e *Env) ([]Table, error) {
 				"which only `global` promises to find. ", svcUsers/2, globalRun, svcCycle, Dur(svcDelays[0]), svcPaused)+
 			"Without a replica wait, a `global` read needs a position the primary wrote after the read began, which no replica 15 ms or more behind holds "+
 			"while the users write: such reads go to the primary (the last row, for information). "+
-			"*Waits (timeouts)*: reads that waited on a replica for their position (Stats.ReplicaWaits), and those whose wait ran out (ReplicaWaitTimeouts). "+
+			"*Reads on the primary, by reason*: Stats.Fallbacks during the row, the most frequent first. *Waits (timeouts)*: reads that waited on a replica for their position (Stats.ReplicaWaits), and those whose wait ran out (ReplicaWaitTimeouts). "+
 			"Before: the issue's measurements (its table; the global row from its item 4, which does not give its replica wait), on another build and load.")
 	return []Table{t}, nil
 }
@@ -246,10 +249,14 @@ func runService(ctx context.Context, e *Env, meter *cpuMeter, c svcCase) (svcRes
 		dur = svcGlobalDuration(e.Duration)
 	}
 	var rep0, all0, waits0, timeouts0 uint64
+	res.fallbacks = map[pgrouted.Reason]uint64{}
 	for _, conn := range conns {
 		r, a := readCounts(conn)
 		st := conn.Stats()
 		rep0, all0, waits0, timeouts0 = rep0+r, all0+a, waits0+st.ReplicaWaits, timeouts0+st.ReplicaWaitTimeouts
+		for why, n := range st.Fallbacks {
+			res.fallbacks[why] -= n
+		}
 	}
 	cpu0, err := meter.sample()
 	if err != nil {
@@ -356,6 +363,9 @@ func runService(ctx context.Context, e *Env, meter *cpuMeter, c svcCase) (svcRes
 		r, a := readCounts(conn)
 		st := conn.Stats()
 		rep1, all1, waits1, timeouts1 = rep1+r, all1+a, waits1+st.ReplicaWaits, timeouts1+st.ReplicaWaitTimeouts
+		for why, n := range st.Fallbacks {
+			res.fallbacks[why] += n
+		}
 	}
 	res.waits, res.timeouts = waits1-waits0, timeouts1-timeouts0
 	res.reads, res.stale, res.errs = uint64(len(lat)), stale.Load(), errs.Load()
@@ -402,4 +412,28 @@ func pauseCycles(ctx context.Context, e *Env, dur time.Duration) (int, error) {
 		}
 	}
 	return pauses, nil
+}
+
+// fallbackText lists the reasons of the reads that fell back to the
+// primary, the most frequent first, with their counts.
+func fallbackText(m map[pgrouted.Reason]uint64) string {
+	type kv struct {
+		why pgrouted.Reason
+		n   uint64
+	}
+	var l []kv
+	for why, n := range m {
+		if n > 0 {
+			l = append(l, kv{why, n})
+		}
+	}
+	if len(l) == 0 {
+		return "-"
+	}
+	sort.Slice(l, func(i, j int) bool { return l[i].n > l[j].n || l[i].n == l[j].n && l[i].why < l[j].why })
+	parts := make([]string, len(l))
+	for i, x := range l {
+		parts[i] = fmt.Sprintf("%s %d", x.why, x.n)
+	}
+	return strings.Join(parts, ", ")
 }
