@@ -1,7 +1,8 @@
 // Package workload holds the workload benchmarks of the bench module: one
 // function per scenario (interleaved overhead, the servers' CPU per
 // statement, read-your-writes, reads
-// across processes under global consistency, failover,
+// across processes under global consistency, a service's users writing
+// and reading with replicas behind, failover,
 // replica loss, memory),
 // each running against the same testcluster and returning its results as
 // Tables. cmd/workload runs them and writes RESULTS.md. To add one, write a
@@ -34,6 +35,7 @@ var Scenarios = []Scenario{
 	{"server-cost", ServerCost},
 	{"ryw", ReadYourWrites},
 	{"global", Global},
+	{"service", Service},
 	{"failover", Failover},
 	{"replica-loss", ReplicaLoss},
 	{"memory", Memory},
@@ -62,8 +64,17 @@ func (e *Env) Restore(ctx context.Context) error {
 // SetReplicationDelay delays the WAL every replica receives by d (the
 // fault point on its replication link; 0 removes it).
 func (e *Env) SetReplicationDelay(d time.Duration) error {
-	for _, r := range e.Cluster.Replicas() {
-		if err := r.ReplicationFault().Latency(d); err != nil {
+	return e.SetReplicationDelays(d)
+}
+
+// SetReplicationDelays delays the WAL each replica receives: the first
+// by ds[0], the next by ds[1], and so on (the last for the rest).
+func (e *Env) SetReplicationDelays(ds ...time.Duration) error {
+	if len(ds) == 0 {
+		return fmt.Errorf("SetReplicationDelays: no delay")
+	}
+	for i, r := range e.Cluster.Replicas() {
+		if err := r.ReplicationFault().Latency(ds[min(i, len(ds)-1)]); err != nil {
 			return err
 		}
 	}

@@ -205,14 +205,7 @@ func writeTargets(b *bytes.Buffer, facts map[string]float64, raw map[string][]be
 		fmt.Fprintf(b, "| routing decision < 200 ns (a write) | %.0f ns | %s |\n", n, verdict(n < 200))
 	}
 	writeCostTargets(b, facts, raw, verdict)
-	var stale float64
-	var runs int
-	for k, v := range facts {
-		if strings.HasPrefix(k, "ryw/pgrouted") && strings.HasSuffix(k, "/stale") && !strings.Contains(k, "eventual") {
-			stale += v
-			runs++
-		}
-	}
+	stale, runs := sumFacts(facts, "ryw/pgrouted", "/stale", "eventual")
 	if runs > 0 {
 		fmt.Fprintf(b, "| 0 stale reads for pgrouted (read-your-writes modes) in every run | %.0f stale reads in %d runs | %s |\n", stale, runs, verdict(stale == 0))
 	}
@@ -229,21 +222,15 @@ func writeTargets(b *bytes.Buffer, facts map[string]float64, raw map[string][]be
 		fmt.Fprintf(b, "| replica_wait=10ms at 5 ms delay: replicas serve ≥ 90%% of reads | %.1f%% | %s |\n", 100*v, verdict(v >= 0.9))
 		fmt.Fprintf(b, "| … and p99 read latency < the wait + one round trip (%.2f ms) | %.2f ms | %s |\n", 10+rtt, p99, verdict(p99 < 10+rtt))
 	}
-	var gMiss, gRuns float64
-	for k, v := range facts {
-		if strings.HasPrefix(k, "global/pgrouted global") && strings.HasSuffix(k, "/misses") {
-			gMiss += v
-			gRuns++
-		}
-	}
-	if gRuns > 0 {
-		fmt.Fprintf(b, "| global consistency: 0 reads miss a row another process committed before they began, in every run | %.0f misses in %.0f runs | %s |\n", gMiss, gRuns, verdict(gMiss == 0))
+	if gMiss, gRuns := sumFacts(facts, "global/pgrouted global", "/misses", ""); gRuns > 0 {
+		fmt.Fprintf(b, "| global consistency: 0 reads miss a row another process committed before they began, in every run | %.0f misses in %d runs | %s |\n", gMiss, gRuns, verdict(gMiss == 0))
 	}
 	for _, d := range []time.Duration{0, time.Millisecond, 5 * time.Millisecond} {
 		if v, ok := facts[fmt.Sprintf("global/pgrouted global + replica_wait=10ms/%v/fetches_per_read", d)]; ok {
 			fmt.Fprintf(b, "| 32 concurrent global readers: position fetches ≤ 1/5 of the reads (%v delay) | %.3f per read | %s |\n", d, v, verdict(v <= 0.2))
 		}
 	}
+	writeServiceTargets(b, facts, verdict)
 	for _, how := range []string{"stopped", "frozen"} {
 		for _, iv := range []time.Duration{250 * time.Millisecond, time.Second} {
 			if v, ok := facts[fmt.Sprintf("failover/%s/%v/unavail_ms", how, iv)]; ok {
@@ -253,6 +240,40 @@ func writeTargets(b *bytes.Buffer, facts map[string]float64, raw map[string][]be
 		}
 	}
 	fmt.Fprintln(b)
+}
+
+// sumFacts sums the facts whose names begin with prefix and end with
+// suffix (and do not contain except, when it is not empty), and counts
+// them.
+func sumFacts(facts map[string]float64, prefix, suffix, except string) (sum float64, n int) {
+	for k, v := range facts {
+		if strings.HasPrefix(k, prefix) && strings.HasSuffix(k, suffix) && (except == "" || !strings.Contains(k, except)) {
+			sum += v
+			n++
+		}
+	}
+	return sum, n
+}
+
+// writeServiceTargets writes the targets of the service workload (issue
+// 41): the mixed-tables service with the DSN's defaults, global reads with
+// a replica paused, and no stale read in any of its rows.
+func writeServiceTargets(b *bytes.Buffer, facts map[string]float64, verdict func(bool) string) {
+	const k = "service/mixed/"
+	if v, ok := facts[k+"share"]; ok {
+		stale, errs := facts[k+"stale"], facts[k+"errors"]
+		fmt.Fprintf(b, "| mixed-tables service, the DSN's defaults, replicas 15 and 40 ms behind: ≥ 75%% of reads on replicas, 0 stale, 0 errors | %.1f%%, %.0f stale, %.0f errors | %s |\n",
+			100*v, stale, errs, verdict(v >= 0.75 && stale == 0 && errs == 0))
+	}
+	const g = "service/global-paused/"
+	if v, ok := facts[g+"share"]; ok {
+		stale := facts[g+"stale"]
+		fmt.Fprintf(b, "| global (`replica_wait=100ms`), replicas 15 and 40 ms behind, one's replay paused 1.5 s in 8 s: ≥ 90%% of reads on replicas, 0 stale | %.1f%%, %.0f stale | %s |\n",
+			100*v, stale, verdict(v >= 0.9 && stale == 0))
+	}
+	if stale, rows := sumFacts(facts, "service/", "/stale", ""); rows > 0 {
+		fmt.Fprintf(b, "| service workload: 0 stale reads in every row | %.0f stale reads in %d rows | %s |\n", stale, rows, verdict(stale == 0))
+	}
 }
 
 // writeCostTargets writes the targets of what pgrouted costs the servers
