@@ -14,7 +14,7 @@
 #               schedule, for CHAOS_DURATION (default 10m); CHAOS_SEED
 #               repeats a schedule (see docs/testing.md)
 #   make bench  pgrouted against pgx, GORM's dbresolver and a pin after
-#               write, on a local cluster (about 14 minutes); writes
+#               write, on a local cluster (about 24 minutes); writes
 #               bench/RESULTS.md
 #
 #   make test-versions
