@@ -500,8 +500,9 @@ func testWriteOnATerminatedSession(t *testing.T, open opener) {
 	}
 	var port int
 	for id, returning := range []bool{false, true, false, true} {
-		// A write opens the primary session the next one reuses, at
-		// once: within a second, no ping checks it first (stdlib).
+		// A write opens the primary session the next one reuses: no
+		// ping checks it first (primary sessions are not pinged on
+		// reuse), so the write finds it ended.
 		if err := db.ExecContext(ctx, "INSERT INTO termw VALUES ($1)", -1); err != nil {
 			t.Fatal(err)
 		}

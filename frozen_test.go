@@ -98,6 +98,40 @@ func frozenPrimary(t *testing.T, open opener, interval time.Duration, fault func
 	// depend on how long the freeze lasted (longer on a loaded machine).
 	db, conn, rec := open(t, "pgrouted_probe_interval="+interval.String(), "pgrouted_lease=60s", "pgrouted_write_timeout=60s",
 		"pgrouted_circuit_max_backoff=2s", fmt.Sprintf("connect_timeout=%d", int(frozenConnectTimeout/time.Second)))
+	const writers, readers = 4, 2
+	// When the fault begins, every writer's and reader's call must take
+	// an idle connection whose session is open on the old primary, so
+	// that what the old primary holds is their statements. A call that
+	// opened a connection then would wait in its dial (as the fifth
+	// connection below does on purpose) and run on the new primary as a
+	// new statement: a primary reader held there is no read run again,
+	// and with both readers so held no read was (1 run in 100 under
+	// load, the Pool's readers both dialing: the goroutines pile up at
+	// the fault and the last ones find no idle connection). So the
+	// client opens one connection per writer and reader first, each with
+	// its primary session, and keeps them idle (database/sql keeps two
+	// by default).
+	db.SetMaxIdleConns(writers + readers + 1)
+	{
+		warm := make([]clientConn, 0, writers+readers)
+		for range writers + readers {
+			c, err := db.Conn(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			warm = append(warm, c)
+			var one int
+			if err := c.QueryRowContext(pgrouted.WithRoute(ctx, pgrouted.Primary), "SELECT 1").Scan(&one); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, c := range warm {
+			c.Close()
+		}
+		if n := db.Idle(); n != writers+readers {
+			t.Fatalf("%d idle connections, want %d", n, writers+readers)
+		}
+	}
 
 	// outcome is one statement's end.
 	type outcome struct {
@@ -142,7 +176,6 @@ func frozenPrimary(t *testing.T, open opener, interval time.Duration, fault func
 		mu.Unlock()
 		return o
 	}
-	const writers = 4
 	var done [writers + 1]atomic.Int64 // statements each writer completed
 	for w := 0; w < writers; w++ {
 		wg.Add(1)
@@ -163,7 +196,6 @@ func frozenPrimary(t *testing.T, open opener, interval time.Duration, fault func
 	}
 	// Two readers read on the primary throughout: a read held by the old
 	// primary runs again on the new one, and none fails.
-	const readers = 2
 	var reads [readers]atomic.Int64
 	var readErrs atomic.Int64
 	for r := 0; r < readers; r++ {

@@ -125,7 +125,15 @@ func newHost(i int, h dsn.Host, cfg *dsn.Config, onChange func(circuit.Change), 
 		}
 		return sdial(ctx, network, addr)
 	}
-	hs.sessions = stdlib.GetConnector(*sc, stdlib.OptionBeforeConnect(sizeCaches))
+	// A primary session is not pinged when database/sql or a Pool reuses
+	// its connection (pgx's stdlib pings one idle over a second): the
+	// next statement may be a read a replica serves, which would wait for
+	// the primary's answer, and for as long as a frozen primary's term
+	// lasts. The statement that uses the session finds it broken instead:
+	// the term's end closes it (term.go), and a statement on a session
+	// the server ended runs again on a new one (primaryFailed).
+	hs.sessions = stdlib.GetConnector(*sc, stdlib.OptionBeforeConnect(sizeCaches),
+		stdlib.OptionShouldPing(func(context.Context, stdlib.ShouldPingParams) bool { return false }))
 	// No replica connection, nor pgx's cancel request after a broken read,
 	// dials a host whose circuit is open: it would only wait for a host
 	// known not to answer.
