@@ -49,12 +49,12 @@ type Scopes struct {
 // sets of written relations that share a slot replace each other.
 const maxCombos = 8
 
-// combo is the combination c of the states sts: States are immutable, so
-// a read that combines the same states (no write since to a relation it
-// reads) uses c again, and allocates nothing.
+// combo is the combination c of the states sts (nil past the read's
+// marks: Read.Begin clears them): States are immutable, so a read that
+// combines the same states (no write since to a relation it reads) uses c
+// again, and allocates nothing.
 type combo struct {
 	sts [maxReadMarks]*State
-	n   int
 	c   *State
 }
 
@@ -350,11 +350,11 @@ func (r *Read) combine() *State {
 	}
 	sts := r.sts[:r.n]
 	slot := &r.s.combos[comboSlot(sts)]
-	if m := slot.Load(); m != nil && m.n == r.n && m.sts == r.sts {
+	if m := slot.Load(); m != nil && m.sts == r.sts {
 		return m.c
 	}
 	c := combine(sts)
-	slot.Store(&combo{sts: r.sts, n: r.n, c: c})
+	slot.Store(&combo{sts: r.sts, c: c})
 	return c
 }
 
