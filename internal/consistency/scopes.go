@@ -106,10 +106,10 @@ func (s *Scopes) slot(key uint32, claim bool) *Mark {
 // keys when named, else to every relation; see Mark.Wrote for now and
 // sent.
 func (s *Scopes) Wrote(named bool, keys []uint32, w lagmeter.Watermark, now, sent time.Time) {
-	s.every.Wrote(w, now, sent)
+	st := s.every.wrote(w, now, sent, nil)
 	for _, m := range s.targets(named, keys) {
 		if m != nil {
-			m.Wrote(w, now, sent)
+			m.wrote(w, now, sent, st)
 		}
 	}
 }
@@ -118,10 +118,10 @@ func (s *Scopes) Wrote(named bool, keys []uint32, w lagmeter.Watermark, now, sen
 // Mark.WroteDeferred) to the relations keys when named, else to every
 // relation.
 func (s *Scopes) WroteDeferred(named bool, keys []uint32, on lagmeter.Watermark, now time.Time) {
-	s.every.WroteDeferred(on, now)
+	st := s.every.wroteDeferred(on, now, nil)
 	for _, m := range s.targets(named, keys) {
 		if m != nil {
-			m.WroteDeferred(on, now)
+			m.wroteDeferred(on, now, st)
 		}
 	}
 }

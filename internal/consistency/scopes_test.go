@@ -184,3 +184,39 @@ func TestResolveDeferredAfterALaterWrite(t *testing.T) {
 		t.Fatalf("a write after the position's read was published as at the position: %+v", st)
 	}
 }
+
+// TestScopesWriteAllocatesOnce: a write moves every's mark and its
+// relation's; when they held the same state (one relation written, as by a
+// service that writes one table), they share the new one: one allocation
+// per write, deferred or not. Each mark still reads as its own writes.
+func TestScopesWriteAllocatesOnce(t *testing.T) {
+	var s Scopes
+	now := Now()
+	on := lagmeter.Watermark{SystemID: 7, Timeline: 1}
+	lsn := lagmeter.LSN(10)
+	for _, c := range []struct {
+		name  string
+		write func()
+	}{
+		{"deferred", func() { now = now.Add(time.Millisecond); s.WroteDeferred(true, []uint32{1}, on, now) }},
+		{"with its position", func() {
+			now, lsn = now.Add(time.Millisecond), lsn+8
+			s.Wrote(true, []uint32{1}, lagmeter.Watermark{SystemID: 7, Timeline: 1, LSN: lsn}, now, now)
+		}},
+	} {
+		c.write()
+		if n := testing.AllocsPerRun(100, c.write); n != 1 {
+			t.Errorf("%s: %v allocations per write to one relation, want 1", c.name, n)
+		}
+		if e, r := s.every.Load(), s.slot(1, false).Load(); e != r {
+			t.Errorf("%s: every's state %+v and relation 1's %+v are not shared", c.name, e, r)
+		}
+	}
+	// A write to another relation: relation 1's mark keeps its state.
+	before := s.slot(1, false).Load()
+	s.Wrote(true, []uint32{2}, lagmeter.Watermark{SystemID: 7, Timeline: 1, LSN: lsn + 8}, now, now)
+	if got := s.slot(1, false).Load(); got != before || s.every.Load().Watermark().LSN != lsn+8 || s.slot(2, false).Load().Watermark().LSN != lsn+8 {
+		t.Fatalf("a write to relation 2 moved relation 1's mark (%v) or did not move every's (%v) and 2's (%v)",
+			got != before, s.every.Load().Watermark(), s.slot(2, false).Load().Watermark())
+	}
+}

@@ -123,12 +123,17 @@ func (m *Mark) Load() *State {
 // Wrote records a committed write at w (zero: its position is unknown),
 // read by a query sent at sent (Now; zero when not known): a deferred
 // position on w's history acknowledged before sent is at or before w.
-func (m *Mark) Wrote(w lagmeter.Watermark, now, sent time.Time) {
+func (m *Mark) Wrote(w lagmeter.Watermark, now, sent time.Time) { m.wrote(w, now, sent, nil) }
+
+// wrote is Wrote, publishing like (the state the same write made of
+// another mark) when the state it makes is equal to it; it returns the
+// state it published.
+func (m *Mark) wrote(w lagmeter.Watermark, now, sent time.Time, like *State) *State {
 	for {
 		cur := m.p.Load()
-		next := &State{lastWrite: now}
+		next := State{lastWrite: now}
 		if cur != nil {
-			*next = *cur
+			next = *cur
 			next.lastWrite, next.fetched = now, false
 		}
 		if w.IsZero() {
@@ -148,8 +153,8 @@ func (m *Mark) Wrote(w lagmeter.Watermark, now, sent time.Time) {
 				next.pending = false
 			}
 		}
-		if m.p.CompareAndSwap(cur, next) {
-			return
+		if st := m.publish(cur, &next, like); st != nil {
+			return st
 		}
 	}
 }
@@ -158,12 +163,15 @@ func (m *Mark) Wrote(w lagmeter.Watermark, now, sent time.Time) {
 // the history on (SystemID and Timeline; zero when not known: its position
 // is then unknown), whose position is deferred. An older deferred position
 // on another history becomes unknown: the mark keeps one history's.
-func (m *Mark) WroteDeferred(on lagmeter.Watermark, now time.Time) {
+func (m *Mark) WroteDeferred(on lagmeter.Watermark, now time.Time) { m.wroteDeferred(on, now, nil) }
+
+// wroteDeferred is WroteDeferred, publishing like as wrote does.
+func (m *Mark) wroteDeferred(on lagmeter.Watermark, now time.Time, like *State) *State {
 	for {
 		cur := m.p.Load()
-		next := &State{}
+		var next State
 		if cur != nil {
-			*next = *cur
+			next = *cur
 		}
 		next.lastWrite, next.fetched = now, false
 		switch {
@@ -175,10 +183,28 @@ func (m *Mark) WroteDeferred(on lagmeter.Watermark, now time.Time) {
 		default:
 			next.pending, next.pendingAt, next.pendingOn = true, now, on
 		}
-		if m.p.CompareAndSwap(cur, next) {
-			return
+		if st := m.publish(cur, &next, like); st != nil {
+			return st
 		}
 	}
+}
+
+// publish replaces cur, m's state, with next: like when it is equal to
+// next, else a copy of next. One write moves several marks of a Scopes,
+// which most often hold equal states before it (a service writing one
+// relation), and so after it: they share one State (States are
+// immutable), and the write allocates one. It returns the state published,
+// or nil when m no longer held cur.
+func (m *Mark) publish(cur, next, like *State) *State {
+	st := like
+	if st == nil || *st != *next {
+		st = new(State)
+		*st = *next
+	}
+	if m.p.CompareAndSwap(cur, st) {
+		return st
+	}
+	return nil
 }
 
 // Restore replaces the state with a token's: its position wm (zero: no
