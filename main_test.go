@@ -219,6 +219,27 @@ func replicated(t testing.TB, ctx context.Context) {
 	}
 }
 
+// replicatedInserted is replicated for a test whose client reads a write's
+// position as pgrouted does, pg_current_wal_insert_lsn(): that counts WAL
+// the primary inserted and has not flushed yet (a read's hint-bit images
+// under wal_log_hints), which standbys receive only once flushed, at the
+// next commit or up to 15 s later (the bgwriter's standby snapshot). When
+// some is pending, a transaction ID is committed first, which flushes it.
+// Other tests keep replicated: this one leaves a commit on an idle primary.
+func replicatedInserted(t testing.TB, ctx context.Context) {
+	t.Helper()
+	var pending bool
+	if err := cluster.Primary().QueryRow(ctx, "SELECT pg_current_wal_insert_lsn() > pg_current_wal_flush_lsn()", nil, &pending); err != nil {
+		t.Fatal(err)
+	}
+	if pending {
+		if err := cluster.Primary().Exec(ctx, "SELECT txid_current()"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	replicated(t, ctx)
+}
+
 // names are the nodes' names in the order of cluster.DSN(), for
 // pgrouted_names, so that endpoints read node0, node1, ...
 func names() string {

@@ -382,30 +382,8 @@ func (c *Cluster) Replicas() []*Node {
 // WaitReplicated waits until every replica has replayed the primary's
 // current WAL position: whatever was committed on the primary before the
 // call can be read on every replica when it returns.
-//
-// That position includes the WAL the primary had inserted but not yet
-// written (a hint bit's full-page image under wal_log_hints, set by a read
-// of rows just committed, the catalog's included), which standbys receive
-// only once it is written: at the next commit, or when the WAL writer
-// fills a page, or in the bgwriter's standby snapshot up to 15 s later.
-// pgrouted reads a write's position as pg_current_wal_insert_lsn(), which
-// counts it; so when the primary's insert position is past its write
-// position, WaitReplicated commits a transaction ID (txid_current()) to
-// write it first. A position read after WaitReplicated returns is then
-// held by every replica, unless something inserted WAL in between.
 func (c *Cluster) WaitReplicated(ctx context.Context) error {
-	p := c.Primary()
-	var unwritten bool
-	if err := p.positionRow(ctx, "SELECT pg_current_wal_insert_lsn() > pg_current_wal_lsn()", nil, &unwritten); err != nil {
-		return err
-	}
-	if unwritten {
-		var xid int64
-		if err := p.positionRow(ctx, "SELECT txid_current()", nil, &xid); err != nil {
-			return err
-		}
-	}
-	lsn, err := p.CurrentLSN(ctx)
+	lsn, err := c.Primary().CurrentLSN(ctx)
 	if err != nil {
 		return err
 	}

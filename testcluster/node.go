@@ -221,11 +221,10 @@ func (n *Node) WaitReplayed(ctx context.Context, lsn lagmeter.LSN) error {
 	}
 }
 
-// positionRow runs a query of the node's state (its WAL positions,
-// recovery, timeline, replication: those of CurrentLSN, ReplayLSN,
-// WaitReplayed, IsInRecovery, Timeline and of the waits of Restore, Follow
-// and Rejoin; and WaitReplicated's commit that writes the primary's WAL)
-// and scans its single row into dest, on a
+// positionRow runs a read-only query of the node's state (its WAL
+// positions, recovery, timeline, replication: those of CurrentLSN,
+// ReplayLSN, WaitReplayed, IsInRecovery, Timeline and of the waits of
+// Restore, Follow and Rejoin) and scans its single row into dest, on a
 // connection the node keeps for them: WaitReplicated runs thousands of
 // times in a suite, and a connection each, a server process each, was
 // most of its cost. When the kept connection fails (the server
