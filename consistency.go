@@ -177,7 +177,9 @@ func (c *Connector) readCtx(rc *readCtx, ctx context.Context, in *consistency.In
 
 // vouch checks the position of every, the state of the writes of in's
 // Session restored from a token, against the primary: past the newest position of the primary
-// this process knows (knownPosition), it asks the primary for its
+// this process knows (knownPosition), or when it knows none yet (no probe
+// of the primary has read one: a process just started, a probe failing
+// under load), it asks the primary for its
 // position (the read index's shared fetch: a flood of such tokens costs
 // one query per fetch round trip, not one per read); still past it, the
 // primary never wrote it: the token is forged, and the read plans as one
@@ -189,7 +191,7 @@ func (c *Connector) readCtx(rc *readCtx, ctx context.Context, in *consistency.In
 // waited; a failover never reports it lost: Mark.Settle).
 func (c *Connector) vouch(ctx context.Context, v *view, in *consistency.Intent, every *consistency.State) {
 	w := every.Watermark()
-	if !consistency.Ahead(w, c.knownPosition(v)) {
+	if known := c.knownPosition(v); w.IsZero() || (!known.IsZero() && !consistency.Ahead(w, known)) {
 		return
 	}
 	pos, err := c.rw.index.Ask(ctx)

@@ -13,7 +13,8 @@ import (
 )
 
 // TestVouch: a Session restored from a token past every position of the
-// primary the Connector knows asks the primary (the read index); still
+// primary the Connector knows, or while it knows none, asks the primary
+// (the read index); still
 // past the answer, it reads as a fresh Session and counts once as forged.
 // A token the answer reaches, one on another history, or one whose
 // answer failed, stays as it is; a Session of this process's writes asks
@@ -26,15 +27,21 @@ func TestVouch(t *testing.T) {
 		fetched lagmeter.LSN // 0: the fetch fails
 		asks    bool
 		forged  bool
+		unknown bool // the primary's probe has read no position yet
 	}{
-		{"at the probe", lagmeter.Watermark{SystemID: 7, Timeline: 1, LSN: known}, known + 100, false, false},
-		{"reached since", lagmeter.Watermark{SystemID: 7, Timeline: 1, LSN: known + 50}, known + 100, true, false},
-		{"past the primary", lagmeter.Watermark{SystemID: 7, Timeline: 1, LSN: known + 500}, known + 100, true, true},
-		{"fetch fails", lagmeter.Watermark{SystemID: 7, Timeline: 1, LSN: known + 500}, 0, true, false},
-		{"later timeline", lagmeter.Watermark{SystemID: 7, Timeline: 2, LSN: 1}, known + 100, false, false},
+		{"at the probe", lagmeter.Watermark{SystemID: 7, Timeline: 1, LSN: known}, known + 100, false, false, false},
+		{"reached since", lagmeter.Watermark{SystemID: 7, Timeline: 1, LSN: known + 50}, known + 100, true, false, false},
+		{"past the primary", lagmeter.Watermark{SystemID: 7, Timeline: 1, LSN: known + 500}, known + 100, true, true, false},
+		{"fetch fails", lagmeter.Watermark{SystemID: 7, Timeline: 1, LSN: known + 500}, 0, true, false, false},
+		{"later timeline", lagmeter.Watermark{SystemID: 7, Timeline: 2, LSN: 1}, known + 100, false, false, false},
+		{"no position known", lagmeter.Watermark{SystemID: 7, Timeline: 1, LSN: known + 500}, known + 100, true, true, true},
+		{"no position known, reached", lagmeter.Watermark{SystemID: 7, Timeline: 1, LSN: known + 50}, known + 100, true, false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, v := benchConnector(&testing.B{}, dsn.SelectRoundRobin, 2)
+			if tc.unknown {
+				v.pst.End = 0
+			}
 			fetches := 0
 			c.rw.index = consistency.NewReadIndex(func(context.Context) (lagmeter.Watermark, error) {
 				fetches++
