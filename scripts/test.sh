@@ -41,13 +41,14 @@ shard1=(
 	TestWriteToADemotedPrimary TestGlobalAcrossProcesses
 	TestWeightedOverThreeReplicas TestReplicaReadAllocations
 	TestKilledReplicaCostsNoRead TestPooledFailover
-	TestTermEndsDuringReturningRows
+	TestTermEndsDuringReturningRows TestGlobalWithAPausedReplica
+	TestSelectionPolicies
 )
 shard2=(
 	TestOrdinaryRoleFailover TestGlobalThroughFailover
 	TestLostWriteIsReported TestFrozenPrimary TestDeferredWriteAcrossFailover
 	TestWriteThatSurvivedAFailover TestWriteAllocations
-	TestWritesWaitForAPrimary
+	TestWritesWaitForAPrimary TestConsistencyUnderFaults
 )
 pattern() {
 	local IFS='|'
