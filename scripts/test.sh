@@ -180,14 +180,19 @@ targets=$(grep -rH --include='*_test.go' -E '^func Fuzz[A-Za-z0-9_]*\(' . |
 # Such a run is run once more; a target fails when it writes a failing
 # input, or fails in any other way, or fails so twice.
 fuzzcorpus() { ls "$1/testdata/fuzz/$2" 2>/dev/null | sort || true; }
+# fuzzall K N fuzzes every Nth target from the Kth (0 to N-1): lanes 4
+# and 5 each fuzz half of them when their tests end (one lane fuzzing
+# them all was the suite's last to end).
 fuzzall() {
-	local fstatus=0 dir name try before after out rc
+	local fstatus=0 dir name try before after out rc k=$1 n=$2 i=-1
 	if [ -z "$targets" ]; then
 		echo "FAIL: no fuzz target found" >&2
 		return 1
 	fi
 	while read -r dir name; do
 		[ -n "$name" ] || continue
+		i=$((i + 1))
+		[ $((i % n)) -eq "$k" ] || continue
 		for try in 1 2; do
 			echo "fuzz: $name ($dir) for $fuzztime, $fuzzworkers worker(s)"
 			before=$(fuzzcorpus "$dir" "$name")
@@ -235,19 +240,21 @@ for i in "${!shardnames[@]}"; do
 	lanes+=($!)
 done
 # Lane 4: the library's other packages with -race, then those that wait on
-# servers without it.
+# servers without it, then half of the fuzz targets.
 lane=4 jobseq=0
 # shellcheck disable=SC2086 # $others is a list of packages
 (
 	job "race: other packages" racetest $others "$@"
 	job "no race: testcluster, topology, cmd" fulltest ./testcluster/... ./topology/ ./cmd/... "$@"
+	job "fuzzing, $fuzztime a target (half of them)" fuzzall 0 2
 ) &
 lanes+=($!)
-# Lane 5: the modules beside the library, then fuzzing.
+# Lane 5: the modules beside the library, then the other half of the fuzz
+# targets.
 lane=5 jobseq=0
 (
 	job "race: examples, otelroute, pgroutedgrpc (and without race); bench vetted" modules "$@"
-	job "fuzzing, $fuzztime a target" fuzzall
+	job "fuzzing, $fuzztime a target (the other half)" fuzzall 1 2
 ) &
 lanes+=($!)
 wait "${lanes[@]}" || status=1
