@@ -54,7 +54,8 @@ func (s *Session) MarshalText() ([]byte, error) {
 //
 // Nothing vouches for such a token: its position is trusted only as far
 // as the primary has shown it. A read whose token is past the newest
-// position of the primary this process knows asks the primary for its
+// position of the primary this process knows (or any, while it knows
+// none) asks the primary for its
 // position (one query shared by the reads that wait for it); still past
 // it, the token is forged: the read runs as one without a token would,
 // the Session forgets it, and it is counted (Stats.ForgedTokens). A wait
