@@ -71,14 +71,24 @@ type app struct {
 
 // readResult is GET /items/{id}'s answer.
 type readResult struct {
-	Found   bool `json:"found"`
-	Replica bool `json:"replica"`
+	Found   bool   `json:"found"`
+	Replica bool   `json:"replica"`
+	Reason  string `json:"reason"` // the read's RouteEvent.Reason, for failure messages
 }
+
+// routeReason is a context key: a *string the application's OnRoute
+// fills with the Reason of the request's statement.
+type routeReason struct{}
 
 func openApp(dsn string) (*app, error) {
 	cfg, err := pgrouted.ParseConfig(dsn)
 	if err != nil {
 		return nil, err
+	}
+	cfg.OnRoute = func(e pgrouted.RouteEvent) {
+		if p, ok := e.Context.Value(routeReason{}).(*string); ok {
+			*p = string(e.Reason)
+		}
 	}
 	conn, err := pgrouted.NewConnector(cfg)
 	if err != nil {
@@ -108,7 +118,8 @@ func (a *app) handler() http.Handler {
 	mux.HandleFunc("GET /items/{id}", func(w http.ResponseWriter, r *http.Request) {
 		var res readResult
 		var v sql.NullString
-		err := a.db.QueryRowContext(r.Context(), "SELECT (SELECT v FROM items WHERE id = $1), pg_is_in_recovery()",
+		ctx := context.WithValue(r.Context(), routeReason{}, &res.Reason)
+		err := a.db.QueryRowContext(ctx, "SELECT (SELECT v FROM items WHERE id = $1), pg_is_in_recovery()",
 			r.PathValue("id")).Scan(&v, &res.Replica)
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
