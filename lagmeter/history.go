@@ -65,12 +65,19 @@ type Origin struct {
 	Layout WALLayout
 }
 
-// sample is a Sample with its position converted to a record end.
+// sample is a Sample with its position converted to a record end, and
+// the newest snapshot xmax known when it was appended.
 type sample struct {
 	sent time.Time
 	lsn  LSN // as sampled
 	end  LSN // Origin.Layout.RecordEnd(lsn), what replay positions are compared with
 	xmax uint64
+	// xk is the xmax of the newest sample up to this one that knew one
+	// (this one's when it did; 0 when none did), and xsent that sample's
+	// send time: non-decreasing from sample to sample, so that
+	// [History.Lag] binary-searches them (newestXmaxAtOrBelow).
+	xk    uint64
+	xsent time.Time
 }
 
 // state is one immutable version of a History, published whole.
@@ -188,9 +195,12 @@ func (h *History) Append(s Sample) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	cur := h.load()
-	n := sample{sent: s.Sent, lsn: s.LSN, end: cur.origin.Layout.RecordEnd(s.LSN), xmax: s.Xmax}
+	n := sample{sent: s.Sent, lsn: s.LSN, end: cur.origin.Layout.RecordEnd(s.LSN), xmax: s.Xmax, xk: s.Xmax, xsent: s.Sent}
 	if k := len(cur.samples); k > 0 {
 		last := cur.samples[k-1]
+		if n.xmax == 0 {
+			n.xk, n.xsent = last.xk, last.xsent
+		}
 		if n.sent.Before(last.sent) {
 			return fmt.Errorf("%w: sent %v before %v", ErrOutOfOrder, n.sent, last.sent)
 		}
@@ -252,6 +262,24 @@ func newestAtOrBefore(samples []sample, replay LSN) int {
 		} else {
 			hi = m
 		}
+	}
+	return lo - 1
+}
+
+// newestXmaxAtOrBelow returns the index of the newest sample whose carried
+// xmax (xk) is known and at or below xmin, or -1.
+func newestXmaxAtOrBelow(samples []sample, xmin uint64) int {
+	lo, hi := 0, len(samples)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if samples[m].xk <= xmin {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	if lo == 0 || samples[lo-1].xk == 0 {
+		return -1
 	}
 	return lo - 1
 }

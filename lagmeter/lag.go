@@ -68,8 +68,7 @@ type Lag struct {
 // Lag measures the replica at p against the history at now: byte lag
 // behind the newest sample, and a staleness bound: the smaller of
 // [History.StalenessBound] (or [Unbounded] for a replica behind every sample
-// kept) and, when p.Xmin and the newest sample's Xmax are known, the
-// transaction-ID bound below.
+// kept) and, when p.Xmin is known, the transaction-ID bound below.
 //
 // The transaction-ID bound covers what the WAL position cannot: the
 // primary's insert position also counts WAL that no standby can have yet,
@@ -79,16 +78,20 @@ type Lag struct {
 // without a transaction ID that rolled back after writing some (hint bits
 // logged under wal_log_hints or data checksums, a page pruned by a read
 // that then failed, an autovacuum cancelled by a lock request). While such
-// WAL is pending, no replica reaches the newest samples, and a connector
-// that started then has no older sample: every replica would be
-// [Unbounded]. Yet the replica may hold every commit. The newest sample's
-// Xmax was read after its send time, so every transaction acknowledged as
-// committed before Sent has an ID below Xmax; a replica whose snapshot
-// xmin is at or above that Xmax has completed, and so replayed the commit
-// of, every transaction below it. Its staleness now is at most
-// now - Sent, with no clock compared across machines. Only the newest
-// sample is tried (constant time): while transactions commit on the
-// primary its Xmax moves on, and the position bound covers that case.
+// WAL is pending, no replica reaches the samples taken since, and a
+// connector that started then has no older sample: every replica would be
+// [Unbounded]. Yet the replica may hold every commit. A sample's Xmax was
+// read after its send time, so every transaction acknowledged as committed
+// before Sent has an ID below Xmax; a replica whose snapshot xmin is at or
+// above that Xmax has completed, and so replayed the commit of, every
+// transaction below it. Its staleness now is at most now - Sent, with no
+// clock compared across machines. The newest sample whose Xmax the
+// replica's xmin reached gives the bound: a binary search (xmax never goes
+// back), made only when the position bound is not the newest sample's.
+// Without it, a write committed in the probe interval after a connector
+// started behind pending WAL would take every replica out (its xmax past
+// the replicas' last probed xmin, every older sample ahead of their
+// replay) until their next probe.
 //
 // Both are unknown when p.Replay is 0, when the history is empty, or when
 // p does not follow the history's primary: a system identifier or timeline
@@ -109,11 +112,17 @@ func (h *History) Lag(p Position, now time.Time) Lag {
 	}
 	newest := st.samples[len(st.samples)-1]
 	l := Lag{Bytes: newest.end.Sub(p.Replay), BytesKnown: true, TimeKnown: true, Time: Unbounded}
-	if i := newestAtOrBefore(st.samples, p.Replay); i >= 0 {
+	i := newestAtOrBefore(st.samples, p.Replay)
+	if i >= 0 {
 		l.Time = since(now, st.samples[i].sent)
 	}
-	if p.Xmin != 0 && newest.xmax != 0 && p.Xmin >= newest.xmax {
-		l.Time = min(l.Time, since(now, newest.sent))
+	if i == len(st.samples)-1 || p.Xmin == 0 {
+		// The newest sample bounds it (no xmax proves more), or its
+		// snapshot is unknown.
+		return l
+	}
+	if j := newestXmaxAtOrBelow(st.samples, p.Xmin); j >= 0 {
+		l.Time = min(l.Time, since(now, st.samples[j].xsent))
 	}
 	return l
 }

@@ -231,10 +231,16 @@ func TestLagUnflushedWALTransactionIDs(t *testing.T) {
 	if l := h.Lag(Position{SystemID: 42, Timeline: 1, Replay: inserted, Xmin: 750}, now); l.Time != 200*time.Millisecond {
 		t.Errorf("replica at the newest position: Lag = %+v", l)
 	}
-	// The newest sample's xmax unknown: positions only.
+	// The newest sample's xmax unknown: the last one known bounds it,
+	// from its own send time.
 	h2 := newHistory(t, 0, origin, Sample{Sent: at(0), LSN: inserted, Xmax: 750}, Sample{Sent: at(s), LSN: inserted})
-	if l := h2.Lag(p(750), now); l.Time != Unbounded {
-		t.Errorf("newest xmax unknown: Lag = %+v, want unbounded", l)
+	if l := h2.Lag(p(750), now); l.Time != 1200*time.Millisecond {
+		t.Errorf("newest xmax unknown: Lag = %+v, want 1.2s (the older sample's)", l)
+	}
+	// No xmax known at all: positions only.
+	h3 := newHistory(t, 0, origin, Sample{Sent: at(0), LSN: inserted}, Sample{Sent: at(s), LSN: inserted})
+	if l := h3.Lag(p(750), now); l.Time != Unbounded {
+		t.Errorf("no xmax known: Lag = %+v, want unbounded", l)
 	}
 	// A primary's xmax never goes back: a lower one is another primary's.
 	if err := h.Append(Sample{Sent: at(2 * s), LSN: inserted, Xmax: 749}); !errors.Is(err, ErrLSNWentBack) {
@@ -242,5 +248,50 @@ func TestLagUnflushedWALTransactionIDs(t *testing.T) {
 	}
 	if n, _ := h.Newest(); n.Xmax != 750 {
 		t.Errorf("Newest = %+v, want its xmax kept", n)
+	}
+}
+
+// A connector that started while the primary held WAL it had not flushed
+// has no sample a caught-up replica reaches by position. A write then
+// commits (its xmax moves past the replica's last probed xmin) before the
+// replica is probed again: the newest sample's xmax is out of reach, but an
+// older one's is not, and bounds the replica from that sample's send time
+// (as a connector saw right after its first write: every replica behind,
+// for one probe interval).
+func TestLagXmaxOfAnOlderSample(t *testing.T) {
+	ms := time.Millisecond
+	origin := Origin{SystemID: 42, Timeline: 1, Layout: defaultLayout}
+	replay := mustLSN(t, "0/401E8F0")
+	h := newHistory(t, 0, origin,
+		Sample{Sent: at(0), LSN: mustLSN(t, "0/401E928"), Xmax: 1168},
+		Sample{Sent: at(100 * ms), LSN: mustLSN(t, "0/401E928"), Xmax: 1168},
+		Sample{Sent: at(200 * ms), LSN: mustLSN(t, "0/401EAA0"), Xmax: 1169}, // the write
+		Sample{Sent: at(300 * ms), LSN: mustLSN(t, "0/401EAA0")},             // xmax unknown
+		Sample{Sent: at(400 * ms), LSN: mustLSN(t, "0/401EB50"), Xmax: 1170})
+	now := at(450 * ms)
+	b := Budget{MaxTime: time.Second}
+	for _, tt := range []struct {
+		name string
+		xmin uint64
+		time time.Duration
+	}{
+		{"xmin below every sample's xmax", 1167, Unbounded},
+		{"xmin at the first two samples' xmax", 1168, 350 * ms},
+		{"xmin at the write's xmax (the next sample's unknown)", 1169, 250 * ms},
+		{"xmin at the newest xmax", 1170, 50 * ms},
+	} {
+		p := Position{SystemID: 42, Timeline: 1, Replay: replay, Xmin: tt.xmin}
+		if l := h.Lag(p, now); !l.TimeKnown || l.Time != tt.time {
+			t.Errorf("%s: Lag = %+v, want time %v", tt.name, l, tt.time)
+		}
+		if ok, _ := h.Check(p, b, now); ok != (tt.time != Unbounded) {
+			t.Errorf("%s: Check = %v", tt.name, ok)
+		}
+	}
+	// A replica at the newest position: the position bound, whatever its
+	// xmin.
+	p := Position{SystemID: 42, Timeline: 1, Replay: mustLSN(t, "0/401EB50"), Xmin: 1}
+	if l := h.Lag(p, now); l.Time != 50*ms {
+		t.Errorf("at the newest position: Lag = %+v, want 50ms", l)
 	}
 }
