@@ -53,7 +53,10 @@
 // of every transaction acknowledged before it; a replica whose snapshot
 // xmin ([Position].Xmin) is at or above it has replayed all of their
 // commits, so [History.Lag] bounds its staleness by now minus that send
-// time too, whatever its position.
+// time too, whatever its position: the newest sample whose Xmax the xmin
+// reached (found by binary search, since Xmax never goes back; a sample
+// that read none carries the last one known, with that sample's send
+// time).
 //
 // The conservative cases, all of which yield "no bound": replay position 0,
 // an empty history, and a replica behind every sample kept. A bounded
