@@ -158,6 +158,19 @@ modules() {
 	return $rc
 }
 
+# go vet of the modules beside the library, at the end of lane 1 (which
+# ends first without TEST_VERSIONS, second with it): the library's own is
+# .ci/run's first step, and a developer's make vet. Their dependencies
+# (GORM, ent, OpenTelemetry, gRPC) are compiled for it without -race, on
+# CPU time the lanes waiting on servers leave.
+vetmodules() {
+	local rc=0 m
+	for m in examples otelroute pgroutedgrpc; do
+		(cd "$m" && go vet ./...) || rc=1
+	done
+	return $rc
+}
+
 # Fuzzing. The tests run every fuzz target on its seeds only; here each
 # target is also fuzzed for a bounded time, $FUZZTIME (default 12s), with
 # $FUZZWORKERS workers (default 1). go test -fuzz takes one target per run
@@ -254,6 +267,9 @@ for i in "${!shardnames[@]}"; do
 			job "no race: ${shardnames[i]}" roottest norace "${shardflags[i]#-}" "${shardpatterns[i]}"
 			if [ "$i" -eq 1 ] && [ ${#versions[@]} -gt 0 ]; then
 				job "compatibility subset on PostgreSQL ${versions[*]}" ./scripts/test-versions.sh "${versions[@]}"
+			fi
+			if [ "$i" -eq 0 ]; then
+				job "vet: examples, otelroute, pgroutedgrpc" vetmodules
 			fi
 		else
 			job "race: ${shardnames[i]}" racetest "${shardargs[@]}" . "$@"

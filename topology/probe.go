@@ -205,8 +205,15 @@ func (p *prober) probe(parent context.Context) (res result) {
 	start := time.Now()
 	results, err := p.conn.Exec(ctx, sql).ReadAll()
 	elapsed := time.Since(start)
+	// A statement the server refused leaves the others' answers good (a
+	// role without EXECUTE on pg_walfile_name: the timeline stays
+	// unknown). A connection that ended under the probe does not: a server
+	// shutting down answers the role and then FATAL (57P01), and the
+	// timeline it did not answer would make this host's claim to be
+	// primary one of unknown timeline, a conflict with any other primary
+	// for as long as the lease (a failover's new primary refused for 10 s).
 	var pgErr *pgconn.PgError
-	if err != nil && !errors.As(err, &pgErr) {
+	if err != nil && (!errors.As(err, &pgErr) || p.conn.IsClosed()) {
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) && parent.Err() == nil {
 			p.queryBudget.ranOut(allowed, limit)
 		}

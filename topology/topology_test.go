@@ -231,6 +231,42 @@ func TestFailoverFollowed(t *testing.T) {
 	t.Logf("events: %v", kinds)
 }
 
+// TestProbeCutByShutdown: a probe that the server answers in part and
+// then ends (FATAL 57P01, as a primary shutting down does between the
+// probe's statements) failed; it does not count as a probe of a primary of
+// unknown timeline (whose claim, inside its lease, made every other
+// primary a conflict: a failover's new primary was refused until the lease
+// ran out). The cut is made real: for the role the probe connects as,
+// public.pg_walfile_name, ahead of pg_catalog on its search_path, ends the
+// session that calls it (the timeline statement, after the role's).
+func TestProbeCutByShutdown(t *testing.T) {
+	ctx := testCtx(t)
+	restore(t)
+	p := cluster.Node(0)
+	setup := `DROP ROLE IF EXISTS cutoff; CREATE ROLE cutoff LOGIN;
+CREATE OR REPLACE FUNCTION public.pg_walfile_name(pg_lsn) RETURNS text LANGUAGE sql
+	AS $$ SELECT pg_terminate_backend(pg_backend_pid())::text $$;
+ALTER ROLE cutoff SET search_path = public, pg_catalog`
+	if err := p.Exec(ctx, setup); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cluster.Node(0).Exec(context.Background(), "DROP FUNCTION IF EXISTS public.pg_walfile_name(pg_lsn); DROP ROLE IF EXISTS cutoff")
+	})
+	top := start(t, hosts(t, "cutoff", 0), topology.Options{Interval: 100 * time.Millisecond})
+	s, _ := waitFor(t, top, 10*time.Second, "a probe failed by the server's FATAL", func(s *topology.Snapshot) bool {
+		h := s.Hosts[0]
+		if h.Healthy && h.Role == topology.RolePrimary && h.Timeline == 0 {
+			t.Fatalf("a probe cut after its first statement counted as one of a primary of unknown timeline: %+v", h)
+		}
+		return strings.Contains(h.LastError, "terminating connection")
+	})
+	if s.Primary >= 0 {
+		t.Fatalf("primary %q from probes that all failed", primaryName(s))
+	}
+	t.Logf("%s: %s", s.Hosts[0].Name, s.Hosts[0].LastError)
+}
+
 func TestSplitBrain(t *testing.T) {
 	ctx := testCtx(t)
 	restore(t)
