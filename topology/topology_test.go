@@ -245,7 +245,7 @@ func TestProbeCutByShutdown(t *testing.T) {
 	p := cluster.Node(0)
 	setup := `DROP ROLE IF EXISTS cutoff; CREATE ROLE cutoff LOGIN;
 CREATE OR REPLACE FUNCTION public.pg_walfile_name(pg_lsn) RETURNS text LANGUAGE sql
-	AS $$ SELECT pg_terminate_backend(pg_backend_pid())::text $$;
+	AS $$ SELECT pg_terminate_backend(pg_backend_pid()); SELECT pg_sleep(5)::text $$;
 ALTER ROLE cutoff SET search_path = public, pg_catalog`
 	if err := p.Exec(ctx, setup); err != nil {
 		t.Fatal(err)
