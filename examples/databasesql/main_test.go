@@ -25,6 +25,7 @@ func open(t *testing.T, extra ...string) (*sql.DB, *pgrouted.Connector, *cluster
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
+	clustertest.WaitCatalog(t, conn)
 	if migrate {
 		if _, err := db.ExecContext(clustertest.Ctx(t), Schema); err != nil {
 			t.Fatal(err)

@@ -27,6 +27,7 @@ func open(t *testing.T) (*entdb.Client, *pgrouted.Connector, *clustertest.Record
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { client.Close() })
+	clustertest.WaitCatalog(t, conn)
 	if migrate {
 		if err := Migrate(clustertest.Ctx(t), client); err != nil {
 			t.Fatal(err)

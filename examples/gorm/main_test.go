@@ -32,6 +32,7 @@ func open(t *testing.T, cfg ...*gorm.Config) (*gorm.DB, *pgrouted.Connector, *cl
 		t.Fatal(err)
 	}
 	closeOnCleanup(t, db)
+	clustertest.WaitCatalog(t, conn)
 	if migrate {
 		if err := Migrate(clustertest.Ctx(t), db); err != nil {
 			t.Fatal(err)

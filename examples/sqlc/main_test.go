@@ -25,6 +25,7 @@ func open(t *testing.T, extra ...string) (Store, *clustertest.Recorder) {
 		t.Fatal(err)
 	}
 	t.Cleanup(p.Close)
+	clustertest.WaitCatalog(t, p.Connector())
 	if migrate {
 		if _, err := p.Exec(clustertest.Ctx(t), Schema); err != nil {
 			t.Fatal(err)

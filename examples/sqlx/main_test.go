@@ -26,6 +26,7 @@ func open(t *testing.T) (*sqlx.DB, *pgrouted.Connector, *clustertest.Recorder) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
+	clustertest.WaitCatalog(t, conn)
 	if migrate {
 		if err := Migrate(clustertest.Ctx(t), db); err != nil {
 			t.Fatal(err)

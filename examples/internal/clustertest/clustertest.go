@@ -247,16 +247,36 @@ func OnReplicas(t testing.TB, what string, events []pgrouted.RouteEvent) {
 	}
 }
 
+// WaitCatalog waits for conn's first read of the function catalog. Until
+// then a statement calling a function (sum, count, current_database) waits
+// for it at most 5 s, then counts as a call of an unknown function and pins
+// its connection to the primary for as long as database/sql keeps it: a
+// test that opened a connector on a loaded machine and migrated at once
+// kept such connections, and its reads later ran "pinned" (seen once in
+// CI). Tests wait for it before their first statement.
+func WaitCatalog(t testing.TB, conn *pgrouted.Connector) {
+	t.Helper()
+	deadline := time.Now().Add(45 * time.Second)
+	for conn.Stats().CatalogReads == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the function catalog was not read within 45s of the connector's start")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 // WaitReplicaRoute waits until a plain read would go to a replica: the
 // probes know the roles and have seen the replicas replay every write made
 // through conn (its read-your-writes watermark). It asks the driver
 // itself, with Explain, which has no side effect. A decision of
 // ReasonCheck is not enough: that read would first check the replica's
-// replay position, and fall back to the primary while it is behind.
+// replay position, and fall back to the primary while it is behind. It
+// waits for the function catalog first (WaitCatalog).
 func WaitReplicaRoute(t testing.TB, conn *pgrouted.Connector) {
 	t.Helper()
 	// Generous: on a CI machine whose CPUs are shared by every lane,
 	// probes can time out for seconds, and the circuits they open back off.
+	WaitCatalog(t, conn)
 	deadline := time.Now().Add(45 * time.Second)
 	for {
 		d, err := conn.Explain(context.Background(), "SELECT 1")
