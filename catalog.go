@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -24,18 +25,23 @@ import (
 // of an unknown function (which pins its connection to the primary).
 var catalogBootWait = 5 * time.Second
 
-// catalogInterval is how often the function catalog is read again when
-// nothing asked for it sooner: functions created or altered by another
-// process are unknown, hence run on the primary, until then.
+// catalogInterval is how often the catalog is read again when nothing
+// asked for it sooner and its fingerprint (sqlclass.CatalogVersionQuery,
+// checked every probe interval) did not change: a backstop for a change
+// the fingerprint misses.
 var catalogInterval = 30 * time.Second
 
-// catalog keeps the snapshot of the primary's functions that every
-// statement's classification reads (sqlclass.Functions), off the hot path:
-// one goroutine reads pg_proc at start, when asked (after DDL through the
-// driver, after a primary change) and on an interval, and publishes an
-// immutable snapshot.
+// catalog keeps the snapshot of the primary's catalog that every
+// statement's classification reads (sqlclass.Functions: functions,
+// relations, and the code statements run without showing it), off the hot
+// path: one goroutine reads it at start, when asked (after DDL through the
+// driver, after a primary change), when the primary's catalog fingerprint
+// differs from the snapshot's (checked every probe interval, so another
+// process's CREATE or ALTER reaches routing within one), and on an
+// interval, and publishes an immutable snapshot.
 type catalog struct {
 	read, write []sqlclass.FuncName // pgrouted_read_functions, pgrouted_write_functions
+	interval    time.Duration       // catalogInterval when it was made
 
 	fns     atomic.Pointer[sqlclass.Functions]
 	loads   atomic.Uint64 // successful loads
@@ -52,11 +58,12 @@ type catalog struct {
 // curated list is unknown, and runs on the primary.
 func newCatalog(read, write []sqlclass.FuncName) *catalog {
 	k := &catalog{
-		read:   read,
-		write:  write,
-		wake:   make(chan struct{}, 1),
-		loaded: make(chan struct{}),
-		done:   make(chan struct{}),
+		read:     read,
+		write:    write,
+		interval: catalogInterval,
+		wake:     make(chan struct{}, 1),
+		loaded:   make(chan struct{}),
+		done:     make(chan struct{}),
 	}
 	k.ctx, k.cancel = context.WithCancel(context.Background())
 	k.fns.Store(sqlclass.NewFunctions(nil, read, write))
@@ -109,48 +116,111 @@ func (k *catalog) invalidate() {
 // catalog is a copy of the primary's).
 type catalogLoader func(ctx context.Context) (catalogDefs, error)
 
-// catalogDefs is what a load reads: the functions, and the relations
-// (their kinds, triggers, rules, cascading foreign keys and inheritance:
-// the scope of read-your-writes, see sqlclass.Scope).
+// catalogDefs is what a load reads: the catalog's fingerprint, the
+// functions, the relations (their kinds, triggers, rules, cascading
+// foreign keys and inheritance: the scope of read-your-writes, see
+// sqlclass.Scope), and the objects that run code a statement does not
+// show (sqlclass.SetHidden).
 type catalogDefs struct {
-	funcs []sqlclass.FuncDef
-	rels  []sqlclass.RelDef
+	version string
+	funcs   []sqlclass.FuncDef
+	rels    []sqlclass.RelDef
+	objs    []sqlclass.ObjectDef
+	edges   []sqlclass.EdgeDef
 }
+
+// catalogPoller reads the primary's catalog fingerprint
+// (sqlclass.CatalogVersionQuery).
+type catalogPoller func(ctx context.Context) (string, error)
 
 // start runs the goroutine that loads snapshots, until close. timeout
-// bounds each load; a failed load is tried again after retry.
-func (k *catalog) start(load catalogLoader, timeout, retry time.Duration) {
+// bounds each load; a failed load is tried again after retry; every tick
+// (when poll is not nil) the fingerprint is read, and the catalog again
+// when it changed.
+func (k *catalog) start(load catalogLoader, poll catalogPoller, timeout, retry, tick time.Duration) {
 	k.started = true
-	go k.run(load, timeout, retry)
+	go k.run(load, poll, timeout, retry, tick)
 }
 
-func (k *catalog) run(load catalogLoader, timeout, retry time.Duration) {
+func (k *catalog) run(load catalogLoader, poll catalogPoller, timeout, retry, tick time.Duration) {
 	defer close(k.done)
 	for {
 		lctx, lcancel := context.WithTimeout(k.ctx, timeout)
 		defs, err := load(lctx)
 		lcancel()
-		wait := catalogInterval
-		if err == nil {
-			fns := sqlclass.NewFunctions(defs.funcs, k.read, k.write)
-			fns.SetRelations(defs.rels)
-			k.fns.Store(fns)
-			if k.loads.Add(1) == 1 {
-				close(k.loaded)
+		if err != nil {
+			if !k.sleep(retry) {
+				return
 			}
-		} else {
-			wait = retry
+			continue
+		}
+		k.fns.Store(k.snapshot(defs))
+		if k.loads.Add(1) == 1 {
+			close(k.loaded)
+		}
+		if !k.watch(poll, defs.version, timeout, tick) {
+			return
+		}
+	}
+}
+
+// snapshot builds the classification's snapshot of what a load read.
+func (k *catalog) snapshot(defs catalogDefs) *sqlclass.Functions {
+	fns := sqlclass.NewFunctions(defs.funcs, k.read, k.write)
+	fns.SetRelations(defs.rels)
+	if defs.objs != nil {
+		fns.SetHidden(defs.funcs, defs.objs, defs.edges)
+	}
+	return fns
+}
+
+// watch waits until the snapshot of fingerprint version is to be read
+// again: asked for (invalidate), the fingerprint changed, or
+// k.interval passed. It returns false when the catalog is closed.
+func (k *catalog) watch(poll catalogPoller, version string, timeout, tick time.Duration) bool {
+	deadline := time.Now().Add(k.interval)
+	for {
+		wait := time.Until(deadline)
+		if poll != nil && tick < wait {
+			wait = tick
+		}
+		if wait <= 0 {
+			return true
 		}
 		t := time.NewTimer(wait)
 		select {
 		case <-k.ctx.Done():
 			t.Stop()
-			return
+			return false
 		case <-k.wake:
 			t.Stop()
+			return true
 		case <-t.C:
 		}
+		if poll == nil || !time.Now().Before(deadline) {
+			return true
+		}
+		pctx, pcancel := context.WithTimeout(k.ctx, timeout)
+		v, err := poll(pctx)
+		pcancel()
+		if err == nil && v != version {
+			return true
+		}
 	}
+}
+
+// sleep waits d, or until the catalog is asked to load or closed; it
+// returns false when closed.
+func (k *catalog) sleep(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-k.ctx.Done():
+		return false
+	case <-k.wake:
+	case <-t.C:
+	}
+	return true
 }
 
 // close stops the goroutine and waits for it.
@@ -161,24 +231,82 @@ func (k *catalog) close() {
 	}
 }
 
-// readCatalog reads the function and relation catalog on a connection, in
-// one round trip (sqlclass.CatalogQuery, then sqlclass.RelationsQuery, as
-// one string of the simple protocol).
+// catalogReads is what readCatalog sends, as one string of the simple
+// protocol: the fingerprint first, so that a change that lands during the
+// load makes the next poll load again.
+var catalogReads = strings.Join([]string{sqlclass.CatalogVersionQuery, sqlclass.CatalogQuery,
+	sqlclass.RelationsQuery, sqlclass.HiddenObjectsQuery, sqlclass.HiddenEdgesQuery}, ";\n")
+
+// readCatalog reads the catalog on a connection, in one round trip
+// (catalogReads).
 func readCatalog(ctx context.Context, pc *pgconn.PgConn) (catalogDefs, error) {
-	mrr := pc.Exec(ctx, sqlclass.CatalogQuery+";\n"+sqlclass.RelationsQuery)
-	var defs catalogDefs
+	mrr := pc.Exec(ctx, catalogReads)
+	defs := catalogDefs{objs: []sqlclass.ObjectDef{}}
 	for i := 0; mrr.NextResult(); i++ {
+		rr := mrr.ResultReader()
 		switch i {
 		case 0:
-			defs.funcs = readFunctions(mrr.ResultReader())
+			defs.version = readVersion(rr)
 		case 1:
-			defs.rels = readRelations(mrr.ResultReader())
+			defs.funcs = readFunctions(rr)
+		case 2:
+			defs.rels = readRelations(rr)
+		case 3:
+			defs.objs = readObjects(rr, defs.objs)
+		case 4:
+			defs.edges = readEdges(rr)
 		}
 	}
 	if err := mrr.Close(); err != nil {
 		return catalogDefs{}, err
 	}
 	return defs, nil
+}
+
+// readVersion reads the row of sqlclass.CatalogVersionQuery from rr.
+func readVersion(rr *pgconn.ResultReader) string {
+	var v string
+	for rr.NextRow() {
+		if row := rr.Values(); len(row) == 1 {
+			v = string(row[0])
+		}
+	}
+	return v
+}
+
+// readObjects appends the rows of sqlclass.HiddenObjectsQuery from rr to
+// objs.
+func readObjects(rr *pgconn.ResultReader, objs []sqlclass.ObjectDef) []sqlclass.ObjectDef {
+	for rr.NextRow() {
+		v := rr.Values()
+		if len(v) != 4 || len(v[0]) != 1 {
+			continue
+		}
+		oid, err := strconv.ParseUint(string(v[1]), 10, 32)
+		if err != nil {
+			continue
+		}
+		objs = append(objs, sqlclass.ObjectDef{Kind: v[0][0], OID: uint32(oid), Name: string(v[2]), Text: string(v[3])})
+	}
+	return objs
+}
+
+// readEdges reads the rows of sqlclass.HiddenEdgesQuery from rr.
+func readEdges(rr *pgconn.ResultReader) []sqlclass.EdgeDef {
+	var edges []sqlclass.EdgeDef
+	for rr.NextRow() {
+		v := rr.Values()
+		if len(v) != 4 || len(v[0]) != 1 || len(v[2]) != 1 {
+			continue
+		}
+		oid, err1 := strconv.ParseUint(string(v[1]), 10, 32)
+		ref, err2 := strconv.ParseUint(string(v[3]), 10, 32)
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		edges = append(edges, sqlclass.EdgeDef{Kind: v[0][0], OID: uint32(oid), RefKind: v[2][0], RefOID: uint32(ref)})
+	}
+	return edges
 }
 
 // readFunctions reads the rows of sqlclass.CatalogQuery from rr.
@@ -197,15 +325,19 @@ func readFunctions(rr *pgconn.ResultReader) []sqlclass.FuncDef {
 	}
 	for rr.NextRow() {
 		v := rr.Values()
-		if len(v) != 5 {
+		if len(v) != 7 {
 			continue
 		}
+		oid, _ := strconv.ParseUint(string(v[5]), 10, 32)
+		args, _ := strconv.Atoi(string(v[6]))
 		defs = append(defs, sqlclass.FuncDef{
 			Schema:    intern(v[0]),
 			Name:      string(v[1]),
 			Volatile:  string(v[2]) == "v",
 			Procedure: string(v[3]) == "p",
 			Extension: intern(v[4]),
+			OID:       uint32(oid),
+			Args:      args,
 		})
 	}
 	return defs
@@ -257,6 +389,24 @@ func (c *Connector) loadCatalog(ctx context.Context) (catalogDefs, error) {
 		}
 	}
 	return catalogDefs{}, err
+}
+
+// pollCatalog reads the primary's catalog fingerprint
+// (sqlclass.CatalogVersionQuery); without a primary, it fails, and the
+// snapshot stays until one is known (a new primary loads it again).
+func (c *Connector) pollCatalog(ctx context.Context) (string, error) {
+	v := c.view()
+	if v.primary == nil {
+		return "", errors.New("no primary")
+	}
+	var version string
+	err := v.primary.host.pool.AcquireFunc(ctx, func(pc *pgxpool.Conn) error {
+		rr := pc.Conn().PgConn().ExecParams(ctx, sqlclass.CatalogVersionQuery, nil, nil, nil, nil)
+		version = readVersion(rr)
+		_, err := rr.Close()
+		return err
+	})
+	return version, err
 }
 
 // readRelations reads the rows of sqlclass.RelationsQuery from rr.

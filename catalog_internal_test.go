@@ -42,7 +42,7 @@ func TestCatalogLoads(t *testing.T) {
 	k.start(func(ctx context.Context) (catalogDefs, error) {
 		defs, err := load(ctx)
 		return catalogDefs{funcs: defs}, err
-	}, time.Minute, 10*time.Millisecond)
+	}, nil, time.Minute, 10*time.Millisecond, time.Second)
 	answer := func(defs []sqlclass.FuncDef) {
 		t.Helper()
 		select {

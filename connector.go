@@ -135,7 +135,7 @@ func NewConnector(cfg *Config) (*Connector, error) {
 		defer close(c.termsDone)
 		c.followTerms(c.stopTerms)
 	}()
-	c.funcs.start(c.loadCatalog, DefaultConnectTimeout+5*time.Second, own.ProbeInterval)
+	c.funcs.start(c.loadCatalog, c.pollCatalog, DefaultConnectTimeout+5*time.Second, own.ProbeInterval, own.ProbeInterval)
 	return c, nil
 }
 

@@ -54,6 +54,33 @@ var disguises = []struct {
 		effect: "true", clean: "false",
 	},
 	{
+		// Custom settings whose prefix is a word of SET's grammar (SET
+		// LOCAL, SET TRANSACTION, SET CONSTRAINTS): for the session.
+		name:   "SET local.x",
+		sql:    "SET local.tenant = 'evil'",
+		check:  "SELECT coalesce(current_setting('local.tenant', true), '')",
+		effect: "evil",
+	},
+	{
+		name:   "SET transaction.x",
+		sql:    "SET transaction.tenant TO 'evil'",
+		check:  "SELECT coalesce(current_setting('transaction.tenant', true), '')",
+		effect: "evil",
+	},
+	{
+		name:   "SET constraints.x",
+		sql:    "set Constraints.tenant = evil",
+		check:  "SELECT coalesce(current_setting('constraints.tenant', true), '')",
+		effect: "evil",
+	},
+	{
+		// pg_settings' update rule calls set_config(…, false).
+		name:   "UPDATE pg_settings",
+		sql:    "UPDATE pg_catalog.pg_settings SET setting = '7777kB' WHERE name = 'work_mem'",
+		check:  "SELECT current_setting('work_mem')",
+		effect: "7777kB", clean: "4MB",
+	},
+	{
 		name:   "SELECT INTO LOCAL TEMP",
 		sql:    "SELECT 1 AS a INTO LOCAL TEMP disguise_local",
 		check:  "SELECT (to_regclass('pg_temp.disguise_local') IS NOT NULL)::text",

@@ -79,3 +79,11 @@ func ProbeThenWait(ctx context.Context, c *Connector, i int, timeout time.Durati
 	}
 	return c.waitChange(ctx, h, c.view().snap.Epoch, first, OpWrite, deadline)
 }
+
+// SetCatalogInterval sets how often the catalog is read again when its
+// fingerprint did not change, and returns what puts the old value back.
+func SetCatalogInterval(d time.Duration) func() {
+	old := catalogInterval
+	catalogInterval = d
+	return func() { catalogInterval = old }
+}

@@ -288,7 +288,8 @@ type Stats struct {
 	ProcessScopeReads uint64 `json:"processScopeReads"`
 	// FunctionRouted counts the statements that ran on the primary because
 	// of a function they call (ReasonVolatileFunction,
-	// ReasonUnknownFunction, ReasonWriteFunction) or because a replica
+	// ReasonUnknownFunction, ReasonWriteFunction), of user code they run
+	// without calling it by name (ReasonHiddenCode) or because a replica
 	// refused the same text before (ReasonRefused).
 	FunctionRouted uint64 `json:"functionRouted"`
 	// FunctionPins counts the connections pinned to the primary by such a
@@ -391,7 +392,7 @@ func (c *Connector) count(p *plan, cl *call, err error) {
 		k.retries.Add(1)
 	}
 	switch p.reason {
-	case ReasonVolatileFunction, ReasonUnknownFunction, ReasonWriteFunction, ReasonRefused:
+	case ReasonVolatileFunction, ReasonUnknownFunction, ReasonWriteFunction, ReasonHiddenCode, ReasonRefused:
 		k.catalogRouted.Add(1)
 	}
 	if err != nil && c.countRouteError(err) {

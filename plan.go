@@ -152,6 +152,8 @@ func (c *Connector) plan(ctx context.Context, q *request, advance bool, p *plan)
 			p.reason, p.pin = ReasonRefused, true
 		case q.r.Func == sqlclass.FuncVolatile:
 			p.reason, p.fn = ReasonVolatileFunction, q.fn
+		case q.r.Func == sqlclass.FuncHidden:
+			p.reason, p.fn = ReasonHiddenCode, q.fn
 		case q.r.Func == sqlclass.FuncUnknown:
 			p.reason, p.fn = ReasonUnknownFunction, q.fn
 		case q.r.Func == sqlclass.FuncWrite:

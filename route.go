@@ -79,6 +79,7 @@ const (
 	ReasonUnknownFunction  Reason = "unknown-function"  // the statement calls a function the catalog does not know yet (Decision.Function): the primary, and the connection stays there
 	ReasonWriteFunction    Reason = "write-function"    // the statement calls a function listed in pgrouted_write_functions (Decision.Function)
 	ReasonRefused          Reason = "refused-before"    // a replica refused the same statement before (SQLSTATE 25006): the primary, and the connection stays there
+	ReasonHiddenCode       Reason = "hidden-code"       // the statement runs user code its text does not show as a call, and that may write or change the session (Decision.Function names the object: an aggregate, operator, type or domain, view, table with a policy, or a function in attribute notation; docs/functions.md): the primary, and the connection stays there
 )
 
 // Sentinel errors, for errors.Is on a [*RouteError].

@@ -102,6 +102,11 @@ type stmt struct {
 
 	userCall bool // a call that may read relations the text does not name
 
+	// Code the text does not show as a call (hidden.go).
+	opStart, opEnd int  // the run of operator characters that ends at opEnd
+	afterDot       bool // the name at prev follows a period
+	settings       bool // the statement names pg_settings
+
 	fv     FuncVerdict // the most dangerous verdict on a call so far
 	fa, fb int         // the span of that function's name
 }
@@ -142,6 +147,14 @@ func (c *classifier) run(sql string, backslashQuotes bool) {
 
 func (c *classifier) endStmt() {
 	st := &c.st
+	if st.ph == phBody {
+		c.nameEnd(tEOF)
+	}
+	if st.settings && st.class == Write {
+		// UPDATE pg_settings SET setting = …: its rule calls
+		// set_config(…, false), for the session.
+		st.class = Session
+	}
 	if st.nonEmpty {
 		c.res.Statements++
 		c.res.seen |= 1 << st.class
@@ -182,7 +195,10 @@ func (c *classifier) token(k tokKind, a, b int) {
 	case phIgnore:
 
 	case phSet:
-		if k == tWord {
+		if k == tWord && !c.dotNext() {
+			// (SET local.tenant = …, SET transaction.x = …: a custom
+			// setting whose prefix is one of these words, for the
+			// session.)
 			switch keywordOf(c.lx.s[a:b]) {
 			case kwLocal, kwConstraints:
 				// SET LOCAL and SET CONSTRAINTS last until the end of
@@ -240,10 +256,6 @@ func (c *classifier) token(k tokKind, a, b int) {
 		switch k {
 		case tLParen:
 			// EXPLAIN ((SELECT 1)): a parenthesised statement.
-			if !st.analyze {
-				c.explained(kwNone)
-				return
-			}
 			st.ph = phStart
 		case tWord:
 			if kw := keywordOf(c.lx.s[a:b]); kw == kwSelect || kw == kwValues || kw == kwWith || kw == kwTable {
@@ -284,15 +296,13 @@ func (c *classifier) token(k tokKind, a, b int) {
 }
 
 // explained is called at the first token of the statement that an EXPLAIN
-// explains, whose key word is kw. Without ANALYZE nothing runs: a read.
-// With ANALYZE the statement runs, and is classified as if on its own.
+// explains, whose key word is kw. The statement is judged as if on its
+// own, with or without ANALYZE: with it, the statement runs; without it,
+// the planner still runs the functions it folds into constants (those
+// labelled IMMUTABLE, whatever they do), and the name of what runs hidden
+// code is in the text either way.
 func (c *classifier) explained(kw keyword) {
 	st := &c.st
-	if !st.analyze {
-		st.class = Read
-		st.ph = phIgnore
-		return
-	}
 	if kw == kwNone {
 		st.class = Unknown
 		st.ph = phIgnore
@@ -354,6 +364,20 @@ func (c *classifier) dispatch(kw keyword) {
 func (c *classifier) body(k tokKind, a, b int) {
 	st := &c.st
 	s := c.lx.s
+	if isName(st.prev) && !(k == tOther && s[a] == '.') {
+		c.nameEnd(k)
+	}
+	if isName(k) {
+		c.name(k, a, b)
+	} else if k == tOther && st.calls && c.fn != nil && c.fn.hidden != nil && isOpChar(s[a]) {
+		if a != st.opEnd {
+			st.opStart = a
+		}
+		st.opEnd = b
+		if c.fn.hidden.riskyOpEndingAt(s, st.opStart, b) {
+			c.hiddenCode(st.opStart, b)
+		}
+	}
 	switch k {
 	case tLParen:
 		if isName(st.prev) {
@@ -409,6 +433,88 @@ func (c *classifier) body(k tokKind, a, b int) {
 	}
 	st.prev2, st.prev2At, st.prev2End = st.prev, st.prevStart, st.prevEnd
 	st.prev, st.prevStart, st.prevEnd = k, a, b
+}
+
+// dotNext reports whether the token after the current one is a period.
+func (c *classifier) dotNext() bool {
+	lx := c.lx
+	k, a, _ := lx.next()
+	return k == tOther && lx.s[a] == '.'
+}
+
+// name looks at a name token of the body: pg_settings, and the names of
+// objects that run hidden code (hidden.go).
+func (c *classifier) name(k tokKind, a, b int) {
+	st := &c.st
+	s := c.lx.s
+	st.afterDot = st.prev == tOther && s[st.prevStart] == '.'
+	if b-a == len("pg_settings") && (k != tWord || equalFold(s[a:b], "pg_settings")) {
+		var buf [maxIdentLen]byte
+		if string(c.lx.ident(buf[:0], k, a, b)) == "pg_settings" {
+			st.settings = true
+		}
+	}
+	if !st.calls || c.fn == nil || c.fn.hidden == nil {
+		return
+	}
+	h := c.fn.hidden
+	if k == tWord && b-a < maxIdentLen {
+		// The filter's bit from the word itself, folded on the fly: most
+		// words miss it and are never copied.
+		bit := (uint(b-a)*31 + uint(lower(s[a]))*7 + uint(lower(s[b-1]))) & 255
+		if h.filter[bit>>6]&(1<<(bit&63)) == 0 {
+			return
+		}
+	}
+	var buf [maxIdentLen]byte
+	if h.risky(c.lx.ident(buf[:0], k, a, b), hkName) {
+		c.hiddenCode(a, b)
+	}
+}
+
+// nameEnd is called at the token next after a (possibly dotted) name that
+// ends at prev: a function's name after a period is a call in attribute
+// notation (r.fn) unless a parenthesis follows, and the name after x:: is
+// a type the snapshot must know.
+func (c *classifier) nameEnd(next tokKind) {
+	st := &c.st
+	if !st.calls || c.fn == nil || c.fn.hidden == nil || !isName(st.prev) {
+		return
+	}
+	h := c.fn.hidden
+	s := c.lx.s
+	var buf [maxIdentLen]byte
+	n := c.lx.ident(buf[:0], st.prev, st.prevStart, st.prevEnd)
+	if st.afterDot && next != tLParen && h.risky(n, hkAttr) {
+		c.hiddenCode(st.prevStart, st.prevEnd)
+	}
+	if st.before == tOther && s[st.beforeStart] == ':' && st.beforeStart > 0 && s[st.beforeStart-1] == ':' &&
+		!(st.prev == tWord && isKeyword(s[st.prevStart:st.prevEnd])) && !h.knownType(n) {
+		// x::t for a type t the snapshot does not hold (created since,
+		// or a temporary one): what its functions do is not known.
+		if FuncUnknown > st.fv {
+			st.fv, st.fa, st.fb = FuncUnknown, st.prevStart, st.prevEnd
+		}
+		st.class = st.class.max(Session)
+	}
+}
+
+// hiddenCode notes that the object named at [a, b) runs code that may
+// write or change the session.
+func (c *classifier) hiddenCode(a, b int) {
+	st := &c.st
+	if FuncHidden > st.fv {
+		st.fv, st.fa, st.fb = FuncHidden, a, b
+	}
+	st.class = st.class.max(Session)
+}
+
+// lower is c in ASCII lower case.
+func lower(c byte) byte {
+	if c >= 'A' && c <= 'Z' {
+		return c + 'a' - 'A'
+	}
+	return c
 }
 
 // openWith notes a WITH list opened at the current depth.

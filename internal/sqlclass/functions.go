@@ -14,13 +14,16 @@ type FuncDef struct {
 	Volatile  bool   // provolatile = 'v'
 	Procedure bool   // prokind = 'p'
 	Extension string // the extension the function belongs to, or ""
+	OID       uint32 // pg_proc.oid (0: not known)
+	Args      int    // pronargs
 }
 
 // CatalogQuery reads every function definition of the database: schema,
-// name, volatility ('i', 's' or 'v'), kind ('f', 'p', 'a' or 'w') and the
-// extension it belongs to (or NULL). It only reads the catalog, and runs
-// on any server, primary or standby.
-const CatalogQuery = `SELECT n.nspname::text, p.proname::text, p.provolatile::text, p.prokind::text, e.extname::text
+// name, volatility ('i', 's' or 'v'), kind ('f', 'p', 'a' or 'w'), the
+// extension it belongs to (or NULL), its OID and its number of arguments.
+// It only reads the catalog, and runs on any server, primary or standby.
+const CatalogQuery = `SELECT n.nspname::text, p.proname::text, p.provolatile::text, p.prokind::text, e.extname::text,
+  p.oid::int8, p.pronargs::int4
 FROM pg_catalog.pg_proc p
 JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
 LEFT JOIN pg_catalog.pg_depend d ON d.classid = 'pg_catalog.pg_proc'::pg_catalog.regclass AND d.objid = p.oid AND d.deptype = 'e'
@@ -146,12 +149,15 @@ type Functions struct {
 	write   []FuncName // functions to send to the primary whatever their label
 	count   int
 	rels    *relations // the catalog's relations (SetRelations), nil when not known
+	hidden  *hidden    // the code statements run unseen (SetHidden), nil when not known
 }
 
 // funcDef is the part of a FuncDef the classification needs.
 type funcDef struct {
-	schema uint32 // index in Functions.schemas
-	risky  bool   // VOLATILE or a procedure, not known to be pure
+	schema  uint32 // index in Functions.schemas
+	oid     uint32 // pg_proc.oid, 0 when not known
+	risky   bool   // VOLATILE or a procedure, not known to be pure, or may run such code (SetHidden)
+	builtin bool   // a function of the server itself (Functions.builtin)
 }
 
 // NewFunctions builds a snapshot from the catalog's definitions (nil or
@@ -185,9 +191,9 @@ func NewFunctions(defs []FuncDef, read, write []FuncName) *Functions {
 			}
 			f.names = append(f.names, d.Name)
 		}
-		// Builtins (pg_catalog, information_schema): the curated list
-		// decides.
-		builtin := d.Schema == "pg_catalog" || d.Schema == "information_schema"
+		// Builtins (the server's own, in pg_catalog and
+		// information_schema): the curated list decides.
+		builtin := f.builtin(d)
 		// A function of an extension that extensionFunctions decides on
 		// is decided there (and by funcClass), as a builtin is.
 		risky := (d.Volatile || d.Procedure) && !builtin && extensionFunctions[d.Extension][d.Name] == extJudged
@@ -200,7 +206,7 @@ func NewFunctions(defs []FuncDef, read, write []FuncName) *Functions {
 			schemaIdx[d.Schema] = si
 			f.schemas = append(f.schemas, d.Schema)
 		}
-		f.defs = append(f.defs, funcDef{schema: si, risky: risky})
+		f.defs = append(f.defs, funcDef{schema: si, oid: d.OID, risky: risky, builtin: builtin})
 	}
 	if len(f.names) > 0 {
 		f.ends = append(f.ends, int32(len(f.defs)))
@@ -335,10 +341,16 @@ const (
 	// procedure) outside the built-ins: it may write or change the session,
 	// so the primary, and the session stays there.
 	FuncVolatile
+	// FuncHidden: the statement runs user code that its text does not
+	// show as a call (hidden.go: an aggregate's functions, an operator, a
+	// cast, a domain's check, a type's I/O, a view, a policy, attribute
+	// notation) and that may write or change the session: the primary,
+	// and the session stays there. The name behind it is the object's.
+	FuncHidden
 )
 
-// String returns "none", "write-function", "unknown-function" or
-// "volatile-function".
+// String returns "none", "write-function", "unknown-function",
+// "volatile-function" or "hidden-code".
 func (v FuncVerdict) String() string {
 	switch v {
 	case FuncNone:
@@ -349,6 +361,8 @@ func (v FuncVerdict) String() string {
 		return "unknown-function"
 	case FuncVolatile:
 		return "volatile-function"
+	case FuncHidden:
+		return "hidden-code"
 	}
 	return fmt.Sprintf("FuncVerdict(%d)", uint8(v))
 }
@@ -358,7 +372,7 @@ func (v FuncVerdict) class() Class {
 	switch v {
 	case FuncWrite:
 		return Write
-	case FuncUnknown, FuncVolatile:
+	case FuncUnknown, FuncVolatile, FuncHidden:
 		return Session
 	}
 	return Read
@@ -367,7 +381,7 @@ func (v FuncVerdict) class() Class {
 // syntaxWords are unreserved key words that come before an opening
 // parenthesis in the syntax of queries and DML without being a function
 // call (GROUP BY CUBE (…), ON CONFLICT (…), FILTER (…), AS MATERIALIZED
-// (…), INTERVAL … SECOND (3) …, JSON_TABLE's COLUMNS (…)). Other
+// (…), INTERVAL … SECOND (3) …, JSON_TABLE's COLUMNS (…), OPERATOR(…)). Other
 // unreserved key words can name a function, so a call of one that the
 // catalog does not know is unknown: JSON_TABLE's NESTED [PATH] and PATH
 // (PostgreSQL 17) are followed by a string constant, never by a
@@ -379,6 +393,7 @@ var syntaxWords = map[string]bool{
 	"next": true, "second": true, "minute": true, "hour": true, "day": true,
 	"month": true, "year": true, "passing": true,
 	"include": true, "partition": true, "range": true, "rows": true, "groups": true,
+	"operator": true, // a OPERATOR(schema.+) b
 }
 
 // judge returns the verdict on a call of name (schema: its qualifier, or
@@ -445,12 +460,11 @@ func (f *Functions) userFunction(schema, name string, keyword bool) bool {
 	}
 	matched := false
 	for i := range defs {
-		s := f.schemas[defs[i].schema]
-		if schema != "" && s != schema {
+		if schema != "" && f.schemas[defs[i].schema] != schema {
 			continue
 		}
 		matched = true
-		if s != "pg_catalog" && s != "information_schema" {
+		if !defs[i].builtin {
 			return true
 		}
 	}

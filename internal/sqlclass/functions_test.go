@@ -141,7 +141,7 @@ var functionTests = []struct {
 
 	// Where calls are not judged: DDL and plain EXPLAIN.
 	{"CREATE TABLE t (id int REFERENCES u(id), v numeric(10, 2))", Write, FuncNone, ""},
-	{"EXPLAIN SELECT set_tenant('x')", Read, FuncNone, ""},
+	{"EXPLAIN SELECT set_tenant('x')", Session, FuncVolatile, "set_tenant"},
 	{"EXPLAIN ANALYZE SELECT set_tenant('x')", Session, FuncVolatile, "set_tenant"},
 
 	// DO and CALL: their effects are not known.

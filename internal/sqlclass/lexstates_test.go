@@ -66,7 +66,7 @@ var lexerStateTests = []struct {
 	{"xui", "SELECT U&\"set\\\\_config\"('a', 'b', false)", Read, ""},
 	{"xui", "EXPLAIN (U&\"\\0061nalyze\") SELECT set_config('app.tenant', 'evil', false)", Session, ""},
 	{"xui", "EXPLAIN (U&\"\\0061nalyse\", COSTS OFF) DELETE FROM t", Write, ""},
-	{"xui", "EXPLAIN (U&\"\\0061nalyzer\") DELETE FROM t", Read, ""},
+	{"xui", "EXPLAIN (U&\"\\0061nalyzer\") DELETE FROM t", Write, ""},
 	{"xui", "SELECT * INTO U&\"pg\\005ftemp\".t FROM s", Session, ""},
 	{"xui", "SELECT * INTO U&\"pg\\005Ftemp\".t FROM s", Session, ""},
 
@@ -77,7 +77,7 @@ var lexerStateTests = []struct {
 	{"uescape", "EXPLAIN (U&\"!0061nalyze\" UESCAPE $$!$$) SELECT set_config('a', 'b', false)", Session, ""},
 	{"uescape", "EXPLAIN (U&\"!0061nalyze\" UESCAPE $e$!$e$) SELECT set_config('a', 'b', false)", Session, ""},
 	{"uescape", "EXPLAIN (U&\"!0061nalyze\" UESCAPE '!'\n'') SELECT set_config('a', 'b', false)", Session, ""},
-	{"uescape", "EXPLAIN (U&\"\\0061nalyze\" UESCAPE '!') SELECT set_config('a', 'b', false)", Read, ""},
+	{"uescape", "EXPLAIN (U&\"\\0061nalyze\" UESCAPE '!') SELECT set_config('a', 'b', false)", Session, ""},
 	{"uescape", "SELECT U&'d!0061t' UESCAPE '!' FROM t", Read, "W S W W"},
 	{"uescape", "SELECT U&'x' UESCAPE '!' , set_config('a', 'b', false)", Session, ""},
 	{"uescape", "SELECT U&\"x\" UESCAPE 'abc", Unknown, ""},

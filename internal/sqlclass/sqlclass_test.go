@@ -165,11 +165,11 @@ var classifyTests = []struct {
 
 	// EXPLAIN.
 	{"EXPLAIN SELECT 1", Read},
-	{"EXPLAIN DELETE FROM t", Read},
-	{"EXPLAIN INSERT INTO t VALUES (nextval('s'))", Read},
-	{"EXPLAIN SELECT pg_advisory_lock(1)", Read},
-	{"EXPLAIN VERBOSE UPDATE t SET a = 1", Read},
-	{"EXPLAIN (FORMAT JSON, COSTS OFF) DELETE FROM t", Read},
+	{"EXPLAIN DELETE FROM t", Write},
+	{"EXPLAIN INSERT INTO t VALUES (nextval('s'))", Write},
+	{"EXPLAIN SELECT pg_advisory_lock(1)", Session},
+	{"EXPLAIN VERBOSE UPDATE t SET a = 1", Write},
+	{"EXPLAIN (FORMAT JSON, COSTS OFF) DELETE FROM t", Write},
 	{"EXPLAIN (SELECT 1)", Read},
 	{"EXPLAIN ((SELECT 1))", Read},
 	{"EXPLAIN ANALYZE SELECT 1", Read},
@@ -193,8 +193,8 @@ var classifyTests = []struct {
 	{"EXPLAIN (ANALYZE false) DELETE FROM t", Write}, // conservative
 	{"EXPLAIN (\"analyze\") DELETE FROM t", Write},
 	{"EXPLAIN (ANALYZE) (SELECT 1)", Read},
-	{"EXPLAIN /* ANALYZE */ DELETE FROM t", Read},
-	{"EXPLAIN 'ANALYZE' DELETE FROM t", Read},
+	{"EXPLAIN /* ANALYZE */ DELETE FROM t", Write},
+	{"EXPLAIN 'ANALYZE' DELETE FROM t", Unknown},
 	{"EXPLAIN ANALYZE 'x'", Unknown},
 	{"EXPLAIN ANALYZE", Unknown},
 	{"EXPLAIN (ANALYZE)", Unknown},
@@ -351,7 +351,7 @@ var classifyTests = []struct {
 	{"SELECT JSON_OBJECT('a': 1, 'b' VALUE 2 ABSENT ON NULL WITH UNIQUE KEYS), JSON_ARRAY(1, 2 RETURNING jsonb), js IS JSON SCALAR, SYSTEM_USER FROM docs", Read},
 	{"SELECT JSON_ARRAYAGG(a ORDER BY a), JSON_OBJECTAGG(k : v) FROM kv", Read},
 	{"EXPLAIN (GENERIC_PLAN) SELECT * FROM t WHERE id = $1", Read},
-	{"EXPLAIN (GENERIC_PLAN) UPDATE t SET a = $1", Read},
+	{"EXPLAIN (GENERIC_PLAN) UPDATE t SET a = $1", Write},
 	{"VACUUM (BUFFER_USAGE_LIMIT '1MB', SKIP_DATABASE_STATS) t", Write},
 	{"VACUUM (ONLY_DATABASE_STATS)", Write},
 	// 17: MERGE … RETURNING (a write, in a WITH too), WHEN NOT MATCHED BY
@@ -363,7 +363,7 @@ var classifyTests = []struct {
 	{"SELECT JSON_QUERY(js, '$.a' RETURNING jsonb WITH CONDITIONAL WRAPPER KEEP QUOTES ON SCALAR STRING EMPTY ARRAY ON EMPTY ERROR ON ERROR), JSON_VALUE(js, '$.b' RETURNING int DEFAULT 0 ON ERROR), JSON_EXISTS(js, '$.c'), JSON_SCALAR(1), JSON_SERIALIZE(js RETURNING bytea), JSON('{}') FROM docs", Read},
 	{"EXPLAIN (ANALYZE, SERIALIZE TEXT, MEMORY) SELECT * FROM t", Read},
 	{"EXPLAIN (ANALYZE, MEMORY) MERGE INTO t USING s ON t.id = s.id WHEN MATCHED THEN DELETE RETURNING t.id", Write},
-	{"EXPLAIN MERGE INTO t USING s ON t.id = s.id WHEN MATCHED THEN DELETE RETURNING t.id", Read},
+	{"EXPLAIN MERGE INTO t USING s ON t.id = s.id WHEN MATCHED THEN DELETE RETURNING t.id", Write},
 	{"COPY t FROM STDIN (FORMAT csv, ON_ERROR ignore, LOG_VERBOSITY verbose)", Write},
 	// 18: OLD and NEW in RETURNING, virtual generated columns, NOT
 	// ENFORCED constraints, temporal keys (PERIOD), LARGE OBJECTS in
