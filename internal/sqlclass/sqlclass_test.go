@@ -234,6 +234,19 @@ var classifyTests = []struct {
 	{"CLOSE c", Write},
 	{"SET LOCAL statement_timeout = '1s'", Write},
 	{"SET CONSTRAINTS ALL DEFERRED", Write},
+	// Custom settings whose prefix is one of those words: the session's.
+	{"SET local.tenant = 'x'", Session},
+	{"SET LOCAL local.tenant = 'x'", Write},
+	{"SET transaction.tenant TO 'x'", Session},
+	{"SET constraints . tenant = 'x'", Session},
+	{"SET CONSTRAINTS c1, c2 IMMEDIATE", Write},
+	{"SET TRANSACTION READ ONLY", Tx},
+	// pg_settings' update rule calls set_config(…, false).
+	{"UPDATE pg_settings SET setting = '1MB' WHERE name = 'work_mem'", Session},
+	{`update pg_catalog."pg_settings" set setting = 'x' where name = 'work_mem'`, Session},
+	{"WITH u AS (UPDATE pg_settings SET setting = 'x' RETURNING 1) SELECT * FROM u", Session},
+	{"SELECT name, setting FROM pg_settings", Read},
+	{"UPDATE t SET v = 1", Write},
 
 	// Transaction control.
 	{"BEGIN", Tx},
