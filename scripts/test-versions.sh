@@ -14,9 +14,11 @@
 # or relies on what does: routing, read-your-writes with the replay check
 # and with the replica wait, the staleness gate, failover with promotion and
 # the timeline history, a write reaching a demoted primary (in_hot_standby
-# from 14, SQLSTATE 25006 before), the function catalog read, and
-# testcluster's own: standbys cloned without pg_basebackup, replay pause,
-# password authentication. Extra go test flags: $GOTESTFLAGS.
+# from 14, SQLSTATE 25006 before), the function catalog read, every
+# VOLATILE built-in function of the version decided (a write, session
+# state or a known read), and testcluster's own: standbys cloned without
+# pg_basebackup, replay pause, password authentication. Extra go test
+# flags: $GOTESTFLAGS.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
@@ -42,8 +44,10 @@ tests=(
 	TestWriteThatSurvivedAFailover
 	# what differs by version: in_hot_standby, a demoted primary
 	TestHotStandbyReported TestWriteToADemotedPrimary TestReadOnlyPrimaryRefuses
-	# the function catalog (pg_proc, pg_depend)
+	# the function catalog (pg_proc, pg_depend), and every VOLATILE
+	# built-in function of the version decided
 	TestClassificationFollowsTheCatalog TestStableFunctionOnReplicas
+	TestBuiltinFunctionsAreDecided
 	# testcluster: replay pause, standbys copied without pg_basebackup,
 	# password authentication with a synchronous standby
 	TestPauseReplayFallsBehind TestCloneByCopyUnderWrites TestPasswordSyncAndClose

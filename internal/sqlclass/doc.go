@@ -105,10 +105,12 @@
 //     cursors are session state, and remote statements may write),
 //     pg_replication_origin_session_*, and query_to_xml, query_to_xmlschema,
 //     query_to_xml_and_xmlschema, cursor_to_xml, cursor_to_xmlschema,
-//     ts_stat and ts_rewrite, which run a query given as text; and functions
-//     of contrib extensions that change the session: pg_trgm's set_limit,
-//     isn's isn_weak, tablefunc's crosstab, crosstab2, crosstab3, crosstab4
-//     and connectby (which run a query given as text).
+//     ts_stat and ts_rewrite, which run a query given as text;
+//     binary_upgrade_* (pg_upgrade's: they set what the session's next
+//     CREATE uses); and functions of contrib extensions that change the
+//     session: pg_trgm's set_limit, isn's isn_weak, tablefunc's crosstab,
+//     crosstab2, crosstab3, crosstab4 and connectby (which run a query
+//     given as text).
 //   - [Write]: nextval, setval; currval and lastval (they read state of the
 //     session that called nextval, which is on the primary); pg_notify;
 //     large objects: lo_creat, lo_create, lo_from_bytea, lo_import,
@@ -118,16 +120,34 @@
 //     pg_current_wal_insert_lsn, pg_current_wal_flush_lsn, pg_switch_wal,
 //     pg_switch_xlog, pg_create_* (pg_create_restore_point, replication
 //     slots), pg_drop_replication_slot, pg_copy_*_replication_slot,
-//     pg_replication_slot_advance, pg_logical_slot_get_changes,
-//     pg_logical_slot_get_binary_changes, pg_logical_emit_message,
-//     pg_replication_origin_*, pg_backup_start, pg_backup_stop,
-//     pg_start_backup, pg_stop_backup, pg_log_standby_snapshot,
-//     brin_summarize_range, brin_summarize_new_values,
-//     brin_desummarize_range, gin_clean_pending_list,
-//     pg_import_system_collations; functions that act on the server they
-//     run on: pg_terminate_backend, pg_cancel_backend, pg_promote,
-//     pg_reload_conf, pg_rotate_logfile, pg_stat_reset*,
-//     pg_stat_statements_reset, pg_log_backend_memory_contexts.
+//     pg_replication_slot_advance, pg_logical_* (pg_logical_slot_get_changes
+//     and _get_binary_changes, which consume a slot, _peek_changes and
+//     _peek_binary_changes, whose slot is the primary's, and
+//     pg_logical_emit_message), pg_replication_origin_*, pg_backup_start,
+//     pg_backup_stop, pg_start_backup, pg_stop_backup,
+//     pg_log_standby_snapshot, brin_summarize_range,
+//     brin_summarize_new_values, brin_desummarize_range,
+//     gin_clean_pending_list, pg_import_system_collations, pg_restore_* and
+//     pg_clear_* (planner statistics: pg_restore_relation_stats, …),
+//     pg_nextoid, pg_stop_making_pinned_objects, pg_extension_config_dump;
+//     functions that act on the server they run on: pg_terminate_backend,
+//     pg_cancel_backend, pg_promote, pg_reload_conf, pg_rotate_logfile,
+//     pg_rotate_logfile_old, pg_stat_reset*, pg_stat_statements_reset,
+//     pg_log_backend_memory_contexts; and functions that act on the standby
+//     they run on, pg_wal_replay_pause, pg_wal_replay_resume and
+//     pg_sync_replication_slots: sent to the primary, where they fail,
+//     rather than to a standby the caller did not choose (to use them,
+//     connect to that standby).
+//
+// Every other built-in function is taken as a read. The VOLATILE ones
+// among them (pg_sleep, random, clock_timestamp, pg_ls_dir,
+// pg_stat_clear_snapshot, lo_get, …) are decided one by one, each group
+// with its reason, in volatileReads (builtins_test.go, at the module's
+// root): its test TestBuiltinFunctionsAreDecided reads pg_proc on each
+// PostgreSQL version of the compatibility subset (13 to 18) and fails
+// naming every VOLATILE function or procedure of pg_catalog and
+// information_schema, not of an extension, that is neither in the list
+// above nor a known read.
 //
 // # User functions
 //

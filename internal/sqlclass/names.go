@@ -159,18 +159,66 @@ func funcClass(name string) Class {
 	}
 	switch name[0] | 0x20 {
 	case 'p':
-		switch {
-		case hasPrefixFold(name, "pg_advisory_"), hasPrefixFold(name, "pg_try_advisory_"),
-			hasPrefixFold(name, "pg_replication_origin_session_"):
+		// The prefixes below all start with pg_: one comparison for its
+		// fourth letter instead of one per prefix.
+		if !hasPrefixFold(name, "pg_") {
+			break
+		}
+		switch name[3] | 0x20 {
+		case 'a':
+			if hasPrefixFold(name, "pg_advisory_") {
+				return Session
+			}
+		case 't':
+			if hasPrefixFold(name, "pg_try_advisory_") {
+				return Session
+			}
+		case 'r':
+			switch {
+			case hasPrefixFold(name, "pg_replication_origin_session_"):
+				return Session
+			case hasPrefixFold(name, "pg_replication_origin_"):
+				// pg_replication_origin_create, _drop, _advance …
+				return Write
+			case hasPrefixFold(name, "pg_restore_"):
+				// pg_restore_relation_stats, pg_restore_attribute_stats
+				// (18): they write planner statistics into pg_class
+				// and pg_statistic.
+				return Write
+			}
+		case 'c':
+			switch {
+			case hasPrefixFold(name, "pg_create_"):
+				// pg_create_restore_point, pg_create_*_replication_slot.
+				return Write
+			case hasPrefixFold(name, "pg_clear_"):
+				// pg_clear_relation_stats, pg_clear_attribute_stats
+				// (18): as pg_restore_*.
+				return Write
+			}
+		case 's':
+			if hasPrefixFold(name, "pg_stat_reset") {
+				// pg_stat_reset, _shared, _single_table_counters, …:
+				// they reset the counters of the server they reach.
+				return Write
+			}
+		case 'l':
+			if hasPrefixFold(name, "pg_logical_") {
+				// pg_logical_slot_get_changes, _get_binary_changes
+				// (they consume a slot), _peek_changes,
+				// _peek_binary_changes (the slot is the primary's: a
+				// standby has none of it, or only a synchronized copy
+				// it cannot decode from), and pg_logical_emit_message
+				// (it writes WAL).
+				return Write
+			}
+		}
+	case 'b':
+		if hasPrefixFold(name, "binary_upgrade_") {
+			// binary_upgrade_set_next_*_oid, …: pg_upgrade's; they set
+			// what the session's next CREATE uses (they fail outside
+			// binary-upgrade mode).
 			return Session
-		case hasPrefixFold(name, "pg_create_"), hasPrefixFold(name, "pg_replication_origin_"):
-			// pg_create_restore_point, pg_create_*_replication_slot;
-			// pg_replication_origin_create, _drop, _advance …
-			return Write
-		case hasPrefixFold(name, "pg_stat_reset"):
-			// pg_stat_reset, _shared, _single_table_counters, …: they
-			// reset the counters of the server they reach.
-			return Write
 		}
 	case 'd':
 		if hasPrefixFold(name, "dblink") {
@@ -179,7 +227,7 @@ func funcClass(name string) Class {
 			// statements may write.
 			return Session
 		}
-	case 'b', 'c', 'g', 'i', 'l', 'n', 'q', 's', 't':
+	case 'c', 'g', 'i', 'l', 'n', 'q', 's', 't':
 	default:
 		return Read
 	}
@@ -221,13 +269,20 @@ func funcClass(name string) Class {
 		"pg_terminate_backend", "pg_cancel_backend",
 		"pg_drop_replication_slot", "pg_replication_slot_advance",
 		"pg_copy_physical_replication_slot", "pg_copy_logical_replication_slot",
-		"pg_logical_slot_get_changes", "pg_logical_slot_get_binary_changes",
-		"pg_logical_emit_message",
-		"pg_reload_conf", "pg_rotate_logfile",
+		"pg_reload_conf", "pg_rotate_logfile", "pg_rotate_logfile_old",
 		"pg_backup_start", "pg_backup_stop", "pg_start_backup", "pg_stop_backup",
 		"pg_stat_statements_reset", "pg_log_standby_snapshot", "pg_log_backend_memory_contexts",
 		"brin_summarize_range", "brin_summarize_new_values", "brin_desummarize_range",
-		"gin_clean_pending_list", "pg_import_system_collations":
+		"gin_clean_pending_list", "pg_import_system_collations",
+		"pg_nextoid", "pg_stop_making_pinned_objects", "pg_extension_config_dump":
+		return Write
+
+	case "pg_wal_replay_pause", "pg_wal_replay_resume", "pg_sync_replication_slots":
+		// They act on the standby that runs them (its replay, its
+		// copies of the primary's failover slots): on a replica that
+		// the pool picked they would pause or change one the caller did
+		// not choose. On the primary they fail ("recovery is not in
+		// progress"); to act on a standby, connect to it.
 		return Write
 	}
 	return Read

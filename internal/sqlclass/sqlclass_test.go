@@ -155,6 +155,16 @@ var classifyTests = []struct {
 	{"SELECT pg_catalog.set_config('search_path', '', false)", Session},
 	{"SELECT dblink_connect('c', 'dbname=x')", Session},
 	{"SELECT pg_replication_origin_session_setup('o')", Session},
+	{"SELECT pg_wal_replay_pause()", Write},
+	{"SELECT pg_catalog.pg_wal_replay_resume()", Write},
+	{"SELECT pg_sync_replication_slots()", Write},
+	{"SELECT pg_logical_slot_peek_changes('s', NULL, NULL)", Write},
+	{"SELECT pg_restore_relation_stats('schemaname', 'public', 'relname', 't', 'reltuples', 1::real)", Write},
+	{"SELECT pg_clear_attribute_stats('public', 't', 'a', false)", Write},
+	{"SELECT binary_upgrade_set_next_pg_type_oid(16384)", Session},
+	{"SELECT pg_is_wal_replay_paused(), pg_get_wal_replay_pause_state()", Read},
+	{"SELECT pg_stat_clear_snapshot(), pg_stat_force_next_flush()", Read},
+	{"SELECT lo_get(1234), pg_export_snapshot()", Read},
 	{"SELECT 'pg_advisory_lock(1)'", Read},
 	{"SELECT $$pg_advisory_lock(1)$$", Read},
 	{"SELECT /* pg_advisory_lock(1) */ 1", Read},
@@ -577,6 +587,8 @@ func TestFuncClass(t *testing.T) {
 		"pg_try_advisory_xact_lock", "pg_try_advisory_xact_lock_shared", "pg_advisory_unlock",
 		"pg_advisory_unlock_shared", "pg_advisory_unlock_all",
 		"pg_replication_origin_session_setup", "pg_replication_origin_session_progress",
+		"binary_upgrade_set_next_pg_type_oid", "binary_upgrade_set_next_multirange_array_pg_type_oid",
+		"binary_upgrade_create_empty_extension", "binary_upgrade_logical_slot_has_caught_up",
 		"ts_stat", "ts_rewrite", "set_limit", "isn_weak", "crosstab", "crosstab2", "crosstab3", "crosstab4", "connectby"}
 	write := []string{"nextval", "setval", "currval", "lastval", "pg_notify",
 		"lo_creat", "lo_create", "lo_from_bytea", "lo_import", "lo_export", "lo_open", "lo_put",
@@ -587,6 +599,7 @@ func TestFuncClass(t *testing.T) {
 		"pg_drop_replication_slot", "pg_copy_physical_replication_slot",
 		"pg_copy_logical_replication_slot", "pg_replication_slot_advance",
 		"pg_logical_slot_get_changes", "pg_logical_slot_get_binary_changes",
+		"pg_logical_slot_peek_changes", "pg_logical_slot_peek_binary_changes",
 		"pg_logical_emit_message", "pg_replication_origin_create", "pg_replication_origin_advance",
 		"pg_backup_start", "pg_backup_stop", "pg_start_backup", "pg_stop_backup",
 		"pg_terminate_backend", "pg_cancel_backend", "pg_promote", "pg_reload_conf",
@@ -594,9 +607,15 @@ func TestFuncClass(t *testing.T) {
 		"pg_stat_reset_single_function_counters", "pg_stat_reset_slru", "pg_stat_statements_reset",
 		"pg_log_standby_snapshot", "pg_log_backend_memory_contexts", "brin_summarize_range",
 		"brin_summarize_new_values", "brin_desummarize_range", "gin_clean_pending_list",
-		"pg_import_system_collations"}
+		"pg_import_system_collations", "pg_wal_replay_pause", "pg_wal_replay_resume",
+		"pg_sync_replication_slots", "pg_rotate_logfile_old", "pg_nextoid", "pg_stop_making_pinned_objects",
+		"pg_extension_config_dump", "pg_restore_relation_stats", "pg_restore_attribute_stats",
+		"pg_clear_relation_stats", "pg_clear_attribute_stats"}
 	read := []string{"count", "now", "coalesce", "lower", "pg_is_in_recovery", "txid_current_if_assigned",
-		"pg_current_xact_id_if_assigned", "pg_logical_slot_peek_changes", "lo_get", "loread",
+		"pg_current_xact_id_if_assigned", "lo_get", "loread", "lo_close", "lo_lseek64", "lo_tell",
+		"pg_is_wal_replay_paused", "pg_get_wal_replay_pause_state", "pg_wal_replay", "pg_export_snapshot",
+		"pg_stat_clear_snapshot", "pg_stat_force_next_flush", "pg_sequence_last_value", "binary_upgrade",
+		"binaryupgrade_x", "pg_restore", "pg_clear", "pg_logical",
 		"current_setting", "pg_sleep", "pg_stat_get_live_tuples", "random", "brin_page_items", "nextval_x", "set_configs", "pg_advisory", "pg_temp", ""}
 	check := func(names []string, want Class) {
 		for _, name := range names {
