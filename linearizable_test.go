@@ -703,6 +703,25 @@ func (e linEvidence) String() string {
 		e.writes, e.reads, e.ryw, e.tokenReads, e.stale, e.faults)
 }
 
+// of says the figures of e that want asks for.
+func (e linEvidence) of(want linEvidence) string {
+	s := fmt.Sprintf("%d writes acknowledged, %d reads", e.writes, e.reads)
+	for _, f := range []struct {
+		got, want int
+		what      string
+	}{
+		{e.ryw, want.ryw, "of a Session's own writes"},
+		{e.tokenReads, want.tokenReads, "of them with its token"},
+		{e.stale, want.stale, "stale"},
+		{e.faults, want.faults, "faults"},
+	} {
+		if f.want > 0 {
+			s += fmt.Sprintf(", %d %s", f.got, f.what)
+		}
+	}
+	return s
+}
+
 // covers reports whether e holds at least as much of each as want.
 func (e linEvidence) covers(want linEvidence) bool {
 	return e.writes >= want.writes && e.reads >= want.reads && e.ryw >= want.ryw &&
@@ -857,8 +876,8 @@ func runLinearizable(t *testing.T, ctx context.Context, mode string, tokens bool
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Errorf("the workload ran %s (its goal %s at least, then its evidence, for at most %s more) and gathered %s; want at least %s",
-				time.Since(began).Round(time.Second), goal.min, linDeadline, got, goal.want)
+			t.Errorf("the workload ran %s (at least %s, then until its evidence, %s more at most) and gathered %s; want %s",
+				time.Since(began).Round(time.Second), goal.min, linDeadline, got.of(goal.want), goal.want.of(goal.want))
 			break
 		}
 		select {
@@ -962,8 +981,8 @@ func (run linRun) summary(t *testing.T) (reads int, replicaShare float64) {
 func TestConsistencyUnderFaults(t *testing.T) {
 	seed := chaosSeed(t)
 	checks := chaosMin(t)
-	t.Logf("seed %d (CHAOS_SEED=%d repeats the fault schedule); workload per check: at least %s, until it holds %s (the session check's: %s; the control's: %s)",
-		seed, seed, checks, chaosEnough, sessionEnough, controlEnough)
+	t.Logf("seed %d (CHAOS_SEED=%d repeats the fault schedule); workload per check: at least %s, then until it holds %s (the session check's: %s; the control's: %s)",
+		seed, seed, checks, chaosEnough.of(chaosEnough), sessionEnough.of(sessionEnough), controlEnough.of(controlEnough))
 	const base = 20 * time.Millisecond
 
 	t.Run("global", func(t *testing.T) {
