@@ -388,7 +388,10 @@ func TestGlobalRouting(t *testing.T) {
 // misses a row acknowledged before it began, except rows lost with the
 // old primary (asynchronous replication allows it): those are told apart
 // by the new primary's table (a stale read would miss a row it has).
-// Through the driver and through the Pool.
+// Before the cut, the readers run for 2 s and until 20 of their reads ran
+// on a replica; the cut lasts 1 s and until 10 writes were acknowledged
+// in it (writes only the old primary has). Through the driver and through
+// the Pool.
 func TestGlobalThroughFailover(t *testing.T) {
 	forEachClient(t, testGlobalThroughFailover)
 }
@@ -404,6 +407,8 @@ func testGlobalThroughFailover(t *testing.T, open opener) {
 	var acked atomic.Int64 // the last id whose insert was acknowledged
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
+	halt := sync.OnceFunc(func() { close(stop) })
+	defer func() { halt(); wg.Wait() }() // also when the test fails first
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -456,18 +461,39 @@ func testGlobalThroughFailover(t *testing.T, open opener) {
 			}
 		}()
 	}
-	time.Sleep(2 * time.Second)
+	// globalOnReplica counts the global reads that ran on a replica.
+	globalOnReplica := func() (n int) {
+		for _, e := range rrec.snapshot() {
+			if e.Op == pgrouted.OpRead && e.Err == nil && e.Global && !e.Primary {
+				n++
+			}
+		}
+		return n
+	}
+	// Each phase lasts its time, and on until it holds what the checks
+	// below need (a slower machine does less in that time): before the
+	// cut, global reads on a replica; during it, writes only the old
+	// primary has.
+	const enoughOnReplica, enoughCutOff = 20, 10
+	phaseUntil(t, "before the cut", 2*time.Second, func() (bool, string) {
+		n := globalOnReplica()
+		return n >= enoughOnReplica, fmt.Sprintf("%d global reads on a replica, want %d", n, enoughOnReplica)
+	})
 	// From now on the old primary acknowledges writes no standby receives.
 	for _, r := range cluster.Replicas() {
 		if err := r.ReplicationFault().Blackhole(); err != nil {
 			t.Fatal(err)
 		}
 	}
-	time.Sleep(time.Second)
+	cut := acked.Load()
+	phaseUntil(t, "replication cut", time.Second, func() (bool, string) {
+		n := acked.Load() - cut
+		return n >= enoughCutOff, fmt.Sprintf("%d writes acknowledged since the cut, want %d", n, enoughCutOff)
+	})
 	lastOld := acked.Load()
 	failOver(t, ctx, rconn, true)
 	time.Sleep(3 * time.Second)
-	close(stop)
+	halt()
 	wg.Wait()
 
 	// What the new primary has tells a lost write from a stale read.
@@ -490,7 +516,7 @@ func testGlobalThroughFailover(t *testing.T, open opener) {
 			lost = append(lost, id)
 		}
 	}
-	onReplica, global := 0, 0
+	onReplica, global := 0, 0 // through the whole run
 	for _, e := range rrec.snapshot() {
 		if e.Op == pgrouted.OpRead && e.Err == nil && e.Global {
 			global++
@@ -513,6 +539,24 @@ func testGlobalThroughFailover(t *testing.T, open opener) {
 	}
 	if onReplica == 0 {
 		t.Error("no global read ran on a replica")
+	}
+}
+
+// phaseUntil lasts at least d, and on until enough says it holds what it
+// should; after a minute more, the test fails with what enough says.
+func phaseUntil(t *testing.T, what string, d time.Duration, enough func() (bool, string)) {
+	t.Helper()
+	began := time.Now()
+	time.Sleep(d)
+	for {
+		ok, figures := enough()
+		if ok {
+			return
+		}
+		if time.Since(began) > d+time.Minute {
+			t.Fatalf("%s: %s after %s", what, figures, time.Since(began).Round(time.Second))
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
 
