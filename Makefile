@@ -52,8 +52,8 @@ test: postgres patroni
 bench: postgres
 	./bench/run.sh
 
-# TestConsistencyUnderFaults, long and without -race (make test runs it for
-# about 20 s a check): CHAOS_DURATION=30m, CHAOS_SEED=<the seed a run
+# TestConsistencyUnderFaults, long and without -race (make test runs each
+# check until it has its evidence, about 20 s): CHAOS_DURATION=30m, CHAOS_SEED=<the seed a run
 # logged>. Failing histories are drawn in PGROUTED_HISTORY_DIR (default
 # ./chaos-history).
 chaos: postgres

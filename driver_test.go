@@ -49,7 +49,7 @@ func TestReadYourWrites(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	share := replicaShare(t, db, rec, "ryw", 5*time.Second, func(int) context.Context { return ctx })
+	share := replicaShare(t, db, rec, "ryw", 40, func(int) context.Context { return ctx })
 	if share < minReplicaShare {
 		t.Fatalf("replicas served %.0f%% of the reads they could serve, want at least %.0f%%", 100*share, 100*minReplicaShare)
 	}

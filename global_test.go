@@ -181,7 +181,8 @@ func applyDelay(t *testing.T, ctx context.Context, d time.Duration) {
 // replicas replay 20 ms behind. B under pgrouted_consistency=global with
 // pgrouted_replica_wait=100ms never misses the row, and replicas serve at
 // least 90% of its reads; B under session consistency, without A's token,
-// does miss rows (so the first result means something).
+// does miss rows (so the first result means something): it reads until
+// one misses.
 func TestGlobalAcrossProcesses(t *testing.T) {
 	ctx := testCtx(t)
 	restore(t)
@@ -219,10 +220,17 @@ func TestGlobalAcrossProcesses(t *testing.T) {
 	g := startReader(t, base+"&pgrouted_consistency=global")
 	gMiss, gReplica, gGlobal := run(g, n)
 	t.Logf("global: reasons %v", reasons)
+	// Session without a token: until a read misses, 100 reads at a time
+	// (a read misses when it reaches a replica within the 20 ms, which a
+	// slower machine does less often), 1000 at most.
 	s := startReader(t, base+"&pgrouted_consistency=session")
-	sMiss, sReplica, _ := run(s, 100)
-	t.Logf("global: %d of %d reads missed the row, %d ran on replicas, %d used a global position; session without a token: %d of 100 missed, %d on replicas",
-		gMiss, n, gReplica, gGlobal, sMiss, sReplica)
+	sMiss, sReplica, sReads := 0, 0, 0
+	for sMiss == 0 && sReads < 1000 {
+		m, r, _ := run(s, 100)
+		sMiss, sReplica, sReads = sMiss+m, sReplica+r, sReads+100
+	}
+	t.Logf("global: %d of %d reads missed the row, %d ran on replicas, %d used a global position; session without a token: %d of %d missed, %d on replicas",
+		gMiss, n, gReplica, gGlobal, sMiss, sReads, sReplica)
 	if gMiss != 0 {
 		t.Errorf("global: %d of %d reads in another process missed a row committed before they began", gMiss, n)
 	}
@@ -233,7 +241,7 @@ func TestGlobalAcrossProcesses(t *testing.T) {
 		t.Errorf("global: %d of %d reads say they used a global position", gGlobal, n)
 	}
 	if sMiss == 0 {
-		t.Errorf("session without a token: no read missed a row, with replicas 20ms behind: the test cannot tell global from session")
+		t.Errorf("session without a token: no read of %d missed a row, with replicas 20ms behind: the test cannot tell global from session", sReads)
 	}
 }
 
@@ -380,7 +388,10 @@ func TestGlobalRouting(t *testing.T) {
 // misses a row acknowledged before it began, except rows lost with the
 // old primary (asynchronous replication allows it): those are told apart
 // by the new primary's table (a stale read would miss a row it has).
-// Through the driver and through the Pool.
+// Before the cut, the readers run for 2 s and until 20 of their reads ran
+// on a replica; the cut lasts 1 s and until 10 writes were acknowledged
+// in it (writes only the old primary has). Through the driver and through
+// the Pool.
 func TestGlobalThroughFailover(t *testing.T) {
 	forEachClient(t, testGlobalThroughFailover)
 }
@@ -396,6 +407,8 @@ func testGlobalThroughFailover(t *testing.T, open opener) {
 	var acked atomic.Int64 // the last id whose insert was acknowledged
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
+	halt := sync.OnceFunc(func() { close(stop) })
+	defer func() { halt(); wg.Wait() }() // also when the test fails first
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -448,18 +461,39 @@ func testGlobalThroughFailover(t *testing.T, open opener) {
 			}
 		}()
 	}
-	time.Sleep(2 * time.Second)
+	// globalOnReplica counts the global reads that ran on a replica.
+	globalOnReplica := func() (n int) {
+		for _, e := range rrec.snapshot() {
+			if e.Op == pgrouted.OpRead && e.Err == nil && e.Global && !e.Primary {
+				n++
+			}
+		}
+		return n
+	}
+	// Each phase lasts its time, and on until it holds what the checks
+	// below need (a slower machine does less in that time): before the
+	// cut, global reads on a replica; during it, writes only the old
+	// primary has.
+	const enoughOnReplica, enoughCutOff = 20, 10
+	phaseUntil(t, "before the cut", 2*time.Second, func() (bool, string) {
+		n := globalOnReplica()
+		return n >= enoughOnReplica, fmt.Sprintf("%d global reads on a replica, want %d", n, enoughOnReplica)
+	})
 	// From now on the old primary acknowledges writes no standby receives.
 	for _, r := range cluster.Replicas() {
 		if err := r.ReplicationFault().Blackhole(); err != nil {
 			t.Fatal(err)
 		}
 	}
-	time.Sleep(time.Second)
+	cut := acked.Load()
+	phaseUntil(t, "replication cut", time.Second, func() (bool, string) {
+		n := acked.Load() - cut
+		return n >= enoughCutOff, fmt.Sprintf("%d writes acknowledged since the cut, want %d", n, enoughCutOff)
+	})
 	lastOld := acked.Load()
 	failOver(t, ctx, rconn, true)
 	time.Sleep(3 * time.Second)
-	close(stop)
+	halt()
 	wg.Wait()
 
 	// What the new primary has tells a lost write from a stale read.
@@ -482,7 +516,7 @@ func testGlobalThroughFailover(t *testing.T, open opener) {
 			lost = append(lost, id)
 		}
 	}
-	onReplica, global := 0, 0
+	onReplica, global := 0, 0 // through the whole run
 	for _, e := range rrec.snapshot() {
 		if e.Op == pgrouted.OpRead && e.Err == nil && e.Global {
 			global++
@@ -505,6 +539,24 @@ func testGlobalThroughFailover(t *testing.T, open opener) {
 	}
 	if onReplica == 0 {
 		t.Error("no global read ran on a replica")
+	}
+}
+
+// phaseUntil lasts at least d, and on until enough says it holds what it
+// should; after a minute more, the test fails with what enough says.
+func phaseUntil(t *testing.T, what string, d time.Duration, enough func() (bool, string)) {
+	t.Helper()
+	began := time.Now()
+	time.Sleep(d)
+	for {
+		ok, figures := enough()
+		if ok {
+			return
+		}
+		if time.Since(began) > d+time.Minute {
+			t.Fatalf("%s: %s after %s", what, figures, time.Since(began).Round(time.Second))
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
 

@@ -14,20 +14,23 @@ import (
 	"github.com/pgrouted/pgrouted"
 )
 
-// replicaShare runs the read-your-writes workload on table (columns w, n)
-// through db for d, and returns the share of the later reads that replicas
-// served: see replicaShare2.
-func replicaShare(t *testing.T, db *sql.DB, rec *routes, table string, d time.Duration, session func(w int) context.Context) float64 {
+// replicaShare runs rounds of the read-your-writes workload on table
+// (columns w, n) through db, and returns the share of the later reads that
+// replicas served: see replicaShare2.
+func replicaShare(t *testing.T, db *sql.DB, rec *routes, table string, rounds int, session func(w int) context.Context) float64 {
 	t.Helper()
-	return replicaShare2(t, db, db, rec, table, d, session, func(_ int, c context.Context) context.Context { return c })
+	return replicaShare2(t, db, db, rec, table, rounds, session, func(_ int, c context.Context) context.Context { return c })
 }
 
 // laterReads marks the reads of replicaShare2's second phase in their text.
 const laterReads = "/* later read */"
 
-// replicaShare2 runs rounds of two phases for d (at least one round), with
-// writes on wdb and reads on rdb; carry gives the reads' context from the
-// writes' after each write (a token carried to another process).
+// replicaShare2 runs rounds of two phases (however long they take: the
+// share is measured on rounds*40 later reads, not on what a time gives a
+// machine; rounds that have not ended within shareDeadline fail the test
+// with what they counted), with writes on wdb and reads on rdb; carry gives
+// the reads' context from the writes' after each write (a token carried to
+// another process).
 //
 // Phase one: 8 writers at once each insert a row into table and read it
 // back at once, while the replicas lag: any read that misses its own row
@@ -41,7 +44,7 @@ const laterReads = "/* later read */"
 // check is made inline when the probes have not seen it yet); one that
 // sends reads to the primary, or pins them there for a while after a
 // write, does not.
-func replicaShare2(t *testing.T, wdb, rdb *sql.DB, rec *routes, table string, d time.Duration, session func(w int) context.Context, carry func(w int, c context.Context) context.Context) float64 {
+func replicaShare2(t *testing.T, wdb, rdb *sql.DB, rec *routes, table string, rounds int, session func(w int) context.Context, carry func(w int, c context.Context) context.Context) float64 {
 	t.Helper()
 	ctx := testCtx(t)
 	// Each run writes its own rows: writers of earlier runs used other w.
@@ -74,10 +77,11 @@ func replicaShare2(t *testing.T, wdb, rdb *sql.DB, rec *routes, table string, d 
 		return !failed.Load()
 	}
 	before := len(rec.snapshot())
-	deadline := time.Now().Add(d)
-	rounds := 0
-	for n := 0; n == 0 || time.Now().Before(deadline); n++ {
-		rounds++
+	began := time.Now()
+	for n := range rounds {
+		if time.Since(began) > shareDeadline {
+			t.Fatalf("%d of %d rounds ended in %s (deadline %s): %d reads, %d missed", n, rounds, time.Since(began).Round(time.Second), shareDeadline, reads.Load(), misses.Load())
+		}
 		ok := phase(func(w int, c context.Context) error {
 			if _, err := wdb.ExecContext(c, insert, base+w, n); err != nil {
 				return err
@@ -137,10 +141,14 @@ func replicaShare2(t *testing.T, wdb, rdb *sql.DB, rec *routes, table string, d 
 	if want := rounds * writers * 5; later != want {
 		t.Fatalf("%d route events for the %d later reads", later, want)
 	}
-	t.Logf("%d rounds, %d reads, no miss; replicas served %d of %d reads right after the write, %d of %d later reads",
-		rounds, reads.Load(), backOnReplica, back, onReplica, later)
+	t.Logf("%d rounds in %s, %d reads, no miss; replicas served %d of %d reads right after the write, %d of %d later reads",
+		rounds, time.Since(began).Round(100*time.Millisecond), reads.Load(), backOnReplica, back, onReplica, later)
 	return float64(onReplica) / float64(later)
 }
+
+// shareDeadline bounds replicaShare2's rounds: generous, as a round took
+// about 0.1 s on a 2-core machine that other tests load (0.15 s in a CI).
+const shareDeadline = 2 * time.Minute
 
 // minReplicaShare is the share of replicaShare's later reads that replicas
 // must serve. They all could; the margin is for a replica whose probe timed
@@ -169,9 +177,10 @@ func TestReadYourWritesUnderDelay(t *testing.T) {
 	}
 	plain := func(int) context.Context { return ctx }
 
-	// 8 writers for 4s on one *sql.DB: the connector's watermark.
+	// 8 writers, 40 rounds (about 4 s without -race), on one *sql.DB:
+	// the connector's watermark.
 	db, _, rec := open(t)
-	shareConn := replicaShare(t, db, rec, "lagw", 4*time.Second, plain)
+	shareConn := replicaShare(t, db, rec, "lagw", 40, plain)
 
 	// The same with per-user Sessions across two *sql.DB, two
 	// "processes": each write's session travels to the reader as its text
@@ -182,7 +191,7 @@ func TestReadYourWritesUnderDelay(t *testing.T) {
 	for i := range sessions {
 		sessions[i] = pgrouted.NewSession()
 	}
-	shareSess := replicaShare2(t, writer, reader, recR, "lagw", 4*time.Second,
+	shareSess := replicaShare2(t, writer, reader, recR, "lagw", 40,
 		func(w int) context.Context { return pgrouted.WithSession(ctx, sessions[w]) },
 		func(w int, _ context.Context) context.Context {
 			token, err := sessions[w].MarshalText()
@@ -197,7 +206,7 @@ func TestReadYourWritesUnderDelay(t *testing.T) {
 		})
 
 	dbPin, _, recPin := open(t, "pgrouted_pin_after_write=1s")
-	sharePin := replicaShare(t, dbPin, recPin, "lagw", 2*time.Second, plain)
+	sharePin := replicaShare(t, dbPin, recPin, "lagw", 12, plain)
 	t.Logf("share of later reads served by replicas: connector watermark %.0f%%, per-user sessions carried by token %.0f%%, pin-after-write 1s %.0f%%",
 		100*shareConn, 100*shareSess, 100*sharePin)
 	if shareConn < minReplicaShare || shareSess < minReplicaShare {

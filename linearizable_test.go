@@ -325,7 +325,10 @@ func (p *linProcess) run(ctx context.Context, stop <-chan struct{}, tokens <-cha
 // linHelper is a workload process: it opens its own pgrouted on the spec's
 // DSN, prints "ready", and reads lines on stdin: "go" starts its clients,
 // "tok <session> <key> <asOf> <token>" hands a token to its token readers,
-// "stop" stops them; it then prints its linResult as JSON.
+// "ops" prints, as a linResult in JSON on one line, the operations
+// recorded since the last "ops" (the test counts its evidence while the
+// workload runs), "stop" stops the clients; it then prints its linResult
+// as JSON, with the operations no "ops" printed.
 func linHelper() int {
 	var spec linSpec
 	if err := json.Unmarshal([]byte(os.Getenv(linHelperEnv)), &spec); err != nil {
@@ -345,6 +348,15 @@ func linHelper() int {
 	tokens := make(chan linToken, 256)
 	var wg *sync.WaitGroup
 	var dropped int64
+	printed := 0 // p.ops[:printed] were printed for an "ops"
+	unprinted := func() []linOp {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		ops := p.ops[printed:]
+		printed = len(p.ops)
+		return ops
+	}
+	out := json.NewEncoder(os.Stdout)
 	in := bufio.NewScanner(os.Stdin)
 	in.Buffer(make([]byte, 0, 4096), 1<<20)
 	for in.Scan() {
@@ -352,6 +364,12 @@ func linHelper() int {
 		switch {
 		case len(f) == 1 && f[0] == "go" && wg == nil:
 			wg = p.run(ctx, stop, tokens)
+			continue
+		case len(f) == 1 && f[0] == "ops":
+			if err := out.Encode(linResult{Ops: unprinted()}); err != nil {
+				fmt.Fprintln(os.Stderr, "linearizable helper:", err)
+				return 2
+			}
 			continue
 		case len(f) == 1 && f[0] == "stop":
 		case len(f) == 5 && f[0] == "tok":
@@ -383,8 +401,8 @@ func linHelper() int {
 	if wg != nil {
 		wg.Wait()
 	}
-	res := linResult{Ops: p.ops, Errors: p.errors, TokensDropped: dropped}
-	if err := json.NewEncoder(os.Stdout).Encode(res); err != nil {
+	res := linResult{Ops: unprinted(), Errors: p.errors, TokensDropped: dropped}
+	if err := out.Encode(res); err != nil {
 		fmt.Fprintln(os.Stderr, "linearizable helper:", err)
 		return 2
 	}
@@ -489,7 +507,25 @@ func (h *linHelperProc) token(tok linToken) {
 	}
 }
 
-// stop stops the process's clients and returns what they recorded.
+// ops returns the operations the process recorded since the last call.
+func (h *linHelperProc) ops(t *testing.T) []linOp {
+	t.Helper()
+	h.send(t, "ops")
+	// One line: JSON has no raw newline, and the process prints nothing
+	// else before the next request.
+	line, err := h.out.ReadBytes('\n')
+	var res linResult
+	if err == nil {
+		err = json.Unmarshal(line, &res)
+	}
+	if err != nil {
+		t.Fatalf("the operations of a workload process: %v", err)
+	}
+	return res.Ops
+}
+
+// stop stops the process's clients and returns what they recorded since
+// the last ops.
 func (h *linHelperProc) stop(t *testing.T) linResult {
 	t.Helper()
 	h.closeTokens()
@@ -510,16 +546,15 @@ type chaosEvent struct {
 }
 
 // chaos runs a random schedule of faults, from seed, until stop is closed,
-// healing each before the next; it returns what it did. The faults:
+// healing each before the next; it records each once healed. The faults:
 // replication delayed on a replica, a replica's replay paused, a replica
 // killed and started again, a replica frozen, the primary's client
 // connections reset or cut off (blackholed) for a moment. Every replica's
 // replication is delayed by base between faults.
-func chaos(t *testing.T, seed uint64, base time.Duration, stop <-chan struct{}) []chaosEvent {
+func chaos(t *testing.T, seed uint64, base time.Duration, stop <-chan struct{}, record func(chaosEvent)) {
 	rng := rand.New(rand.NewPCG(seed, 0xc4a05))
 	replicas := cluster.Replicas()
 	began := monoNow()
-	var events []chaosEvent
 	sleep := func(lo, hi time.Duration) bool {
 		select {
 		case <-stop:
@@ -586,37 +621,35 @@ func chaos(t *testing.T, seed uint64, base time.Duration, stop <-chan struct{}) 
 		end := monoNow()
 		if err != nil {
 			t.Errorf("chaos: %s: %v", what, err)
-			return events
+			return
 		}
-		events = append(events, chaosEvent{start: start, end: end, what: what})
+		record(chaosEvent{start: start, end: end, what: what})
 		t.Logf("chaos %6.2fs: %s (%s)", float64(start-began)/1e9, what, time.Duration(end-start).Round(time.Millisecond))
 	}
-	return events
 }
 
 // randomFaults is the schedule chaos runs from seed.
 func randomFaults(t *testing.T, seed uint64, base time.Duration) faultSchedule {
-	return func(stop <-chan struct{}) []chaosEvent { return chaos(t, seed, base, stop) }
+	return func(stop <-chan struct{}, record func(chaosEvent)) { chaos(t, seed, base, stop, record) }
 }
 
 // pausedReplica is a schedule of one fault: the first replica's replay
 // paused for pause in every period, the replicas replaying behind by
 // behind (one duration each) throughout.
 func pausedReplica(t *testing.T, behind []time.Duration, pause, period time.Duration) faultSchedule {
-	return func(stop <-chan struct{}) []chaosEvent {
+	return func(stop <-chan struct{}, record func(chaosEvent)) {
 		replicas := cluster.Replicas()
 		for i, r := range replicas {
 			if err := r.ReplicationFault().Latency(behind[i%len(behind)]); err != nil {
 				t.Errorf("replication of %s: %v", r.Name(), err)
-				return nil
+				return
 			}
 		}
 		r := replicas[0]
-		var events []chaosEvent
 		for {
 			select {
 			case <-stop:
-				return events
+				return
 			case <-time.After(period - pause):
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -632,9 +665,9 @@ func pausedReplica(t *testing.T, behind []time.Duration, pause, period time.Dura
 			cancel()
 			if err != nil {
 				t.Errorf("pausing %s's replay: %v", r.Name(), err)
-				return events
+				return
 			}
-			events = append(events, chaosEvent{start: start, end: monoNow(), what: r.Name() + "'s replay paused"})
+			record(chaosEvent{start: start, end: monoNow(), what: r.Name() + "'s replay paused"})
 		}
 	}
 }
@@ -651,20 +684,106 @@ func chaosSeed(t *testing.T) uint64 {
 	return rand.Uint64() >> 1
 }
 
-// chaosDurations are the workload's durations: each check's by default,
-// and with $CHAOS_DURATION (make chaos) half of it for the global and the
-// session checks each, the control's unchanged.
-func chaosDurations(t *testing.T) (checks, control time.Duration) {
-	const short = 20 * time.Second
+// linEvidence counts what a history holds that its checks need to prove
+// anything: a workload runs until its history holds enough of each (see
+// linGoal), not for a time, which a slower machine fills with less.
+type linEvidence struct {
+	writes int // acknowledged
+	reads  int
+	// ryw counts the reads by the Session that writes the key, tokenReads
+	// those of them in another process, with the Session's token
+	// (checkSessions).
+	ryw, tokenReads int
+	stale           int // reads older than a write acknowledged before them (staleReads)
+	faults          int // of the schedule, healed
+}
+
+func (e linEvidence) String() string {
+	return fmt.Sprintf("%d writes acknowledged, %d reads (%d of a Session's own writes, %d of them with its token; %d stale), %d faults",
+		e.writes, e.reads, e.ryw, e.tokenReads, e.stale, e.faults)
+}
+
+// of says the figures of e that want asks for.
+func (e linEvidence) of(want linEvidence) string {
+	s := fmt.Sprintf("%d writes acknowledged, %d reads", e.writes, e.reads)
+	for _, f := range []struct {
+		got, want int
+		what      string
+	}{
+		{e.ryw, want.ryw, "of a Session's own writes"},
+		{e.tokenReads, want.tokenReads, "of them with its token"},
+		{e.stale, want.stale, "stale"},
+		{e.faults, want.faults, "faults"},
+	} {
+		if f.want > 0 {
+			s += fmt.Sprintf(", %d %s", f.got, f.what)
+		}
+	}
+	return s
+}
+
+// covers reports whether e holds at least as much of each as want.
+func (e linEvidence) covers(want linEvidence) bool {
+	return e.writes >= want.writes && e.reads >= want.reads && e.ryw >= want.ryw &&
+		e.tokenReads >= want.tokenReads && e.stale >= want.stale && e.faults >= want.faults
+}
+
+// evidence counts what ops and faults hold.
+func evidence(ops []linOp, faults int) linEvidence {
+	e := linEvidence{faults: faults, stale: staleReads(ops)}
+	for _, op := range ops {
+		switch {
+		case op.Write && op.OK:
+			e.writes++
+		case !op.Write:
+			e.reads++
+		}
+	}
+	r := checkSessions(ops)
+	e.ryw, e.tokenReads = r.ryw, r.tokenReads
+	return e
+}
+
+// The evidence the checks need. Every run: enough writes and reads
+// (summary checks them), and under the random schedule as many faults as
+// 20 s of it has healed on a fast machine. The session check also needs
+// reads of a Session's own writes, some with its token in another
+// process; the control, a stale read (porcupine then must find the
+// history not linearizable).
+var (
+	linEnough     = linEvidence{writes: 100, reads: 300}
+	chaosEnough   = linEvidence{writes: linEnough.writes, reads: linEnough.reads, faults: 8}
+	sessionEnough = linEvidence{writes: linEnough.writes, reads: linEnough.reads, faults: chaosEnough.faults, ryw: 200, tokenReads: 20}
+	controlEnough = linEvidence{writes: linEnough.writes, reads: linEnough.reads, faults: chaosEnough.faults, stale: 1}
+)
+
+// linGoal is how long a workload runs: for at least min, and on until
+// its history holds want. A workload that has not gathered want
+// linDeadline after min stops there and fails the test with what it got.
+type linGoal struct {
+	min  time.Duration
+	want linEvidence
+}
+
+// linDeadline bounds a workload past its goal's min: generous, as the
+// evidence takes about 20 s on a fast machine and 25 s on a slow one
+// loaded by the other lanes of make test.
+const linDeadline = 3 * time.Minute
+
+// chaosMin is how long the global and the session checks' workloads run
+// at least: nothing more than their evidence by default, and with
+// $CHAOS_DURATION (make chaos) half of it each (the control's runs to its
+// evidence only).
+func chaosMin(t *testing.T) time.Duration {
 	s := os.Getenv("CHAOS_DURATION")
 	if s == "" {
-		return short, short
+		return 0
 	}
 	d, err := time.ParseDuration(s)
 	if err != nil || d < 2*time.Second {
 		t.Fatalf("CHAOS_DURATION=%q: want a duration of at least 2s (%v)", s, err)
 	}
-	return d / 2, short
+	return d / 2
 }
 
 // linRun is one run of the workload and what it recorded.
@@ -676,15 +795,15 @@ type linRun struct {
 }
 
 // faultSchedule runs faults until stop is closed, healing each, and
-// returns what it did (chaos, pausedReplica).
-type faultSchedule func(stop <-chan struct{}) []chaosEvent
+// records each once healed (chaos, pausedReplica).
+type faultSchedule func(stop <-chan struct{}, record func(chaosEvent))
 
-// runLinearizable runs the workload for d in three processes, with
-// pgrouted_consistency=mode (tokens: the main process's writers hand their
-// Sessions' tokens to the helper processes; seed their keys' choices),
-// under the fault schedule faults, replicas replaying base behind but for
-// what faults does.
-func runLinearizable(t *testing.T, ctx context.Context, mode string, tokens bool, seed uint64, d, base time.Duration, faults faultSchedule) linRun {
+// runLinearizable runs the workload in three processes until goal is
+// met, with pgrouted_consistency=mode (tokens: the main process's writers
+// hand their Sessions' tokens to the helper processes; seed their keys'
+// choices), under the fault schedule faults, replicas replaying base
+// behind but for what faults does.
+func runLinearizable(t *testing.T, ctx context.Context, mode string, tokens bool, seed uint64, goal linGoal, base time.Duration, faults faultSchedule) linRun {
 	mustExec(t, ctx, cluster.Primary(), fmt.Sprintf(
 		"DROP TABLE IF EXISTS linz; CREATE TABLE linz (k int PRIMARY KEY, v bigint NOT NULL); INSERT INTO linz SELECT k, 0 FROM generate_series(0, %d) k", linKeys-1))
 	replicated(t, ctx)
@@ -711,25 +830,66 @@ func runLinearizable(t *testing.T, ctx context.Context, mode string, tokens bool
 	}
 
 	stop := make(chan struct{})
+	halt := sync.OnceFunc(func() { close(stop) })
+	defer halt() // the clients and the faults end when the test fails
 	for _, h := range helpers {
 		h.send(t, "go")
 	}
 	wg := mainProc.run(ctx, stop, nil)
+	var mu sync.Mutex
 	var events []chaosEvent
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		events = faults(stop)
+		faults(stop, func(e chaosEvent) {
+			mu.Lock()
+			events = append(events, e)
+			mu.Unlock()
+		})
 	}()
+
+	// The evidence is counted once a second once min has passed, on the
+	// operations of every process so far (the helpers' polled).
+	began := time.Now()
+	deadline := began.Add(goal.min + linDeadline)
+	var helperOps []linOp
 	select {
-	case <-time.After(d):
+	case <-time.After(goal.min):
 	case <-ctx.Done():
 	}
-	close(stop)
+	for ctx.Err() == nil {
+		if t.Failed() {
+			break // a fault failed (the schedule ended), or a helper
+		}
+		for _, h := range helpers {
+			helperOps = append(helperOps, h.ops(t)...)
+		}
+		mainProc.mu.Lock()
+		ops := append(mainProc.ops[:len(mainProc.ops):len(mainProc.ops)], helperOps...)
+		mainProc.mu.Unlock()
+		mu.Lock()
+		healed := len(events)
+		mu.Unlock()
+		got := evidence(ops, healed)
+		if got.covers(goal.want) {
+			t.Logf("after %s of workload: %s", time.Since(began).Round(time.Second), got)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("the workload ran %s (at least %s, then until its evidence, %s more at most) and gathered %s; want %s",
+				time.Since(began).Round(time.Second), goal.min, linDeadline, got.of(goal.want), goal.want.of(goal.want))
+			break
+		}
+		select {
+		case <-time.After(time.Second):
+		case <-ctx.Done():
+		}
+	}
+	halt()
 	wg.Wait()
 	<-done
 
-	run := linRun{ops: mainProc.ops, events: events, errors: map[string]int{}}
+	run := linRun{ops: append(mainProc.ops, helperOps...), events: events, errors: map[string]int{}}
 	for k, n := range mainProc.errors {
 		run.errors[k] += n
 	}
@@ -788,7 +948,7 @@ func (run linRun) summary(t *testing.T) (reads int, replicaShare float64) {
 	for _, k := range keys {
 		t.Logf("  %d× %s", run.errors[k], k)
 	}
-	if writes < 100 || reads < 300 {
+	if writes < linEnough.writes || reads < linEnough.reads {
 		t.Errorf("too little happened to prove anything: %d writes acknowledged, %d reads", writes, reads)
 	}
 	if unrouted > 0 {
@@ -820,14 +980,15 @@ func (run linRun) summary(t *testing.T) (reads int, replicaShare float64) {
 // a history that fails is drawn to an HTML file whose path is logged.
 func TestConsistencyUnderFaults(t *testing.T) {
 	seed := chaosSeed(t)
-	checks, control := chaosDurations(t)
-	t.Logf("seed %d (CHAOS_SEED=%d repeats the fault schedule); %s of workload per check, %s for the control", seed, seed, checks, control)
+	checks := chaosMin(t)
+	t.Logf("seed %d (CHAOS_SEED=%d repeats the fault schedule); workload per check: at least %s, then until it holds %s (the session check's: %s; the control's: %s)",
+		seed, seed, checks, chaosEnough.of(chaosEnough), sessionEnough.of(sessionEnough), controlEnough.of(controlEnough))
 	const base = 20 * time.Millisecond
 
 	t.Run("global", func(t *testing.T) {
-		ctx := testhelp.Context(t, checks+5*time.Minute)
+		ctx := testhelp.Context(t, checks+linDeadline+5*time.Minute)
 		restore(t)
-		run := runLinearizable(t, ctx, "global", false, seed, checks, base, randomFaults(t, seed, base))
+		run := runLinearizable(t, ctx, "global", false, seed, linGoal{checks, chaosEnough}, base, randomFaults(t, seed, base))
 		_, share := run.summary(t)
 		t.Logf("stale reads: %d", staleReads(run.ops))
 		began := time.Now()
@@ -848,9 +1009,9 @@ func TestConsistencyUnderFaults(t *testing.T) {
 	})
 
 	t.Run("session", func(t *testing.T) {
-		ctx := testhelp.Context(t, checks+5*time.Minute)
+		ctx := testhelp.Context(t, checks+linDeadline+5*time.Minute)
 		restore(t)
-		run := runLinearizable(t, ctx, "session", true, seed+1, checks, base, randomFaults(t, seed+1, base))
+		run := runLinearizable(t, ctx, "session", true, seed+1, linGoal{checks, sessionEnough}, base, randomFaults(t, seed+1, base))
 		run.summary(t)
 		r := checkSessions(run.ops)
 		t.Logf("%d reads by the Session that writes the key (%d of them in another process, with its token); %d stale reads of other Sessions' keys; %d reads of a key another Session writes older than the same client's read before (not promised)",
@@ -863,15 +1024,15 @@ func TestConsistencyUnderFaults(t *testing.T) {
 			path := draw(t, "session", info, run, r.violations)
 			t.Errorf("session: %d reads broke a Session's guarantees; drawn in %s", len(r.violations), path)
 		}
-		if r.tokenReads < 20 || r.ryw < 200 {
+		if r.tokenReads < sessionEnough.tokenReads || r.ryw < sessionEnough.ryw {
 			t.Errorf("session: too few reads of a Session's own writes to prove anything: %d (%d with a token)", r.ryw, r.tokenReads)
 		}
 	})
 
 	t.Run("control", func(t *testing.T) {
-		ctx := testhelp.Context(t, control+5*time.Minute)
+		ctx := testhelp.Context(t, linDeadline+5*time.Minute)
 		restore(t)
-		run := runLinearizable(t, ctx, "session", false, seed+2, control, base, randomFaults(t, seed+2, base))
+		run := runLinearizable(t, ctx, "session", false, seed+2, linGoal{0, controlEnough}, base, randomFaults(t, seed+2, base))
 		run.summary(t)
 		stale := staleReads(run.ops)
 		began := time.Now()
@@ -901,13 +1062,14 @@ func TestConsistencyUnderFaults(t *testing.T) {
 // the 10% allows).
 func TestGlobalWithAPausedReplica(t *testing.T) {
 	const period = 8 * time.Second
-	ctx := testhelp.Context(t, 5*time.Minute)
+	const pauses = 2
+	ctx := testhelp.Context(t, linDeadline+5*time.Minute)
 	restore(t)
-	run := runLinearizable(t, ctx, "global", false, 1, 2*period, 20*time.Millisecond,
+	run := runLinearizable(t, ctx, "global", false, 1, linGoal{want: linEvidence{writes: linEnough.writes, reads: linEnough.reads, faults: pauses}}, 20*time.Millisecond,
 		pausedReplica(t, []time.Duration{15 * time.Millisecond, 40 * time.Millisecond}, 1500*time.Millisecond, period))
 	_, share := run.summary(t)
-	if len(run.events) < 2 {
-		t.Fatalf("the replay was paused %d times in %s, want 2", len(run.events), 2*period)
+	if len(run.events) < pauses {
+		t.Fatalf("the replay was paused %d times, want %d", len(run.events), pauses)
 	}
 	res := porcupine.CheckOperationsTimeout(linModel, porcupineHistory(run.ops), checkTimeout)
 	t.Logf("porcupine: %s; %d stale reads", res, staleReads(run.ops))

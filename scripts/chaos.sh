@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs TestConsistencyUnderFaults long, without the race detector: the
-# global and the session checks each for half of $CHAOS_DURATION (default
-# 10m; a whole number of s, m or h), the control for its usual 20 s, under
+# global and the session checks each for at least half of $CHAOS_DURATION
+# (default 10m; a whole number of s, m or h) and until they hold their
+# evidence, the control until it holds its own (as in make test), under
 # the random fault schedule of $CHAOS_SEED (default: a random seed, which
 # the test logs). A history that fails is drawn to an HTML file in
 # $PGROUTED_HISTORY_DIR (default: ./chaos-history), whose path the test

@@ -139,30 +139,28 @@ roottest() {
 	fi
 }
 others=$(go list ./... | grep -vx "$root")
-modules() {
-	local rc=0
-	# The ORM examples are their own module (GORM, sqlx and ent stay out
-	# of the library's go.mod).
-	(cd examples && racetest ./... "$@") || rc=1
-	# otelroute is its own module too (go.opentelemetry.io stays out of
-	# the library's go.mod).
-	(cd otelroute && racetest ./... "$@") || rc=1
-	# pgroutedgrpc is its own module too (google.golang.org/grpc stays
-	# out of the library's go.mod); its two-process test waits on
-	# servers, so it runs once more without -race.
-	(cd pgroutedgrpc && racetest ./... "$@") || rc=1
-	(cd pgroutedgrpc && fulltest ./... "$@") || rc=1
-	# The benchmarks are their own module too (GORM, dbresolver); make
-	# test only compiles and vets them (make bench runs them).
-	(cd bench && go vet ./...) || rc=1
-	return $rc
-}
+# The modules beside the library, each a job of lane 5 (the summary gives
+# each one's time): the ORM examples (GORM, sqlx and ent stay out of the
+# library's go.mod), otelroute (go.opentelemetry.io stays out of it too),
+# and the benchmarks (GORM, dbresolver: make test only compiles and vets
+# them, make bench runs them). pgroutedgrpc (google.golang.org/grpc stays
+# out of the library's go.mod too) runs in lane 1, see below.
+examples() { (cd examples && racetest ./... "$@"); }
+otelroute() { (cd otelroute && racetest ./... "$@"); }
+benchvet() { (cd bench && go vet ./...); }
+# pgroutedgrpc's two-process test waits on servers, so it runs once more
+# without -race.
+grpcrace() { (cd pgroutedgrpc && racetest ./... "$@"); }
+grpcfull() { (cd pgroutedgrpc && fulltest ./... "$@"); }
 
 # go vet of the modules beside the library, at the end of lane 1 (which
 # ends first without TEST_VERSIONS, second with it): the library's own is
 # .ci/run's first step, and a developer's make vet. Their dependencies
 # (GORM, ent, OpenTelemetry, gRPC) are compiled for it without -race, on
-# CPU time the lanes waiting on servers leave.
+# CPU time the lanes waiting on servers leave. Lane 1 then runs
+# pgroutedgrpc's tests (its dependencies without -race just compiled for
+# the vet), which lane 5 ran after the examples' and otelroute's: lane 5
+# ended last (1,417 s in a fresh-clone run on a slow 2-core machine).
 vetmodules() {
 	local rc=0 m
 	for m in examples otelroute pgroutedgrpc; do
@@ -238,6 +236,19 @@ read -ra versions <<<"${TEST_VERSIONS:-}"
 # -race. On an empty build cache, lanes 1, 4 and 5 would otherwise each
 # compile the standard library and pgx with -race at the same time (the
 # go command does not share a build in progress between processes).
+# Meanwhile, on an empty module cache, the modules beside the library
+# download their dependencies (network, while the build takes the CPUs),
+# which lane 5's first job would otherwise wait for; the go commands that
+# need them later share the module cache safely, and report any download
+# that failed here.
+prefetch() {
+	local m
+	for m in examples otelroute pgroutedgrpc bench; do
+		(cd "$m" && go mod download) || true
+	done
+}
+prefetch >"$tmp/prefetch.log" 2>&1 &
+prefetching=$!
 began=$(date +%s)
 echo "warm: go build -race ./..."
 go build -race ./... || status=1
@@ -270,10 +281,16 @@ for i in "${!shardnames[@]}"; do
 			fi
 			if [ "$i" -eq 0 ]; then
 				job "vet: examples, otelroute, pgroutedgrpc" vetmodules
+				job "race: pgroutedgrpc" grpcrace
+				job "no race: pgroutedgrpc" grpcfull
 			fi
 		else
 			job "race: ${shardnames[i]}" racetest "${shardargs[@]}" . "$@"
 			job "no race: ${shardnames[i]}" fulltest "${shardargs[@]}" . "$@"
+			if [ "$i" -eq 0 ]; then
+				job "race: pgroutedgrpc" grpcrace "$@"
+				job "no race: pgroutedgrpc" grpcfull "$@"
+			fi
 		fi
 	) &
 	lanes+=($!)
@@ -288,15 +305,18 @@ lane=4 jobseq=0
 	job "fuzzing, $fuzztime a target (half of them)" fuzzall 0 2
 ) &
 lanes+=($!)
-# Lane 5: the modules beside the library, then the other half of the fuzz
-# targets.
+# Lane 5: the modules beside the library but pgroutedgrpc (lane 1's),
+# then the other half of the fuzz targets.
 lane=5 jobseq=0
 (
-	job "race: examples, otelroute, pgroutedgrpc (and without race); bench vetted" modules "$@"
+	job "race: examples" examples "$@"
+	job "race: otelroute" otelroute "$@"
+	job "vet: bench" benchvet
 	job "fuzzing, $fuzztime a target (the other half)" fuzzall 1 2
 ) &
 lanes+=($!)
 wait "${lanes[@]}" || status=1
+wait "$prefetching" || true
 
 summary=()
 for log in "$tmp"/job-*.log; do

@@ -89,3 +89,17 @@ func runCmdIn(t *testing.T, ctx context.Context, in string, args ...string) (int
 	}
 	return code, out.String(), errb.String()
 }
+
+// runCmdTo is runCmd with its output written to out as it is printed; it
+// returns the exit code and what it printed on stderr.
+func runCmdTo(t *testing.T, ctx context.Context, out *untilWriter, args ...string) (int, string) {
+	t.Helper()
+	var errb bytes.Buffer
+	code := run(ctx, args, strings.NewReader(""), out, &errb)
+	for _, s := range []string{out.String(), errb.String()} {
+		if strings.Contains(s, marker) {
+			t.Fatalf("pgrouted %s printed the password:\n%s", args[0], s)
+		}
+	}
+	return code, errb.String()
+}
