@@ -370,3 +370,24 @@ func TestExtensionFunctions(t *testing.T) {
 		}
 	}
 }
+
+// TestKeywordNamedFunctions: a function the catalog knows is judged as a
+// function even when its name is a key word that also comes before a
+// parenthesis in the grammar (next, first, verbose, left): the catalog's
+// word wins over the syntax (FETCH FIRST (3) ROWS then pins too, which is
+// safe). Only a name the catalog does not know is taken for the syntax.
+func TestKeywordNamedFunctions(t *testing.T) {
+	f := NewFunctions([]FuncDef{
+		{Schema: "public", Name: "next", Volatile: true}, {Schema: "public", Name: "first", Volatile: true},
+		{Schema: "public", Name: "verbose", Volatile: true}, {Schema: "public", Name: "left", Volatile: true},
+	}, nil, nil)
+	for _, q := range []string{"SELECT next(1)", "SELECT first(x) FROM t", "SELECT verbose(1)", `SELECT "left"('a', 1)`, "SELECT left('a', 1)"} {
+		if r := ClassifyWith(q, f); r.Class != Session || r.Func != FuncVolatile {
+			t.Errorf("ClassifyWith(%q) = %v %v, want session, volatile-function", q, r.Class, r.Func)
+		}
+	}
+	empty := NewFunctions([]FuncDef{{Schema: "pg_catalog", Name: "count"}}, nil, nil)
+	if r := ClassifyWith("SELECT x FROM t OFFSET 1 ROWS FETCH NEXT (2) ROWS ONLY", empty); r.Class != Read {
+		t.Errorf("FETCH NEXT (2) without a function next: %v %v, want read", r.Class, r.Func)
+	}
+}
