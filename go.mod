@@ -4,7 +4,7 @@ go 1.26
 
 require (
 	github.com/anishathalye/porcupine v1.3.1
-	github.com/jackc/pgx/v5 v5.12.0
+	github.com/jackc/pgx/v5 v5.13.0
 	github.com/prometheus/client_golang v1.21.1
 	go.uber.org/goleak v1.3.0
 	golang.org/x/sys v0.31.0

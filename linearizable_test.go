@@ -1,3 +1,5 @@
+//go:build unix
+
 package pgrouted_test
 
 // Jepsen-style checking of the consistency levels: clients in three

@@ -21,7 +21,7 @@ import (
 // A stale statement is cached in three places, and each drops it on the
 // error: pgx's statement and description caches of the connection that
 // failed (pgx invalidates a statement's entries on any error of it:
-// Conn.exec and baseRows.Close in pgx v5.12), the named statements of the
+// Conn.exec and baseRows.Close, unchanged in pgx v5.13), the named statements of the
 // pipelined paths on that connection (pgpipe.Stmts, invalidated the same
 // way), and the descriptions of the pipelined paths (pgpipe.Descs),
 // dropped here on every host and in the connection's own.

@@ -3,7 +3,7 @@ module github.com/pgrouted/pgrouted/bench
 go 1.26
 
 require (
-	github.com/jackc/pgx/v5 v5.12.0
+	github.com/jackc/pgx/v5 v5.13.0
 	github.com/pgrouted/pgrouted v0.0.0
 	gorm.io/driver/postgres v1.6.3
 	gorm.io/gorm v1.31.2

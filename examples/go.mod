@@ -6,7 +6,7 @@ require (
 	entgo.io/ent v0.14.5
 	github.com/XSAM/otelsql v0.44.0
 	github.com/golang-migrate/migrate/v4 v4.20.1
-	github.com/jackc/pgx/v5 v5.12.0
+	github.com/jackc/pgx/v5 v5.13.0
 	github.com/jmoiron/sqlx v1.4.0
 	github.com/pgrouted/pgrouted v0.0.0
 	github.com/pgrouted/pgrouted/otelroute v0.0.0

@@ -1,3 +1,5 @@
+//go:build unix
+
 // Package testcluster starts a real PostgreSQL primary with streaming
 // replicas from local PostgreSQL binaries, for integration tests: the
 // project's own and its users'.
@@ -25,6 +27,11 @@
 // default). Binaries are looked up by [FindBinDir]; when there are none,
 // Start fails with an error wrapping [ErrNoPostgres] that gives the command
 // installing them, so integration tests fail instead of skipping.
+//
+// It builds on unix systems only (//go:build unix: process groups,
+// signals, another user's credentials), and so do the test files of every
+// package whose tests start a cluster; the library itself builds
+// everywhere (CI builds and vets it for windows and darwin).
 //
 // # PostgreSQL versions
 //

@@ -1,3 +1,5 @@
+//go:build unix
+
 package testcluster
 
 // SetForceCopy makes standbys cloned from now on copies of the primary's

@@ -1,3 +1,5 @@
+//go:build unix
+
 package topology_test
 
 import (

@@ -8,6 +8,10 @@
 //	pgrouted explain [--json] [--timeout 10s] [DSN] QUERY
 //	pgrouted help [COMMAND]
 //
+// demo and cluster run PostgreSQL as child processes (package testcluster)
+// and need a unix system (Linux, macOS, a BSD); elsewhere they say so and
+// exit 1. topology and explain run everywhere.
+//
 // Flags may come before or after the arguments; "--" ends them. Errors go to
 // stderr. No password from a DSN is ever printed: the driver's errors and
 // snapshots hold none, and the command masks the DSN's password in anything

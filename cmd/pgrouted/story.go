@@ -1,3 +1,5 @@
+//go:build unix
+
 package main
 
 import (
@@ -17,16 +19,6 @@ type phase struct {
 	title  string
 	what   string
 	action func(ctx context.Context) error
-}
-
-// PhaseSummary is a step of the story in the summary.
-type PhaseSummary struct {
-	Title string `json:"title"`
-	// StartMs is when it started, in milliseconds since the workload
-	// started; TookMs is how long its action took (stopping a server,
-	// promoting one, ...).
-	StartMs float64 `json:"startMs"`
-	TookMs  float64 `json:"tookMs"`
 }
 
 // story is the scripted sequence of faults, and what the live view shows
@@ -263,21 +255,6 @@ func (d *demo) serving(ctx context.Context, name string, limit time.Duration) bo
 		if time.Now().After(deadline) || sleepUntil(ctx, time.Now().Add(50*time.Millisecond)) != nil {
 			return false
 		}
-	}
-}
-
-func sleepUntil(ctx context.Context, t time.Time) error {
-	d := time.Until(t)
-	if d <= 0 {
-		return ctx.Err()
-	}
-	tm := time.NewTimer(d)
-	defer tm.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-tm.C:
-		return nil
 	}
 }
 

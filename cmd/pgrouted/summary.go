@@ -252,3 +252,13 @@ func sortedNames[V any](m map[string]V) []string {
 	sort.Strings(keys)
 	return keys
 }
+
+// PhaseSummary is a step of the story in the summary.
+type PhaseSummary struct {
+	Title string `json:"title"`
+	// StartMs is when it started, in milliseconds since the workload
+	// started; TookMs is how long its action took (stopping a server,
+	// promoting one, ...).
+	StartMs float64 `json:"startMs"`
+	TookMs  float64 `json:"tookMs"`
+}

@@ -499,3 +499,19 @@ func (w *workload) transfer(ctx context.Context, writer, n int) error {
 	}
 	return tx.Commit()
 }
+
+// sleepUntil waits until t, or until ctx is done (its error).
+func sleepUntil(ctx context.Context, t time.Time) error {
+	d := time.Until(t)
+	if d <= 0 {
+		return ctx.Err()
+	}
+	tm := time.NewTimer(d)
+	defer tm.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-tm.C:
+		return nil
+	}
+}

@@ -48,7 +48,9 @@
 //
 // # The pgx version mirrored
 //
-// This package mirrors pgx v5.12.0 (go.mod). On a pgx upgrade, re-check:
+// This package mirrors pgx v5.13.0, the oldest version go.mod lets a build
+// use (minimum version selection gives a build that version or a newer
+// one, never an older). On a pgx upgrade, re-check:
 //
 //   - stdlib/sql.go: databaseSQLResultFormats (the OIDs read in binary),
 //     Conn.QueryContext and Conn.ExecContext (their arguments, the
@@ -56,7 +58,8 @@
 //     latter), Rows.initValueFuncs (the Go type per OID), Rows.Next and
 //     the Rows.ColumnType* methods. rows.go copies them; the differential
 //     test TestResultRowsDifferential (and TestResultRowsFormats) compares
-//     them on a real server and fails when they drift. A new optional
+//     them on a real server and fails when they drift, as the root
+//     package's TestColumnTypesAsStdlib does through every route. A new optional
 //     interface of stdlib.Rows (sql_go1.27.go: driver.RowsColumnScanner,
 //     from Go 1.27) is not mirrored yet.
 //   - conn.go: Conn.Query / Conn.exec's option arguments (QueryExecMode,
@@ -95,6 +98,26 @@
 //     caches on a statement's error (Conn.exec, baseRows.Close): the
 //     stale-statement tests (schema_test.go, txstale_test.go) tell whether
 //     it still holds.
+//
+// What each upgrade changed here:
+//
+//   - v5.13.0: stdlib's Rows.ColumnTypePrecisionScale reports, for
+//     timestamp, timestamptz, time, timetz and interval, precision 0 and
+//     the fractional seconds precision as the scale, ok true (6 when none
+//     was declared; an interval's is its modifier's low 16 bits, 6 when
+//     they are all set, as for INTERVAL YEAR TO MONTH), and ok false for
+//     an unconstrained numeric (it gave 65535, 65531);
+//     Rows.ColumnTypeLength reports math.MaxInt64 for an unconstrained
+//     varchar, bpchar and varbit (it gave -5 and -1). rows.go follows.
+//     Beside it, nothing this package mirrors: PgConn.receiveMessage on a
+//     connection an earlier failure of the same operation closed returns
+//     an error that wraps ErrConnClosed and is not safe to retry (it was
+//     the lock error "conn closed", safe to retry); [NothingSent] still
+//     excludes ErrConnClosed, which the lock error of a connection closed
+//     by another goroutine before a statement is sent still carries, safe
+//     to retry. pgx.Rows.Values fails when a row has another number of
+//     values than fields; file-backed client certificates are
+//     reloaded per TLS handshake (pgconn.Config.Copy keeps them).
 //
 // The replay check's SQL depends on the server, not on pgx: WAIT FOR LSN
 // from PostgreSQL 19, a polling query before.

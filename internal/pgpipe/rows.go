@@ -5,7 +5,7 @@ package pgpipe
 // another one, or over pgx's rows of a query run on a pgx.Conn taken
 // straight from a pgxpool.Pool (pgx's stdlib.Rows cannot be built from
 // outside pgx, nor without stdlib's per-connection wrapper). It mirrors the
-// conversions of stdlib.Rows in pgx v5.12.0 (stdlib/sql.go:
+// conversions of stdlib.Rows in pgx v5.13.0 (stdlib/sql.go:
 // databaseSQLResultFormats, Conn.QueryContext, Rows.initValueFuncs,
 // Rows.Next and the ColumnType* methods) so that a query gives the same
 // driver values and column types whichever route it takes.
@@ -399,34 +399,63 @@ func (r *Rows) ColumnTypeDatabaseTypeName(index int) string {
 // varchar, char and numeric include.
 const varHeaderSize = 4
 
-// ColumnTypeLength returns the length of text, bytea (unlimited), varchar,
-// char and varbit columns (from the type modifier, so unconstrained varchar
-// and varbit give negative lengths, as with stdlib); ok is false for the
-// other types.
+// noTypeModifier is the type modifier of a column whose type was used
+// without a precision or length specifier.
+const noTypeModifier = -1
+
+// ColumnTypeLength returns the length of text, bytea, varchar, char and
+// varbit columns, as stdlib does: from the type modifier, or
+// math.MaxInt64 (unlimited) for text, bytea and an unconstrained varchar,
+// char or varbit; ok is false for the other types.
 func (r *Rows) ColumnTypeLength(index int) (length int64, ok bool) {
 	fd := r.cols[index].fd
 	switch fd.DataTypeOID {
 	case pgtype.TextOID, pgtype.ByteaOID:
 		return math.MaxInt64, true
 	case pgtype.VarcharOID, pgtype.BPCharOID:
+		if fd.TypeModifier == noTypeModifier {
+			return math.MaxInt64, true
+		}
 		return int64(fd.TypeModifier - varHeaderSize), true
 	case pgtype.VarbitOID:
+		if fd.TypeModifier == noTypeModifier {
+			return math.MaxInt64, true
+		}
 		return int64(fd.TypeModifier), true
 	default:
 		return 0, false
 	}
 }
 
-// ColumnTypePrecisionScale returns the precision and scale of a numeric
-// column, decoded from its type modifier as stdlib does (an unconstrained
-// numeric gives 65535, 65531); ok is false for the other types.
+// ColumnTypePrecisionScale returns what stdlib does: the precision and
+// scale of a numeric column declared with a precision (decoded from its
+// type modifier); for timestamp, timestamptz, time, timetz and interval,
+// precision 0 and the fractional seconds precision as the scale (6 when
+// none was declared; an interval's is the low 16 bits of its modifier, all
+// set when only a field range was declared); ok is false for an
+// unconstrained numeric and the other types.
 func (r *Rows) ColumnTypePrecisionScale(index int) (precision, scale int64, ok bool) {
 	fd := r.cols[index].fd
-	if fd.DataTypeOID != pgtype.NumericOID {
+	switch fd.DataTypeOID {
+	case pgtype.NumericOID:
+		if fd.TypeModifier == noTypeModifier {
+			return 0, 0, false
+		}
+		mod := fd.TypeModifier - varHeaderSize
+		return int64((mod >> 16) & 0xffff), int64(mod & 0xffff), true
+	case pgtype.TimestampOID, pgtype.TimestamptzOID, pgtype.TimeOID, pgtype.TimetzOID:
+		if fd.TypeModifier == noTypeModifier {
+			return 0, 6, true
+		}
+		return 0, int64(fd.TypeModifier), true
+	case pgtype.IntervalOID:
+		if fd.TypeModifier == noTypeModifier || fd.TypeModifier&0xffff == 0xffff {
+			return 0, 6, true
+		}
+		return 0, int64(fd.TypeModifier & 0xffff), true
+	default:
 		return 0, 0, false
 	}
-	mod := fd.TypeModifier - varHeaderSize
-	return int64((mod >> 16) & 0xffff), int64(mod & 0xffff), true
 }
 
 // ColumnTypeScanType returns the Go type stdlib reports for the column: the

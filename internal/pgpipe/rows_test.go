@@ -1,3 +1,5 @@
+//go:build unix
+
 package pgpipe_test
 
 import (
@@ -387,6 +389,43 @@ func TestResultRowsDifferential(t *testing.T) {
 		}
 		if v := want.rows[1][col("f4")].(float64); !math.IsNaN(v) {
 			t.Errorf("float4 NaN: %v", v)
+		}
+	})
+
+	// The type modifiers ColumnType* decode (pgx v5.13.0 reports the
+	// fractional seconds precision of the temporal types, none for an
+	// unconstrained numeric, unlimited lengths for unconstrained varchar,
+	// bpchar and varbit).
+	t.Run("type modifiers", func(t *testing.T) {
+		if _, err := sc.Conn().Exec(ctx, `CREATE TEMP TABLE rr_typmods (
+			ts0 timestamp(0), ts3 timestamp(3), tstz3 timestamptz(3), tm2 time(2), tmtz4 timetz(4),
+			iv3 interval(3), ivds3 interval day to second(3), ivym interval year to month, ivds interval day to second,
+			n50 numeric(5,0), n380 numeric(38,10), bpc bpchar, ch char(3), vc1 varchar(1), vb1 varbit(1), bt bit(4),
+			i4 int4)`); err != nil {
+			t.Fatal(err)
+		}
+		want := differential(t, ctx, sc, `SELECT * FROM rr_typmods`)
+		col := func(name string) int { return indexOf(t, want.columns, name) }
+		// Spot-check stdlib, so that the comparison covers what is meant.
+		for _, c := range []struct {
+			name             string
+			precision, scale int64
+			ok               bool
+		}{
+			{"ts0", 0, 0, true},
+			{"ts3", 0, 3, true},
+			{"tmtz4", 0, 4, true},
+			{"ivds3", 0, 3, true},
+			{"ivym", 0, 6, true},
+			{"n380", 38, 10, true},
+			{"i4", 0, 0, false},
+		} {
+			if ct := want.types[col(c.name)]; ct.Precision != c.precision || ct.Scale != c.scale || ct.PrecisionScaleOK != c.ok {
+				t.Errorf("stdlib %s: %+v, want precision %d scale %d ok %v", c.name, ct, c.precision, c.scale, c.ok)
+			}
+		}
+		if ct := want.types[col("bpc")]; ct.Length != math.MaxInt64 || !ct.LengthOK {
+			t.Errorf("stdlib bpchar: %+v", ct)
 		}
 	})
 
