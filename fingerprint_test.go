@@ -100,7 +100,7 @@ var fingerprintExtra = []string{
 // to a replica, is the same. It reports how many statements it ran.
 func TestSessionFingerprint(t *testing.T) {
 	ctx := testCtx(t)
-	setupHidden(t, ctx)
+	cases := setupHidden(t, ctx)
 	_, conn, _ := open(t)
 	waitCatalogKnows(t, conn, "SELECT 5::hid.safe_dom")
 
@@ -113,7 +113,7 @@ func TestSessionFingerprint(t *testing.T) {
 		t.Fatal(err)
 	}
 	lexical := len(stmts)
-	for _, c := range hiddenCases {
+	for _, c := range cases {
 		for _, w := range fingerprintWrappers {
 			stmts = append(stmts, fmt.Sprintf(w, c.leaky), fmt.Sprintf(w, c.safe))
 		}
@@ -183,7 +183,7 @@ func TestSessionFingerprint(t *testing.T) {
 	}
 	t.Logf("%d statements (%d of the lexical corpus, %d of hidden code), %d custom settings watched: %d sent to a replica and run there (%d failed there), %d changed the session",
 		len(stmts), lexical, len(stmts)-lexical, len(custom), onReplica, failed, changed)
-	if onReplica < len(hiddenCases)*len(fingerprintWrappers)/2 {
+	if onReplica < len(cases)*len(fingerprintWrappers)/2 {
 		t.Errorf("only %d statements would go to a replica: the check proves little", onReplica)
 	}
 	if !strings.Contains(before, "statement_timeout") {

@@ -48,6 +48,10 @@ tests=(
 	# built-in function of the version decided
 	TestClassificationFollowsTheCatalog TestStableFunctionOnReplicas
 	TestBuiltinFunctionsAreDecided
+	# code a statement runs unseen (pg_aggregate, pg_operator, pg_cast,
+	# pg_type, pg_rewrite, pg_policy, pg_depend), and the session
+	# fingerprint over the corpus
+	TestHiddenCode TestSessionFingerprint TestCatalogChangeReachesRouting
 	# testcluster: replay pause, standbys copied without pg_basebackup,
 	# password authentication with a synchronous standby
 	TestPauseReplayFallsBehind TestCloneByCopyUnderWrites TestPasswordSyncAndClose
