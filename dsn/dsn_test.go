@@ -378,8 +378,10 @@ var cases = []dsnCase{
 		err: "pgrouted_consistency (strong) must be one of session, eventual, global", key: keyConsistency},
 	{name: "bad max_lag unit", dsn: "host=db1 pgrouted_max_lag=10XB",
 		err: "pgrouted_max_lag (10XB) is not a duration", key: keyMaxLag},
-	{name: "bad max_lag hours", dsn: "host=db1 pgrouted_max_lag=1h",
-		err: "pgrouted_max_lag (1h) is not a duration", key: keyMaxLag},
+	{name: "bad max_lag days", dsn: "host=db1 pgrouted_max_lag=1d",
+		err: "pgrouted_max_lag (1d) is not a duration", key: keyMaxLag},
+	{name: "bad max_lag negative", dsn: "host=db1 pgrouted_max_lag=-2s",
+		err: "pgrouted_max_lag (-2s) must not be negative", key: keyMaxLag},
 	{name: "bad max_lag negative", dsn: "host=db1 pgrouted_max_lag=-1MB",
 		err: "pgrouted_max_lag (-1MB) is not a duration", key: keyMaxLag},
 	{name: "bad max_lag zero bytes", dsn: "host=db1 pgrouted_max_lag=0B",
@@ -402,8 +404,12 @@ var cases = []dsnCase{
 		err: "pgrouted_replica_wait (10) has no unit: add one, e.g. 10ms", key: keyReplicaWait},
 	{name: "bad probe_interval zero", dsn: "host=db1 pgrouted_probe_interval=0",
 		err: "pgrouted_probe_interval (0) must be greater than 0", key: keyProbeInterval},
-	{name: "bad probe_interval syntax", dsn: "host=db1 pgrouted_probe_interval=1s500ms",
-		err: "pgrouted_probe_interval (1s500ms) is not a duration", key: keyProbeInterval},
+	{name: "bad probe_interval syntax", dsn: "host=db1 pgrouted_probe_interval=1s500",
+		err: "pgrouted_probe_interval (1s500) is not a duration", key: keyProbeInterval},
+	{name: "bad probe_interval spaced parts", dsn: "host=db1 pgrouted_probe_interval='1s 500ms'",
+		err: "pgrouted_probe_interval (1s 500ms) is not a duration", key: keyProbeInterval},
+	{name: "bad probe_interval day", dsn: "host=db1 pgrouted_probe_interval=1d",
+		err: "pgrouted_probe_interval (1d) is not a duration: use numbers with a unit of ns, us, ms, s, m or h", key: keyProbeInterval},
 	{name: "bad probe_interval empty", dsn: "host=db1 pgrouted_probe_interval=",
 		err: "pgrouted_probe_interval () is not a duration", key: keyProbeInterval},
 	{name: "bad select", dsn: "host=db1 pgrouted_select=fastest",
@@ -415,7 +421,11 @@ var cases = []dsnCase{
 	{name: "bad readonly_tx", dsn: "host=db1 pgrouted_readonly_tx=any",
 		err: "pgrouted_readonly_tx (any) must be one of replica, primary", key: keyReadOnlyTx},
 	{name: "bad pin_after_write", dsn: "host=db1 pgrouted_pin_after_write=-5ms",
-		err: "pgrouted_pin_after_write (-5ms) is not a duration", key: keyPinAfterWrite},
+		err: "pgrouted_pin_after_write (-5ms) must not be negative", key: keyPinAfterWrite},
+	{name: "bad write_timeout negative", dsn: "host=db1 pgrouted_write_timeout=-1ns",
+		err: "pgrouted_write_timeout (-1ns) must not be negative", key: keyWriteTimeout},
+	{name: "bad latency_window negative", dsn: "host=db1 pgrouted_latency_window=-1ms",
+		err: "pgrouted_latency_window (-1ms) must not be negative (off turns the window off)", key: keyLatencyWindow},
 	{name: "bad write_timeout", dsn: "host=db1 pgrouted_write_timeout=1x",
 		err: "pgrouted_write_timeout (1x) is not a duration", key: keyWriteTimeout},
 	{name: "bad lease zero", dsn: "host=db1 pgrouted_lease=0s",
@@ -545,6 +555,56 @@ var cases = []dsnCase{
 			c.ReplicaMaxConns, c.CircuitFailures, c.CircuitMaxBackoff = 10000, 1000, time.Hour
 			c.PatroniTimeout, c.ReplicaWait = time.Minute, time.Hour
 		}},
+	// Every duration key in time.ParseDuration's syntax, at its bounds
+	// too (h, us, µs, mixed units).
+	{name: "every duration key in Go's syntax", dsn: "host=db1 sslmode=disable pgrouted_probe_interval=1m30s pgrouted_max_lag=1h" +
+		" pgrouted_latency_window=250us pgrouted_pin_after_write=1.5s pgrouted_write_timeout=2m0.5s pgrouted_lease=1h30m" +
+		" pgrouted_circuit_max_backoff=1h pgrouted_patroni_timeout=1500ms pgrouted_replica_wait=.25s",
+		hosts: plain("db1:5432"), set: func(c *Config) {
+			c.ProbeInterval, c.MaxLag, c.LatencyWindow = 90*time.Second, LagTime(time.Hour), 250*time.Microsecond
+			c.PinAfterWrite, c.WriteTimeout, c.Lease = 1500*time.Millisecond, 2*time.Minute+500*time.Millisecond, 90*time.Minute
+			c.CircuitMaxBackoff, c.PatroniTimeout, c.ReplicaWait = time.Hour, 1500*time.Millisecond, 250*time.Millisecond
+		}},
+	{name: "every bound at its minimum in Go's syntax", dsn: "postgres://db1/app?sslmode=disable&pgrouted_probe_interval=10000us&pgrouted_max_lag=11000000ns" +
+		"&pgrouted_latency_window=100%C2%B5s&pgrouted_pin_after_write=1000%CE%BCs&pgrouted_write_timeout=1000us&pgrouted_lease=0.011s" +
+		"&pgrouted_circuit_max_backoff=10ms&pgrouted_patroni_timeout=10ms&pgrouted_replica_wait=1000000ns",
+		hosts: plain("db1:5432"), set: func(c *Config) {
+			c.ProbeInterval, c.MaxLag, c.LatencyWindow = 10*time.Millisecond, LagTime(11*time.Millisecond), 100*time.Microsecond
+			c.PinAfterWrite, c.WriteTimeout, c.Lease = time.Millisecond, time.Millisecond, 11*time.Millisecond
+			c.CircuitMaxBackoff, c.PatroniTimeout, c.ReplicaWait = 10*time.Millisecond, 10*time.Millisecond, time.Millisecond
+		}},
+	{name: "every bound at its maximum in Go's syntax", dsn: "host=db1 sslmode=disable pgrouted_probe_interval=1h pgrouted_max_lag=24h" +
+		" pgrouted_latency_window=10s pgrouted_pin_after_write=1h pgrouted_write_timeout=0.5h30m pgrouted_lease=2h" +
+		" pgrouted_circuit_max_backoff=1h pgrouted_patroni_timeout=1m pgrouted_replica_wait=59m60s",
+		hosts: plain("db1:5432"), set: func(c *Config) {
+			c.ProbeInterval, c.MaxLag, c.LatencyWindow = time.Hour, LagTime(24*time.Hour), 10*time.Second
+			c.PinAfterWrite, c.WriteTimeout, c.Lease = time.Hour, time.Hour, 2*time.Hour
+			c.CircuitMaxBackoff, c.PatroniTimeout, c.ReplicaWait = time.Hour, time.Minute, time.Hour
+		}},
+	{name: "zero durations in Go's syntax", dsn: "host=db1 sslmode=disable pgrouted_pin_after_write=0s pgrouted_write_timeout=0ns pgrouted_replica_wait=-0",
+		hosts: plain("db1:5432"), set: func(c *Config) { c.WriteTimeout = WriteNoWait }},
+	{name: "bad latency_window of a microsecond in Go's syntax", dsn: "host=db1 pgrouted_latency_window=99µs",
+		err: "pgrouted_latency_window (99µs) must be at least 100us", key: keyLatencyWindow},
+	{name: "bad max_lag a nanosecond past its maximum", dsn: "host=db1 pgrouted_max_lag=24h1ns",
+		err: "pgrouted_max_lag (24h1ns) must be at most 24h", key: keyMaxLag},
+	{name: "bad lease a nanosecond past its maximum", dsn: "host=db1 pgrouted_lease=2h0.000000001s",
+		err: "pgrouted_lease (2h0.000000001s) must be at most 2h", key: keyLease},
+	{name: "bad patroni_timeout past its maximum in hours", dsn: "host=db1 pgrouted_patroni_timeout=1h",
+		err: "pgrouted_patroni_timeout (1h) must be at most 1m", key: keyPatroniTimeout},
+	{name: "bad circuit_max_backoff without a unit after the first", dsn: "host=db1 pgrouted_circuit_max_backoff=1m30",
+		err: "pgrouted_circuit_max_backoff (1m30) is not a duration", key: keyCircuitMaxBackoff},
+	{name: "bad pin_after_write without a unit", dsn: "host=db1 pgrouted_pin_after_write=5",
+		err: "pgrouted_pin_after_write (5) has no unit: add one, e.g. 5ms", key: keyPinAfterWrite},
+	{name: "bad write_timeout without a unit", dsn: "host=db1 pgrouted_write_timeout=30",
+		err: "pgrouted_write_timeout (30) has no unit: add one, e.g. 30ms", key: keyWriteTimeout},
+	{name: "bad lease without a unit", dsn: "host=db1 pgrouted_lease=10",
+		err: "pgrouted_lease (10) has no unit: add one, e.g. 10ms", key: keyLease},
+	{name: "bad circuit_max_backoff without a unit", dsn: "host=db1 pgrouted_circuit_max_backoff=30",
+		err: "pgrouted_circuit_max_backoff (30) has no unit: add one, e.g. 30ms", key: keyCircuitMaxBackoff},
+	{name: "bad patroni_timeout without a unit", dsn: "host=db1 pgrouted_patroni_timeout=2",
+		err: "pgrouted_patroni_timeout (2) has no unit: add one, e.g. 2ms", key: keyPatroniTimeout},
+	{name: "bad max_lag of a day", dsn: "host=db1 pgrouted_max_lag=25h",
+		err: "pgrouted_max_lag (25h) must be at most 24h (none removes the budget)", key: keyMaxLag},
 	{name: "max_lag bytes bounds", dsn: "host=db1 sslmode=disable pgrouted_max_lag=1024GB",
 		hosts: plain("db1:5432"), set: func(c *Config) { c.MaxLag = LagBytes(1 << 40) }},
 	{name: "circuit_max_backoff default follows a long probe interval", dsn: "host=db1 sslmode=disable pgrouted_probe_interval=60m pgrouted_lease=120m pgrouted_max_lag=none",
@@ -555,25 +615,25 @@ var cases = []dsnCase{
 	{name: "bad probe_interval below its minimum", dsn: "host=db1 password=" + marker + " pgrouted_probe_interval=0.000001ms",
 		err: "pgrouted_probe_interval (0.000001ms) must be at least 10ms", key: keyProbeInterval},
 	{name: "bad probe_interval above its maximum", dsn: "host=db1 pgrouted_probe_interval=61m",
-		err: "pgrouted_probe_interval (61m) must be at most 60m", key: keyProbeInterval},
+		err: "pgrouted_probe_interval (61m) must be at most 1h", key: keyProbeInterval},
 	{name: "bad max_lag above its maximum", dsn: "host=db1 pgrouted_max_lag=1441m",
-		err: "pgrouted_max_lag (1441m) must be at most 1440m (none removes the budget)", key: keyMaxLag},
+		err: "pgrouted_max_lag (1441m) must be at most 24h (none removes the budget)", key: keyMaxLag},
 	{name: "bad max_lag bytes above their maximum", dsn: "host=db1 pgrouted_max_lag=1025GB",
 		err: "pgrouted_max_lag (1025GB) must be at most 1024GB", key: keyMaxLag},
 	{name: "bad latency_window below its minimum", dsn: "host=db1 pgrouted_latency_window=0.05ms",
-		err: "pgrouted_latency_window (0.05ms) must be at least 0.1ms (off turns the window off)", key: keyLatencyWindow},
+		err: "pgrouted_latency_window (0.05ms) must be at least 100us (off turns the window off)", key: keyLatencyWindow},
 	{name: "bad latency_window above its maximum", dsn: "host=db1 pgrouted_latency_window=11s",
 		err: "pgrouted_latency_window (11s) must be at most 10s", key: keyLatencyWindow},
 	{name: "bad pin_after_write below its minimum", dsn: "host=db1 pgrouted_pin_after_write=0.5ms",
 		err: "pgrouted_pin_after_write (0.5ms) must be at least 1ms (or 0: off)", key: keyPinAfterWrite},
 	{name: "bad pin_after_write above its maximum", dsn: "host=db1 pgrouted_pin_after_write=61m",
-		err: "pgrouted_pin_after_write (61m) must be at most 60m", key: keyPinAfterWrite},
+		err: "pgrouted_pin_after_write (61m) must be at most 1h", key: keyPinAfterWrite},
 	{name: "bad write_timeout below its minimum", dsn: "host=db1 pgrouted_write_timeout=0.000001ms",
 		err: "pgrouted_write_timeout (0.000001ms) must be at least 1ms (or 0: no wait)", key: keyWriteTimeout},
 	{name: "bad write_timeout of centuries", dsn: "host=db1 pgrouted_write_timeout=153722867m",
-		err: "pgrouted_write_timeout (153722867m) must be at most 60m", key: keyWriteTimeout},
+		err: "pgrouted_write_timeout (153722867m) must be at most 1h", key: keyWriteTimeout},
 	{name: "bad lease above its maximum", dsn: "host=db1 pgrouted_lease=121m",
-		err: "pgrouted_lease (121m) must be at most 120m", key: keyLease},
+		err: "pgrouted_lease (121m) must be at most 2h", key: keyLease},
 	{name: "bad replica_max_conns above its maximum", dsn: "host=db1 pgrouted_replica_max_conns=2147483647",
 		err: "pgrouted_replica_max_conns (2147483647) must be a whole number from 1 to 10000", key: keyReplicaMaxConns},
 	{name: "bad circuit_failures above its maximum", dsn: "host=db1 pgrouted_circuit_failures=1001",
@@ -581,7 +641,7 @@ var cases = []dsnCase{
 	{name: "bad circuit_max_backoff of a nanosecond", dsn: "host=db1 pgrouted_circuit_max_backoff=0.000001ms",
 		err: "pgrouted_circuit_max_backoff (0.000001ms) must be at least 10ms", key: keyCircuitMaxBackoff},
 	{name: "bad circuit_max_backoff above its maximum", dsn: "host=db1 pgrouted_circuit_max_backoff=61m",
-		err: "pgrouted_circuit_max_backoff (61m) must be at most 60m", key: keyCircuitMaxBackoff},
+		err: "pgrouted_circuit_max_backoff (61m) must be at most 1h", key: keyCircuitMaxBackoff},
 	{name: "bad circuit_max_backoff below probe_interval", dsn: "postgres://db1?pgrouted_probe_interval=2s&pgrouted_circuit_max_backoff=1s",
 		err: "pgrouted_circuit_max_backoff (1s) must be at least pgrouted_probe_interval (2s)", key: keyCircuitMaxBackoff},
 	{name: "bad patroni_timeout below its minimum", dsn: "host=db1 pgrouted_patroni_timeout=5ms",
@@ -591,7 +651,7 @@ var cases = []dsnCase{
 	{name: "bad replica_wait below its minimum", dsn: "host=db1 pgrouted_replica_wait=0.001ms",
 		err: "pgrouted_replica_wait (0.001ms) must be at least 1ms (or 0: off)", key: keyReplicaWait},
 	{name: "bad replica_wait of centuries", dsn: "host=db1 pgrouted_replica_wait=153722867m",
-		err: "pgrouted_replica_wait (153722867m) must be at most 60m", key: keyReplicaWait},
+		err: "pgrouted_replica_wait (153722867m) must be at most 1h", key: keyReplicaWait},
 
 	// Names and hosts that logs, metrics and terminals show.
 	{name: "names not UTF-8", dsn: "postgres://u:" + marker + "@db1,db2,db3/app?pgrouted_names=a%ff,b,c",

@@ -100,7 +100,10 @@ var specs = []keySpec{
 				return ""
 			}
 			d, err := parseDuration(v)
-			if err != nil {
+			switch {
+			case err == errNegative:
+				return durationRule(v, err) + " (off turns the window off)"
+			case err != nil:
 				return durationRule(v, err) + ", or off"
 			}
 			c.LatencyWindow = d
@@ -328,8 +331,11 @@ func checkMaxLag(c *Config) string {
 // durationRule is the rule a duration value v that failed to parse with
 // err breaks.
 func durationRule(v string, err error) string {
-	if err == errNoUnit {
+	switch err {
+	case errNoUnit:
 		return ruleNoUnit(v, "ms")
+	case errNegative:
+		return ruleNegative
 	}
 	return ruleDuration
 }
@@ -337,8 +343,11 @@ func durationRule(v string, err error) string {
 // lagRule is the rule a pgrouted_max_lag value v that failed to parse with
 // err breaks.
 func lagRule(v string, err error) string {
-	if err == errNoUnit {
+	switch err {
+	case errNoUnit:
 		return ruleNoUnit(v, "ms", "KB")
+	case errNegative:
+		return ruleNegative
 	}
 	return ruleLag
 }
@@ -457,16 +466,16 @@ func nearestKey(key string) string {
 //
 // Every duration, count and size has a minimum and a maximum, both
 // allowed; a value outside is an error that names the key, the value and
-// the bound ("pgrouted_probe_interval (0.001ms) must be at least 10ms"):
+// the bound ("pgrouted_probe_interval (1ms) must be at least 10ms"):
 //
-//	pgrouted_max_lag              time: more than pgrouted_probe_interval, at most 24h (1440m);
+//	pgrouted_max_lag              time: more than pgrouted_probe_interval, at most 24h;
 //	                              size: 1B to 1024GB
-//	pgrouted_probe_interval       10ms to 1h (60m)
-//	pgrouted_latency_window       100µs (0.1ms) to 10s, or off
+//	pgrouted_probe_interval       10ms to 1h
+//	pgrouted_latency_window       100us to 10s, or off
 //	pgrouted_weights              1 to 1000000 each
 //	pgrouted_pin_after_write      0, or 1ms to 1h
 //	pgrouted_write_timeout        0, or 1ms to 1h
-//	pgrouted_lease                more than pgrouted_probe_interval, at most 2h (120m)
+//	pgrouted_lease                more than pgrouted_probe_interval, at most 2h
 //	pgrouted_replica_max_conns    1 to 10000
 //	pgrouted_circuit_failures     1 to 1000
 //	pgrouted_circuit_max_backoff  pgrouted_probe_interval (at least 10ms) to 1h
@@ -483,12 +492,16 @@ func nearestKey(key string) string {
 // RIGHT-TO-LEFT OVERRIDE) or line separator characters; so must the
 // function names, and the host, path and user of each Patroni endpoint.
 //
-// A duration is a number with the unit ms, s or m, fractions allowed
-// (1.5s). A size is a number with the unit B, KB, MB or GB, 1024-based,
-// fractions allowed. A number without a unit is an error that names the
-// fix (pgrouted_max_lag (500) has no unit: add one, e.g. 500ms ...), but
-// for 0: unlike libpq's connect_timeout=30 (seconds), nothing here has a
-// unit to assume.
+// A duration is written as [time.ParseDuration] reads it: numbers, each
+// with a unit of ns, us (or µs), ms, s, m or h, fractions allowed (250us,
+// 1.5s, 1m30s, 1h); also a lone number with space before its unit (2 s).
+// Every duration key reads it with one parser, which rounds to the
+// nanosecond; a value below 0 is an error. A size is a number with the
+// unit B, KB, MB or GB, 1024-based, fractions allowed. A number without a
+// unit is an error that names the fix (pgrouted_max_lag (500) has no unit:
+// add one, e.g. 500ms ...), but for 0: unlike libpq's connect_timeout=30
+// (seconds), nothing here has a unit to assume. [Format] writes a
+// duration in the largest unit that holds it exactly (90s, 2h, 250us).
 //
 // The defaults are explained where they are declared: [DefaultMaxLag],
 // [DefaultReplicaMaxConns], [DefaultLatencyWindow] with
