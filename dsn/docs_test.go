@@ -33,6 +33,7 @@ func durationKeys() []string {
 func TestEveryDurationKeyTakesGoSyntax(t *testing.T) {
 	keys := durationKeys()
 	want := []string{keyMaxLag, keyProbeInterval, keyLatencyWindow, keyPinAfterWrite, keyWriteTimeout, keyLease,
+		keyReplicaMaxConnLifetime, keyReplicaMaxConnLifetimeJitter, keyReplicaMaxConnIdleTime, keyReplicaHealthCheckPeriod,
 		keyCircuitMaxBackoff, keyPatroniTimeout, keyReplicaWait}
 	if strings.Join(keys, " ") != strings.Join(want, " ") {
 		t.Errorf("duration keys %v, want %v", keys, want)

@@ -346,7 +346,9 @@ var cases = []dsnCase{
 		"&pgrouted_latency_window=5ms&pgrouted_weights=3,2,1&pgrouted_names=a,b,c&pgrouted_fallback=error" +
 		"&pgrouted_readonly_tx=primary&pgrouted_pin_after_write=100ms&pgrouted_write_timeout=10s&pgrouted_lease=5s" +
 		"&pgrouted_replica_max_conns=20&pgrouted_circuit_failures=3&pgrouted_circuit_max_backoff=2m&pgrouted_strict_boot=yes" +
-		"&pgrouted_topology=patroni&pgrouted_patroni_endpoints=http://db1:8008,https://db2:8008&pgrouted_patroni_timeout=1s&pgrouted_discover=true&pgrouted_discover_max=32",
+		"&pgrouted_topology=patroni&pgrouted_patroni_endpoints=http://db1:8008,https://db2:8008&pgrouted_patroni_timeout=1s&pgrouted_discover=true&pgrouted_discover_max=32" +
+		"&pgrouted_replica_min_conns=2&pgrouted_replica_min_idle_conns=1&pgrouted_replica_max_conn_lifetime=2h&pgrouted_replica_max_conn_lifetime_jitter=5m" +
+		"&pgrouted_replica_max_conn_idle_time=10m&pgrouted_replica_health_check_period=30s",
 		hosts: []hostWant{
 			{name: "a", addr: "db1:5432", weight: 3},
 			{name: "b", addr: "db2:5433", weight: 2},
@@ -359,6 +361,8 @@ var cases = []dsnCase{
 				ReplicaMaxConns: 20, CircuitFailures: 3, CircuitMaxBackoff: 2 * time.Minute, StrictBoot: true}
 			c.Topology, c.PatroniEndpoints, c.PatroniTimeout, c.Discover = TopologyPatroni, []string{"http://db1:8008", "https://db2:8008"}, time.Second, true
 			c.DiscoverMax = 32
+			c.ReplicaMinConns, c.ReplicaMinIdleConns, c.ReplicaMaxConnLifetime = 2, 1, 2*time.Hour
+			c.ReplicaMaxConnLifetimeJitter, c.ReplicaMaxConnIdleTime, c.ReplicaHealthCheckPeriod = 5*time.Minute, 10*time.Minute, 30*time.Second
 		}},
 
 	// Unknown keys.
@@ -605,6 +609,43 @@ var cases = []dsnCase{
 		err: "pgrouted_patroni_timeout (2) has no unit: add one, e.g. 2ms", key: keyPatroniTimeout},
 	{name: "bad max_lag of a day", dsn: "host=db1 pgrouted_max_lag=25h",
 		err: "pgrouted_max_lag (25h) must be at most 24h (none removes the budget)", key: keyMaxLag},
+	// The replica pools' pgxpool settings.
+	{name: "replica pool keys", dsn: "host=db1 sslmode=disable pgrouted_replica_max_conns=4 pgrouted_replica_min_conns=4 pgrouted_replica_min_idle_conns=2" +
+		" pgrouted_replica_max_conn_lifetime=1m30s pgrouted_replica_max_conn_lifetime_jitter=10s pgrouted_replica_max_conn_idle_time=1s pgrouted_replica_health_check_period=100ms",
+		hosts: plain("db1:5432"), set: func(c *Config) {
+			c.ReplicaMaxConns, c.ReplicaMinConns, c.ReplicaMinIdleConns = 4, 4, 2
+			c.ReplicaMaxConnLifetime, c.ReplicaMaxConnLifetimeJitter = 90*time.Second, 10*time.Second
+			c.ReplicaMaxConnIdleTime, c.ReplicaHealthCheckPeriod = time.Second, 100*time.Millisecond
+		}},
+	{name: "replica pool keys at their maximum", dsn: "host=db1 sslmode=disable pgrouted_replica_max_conns=10000 pgrouted_replica_min_conns=10000 pgrouted_replica_min_idle_conns=10000" +
+		" pgrouted_replica_max_conn_lifetime=24h pgrouted_replica_max_conn_lifetime_jitter=24h pgrouted_replica_max_conn_idle_time=24h pgrouted_replica_health_check_period=1h",
+		hosts: plain("db1:5432"), set: func(c *Config) {
+			c.ReplicaMaxConns, c.ReplicaMinConns, c.ReplicaMinIdleConns = 10000, 10000, 10000
+			c.ReplicaMaxConnLifetime, c.ReplicaMaxConnLifetimeJitter = 24*time.Hour, 24*time.Hour
+			c.ReplicaMaxConnIdleTime, c.ReplicaHealthCheckPeriod = 24*time.Hour, time.Hour
+		}},
+	{name: "bad replica_min_conns above replica_max_conns", dsn: "host=db1 pgrouted_replica_min_conns=11",
+		err: "pgrouted_replica_min_conns (11) must be at most pgrouted_replica_max_conns (10)", key: keyReplicaMinConns},
+	{name: "bad replica_min_idle_conns above replica_max_conns", dsn: "host=db1 pgrouted_replica_max_conns=2 pgrouted_replica_min_idle_conns=3",
+		err: "pgrouted_replica_min_idle_conns (3) must be at most pgrouted_replica_max_conns (2)", key: keyReplicaMinIdleConns},
+	{name: "bad replica_min_conns negative", dsn: "host=db1 pgrouted_replica_min_conns=-1",
+		err: "pgrouted_replica_min_conns (-1) must be a whole number from 0 to 10000", key: keyReplicaMinConns},
+	{name: "bad replica_min_conns word", dsn: "host=db1 pgrouted_replica_min_conns=some",
+		err: "pgrouted_replica_min_conns (some) must be a whole number from 0 to 10000", key: keyReplicaMinConns},
+	{name: "bad replica_max_conn_lifetime below its minimum", dsn: "host=db1 pgrouted_replica_max_conn_lifetime=999ms",
+		err: "pgrouted_replica_max_conn_lifetime (999ms) must be at least 1s", key: keyReplicaMaxConnLifetime},
+	{name: "bad replica_max_conn_lifetime zero", dsn: "host=db1 pgrouted_replica_max_conn_lifetime=0",
+		err: "pgrouted_replica_max_conn_lifetime (0) must be greater than 0", key: keyReplicaMaxConnLifetime},
+	{name: "bad replica_max_conn_lifetime above its maximum", dsn: "host=db1 pgrouted_replica_max_conn_lifetime=25h",
+		err: "pgrouted_replica_max_conn_lifetime (25h) must be at most 24h", key: keyReplicaMaxConnLifetime},
+	{name: "bad replica_max_conn_lifetime_jitter above its maximum", dsn: "host=db1 pgrouted_replica_max_conn_lifetime_jitter=24h1s",
+		err: "pgrouted_replica_max_conn_lifetime_jitter (24h1s) must be at most 24h", key: keyReplicaMaxConnLifetimeJitter},
+	{name: "bad replica_max_conn_idle_time without a unit", dsn: "host=db1 pgrouted_replica_max_conn_idle_time=30",
+		err: "pgrouted_replica_max_conn_idle_time (30) has no unit: add one, e.g. 30ms", key: keyReplicaMaxConnIdleTime},
+	{name: "bad replica_health_check_period below its minimum", dsn: "host=db1 pgrouted_replica_health_check_period=10ms",
+		err: "pgrouted_replica_health_check_period (10ms) must be at least 100ms", key: keyReplicaHealthCheckPeriod},
+	{name: "bad replica_health_check_period above its maximum", dsn: "host=db1 pgrouted_replica_health_check_period=2h",
+		err: "pgrouted_replica_health_check_period (2h) must be at most 1h", key: keyReplicaHealthCheckPeriod},
 	{name: "max_lag bytes bounds", dsn: "host=db1 sslmode=disable pgrouted_max_lag=1024GB",
 		hosts: plain("db1:5432"), set: func(c *Config) { c.MaxLag = LagBytes(1 << 40) }},
 	{name: "circuit_max_backoff default follows a long probe interval", dsn: "host=db1 sslmode=disable pgrouted_probe_interval=60m pgrouted_lease=120m pgrouted_max_lag=none",
@@ -727,10 +768,12 @@ func TestParse(t *testing.T) {
 
 // routingOnly prints the routing settings of c, for a diff.
 func routingOnly(c *Config) string {
-	return fmt.Sprintf("%v %v %v %v %v %v %v %v %v %v %v %v %v %v %v %v %v %v %v %v",
+	return fmt.Sprintf("%v %v %v %v %v %v %v %v %v %v %v %v %v %v %v %v %v %v %v %v pool %v %v %v %v %v %v",
 		c.Consistency, c.MaxLag, c.ProbeInterval, c.SelectPolicy, c.LatencyWindow, c.Fallback, c.ReadOnlyTx,
 		c.PinAfterWrite, c.WriteTimeout, c.Lease, c.ReplicaMaxConns, c.CircuitFailures, c.CircuitMaxBackoff, c.StrictBoot,
-		c.Topology, redactEndpoints(c.PatroniEndpoints), c.PatroniTimeout, c.Discover, c.DiscoverMax, c.ReplicaWait)
+		c.Topology, redactEndpoints(c.PatroniEndpoints), c.PatroniTimeout, c.Discover, c.DiscoverMax, c.ReplicaWait,
+		c.ReplicaMinConns, c.ReplicaMinIdleConns, c.ReplicaMaxConnLifetime, c.ReplicaMaxConnLifetimeJitter,
+		c.ReplicaMaxConnIdleTime, c.ReplicaHealthCheckPeriod)
 }
 
 func checkError(t *testing.T, err error, text, key string) {

@@ -41,6 +41,17 @@ const (
 	keyReplicaWait      = "pgrouted_replica_wait"
 )
 
+// The replica pools' pgxpool settings beside pgrouted_replica_max_conns:
+// pgrouted_replica_ and the suffix of pgxpool's pool_ key.
+const (
+	keyReplicaMinConns              = "pgrouted_replica_min_conns"
+	keyReplicaMinIdleConns          = "pgrouted_replica_min_idle_conns"
+	keyReplicaMaxConnLifetime       = "pgrouted_replica_max_conn_lifetime"
+	keyReplicaMaxConnLifetimeJitter = "pgrouted_replica_max_conn_lifetime_jitter"
+	keyReplicaMaxConnIdleTime       = "pgrouted_replica_max_conn_idle_time"
+	keyReplicaHealthCheckPeriod     = "pgrouted_replica_health_check_period"
+)
+
 // keySpec is how one pgrouted key is read, written and checked.
 type keySpec struct {
 	key string
@@ -188,6 +199,16 @@ var specs = []keySpec{
 			}
 			return ""
 		}},
+	countSpec(keyReplicaMinConns, func(c *Config) *int32 { return &c.ReplicaMinConns }, 0, maxReplicaMaxConns),
+	countSpec(keyReplicaMinIdleConns, func(c *Config) *int32 { return &c.ReplicaMinIdleConns }, 0, maxReplicaMaxConns),
+	durationSpec(keyReplicaMaxConnLifetime, func(c *Config) *time.Duration { return &c.ReplicaMaxConnLifetime },
+		durationBounds{min: minConnLifetime, max: maxConnLifetime}),
+	durationSpec(keyReplicaMaxConnLifetimeJitter, func(c *Config) *time.Duration { return &c.ReplicaMaxConnLifetimeJitter },
+		durationBounds{min: minWait, max: maxConnLifetime, zero: "none"}),
+	durationSpec(keyReplicaMaxConnIdleTime, func(c *Config) *time.Duration { return &c.ReplicaMaxConnIdleTime },
+		durationBounds{min: minConnLifetime, max: maxConnLifetime}),
+	durationSpec(keyReplicaHealthCheckPeriod, func(c *Config) *time.Duration { return &c.ReplicaHealthCheckPeriod },
+		durationBounds{min: minHealthCheckPeriod, max: maxHealthCheckPeriod}),
 	{key: keyCircuitFailures,
 		set: func(c *Config, v string) string {
 			n, err := strconv.ParseInt(v, 10, 32)
@@ -294,6 +315,27 @@ func funcListSpec(key string, field func(*Config) *[]string) keySpec {
 				if bad := badText(n); bad != "" {
 					return fmt.Sprintf("entry %d (%q): %s", i+1, n, bad)
 				}
+			}
+			return ""
+		}}
+}
+
+// countSpec is the keySpec of a whole number field from min to max.
+func countSpec(key string, field func(*Config) *int32, min, max int64) keySpec {
+	rule := fmt.Sprintf("must be a whole number from %d to %d", min, max)
+	return keySpec{key: key,
+		set: func(c *Config, v string) string {
+			n, err := strconv.ParseInt(v, 10, 32)
+			if err != nil {
+				return rule
+			}
+			*field(c) = int32(n)
+			return ""
+		},
+		get: func(c *Config) string { return strconv.FormatInt(int64(*field(c)), 10) },
+		check: func(c *Config) string {
+			if n := int64(*field(c)); n < min || n > max {
+				return rule
 			}
 			return ""
 		}}
@@ -451,6 +493,12 @@ func nearestKey(key string) string {
 //	pgrouted_write_timeout        duration, 0 fails at once                30s
 //	pgrouted_lease                duration                                 10s
 //	pgrouted_replica_max_conns    whole number, per replica                10
+//	pgrouted_replica_min_conns    whole number, per replica                0
+//	pgrouted_replica_min_idle_conns  whole number, per replica             0
+//	pgrouted_replica_max_conn_lifetime         duration                   1h
+//	pgrouted_replica_max_conn_lifetime_jitter  duration, 0 is none        0
+//	pgrouted_replica_max_conn_idle_time        duration                   30m
+//	pgrouted_replica_health_check_period       duration                   1m
 //	pgrouted_circuit_failures     whole number                             2
 //	pgrouted_circuit_max_backoff  duration                                 30s (the probe interval
 //	                                                                       when that is longer)
@@ -477,6 +525,14 @@ func nearestKey(key string) string {
 //	pgrouted_write_timeout        0, or 1ms to 1h
 //	pgrouted_lease                more than pgrouted_probe_interval, at most 2h
 //	pgrouted_replica_max_conns    1 to 10000
+//	pgrouted_replica_min_conns, pgrouted_replica_min_idle_conns
+//	                              0 to pgrouted_replica_max_conns
+//	pgrouted_replica_max_conn_lifetime, pgrouted_replica_max_conn_idle_time
+//	                              1s to 24h
+//	pgrouted_replica_max_conn_lifetime_jitter
+//	                              0, or 1ms to 24h
+//	pgrouted_replica_health_check_period
+//	                              100ms to 1h
 //	pgrouted_circuit_failures     1 to 1000
 //	pgrouted_circuit_max_backoff  pgrouted_probe_interval (at least 10ms) to 1h
 //	pgrouted_patroni_timeout      10ms to 1m, and less than pgrouted_lease

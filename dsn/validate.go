@@ -104,6 +104,14 @@ func (c *Config) validate(sec secrets) *ParseError {
 			return fail(s.key, "%s (%s) %s", s.key, s.shown(c), rule)
 		}
 	}
+	for _, n := range []struct {
+		key string
+		n   int32
+	}{{keyReplicaMinConns, c.ReplicaMinConns}, {keyReplicaMinIdleConns, c.ReplicaMinIdleConns}} {
+		if n.n > c.ReplicaMaxConns {
+			return fail(n.key, "%s (%d) must be at most %s (%d): a pool holds no more than that", n.key, n.n, keyReplicaMaxConns, c.ReplicaMaxConns)
+		}
+	}
 	if d, ok := c.MaxLag.Time(); ok && d <= c.ProbeInterval {
 		return fail(keyMaxLag, "%s (%s) must be greater than %s (%s): a replica's lag is only known to within one probe interval",
 			keyMaxLag, formatDuration(d), keyProbeInterval, formatDuration(c.ProbeInterval))
