@@ -491,7 +491,9 @@ var cases = []dsnCase{
 	{name: "pgxpool key", dsn: "postgres://u:" + marker + "@db1,db2/app?pool_max_conns=10",
 		err: "pool_max_conns is a pgxpool setting", key: "pool_max_conns"},
 	{name: "pgxpool key keyword form", dsn: "host=db1 password=" + marker + " pool_min_conns=2 pool_max_conn_lifetime=1h",
-		err: "pool_max_conn_lifetime is a pgxpool setting", key: "pool_max_conn_lifetime"},
+		err: "pool_max_conn_lifetime is a pgxpool setting, not a PostgreSQL one: pgrouted's replica pools take it as pgrouted_replica_max_conn_lifetime", key: "pool_max_conn_lifetime"},
+	{name: "pgxpool key without a twin", dsn: "host=db1 pool_ping_timeout=1s",
+		err: "pool_ping_timeout is a pgxpool setting, not a PostgreSQL one: pgrouted's replica pools have no such setting", key: "pool_ping_timeout"},
 
 	// pgx's own errors, with the password about.
 	{name: "pgx bad port", dsn: "postgres://u:" + marker + "@db1:notaport/db", err: "invalid port"},

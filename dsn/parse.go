@@ -620,8 +620,13 @@ func Parse(connString string) (*Config, error) {
 	}
 	if len(poolKeys) > 0 {
 		slices.Sort(poolKeys)
-		return nil, newError(sec, poolKeys[0], fmt.Sprintf(
-			"%s is a pgxpool setting, not a PostgreSQL one: pgrouted sizes its replica pools with pgrouted_replica_max_conns, and database/sql its own with (*sql.DB).SetMaxOpenConns", poolKeys[0]), nil)
+		k := poolKeys[0]
+		replicas := "pgrouted's replica pools have no such setting"
+		if twin := "pgrouted_replica_" + strings.TrimPrefix(k, "pool_"); lookupSpec(twin) != nil {
+			replicas = "pgrouted's replica pools take it as " + twin
+		}
+		return nil, newError(sec, k, fmt.Sprintf(
+			"%s is a pgxpool setting, not a PostgreSQL one: %s, and the primary's sessions are pooled by database/sql ((*sql.DB).SetMaxOpenConns, SetConnMaxLifetime, ...)", k, replicas), nil)
 	}
 
 	if cc.ValidateConnect != nil {
