@@ -467,7 +467,8 @@ func defaultConfig() *Config {
 // CircuitMaxBackoff becomes [DefaultCircuitMaxBackoff], or the
 // ProbeInterval when that is longer. The fields whose
 // default is zero or false (PinAfterWrite, ReplicaWait, StrictBoot,
-// Discover, the function lists) are left as they are.
+// Discover, the function lists, ReplicaMinConns, ReplicaMinIdleConns,
+// ReplicaMaxConnLifetimeJitter) are left as they are.
 func (c *Config) SetDefaults() {
 	setDefault(&c.Consistency, DefaultConsistency)
 	setDefault(&c.ProbeInterval, DefaultProbeInterval)

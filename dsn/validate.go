@@ -13,7 +13,8 @@ import (
 // characters; names unique, not "primary"; weights from 1 to [MaxWeight];
 // every routing setting inside its bounds (listed in the documentation of
 // [Parse]); a time budget in MaxLag and the Lease greater than the
-// ProbeInterval, the CircuitMaxBackoff at least the ProbeInterval. A zero
+// ProbeInterval, the CircuitMaxBackoff at least the ProbeInterval,
+// ReplicaMinConns and ReplicaMinIdleConns at most ReplicaMaxConns. A zero
 // field is checked as its default (see
 // [Config.SetDefaults]); c is not changed. The error is a [*ParseError]
 // naming the key of the first rule broken.
