@@ -32,6 +32,10 @@ type Connector struct {
 	budget  lagmeter.Budget
 	history *lagmeter.History // the primary's WAL positions (from topology)
 
+	// started is set once top and history are: a pool's connection may
+	// be opened before (pgrouted_replica_min_conns), and asks wire.
+	started atomic.Bool
+
 	// rw is read-your-writes' shared state (consistency.go).
 	rw readYourWrites
 	// booted is set once every host answered (pgrouted_strict_boot).
@@ -128,6 +132,7 @@ func NewConnector(cfg *Config) (*Connector, error) {
 	}
 	c.top = top
 	c.history = top.History()
+	c.started.Store(true)
 	c.logDone = make(chan struct{})
 	go c.watch(top.Events())
 	c.stopTerms, c.termsDone = make(chan struct{}), make(chan struct{})

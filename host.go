@@ -99,9 +99,7 @@ func newHost(i int, h dsn.Host, cfg *dsn.Config, onChange func(circuit.Change), 
 	}
 	pc.ConnConfig = h.ConnConfig.Copy()
 	boundConnect(&pc.ConnConfig.Config)
-	if cfg.ReplicaMaxConns > 0 {
-		pc.MaxConns = cfg.ReplicaMaxConns
-	}
+	replicaPool(pc, cfg)
 	hs.maxConns = int64(pc.MaxConns)
 	hs.breaker, err = circuit.New(h.Name, circuit.Config{
 		Failures:   cfg.CircuitFailures,
@@ -163,6 +161,27 @@ func newHost(i int, h dsn.Host, cfg *dsn.Config, onChange func(circuit.Change), 
 	}
 	hs.replicas = stdlib.GetPoolConnector(hs.pool)
 	return hs, nil
+}
+
+// replicaPool gives pc, a host's replica pool's configuration, the
+// pgrouted_replica_ settings of cfg; a zero one leaves pgxpool's default
+// (and MaxConns, pgrouted's: dsn.DefaultReplicaMaxConns).
+func replicaPool(pc *pgxpool.Config, cfg *dsn.Config) {
+	pc.MaxConns = dsn.DefaultReplicaMaxConns
+	if cfg.ReplicaMaxConns > 0 {
+		pc.MaxConns = cfg.ReplicaMaxConns
+	}
+	pc.MinConns, pc.MinIdleConns = cfg.ReplicaMinConns, cfg.ReplicaMinIdleConns
+	pc.MaxConnLifetimeJitter = cfg.ReplicaMaxConnLifetimeJitter
+	for _, d := range []struct{ to, from *time.Duration }{
+		{&pc.MaxConnLifetime, &cfg.ReplicaMaxConnLifetime},
+		{&pc.MaxConnIdleTime, &cfg.ReplicaMaxConnIdleTime},
+		{&pc.HealthCheckPeriod, &cfg.ReplicaHealthCheckPeriod},
+	} {
+		if *d.from > 0 {
+			*d.to = *d.from
+		}
+	}
 }
 
 // boundConnect gives cfg, a copy of a host's configuration, a connect
@@ -281,7 +300,7 @@ func (h *host) dropIdle() {
 // own path runs in cache_describe mode on it (describeOnly): what the
 // statement caches of a connection opened to h are sized by.
 func (c *Connector) wire(h *host) (probed, describeOnly bool) {
-	if c.top == nil {
+	if !c.started.Load() {
 		return false, false
 	}
 	hv := c.view().of(h)

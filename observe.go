@@ -6,13 +6,15 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pgrouted/pgrouted/internal/consistency"
 	"github.com/pgrouted/pgrouted/lagmeter"
 )
 
 // Snapshot is what a Connector sees of the cluster at one instant, from
 // [Connector.Topology]. It marshals to JSON (camelCase) and holds no
-// password.
+// password. Every duration in it, as in [Stats] and [PoolInfo], is a
+// time.Duration, which JSON writes as a whole number of nanoseconds.
 //
 // It is not [topology.Snapshot], on purpose: that one is package
 // topology's own state, what the probes learned (raw LSNs, probe times,
@@ -26,9 +28,9 @@ type Snapshot struct {
 	Primary string `json:"primary"`
 	// Epoch increments each time the primary becomes another host.
 	Epoch uint64 `json:"epoch"`
-	// LeaseRemainingMs is how long the primary stays authoritative without
+	// LeaseRemaining is how long the primary stays authoritative without
 	// a new successful probe; 0 when it is not authoritative.
-	LeaseRemainingMs float64 `json:"leaseRemainingMs"`
+	LeaseRemaining time.Duration `json:"leaseRemaining"`
 	// ConflictingPrimaries counts the observations of two or more hosts out
 	// of recovery with no strictly higher timeline among them.
 	ConflictingPrimaries uint64 `json:"conflictingPrimaries"`
@@ -48,9 +50,9 @@ type ProviderInfo struct {
 	Name string `json:"name"`
 	// Endpoint is where its last answer came from (the Patroni URL).
 	Endpoint string `json:"endpoint,omitempty"`
-	// LeaseRemainingMs is how long its last answer stays authoritative; 0
+	// LeaseRemaining is how long its last answer stays authoritative; 0
 	// once pgrouted_lease has passed without one.
-	LeaseRemainingMs float64 `json:"leaseRemainingMs"`
+	LeaseRemaining time.Duration `json:"leaseRemaining"`
 	// Leader is the host its last answer names leader and that pgrouted
 	// knows, "" for none. It is the primary only when the host's own probe
 	// also finds it out of recovery (see Snapshot.Primary).
@@ -79,8 +81,8 @@ type HostInfo struct {
 	Healthy bool `json:"healthy"`
 	// Circuit is the host's circuit breaker: "closed" or "open".
 	Circuit string `json:"circuit"`
-	// RTTMs is the probes' round trip EWMA in milliseconds (0: unknown).
-	RTTMs float64 `json:"rttMs"`
+	// RTT is the probes' round trip EWMA (0: unknown).
+	RTT time.Duration `json:"rtt"`
 	// Timeline is the timeline the host writes or replays (0: unknown).
 	Timeline uint32 `json:"timeline,omitempty"`
 	// ReplayLSN is a standby's last known replay position.
@@ -88,10 +90,10 @@ type HostInfo struct {
 	// ByteLag is how many WAL bytes a standby is behind the primary's
 	// last probe; absent when unknown.
 	ByteLag *uint64 `json:"byteLag,omitempty"`
-	// LagBoundMs is an upper bound on a standby's staleness, the staleness
+	// LagBound is an upper bound on a standby's staleness, the staleness
 	// gate's: from the primary's history of WAL positions and transaction
 	// snapshots; absent when unknown.
-	LagBoundMs *float64 `json:"lagBoundMs,omitempty"`
+	LagBound *time.Duration `json:"lagBound,omitempty"`
 	// SyncState is the standby's sync_state on the primary, when known.
 	SyncState string `json:"syncState,omitempty"`
 	// Pooler is true when the probes run through a connection pooler
@@ -106,7 +108,9 @@ type HostInfo struct {
 	BackendSwitched bool `json:"backendSwitched,omitempty"`
 	// InflightReads is the number of reads running on it now.
 	InflightReads int64 `json:"inflightReads"`
-	// Pool is the host's replica connection pool.
+	// Pool is the host's replica connection pool (the pgrouted_replica_
+	// keys): a standby's reads borrow its connections, and the primary's
+	// pgrouted's own reads (function catalog, WAL positions).
 	Pool PoolInfo `json:"pool"`
 	// LastError is the last probe error, if the last probe failed.
 	LastError string `json:"lastError,omitempty"`
@@ -137,12 +141,58 @@ type HostInfo struct {
 	Untrusted string `json:"untrusted,omitempty"`
 }
 
-// PoolInfo describes a replica connection pool.
+// PoolInfo is a connection pool's figures: every figure of pgxpool.Stat,
+// under its name (see [github.com/jackc/pgx/v5/pgxpool.Stat]).
 type PoolInfo struct {
-	Total    int32 `json:"total"`
-	Idle     int32 `json:"idle"`
-	Acquired int32 `json:"acquired"`
-	Max      int32 `json:"max"`
+	// AcquireCount is the number of successful acquires.
+	AcquireCount int64 `json:"acquireCount"`
+	// AcquireDuration is the total time of the successful acquires.
+	AcquireDuration time.Duration `json:"acquireDuration"`
+	// AcquiredConns is the number of connections in use now.
+	AcquiredConns int32 `json:"acquiredConns"`
+	// CanceledAcquireCount is the number of acquires canceled by their
+	// context.
+	CanceledAcquireCount int64 `json:"canceledAcquireCount"`
+	// ConstructingConns is the number of connections being opened now.
+	ConstructingConns int32 `json:"constructingConns"`
+	// EmptyAcquireCount is the number of successful acquires that waited
+	// for a connection because none was idle.
+	EmptyAcquireCount int64 `json:"emptyAcquireCount"`
+	// EmptyAcquireWaitTime is the total time those waited.
+	EmptyAcquireWaitTime time.Duration `json:"emptyAcquireWaitTime"`
+	// IdleConns is the number of idle connections now.
+	IdleConns int32 `json:"idleConns"`
+	// MaxConns is the pool's largest size.
+	MaxConns int32 `json:"maxConns"`
+	// TotalConns is AcquiredConns + ConstructingConns + IdleConns.
+	TotalConns int32 `json:"totalConns"`
+	// NewConnsCount is the number of connections opened.
+	NewConnsCount int64 `json:"newConnsCount"`
+	// MaxLifetimeDestroyCount is the number of connections closed past
+	// their lifetime (MaxConnLifetime).
+	MaxLifetimeDestroyCount int64 `json:"maxLifetimeDestroyCount"`
+	// MaxIdleDestroyCount is the number of connections closed idle past
+	// MaxConnIdleTime.
+	MaxIdleDestroyCount int64 `json:"maxIdleDestroyCount"`
+}
+
+// poolInfo returns st's figures.
+func poolInfo(st *pgxpool.Stat) PoolInfo {
+	return PoolInfo{
+		AcquireCount:            st.AcquireCount(),
+		AcquireDuration:         st.AcquireDuration(),
+		AcquiredConns:           st.AcquiredConns(),
+		CanceledAcquireCount:    st.CanceledAcquireCount(),
+		ConstructingConns:       st.ConstructingConns(),
+		EmptyAcquireCount:       st.EmptyAcquireCount(),
+		EmptyAcquireWaitTime:    st.EmptyAcquireWaitTime(),
+		IdleConns:               st.IdleConns(),
+		MaxConns:                st.MaxConns(),
+		TotalConns:              st.TotalConns(),
+		NewConnsCount:           st.NewConnsCount(),
+		MaxLifetimeDestroyCount: st.MaxLifetimeDestroyCount(),
+		MaxIdleDestroyCount:     st.MaxIdleDestroyCount(),
+	}
 }
 
 // Topology returns what the Connector sees of the cluster now.
@@ -152,7 +202,7 @@ func (c *Connector) Topology() Snapshot {
 	now := time.Now()
 	out := Snapshot{
 		Epoch:                s.Epoch,
-		LeaseRemainingMs:     ms(s.LeaseRemaining(now)),
+		LeaseRemaining:       s.LeaseRemaining(now),
 		ConflictingPrimaries: s.Conflicts,
 		Taken:                now,
 		Hosts:                make([]HostInfo, 0, len(s.Hosts)),
@@ -166,7 +216,7 @@ func (c *Connector) Topology() Snapshot {
 			UnknownLeader: p.Unknown, Conflict: p.Conflict, LastError: p.LastError,
 		}
 		if !p.Confirmed.IsZero() {
-			out.Provider.LeaseRemainingMs = ms(max(s.Lease-now.Sub(p.Confirmed), 0))
+			out.Provider.LeaseRemaining = max(s.Lease-now.Sub(p.Confirmed), 0)
 		}
 	}
 	for i := range v.hosts {
@@ -176,18 +226,17 @@ func (c *Connector) Topology() Snapshot {
 			// A discovered host that left: gone, once drained.
 			continue
 		}
-		st := hs.pool.Stat()
 		hi := HostInfo{
 			Name:          h.Name,
 			Address:       h.Addr,
 			Role:          h.Role.String(),
 			Healthy:       h.Healthy,
 			Circuit:       hs.breaker.State().String(),
-			RTTMs:         ms(h.RTT),
+			RTT:           h.RTT,
 			Timeline:      h.Timeline,
 			SyncState:     h.SyncState,
 			InflightReads: hs.inflight(),
-			Pool:          PoolInfo{Total: st.TotalConns(), Idle: st.IdleConns(), Acquired: st.AcquiredConns(), Max: st.MaxConns()},
+			Pool:          poolInfo(hs.pool.Stat()),
 			LastError:     h.LastError,
 			Member:        h.Member,
 			MemberRole:    h.MemberRole,
@@ -212,8 +261,8 @@ func (c *Connector) Topology() Snapshot {
 				// transaction IDs both.
 				pos := lagmeter.Position{SystemID: h.SystemID, Timeline: h.Timeline, Replay: replay, Xmin: h.SnapshotXmin}
 				if l := c.history.Lag(pos, now); l.TimeKnown && l.Time != lagmeter.Unbounded {
-					v := ms(l.Time)
-					hi.LagBoundMs = &v
+					v := l.Time
+					hi.LagBound = &v
 				}
 			}
 		}
@@ -221,8 +270,6 @@ func (c *Connector) Topology() Snapshot {
 	}
 	return out
 }
-
-func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 // TopologyHandler returns an http.Handler serving [Connector.Topology] as
 // JSON.
@@ -237,7 +284,9 @@ func (c *Connector) TopologyHandler() http.Handler {
 }
 
 // Stats are a Connector's counters since it started, from
-// [Connector.Stats]. They marshal to JSON.
+// [Connector.Stats]. They marshal to JSON; their durations are
+// time.Durations, which JSON writes as whole nanoseconds, as in
+// [Snapshot].
 type Stats struct {
 	// Statements counts the statements run, per endpoint (host name) and
 	// op ("read", "write", "tx", "lock").

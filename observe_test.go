@@ -52,7 +52,7 @@ func TestTopologyAndStats(t *testing.T) {
 	// node1's first probe was still out after 1.7 s).
 	replicasReady(t, conn)
 	top := conn.Topology()
-	if top.Primary != "node0" || top.Epoch != 1 || top.LeaseRemainingMs <= 0 || len(top.Hosts) != 3 {
+	if top.Primary != "node0" || top.Epoch != 1 || top.LeaseRemaining <= 0 || len(top.Hosts) != 3 {
 		t.Fatalf("topology: %+v", top)
 	}
 	for _, h := range top.Hosts {
@@ -60,10 +60,10 @@ func TestTopologyAndStats(t *testing.T) {
 		if h.Name == "node0" {
 			want = "primary"
 		}
-		if h.Role != want || !h.Healthy || h.Circuit != "closed" || h.RTTMs <= 0 || h.Address == "" {
+		if h.Role != want || !h.Healthy || h.Circuit != "closed" || h.RTT <= 0 || h.Address == "" {
 			t.Errorf("host %+v", h)
 		}
-		if want == "standby" && (h.ReplayLSN == "" || h.ByteLag == nil || h.LagBoundMs == nil) {
+		if want == "standby" && (h.ReplayLSN == "" || h.ByteLag == nil || h.LagBound == nil) {
 			t.Errorf("standby without positions: %+v", h)
 		}
 	}
@@ -74,7 +74,7 @@ func TestTopologyAndStats(t *testing.T) {
 	if err := json.Unmarshal(body, &back); err != nil || back.Primary != "node0" {
 		t.Fatalf("handler: %v %s", err, body)
 	}
-	for _, key := range []string{`"leaseRemainingMs"`, `"conflictingPrimaries"`, `"rttMs"`, `"inflightReads"`, `"byteLag"`, `"lagBoundMs"`, `"circuit"`} {
+	for _, key := range []string{`"leaseRemaining"`, `"conflictingPrimaries"`, `"rtt"`, `"inflightReads"`, `"byteLag"`, `"lagBound"`, `"circuit"`, `"maxLifetimeDestroyCount"`} {
 		if !strings.Contains(string(body), key) {
 			t.Errorf("topology JSON lacks %s", key)
 		}

@@ -135,7 +135,7 @@ func TestPooledFreshWhileWALIsUnflushed(t *testing.T) {
 		t.Logf("attempt %d: reads on a replica %s after opening; %d bytes before %s unflushed then", attempt, took.Round(time.Millisecond), still, insert)
 		if still >= 64 {
 			for _, h := range conn.Topology().Hosts {
-				if h.Role == "standby" && h.LagBoundMs == nil {
+				if h.Role == "standby" && h.LagBound == nil {
 					t.Errorf("%s: no staleness bound while the primary holds unflushed WAL: %+v", h.Name, h)
 				}
 			}

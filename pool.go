@@ -86,6 +86,32 @@ func (p *Pool) Topology() Snapshot { return p.c.Topology() }
 // Stats returns the Pool's Connector's counters (see [Connector.Stats]).
 func (p *Pool) Stats() Stats { return p.c.Stats() }
 
+// HostPool is one host's connection pool in [Pool.Stat].
+type HostPool struct {
+	// Name is the host's (pgrouted_names, or host:port).
+	Name string `json:"name"`
+	// Replica is the host's replica pool, sized and timed by the
+	// pgrouted_replica_ keys: a standby's reads borrow its connections,
+	// and the primary's pgrouted's own reads (function catalog, WAL
+	// positions).
+	Replica PoolInfo `json:"replica"`
+}
+
+// Stat returns the figures of each host's pool, in DSN order (discovered
+// hosts after): pgxpool.Stat's, all of them (see [PoolInfo]). Like
+// pgxpool's Stat, it takes no connection and sends nothing.
+func (p *Pool) Stat() []HostPool {
+	hosts := p.c.hosts.all()
+	out := make([]HostPool, 0, len(hosts))
+	for _, h := range hosts {
+		if h.removed.Load() {
+			continue
+		}
+		out = append(out, HostPool{Name: h.Name, Replica: poolInfo(h.pool.Stat())})
+	}
+	return out
+}
+
 // Close closes the idle connections and stops the topology probers. It
 // does not wait for the connections in use (open rows, transactions,
 // acquired connections): they are closed when released. Calls after it

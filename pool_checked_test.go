@@ -127,8 +127,8 @@ func TestPoolCheckedReadOfAStaleDescription(t *testing.T) {
 		if !ev.Primary && ev.Reason == pgrouted.ReasonCheck && ev.Retried {
 			exercised++
 			for _, h := range p.Topology().Hosts {
-				if h.Name == ev.Endpoint && (h.InflightReads != 1 || h.Pool.Acquired != 1) {
-					t.Errorf("read %d on %s, rows open: %d reads in flight, %d connections acquired; want 1 and 1", i, h.Name, h.InflightReads, h.Pool.Acquired)
+				if h.Name == ev.Endpoint && (h.InflightReads != 1 || h.Pool.AcquiredConns != 1) {
+					t.Errorf("read %d on %s, rows open: %d reads in flight, %d connections acquired; want 1 and 1", i, h.Name, h.InflightReads, h.Pool.AcquiredConns)
 				}
 			}
 		}

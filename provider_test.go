@@ -227,7 +227,7 @@ func TestManualProvider(t *testing.T) {
 		// No primary once the provider's lease ran out (a primary probe
 		// stalled on a busy machine may clear it sooner: wait for both).
 		waitTopology(t, conn, 10*time.Second, "no primary once the provider's lease ran out", func(s pgrouted.Snapshot) bool {
-			return s.Primary == "" && s.Provider.LastError != "" && s.Provider.LeaseRemainingMs == 0
+			return s.Primary == "" && s.Provider.LastError != "" && s.Provider.LeaseRemaining == 0
 		})
 		marker := fmt.Sprintf("manual-unavailable-%d", time.Now().UnixNano())
 		if on, err := insertMarked(t, ctx, db, rec, marker); !errors.Is(err, pgrouted.ErrNoPrimary) {

@@ -186,7 +186,7 @@ func TestReplicaWaitSkipsLaggingReplica(t *testing.T) {
 		behind := 0
 		top := conn.Topology()
 		for _, h := range top.Hosts {
-			if h.Name != top.Primary && h.Healthy && h.LagBoundMs != nil && *h.LagBoundMs >= 2000 {
+			if h.Name != top.Primary && h.Healthy && h.LagBound != nil && *h.LagBound >= 2*time.Second {
 				behind++
 			}
 		}

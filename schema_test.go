@@ -435,8 +435,8 @@ func TestCheckedReadOfAStaleDescription(t *testing.T) {
 		if !ev.Primary && ev.Reason == pgrouted.ReasonCheck && ev.Retried {
 			exercised++
 			for _, h := range conn.Topology().Hosts {
-				if h.Name == ev.Endpoint && (h.InflightReads != 1 || h.Pool.Acquired != 1) {
-					t.Errorf("read %d on %s, rows open: %d reads in flight, %d connections acquired; want 1 and 1", i, h.Name, h.InflightReads, h.Pool.Acquired)
+				if h.Name == ev.Endpoint && (h.InflightReads != 1 || h.Pool.AcquiredConns != 1) {
+					t.Errorf("read %d on %s, rows open: %d reads in flight, %d connections acquired; want 1 and 1", i, h.Name, h.InflightReads, h.Pool.AcquiredConns)
 				}
 			}
 		}

@@ -56,6 +56,21 @@ const (
 	// beyond any PostgreSQL max_connections that serves.
 	maxReplicaMaxConns = 10_000
 
+	// minConnLifetime and maxConnLifetime bound a pool's connection
+	// lifetime and idle time (pgrouted_replica_max_conn_lifetime,
+	// pgrouted_replica_max_conn_idle_time and their pool_ twins), and
+	// maxConnLifetime its lifetime jitter: below a second a pool opens a
+	// connection for nearly every statement, beyond a day none is ever
+	// renewed.
+	minConnLifetime = time.Second
+	maxConnLifetime = 24 * time.Hour
+
+	// minHealthCheckPeriod and maxHealthCheckPeriod bound the time between
+	// two health checks of a pool's idle connections
+	// (pgrouted_replica_health_check_period, pool_health_check_period).
+	minHealthCheckPeriod = 100 * time.Millisecond
+	maxHealthCheckPeriod = time.Hour
+
 	// maxCircuitFailures is the largest pgrouted_circuit_failures.
 	maxCircuitFailures = 1000
 

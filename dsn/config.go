@@ -149,7 +149,16 @@ const (
 	// reads, lower it when many processes share a replica.
 	DefaultReplicaMaxConns int32 = 10
 
-	// DefaultCircuitFailures is the default of pgrouted_circuit_failures.
+	// DefaultMaxConnLifetime, DefaultMaxConnIdleTime and
+	// DefaultHealthCheckPeriod are pgxpool's defaults, and the defaults
+	// of pgrouted_replica_max_conn_lifetime,
+	// pgrouted_replica_max_conn_idle_time and
+	// pgrouted_replica_health_check_period.
+	DefaultMaxConnLifetime   = time.Hour
+	DefaultMaxConnIdleTime   = 30 * time.Minute
+	DefaultHealthCheckPeriod = time.Minute
+
+	// DefaultCircuitFailures is the default of pgrouted_circuit_failures.	// DefaultCircuitFailures is the default of pgrouted_circuit_failures.
 	DefaultCircuitFailures = 2
 	// DefaultCircuitMaxBackoff is the default of
 	// pgrouted_circuit_max_backoff while pgrouted_probe_interval is 30s or
@@ -350,7 +359,35 @@ type Config struct {
 	// From 1 to 10000.
 	ReplicaMaxConns int32
 
-	// CircuitFailures is the number of failures in a row that open a host's
+	// ReplicaMinConns is the fewest connections each replica pool keeps
+	// open, idle or not (pgrouted_replica_min_conns, pgxpool's MinConns;
+	// default 0). From 0 to ReplicaMaxConns.
+	ReplicaMinConns int32
+	// ReplicaMinIdleConns is the fewest idle connections each replica pool
+	// keeps open (pgrouted_replica_min_idle_conns, pgxpool's MinIdleConns;
+	// default 0). From 0 to ReplicaMaxConns.
+	ReplicaMinIdleConns int32
+	// ReplicaMaxConnLifetime is how long a replica pool keeps a connection
+	// from its creation (pgrouted_replica_max_conn_lifetime, pgxpool's
+	// MaxConnLifetime; default [DefaultMaxConnLifetime]). From 1s to 24h.
+	ReplicaMaxConnLifetime time.Duration
+	// ReplicaMaxConnLifetimeJitter is the most a replica pool adds, at
+	// random, to each connection's lifetime, so that they are not all
+	// renewed at once (pgrouted_replica_max_conn_lifetime_jitter, pgxpool's
+	// MaxConnLifetimeJitter; default 0, none). 0, or 1ms to 24h.
+	ReplicaMaxConnLifetimeJitter time.Duration
+	// ReplicaMaxConnIdleTime is how long a replica pool keeps a connection
+	// idle (pgrouted_replica_max_conn_idle_time, pgxpool's MaxConnIdleTime;
+	// default [DefaultMaxConnIdleTime]). From 1s to 24h.
+	ReplicaMaxConnIdleTime time.Duration
+	// ReplicaHealthCheckPeriod is the time between two health checks of a
+	// replica pool's idle connections, which close the expired and open
+	// the missing ones (pgrouted_replica_health_check_period, pgxpool's
+	// HealthCheckPeriod; default [DefaultHealthCheckPeriod]). From 100ms
+	// to 1h.
+	ReplicaHealthCheckPeriod time.Duration
+
+	// CircuitFailures is the number of failures in a row that open a host's	// CircuitFailures is the number of failures in a row that open a host's
 	// circuit (pgrouted_circuit_failures, default [DefaultCircuitFailures]).
 	// From 1 to 1000.
 	CircuitFailures int
@@ -430,7 +467,8 @@ func defaultConfig() *Config {
 // CircuitMaxBackoff becomes [DefaultCircuitMaxBackoff], or the
 // ProbeInterval when that is longer. The fields whose
 // default is zero or false (PinAfterWrite, ReplicaWait, StrictBoot,
-// Discover, the function lists) are left as they are.
+// Discover, the function lists, ReplicaMinConns, ReplicaMinIdleConns,
+// ReplicaMaxConnLifetimeJitter) are left as they are.
 func (c *Config) SetDefaults() {
 	setDefault(&c.Consistency, DefaultConsistency)
 	setDefault(&c.ProbeInterval, DefaultProbeInterval)
@@ -441,6 +479,9 @@ func (c *Config) SetDefaults() {
 	setDefault(&c.WriteTimeout, DefaultWriteTimeout)
 	setDefault(&c.Lease, DefaultLease)
 	setDefault(&c.ReplicaMaxConns, DefaultReplicaMaxConns)
+	setDefault(&c.ReplicaMaxConnLifetime, DefaultMaxConnLifetime)
+	setDefault(&c.ReplicaMaxConnIdleTime, DefaultMaxConnIdleTime)
+	setDefault(&c.ReplicaHealthCheckPeriod, DefaultHealthCheckPeriod)
 	setDefault(&c.CircuitFailures, DefaultCircuitFailures)
 	setDefault(&c.CircuitMaxBackoff, defaultCircuitMaxBackoff(c.ProbeInterval))
 	setDefault(&c.Topology, DefaultTopology)

@@ -41,7 +41,9 @@
 // ([Config.LatencyWindow]).
 //
 // Durations and sizes carry their unit: pgrouted_max_lag=500 is an error
-// that says to write 500ms (or 500KB), not a guess.
+// that says to write 500ms (or 500KB), not a guess. Every duration key
+// takes [time.ParseDuration]'s syntax (250us, 1m30s, 1h), read by one
+// parser.
 //
 // One consequence: a host's ConnConfig.ConnString is the connection string
 // as given, pgrouted_ keys included, as a pgxpool.Config's keeps its pool_

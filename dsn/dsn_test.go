@@ -346,7 +346,9 @@ var cases = []dsnCase{
 		"&pgrouted_latency_window=5ms&pgrouted_weights=3,2,1&pgrouted_names=a,b,c&pgrouted_fallback=error" +
 		"&pgrouted_readonly_tx=primary&pgrouted_pin_after_write=100ms&pgrouted_write_timeout=10s&pgrouted_lease=5s" +
 		"&pgrouted_replica_max_conns=20&pgrouted_circuit_failures=3&pgrouted_circuit_max_backoff=2m&pgrouted_strict_boot=yes" +
-		"&pgrouted_topology=patroni&pgrouted_patroni_endpoints=http://db1:8008,https://db2:8008&pgrouted_patroni_timeout=1s&pgrouted_discover=true&pgrouted_discover_max=32",
+		"&pgrouted_topology=patroni&pgrouted_patroni_endpoints=http://db1:8008,https://db2:8008&pgrouted_patroni_timeout=1s&pgrouted_discover=true&pgrouted_discover_max=32" +
+		"&pgrouted_replica_min_conns=2&pgrouted_replica_min_idle_conns=1&pgrouted_replica_max_conn_lifetime=2h&pgrouted_replica_max_conn_lifetime_jitter=5m" +
+		"&pgrouted_replica_max_conn_idle_time=10m&pgrouted_replica_health_check_period=30s",
 		hosts: []hostWant{
 			{name: "a", addr: "db1:5432", weight: 3},
 			{name: "b", addr: "db2:5433", weight: 2},
@@ -359,6 +361,8 @@ var cases = []dsnCase{
 				ReplicaMaxConns: 20, CircuitFailures: 3, CircuitMaxBackoff: 2 * time.Minute, StrictBoot: true}
 			c.Topology, c.PatroniEndpoints, c.PatroniTimeout, c.Discover = TopologyPatroni, []string{"http://db1:8008", "https://db2:8008"}, time.Second, true
 			c.DiscoverMax = 32
+			c.ReplicaMinConns, c.ReplicaMinIdleConns, c.ReplicaMaxConnLifetime = 2, 1, 2*time.Hour
+			c.ReplicaMaxConnLifetimeJitter, c.ReplicaMaxConnIdleTime, c.ReplicaHealthCheckPeriod = 5*time.Minute, 10*time.Minute, 30*time.Second
 		}},
 
 	// Unknown keys.
@@ -378,8 +382,10 @@ var cases = []dsnCase{
 		err: "pgrouted_consistency (strong) must be one of session, eventual, global", key: keyConsistency},
 	{name: "bad max_lag unit", dsn: "host=db1 pgrouted_max_lag=10XB",
 		err: "pgrouted_max_lag (10XB) is not a duration", key: keyMaxLag},
-	{name: "bad max_lag hours", dsn: "host=db1 pgrouted_max_lag=1h",
-		err: "pgrouted_max_lag (1h) is not a duration", key: keyMaxLag},
+	{name: "bad max_lag days", dsn: "host=db1 pgrouted_max_lag=1d",
+		err: "pgrouted_max_lag (1d) is not a duration", key: keyMaxLag},
+	{name: "bad max_lag negative", dsn: "host=db1 pgrouted_max_lag=-2s",
+		err: "pgrouted_max_lag (-2s) must not be negative", key: keyMaxLag},
 	{name: "bad max_lag negative", dsn: "host=db1 pgrouted_max_lag=-1MB",
 		err: "pgrouted_max_lag (-1MB) is not a duration", key: keyMaxLag},
 	{name: "bad max_lag zero bytes", dsn: "host=db1 pgrouted_max_lag=0B",
@@ -402,8 +408,12 @@ var cases = []dsnCase{
 		err: "pgrouted_replica_wait (10) has no unit: add one, e.g. 10ms", key: keyReplicaWait},
 	{name: "bad probe_interval zero", dsn: "host=db1 pgrouted_probe_interval=0",
 		err: "pgrouted_probe_interval (0) must be greater than 0", key: keyProbeInterval},
-	{name: "bad probe_interval syntax", dsn: "host=db1 pgrouted_probe_interval=1s500ms",
-		err: "pgrouted_probe_interval (1s500ms) is not a duration", key: keyProbeInterval},
+	{name: "bad probe_interval syntax", dsn: "host=db1 pgrouted_probe_interval=1s500",
+		err: "pgrouted_probe_interval (1s500) is not a duration", key: keyProbeInterval},
+	{name: "bad probe_interval spaced parts", dsn: "host=db1 pgrouted_probe_interval='1s 500ms'",
+		err: "pgrouted_probe_interval (1s 500ms) is not a duration", key: keyProbeInterval},
+	{name: "bad probe_interval day", dsn: "host=db1 pgrouted_probe_interval=1d",
+		err: "pgrouted_probe_interval (1d) is not a duration: use numbers with a unit of ns, us, ms, s, m or h", key: keyProbeInterval},
 	{name: "bad probe_interval empty", dsn: "host=db1 pgrouted_probe_interval=",
 		err: "pgrouted_probe_interval () is not a duration", key: keyProbeInterval},
 	{name: "bad select", dsn: "host=db1 pgrouted_select=fastest",
@@ -415,7 +425,11 @@ var cases = []dsnCase{
 	{name: "bad readonly_tx", dsn: "host=db1 pgrouted_readonly_tx=any",
 		err: "pgrouted_readonly_tx (any) must be one of replica, primary", key: keyReadOnlyTx},
 	{name: "bad pin_after_write", dsn: "host=db1 pgrouted_pin_after_write=-5ms",
-		err: "pgrouted_pin_after_write (-5ms) is not a duration", key: keyPinAfterWrite},
+		err: "pgrouted_pin_after_write (-5ms) must not be negative", key: keyPinAfterWrite},
+	{name: "bad write_timeout negative", dsn: "host=db1 pgrouted_write_timeout=-1ns",
+		err: "pgrouted_write_timeout (-1ns) must not be negative", key: keyWriteTimeout},
+	{name: "bad latency_window negative", dsn: "host=db1 pgrouted_latency_window=-1ms",
+		err: "pgrouted_latency_window (-1ms) must not be negative (off turns the window off)", key: keyLatencyWindow},
 	{name: "bad write_timeout", dsn: "host=db1 pgrouted_write_timeout=1x",
 		err: "pgrouted_write_timeout (1x) is not a duration", key: keyWriteTimeout},
 	{name: "bad lease zero", dsn: "host=db1 pgrouted_lease=0s",
@@ -477,7 +491,9 @@ var cases = []dsnCase{
 	{name: "pgxpool key", dsn: "postgres://u:" + marker + "@db1,db2/app?pool_max_conns=10",
 		err: "pool_max_conns is a pgxpool setting", key: "pool_max_conns"},
 	{name: "pgxpool key keyword form", dsn: "host=db1 password=" + marker + " pool_min_conns=2 pool_max_conn_lifetime=1h",
-		err: "pool_max_conn_lifetime is a pgxpool setting", key: "pool_max_conn_lifetime"},
+		err: "pool_max_conn_lifetime is a pgxpool setting, not a PostgreSQL one: pgrouted's replica pools take it as pgrouted_replica_max_conn_lifetime", key: "pool_max_conn_lifetime"},
+	{name: "pgxpool key without a twin", dsn: "host=db1 pool_ping_timeout=1s",
+		err: "pool_ping_timeout is a pgxpool setting, not a PostgreSQL one: pgrouted's replica pools have no such setting", key: "pool_ping_timeout"},
 
 	// pgx's own errors, with the password about.
 	{name: "pgx bad port", dsn: "postgres://u:" + marker + "@db1:notaport/db", err: "invalid port"},
@@ -545,6 +561,93 @@ var cases = []dsnCase{
 			c.ReplicaMaxConns, c.CircuitFailures, c.CircuitMaxBackoff = 10000, 1000, time.Hour
 			c.PatroniTimeout, c.ReplicaWait = time.Minute, time.Hour
 		}},
+	// Every duration key in time.ParseDuration's syntax, at its bounds
+	// too (h, us, µs, mixed units).
+	{name: "every duration key in Go's syntax", dsn: "host=db1 sslmode=disable pgrouted_probe_interval=1m30s pgrouted_max_lag=1h" +
+		" pgrouted_latency_window=250us pgrouted_pin_after_write=1.5s pgrouted_write_timeout=2m0.5s pgrouted_lease=1h30m" +
+		" pgrouted_circuit_max_backoff=1h pgrouted_patroni_timeout=1500ms pgrouted_replica_wait=.25s",
+		hosts: plain("db1:5432"), set: func(c *Config) {
+			c.ProbeInterval, c.MaxLag, c.LatencyWindow = 90*time.Second, LagTime(time.Hour), 250*time.Microsecond
+			c.PinAfterWrite, c.WriteTimeout, c.Lease = 1500*time.Millisecond, 2*time.Minute+500*time.Millisecond, 90*time.Minute
+			c.CircuitMaxBackoff, c.PatroniTimeout, c.ReplicaWait = time.Hour, 1500*time.Millisecond, 250*time.Millisecond
+		}},
+	{name: "every bound at its minimum in Go's syntax", dsn: "postgres://db1/app?sslmode=disable&pgrouted_probe_interval=10000us&pgrouted_max_lag=11000000ns" +
+		"&pgrouted_latency_window=100%C2%B5s&pgrouted_pin_after_write=1000%CE%BCs&pgrouted_write_timeout=1000us&pgrouted_lease=0.011s" +
+		"&pgrouted_circuit_max_backoff=10ms&pgrouted_patroni_timeout=10ms&pgrouted_replica_wait=1000000ns",
+		hosts: plain("db1:5432"), set: func(c *Config) {
+			c.ProbeInterval, c.MaxLag, c.LatencyWindow = 10*time.Millisecond, LagTime(11*time.Millisecond), 100*time.Microsecond
+			c.PinAfterWrite, c.WriteTimeout, c.Lease = time.Millisecond, time.Millisecond, 11*time.Millisecond
+			c.CircuitMaxBackoff, c.PatroniTimeout, c.ReplicaWait = 10*time.Millisecond, 10*time.Millisecond, time.Millisecond
+		}},
+	{name: "every bound at its maximum in Go's syntax", dsn: "host=db1 sslmode=disable pgrouted_probe_interval=1h pgrouted_max_lag=24h" +
+		" pgrouted_latency_window=10s pgrouted_pin_after_write=1h pgrouted_write_timeout=0.5h30m pgrouted_lease=2h" +
+		" pgrouted_circuit_max_backoff=1h pgrouted_patroni_timeout=1m pgrouted_replica_wait=59m60s",
+		hosts: plain("db1:5432"), set: func(c *Config) {
+			c.ProbeInterval, c.MaxLag, c.LatencyWindow = time.Hour, LagTime(24*time.Hour), 10*time.Second
+			c.PinAfterWrite, c.WriteTimeout, c.Lease = time.Hour, time.Hour, 2*time.Hour
+			c.CircuitMaxBackoff, c.PatroniTimeout, c.ReplicaWait = time.Hour, time.Minute, time.Hour
+		}},
+	{name: "zero durations in Go's syntax", dsn: "host=db1 sslmode=disable pgrouted_pin_after_write=0s pgrouted_write_timeout=0ns pgrouted_replica_wait=-0",
+		hosts: plain("db1:5432"), set: func(c *Config) { c.WriteTimeout = WriteNoWait }},
+	{name: "bad latency_window of a microsecond in Go's syntax", dsn: "host=db1 pgrouted_latency_window=99µs",
+		err: "pgrouted_latency_window (99µs) must be at least 100us", key: keyLatencyWindow},
+	{name: "bad max_lag a nanosecond past its maximum", dsn: "host=db1 pgrouted_max_lag=24h1ns",
+		err: "pgrouted_max_lag (24h1ns) must be at most 24h", key: keyMaxLag},
+	{name: "bad lease a nanosecond past its maximum", dsn: "host=db1 pgrouted_lease=2h0.000000001s",
+		err: "pgrouted_lease (2h0.000000001s) must be at most 2h", key: keyLease},
+	{name: "bad patroni_timeout past its maximum in hours", dsn: "host=db1 pgrouted_patroni_timeout=1h",
+		err: "pgrouted_patroni_timeout (1h) must be at most 1m", key: keyPatroniTimeout},
+	{name: "bad circuit_max_backoff without a unit after the first", dsn: "host=db1 pgrouted_circuit_max_backoff=1m30",
+		err: "pgrouted_circuit_max_backoff (1m30) is not a duration", key: keyCircuitMaxBackoff},
+	{name: "bad pin_after_write without a unit", dsn: "host=db1 pgrouted_pin_after_write=5",
+		err: "pgrouted_pin_after_write (5) has no unit: add one, e.g. 5ms", key: keyPinAfterWrite},
+	{name: "bad write_timeout without a unit", dsn: "host=db1 pgrouted_write_timeout=30",
+		err: "pgrouted_write_timeout (30) has no unit: add one, e.g. 30ms", key: keyWriteTimeout},
+	{name: "bad lease without a unit", dsn: "host=db1 pgrouted_lease=10",
+		err: "pgrouted_lease (10) has no unit: add one, e.g. 10ms", key: keyLease},
+	{name: "bad circuit_max_backoff without a unit", dsn: "host=db1 pgrouted_circuit_max_backoff=30",
+		err: "pgrouted_circuit_max_backoff (30) has no unit: add one, e.g. 30ms", key: keyCircuitMaxBackoff},
+	{name: "bad patroni_timeout without a unit", dsn: "host=db1 pgrouted_patroni_timeout=2",
+		err: "pgrouted_patroni_timeout (2) has no unit: add one, e.g. 2ms", key: keyPatroniTimeout},
+	{name: "bad max_lag of a day", dsn: "host=db1 pgrouted_max_lag=25h",
+		err: "pgrouted_max_lag (25h) must be at most 24h (none removes the budget)", key: keyMaxLag},
+	// The replica pools' pgxpool settings.
+	{name: "replica pool keys", dsn: "host=db1 sslmode=disable pgrouted_replica_max_conns=4 pgrouted_replica_min_conns=4 pgrouted_replica_min_idle_conns=2" +
+		" pgrouted_replica_max_conn_lifetime=1m30s pgrouted_replica_max_conn_lifetime_jitter=10s pgrouted_replica_max_conn_idle_time=1s pgrouted_replica_health_check_period=100ms",
+		hosts: plain("db1:5432"), set: func(c *Config) {
+			c.ReplicaMaxConns, c.ReplicaMinConns, c.ReplicaMinIdleConns = 4, 4, 2
+			c.ReplicaMaxConnLifetime, c.ReplicaMaxConnLifetimeJitter = 90*time.Second, 10*time.Second
+			c.ReplicaMaxConnIdleTime, c.ReplicaHealthCheckPeriod = time.Second, 100*time.Millisecond
+		}},
+	{name: "replica pool keys at their maximum", dsn: "host=db1 sslmode=disable pgrouted_replica_max_conns=10000 pgrouted_replica_min_conns=10000 pgrouted_replica_min_idle_conns=10000" +
+		" pgrouted_replica_max_conn_lifetime=24h pgrouted_replica_max_conn_lifetime_jitter=24h pgrouted_replica_max_conn_idle_time=24h pgrouted_replica_health_check_period=1h",
+		hosts: plain("db1:5432"), set: func(c *Config) {
+			c.ReplicaMaxConns, c.ReplicaMinConns, c.ReplicaMinIdleConns = 10000, 10000, 10000
+			c.ReplicaMaxConnLifetime, c.ReplicaMaxConnLifetimeJitter = 24*time.Hour, 24*time.Hour
+			c.ReplicaMaxConnIdleTime, c.ReplicaHealthCheckPeriod = 24*time.Hour, time.Hour
+		}},
+	{name: "bad replica_min_conns above replica_max_conns", dsn: "host=db1 pgrouted_replica_min_conns=11",
+		err: "pgrouted_replica_min_conns (11) must be at most pgrouted_replica_max_conns (10)", key: keyReplicaMinConns},
+	{name: "bad replica_min_idle_conns above replica_max_conns", dsn: "host=db1 pgrouted_replica_max_conns=2 pgrouted_replica_min_idle_conns=3",
+		err: "pgrouted_replica_min_idle_conns (3) must be at most pgrouted_replica_max_conns (2)", key: keyReplicaMinIdleConns},
+	{name: "bad replica_min_conns negative", dsn: "host=db1 pgrouted_replica_min_conns=-1",
+		err: "pgrouted_replica_min_conns (-1) must be a whole number from 0 to 10000", key: keyReplicaMinConns},
+	{name: "bad replica_min_conns word", dsn: "host=db1 pgrouted_replica_min_conns=some",
+		err: "pgrouted_replica_min_conns (some) must be a whole number from 0 to 10000", key: keyReplicaMinConns},
+	{name: "bad replica_max_conn_lifetime below its minimum", dsn: "host=db1 pgrouted_replica_max_conn_lifetime=999ms",
+		err: "pgrouted_replica_max_conn_lifetime (999ms) must be at least 1s", key: keyReplicaMaxConnLifetime},
+	{name: "bad replica_max_conn_lifetime zero", dsn: "host=db1 pgrouted_replica_max_conn_lifetime=0",
+		err: "pgrouted_replica_max_conn_lifetime (0) must be greater than 0", key: keyReplicaMaxConnLifetime},
+	{name: "bad replica_max_conn_lifetime above its maximum", dsn: "host=db1 pgrouted_replica_max_conn_lifetime=25h",
+		err: "pgrouted_replica_max_conn_lifetime (25h) must be at most 24h", key: keyReplicaMaxConnLifetime},
+	{name: "bad replica_max_conn_lifetime_jitter above its maximum", dsn: "host=db1 pgrouted_replica_max_conn_lifetime_jitter=24h1s",
+		err: "pgrouted_replica_max_conn_lifetime_jitter (24h1s) must be at most 24h", key: keyReplicaMaxConnLifetimeJitter},
+	{name: "bad replica_max_conn_idle_time without a unit", dsn: "host=db1 pgrouted_replica_max_conn_idle_time=30",
+		err: "pgrouted_replica_max_conn_idle_time (30) has no unit: add one, e.g. 30ms", key: keyReplicaMaxConnIdleTime},
+	{name: "bad replica_health_check_period below its minimum", dsn: "host=db1 pgrouted_replica_health_check_period=10ms",
+		err: "pgrouted_replica_health_check_period (10ms) must be at least 100ms", key: keyReplicaHealthCheckPeriod},
+	{name: "bad replica_health_check_period above its maximum", dsn: "host=db1 pgrouted_replica_health_check_period=2h",
+		err: "pgrouted_replica_health_check_period (2h) must be at most 1h", key: keyReplicaHealthCheckPeriod},
 	{name: "max_lag bytes bounds", dsn: "host=db1 sslmode=disable pgrouted_max_lag=1024GB",
 		hosts: plain("db1:5432"), set: func(c *Config) { c.MaxLag = LagBytes(1 << 40) }},
 	{name: "circuit_max_backoff default follows a long probe interval", dsn: "host=db1 sslmode=disable pgrouted_probe_interval=60m pgrouted_lease=120m pgrouted_max_lag=none",
@@ -555,25 +658,25 @@ var cases = []dsnCase{
 	{name: "bad probe_interval below its minimum", dsn: "host=db1 password=" + marker + " pgrouted_probe_interval=0.000001ms",
 		err: "pgrouted_probe_interval (0.000001ms) must be at least 10ms", key: keyProbeInterval},
 	{name: "bad probe_interval above its maximum", dsn: "host=db1 pgrouted_probe_interval=61m",
-		err: "pgrouted_probe_interval (61m) must be at most 60m", key: keyProbeInterval},
+		err: "pgrouted_probe_interval (61m) must be at most 1h", key: keyProbeInterval},
 	{name: "bad max_lag above its maximum", dsn: "host=db1 pgrouted_max_lag=1441m",
-		err: "pgrouted_max_lag (1441m) must be at most 1440m (none removes the budget)", key: keyMaxLag},
+		err: "pgrouted_max_lag (1441m) must be at most 24h (none removes the budget)", key: keyMaxLag},
 	{name: "bad max_lag bytes above their maximum", dsn: "host=db1 pgrouted_max_lag=1025GB",
 		err: "pgrouted_max_lag (1025GB) must be at most 1024GB", key: keyMaxLag},
 	{name: "bad latency_window below its minimum", dsn: "host=db1 pgrouted_latency_window=0.05ms",
-		err: "pgrouted_latency_window (0.05ms) must be at least 0.1ms (off turns the window off)", key: keyLatencyWindow},
+		err: "pgrouted_latency_window (0.05ms) must be at least 100us (off turns the window off)", key: keyLatencyWindow},
 	{name: "bad latency_window above its maximum", dsn: "host=db1 pgrouted_latency_window=11s",
 		err: "pgrouted_latency_window (11s) must be at most 10s", key: keyLatencyWindow},
 	{name: "bad pin_after_write below its minimum", dsn: "host=db1 pgrouted_pin_after_write=0.5ms",
 		err: "pgrouted_pin_after_write (0.5ms) must be at least 1ms (or 0: off)", key: keyPinAfterWrite},
 	{name: "bad pin_after_write above its maximum", dsn: "host=db1 pgrouted_pin_after_write=61m",
-		err: "pgrouted_pin_after_write (61m) must be at most 60m", key: keyPinAfterWrite},
+		err: "pgrouted_pin_after_write (61m) must be at most 1h", key: keyPinAfterWrite},
 	{name: "bad write_timeout below its minimum", dsn: "host=db1 pgrouted_write_timeout=0.000001ms",
 		err: "pgrouted_write_timeout (0.000001ms) must be at least 1ms (or 0: no wait)", key: keyWriteTimeout},
 	{name: "bad write_timeout of centuries", dsn: "host=db1 pgrouted_write_timeout=153722867m",
-		err: "pgrouted_write_timeout (153722867m) must be at most 60m", key: keyWriteTimeout},
+		err: "pgrouted_write_timeout (153722867m) must be at most 1h", key: keyWriteTimeout},
 	{name: "bad lease above its maximum", dsn: "host=db1 pgrouted_lease=121m",
-		err: "pgrouted_lease (121m) must be at most 120m", key: keyLease},
+		err: "pgrouted_lease (121m) must be at most 2h", key: keyLease},
 	{name: "bad replica_max_conns above its maximum", dsn: "host=db1 pgrouted_replica_max_conns=2147483647",
 		err: "pgrouted_replica_max_conns (2147483647) must be a whole number from 1 to 10000", key: keyReplicaMaxConns},
 	{name: "bad circuit_failures above its maximum", dsn: "host=db1 pgrouted_circuit_failures=1001",
@@ -581,7 +684,7 @@ var cases = []dsnCase{
 	{name: "bad circuit_max_backoff of a nanosecond", dsn: "host=db1 pgrouted_circuit_max_backoff=0.000001ms",
 		err: "pgrouted_circuit_max_backoff (0.000001ms) must be at least 10ms", key: keyCircuitMaxBackoff},
 	{name: "bad circuit_max_backoff above its maximum", dsn: "host=db1 pgrouted_circuit_max_backoff=61m",
-		err: "pgrouted_circuit_max_backoff (61m) must be at most 60m", key: keyCircuitMaxBackoff},
+		err: "pgrouted_circuit_max_backoff (61m) must be at most 1h", key: keyCircuitMaxBackoff},
 	{name: "bad circuit_max_backoff below probe_interval", dsn: "postgres://db1?pgrouted_probe_interval=2s&pgrouted_circuit_max_backoff=1s",
 		err: "pgrouted_circuit_max_backoff (1s) must be at least pgrouted_probe_interval (2s)", key: keyCircuitMaxBackoff},
 	{name: "bad patroni_timeout below its minimum", dsn: "host=db1 pgrouted_patroni_timeout=5ms",
@@ -591,7 +694,7 @@ var cases = []dsnCase{
 	{name: "bad replica_wait below its minimum", dsn: "host=db1 pgrouted_replica_wait=0.001ms",
 		err: "pgrouted_replica_wait (0.001ms) must be at least 1ms (or 0: off)", key: keyReplicaWait},
 	{name: "bad replica_wait of centuries", dsn: "host=db1 pgrouted_replica_wait=153722867m",
-		err: "pgrouted_replica_wait (153722867m) must be at most 60m", key: keyReplicaWait},
+		err: "pgrouted_replica_wait (153722867m) must be at most 1h", key: keyReplicaWait},
 
 	// Names and hosts that logs, metrics and terminals show.
 	{name: "names not UTF-8", dsn: "postgres://u:" + marker + "@db1,db2,db3/app?pgrouted_names=a%ff,b,c",
@@ -667,10 +770,12 @@ func TestParse(t *testing.T) {
 
 // routingOnly prints the routing settings of c, for a diff.
 func routingOnly(c *Config) string {
-	return fmt.Sprintf("%v %v %v %v %v %v %v %v %v %v %v %v %v %v %v %v %v %v %v %v",
+	return fmt.Sprintf("%v %v %v %v %v %v %v %v %v %v %v %v %v %v %v %v %v %v %v %v pool %v %v %v %v %v %v",
 		c.Consistency, c.MaxLag, c.ProbeInterval, c.SelectPolicy, c.LatencyWindow, c.Fallback, c.ReadOnlyTx,
 		c.PinAfterWrite, c.WriteTimeout, c.Lease, c.ReplicaMaxConns, c.CircuitFailures, c.CircuitMaxBackoff, c.StrictBoot,
-		c.Topology, redactEndpoints(c.PatroniEndpoints), c.PatroniTimeout, c.Discover, c.DiscoverMax, c.ReplicaWait)
+		c.Topology, redactEndpoints(c.PatroniEndpoints), c.PatroniTimeout, c.Discover, c.DiscoverMax, c.ReplicaWait,
+		c.ReplicaMinConns, c.ReplicaMinIdleConns, c.ReplicaMaxConnLifetime, c.ReplicaMaxConnLifetimeJitter,
+		c.ReplicaMaxConnIdleTime, c.ReplicaHealthCheckPeriod)
 }
 
 func checkError(t *testing.T, err error, text, key string) {

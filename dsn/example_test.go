@@ -52,3 +52,24 @@ func ExampleFormat() {
 	// Output:
 	// host=db1,db2 user=app sslmode=disable pgrouted_select=nearest pgrouted_lease=10s pgrouted_probe_interval=500ms pgrouted_select=random
 }
+
+func ExampleParse_durations() {
+	// Every duration key reads time.ParseDuration's syntax, and the forms
+	// before it (500ms, 1.5s, 2m).
+	cfg, err := dsn.Parse("host=db1,db2 sslmode=disable pgrouted_probe_interval=1m30s" +
+		" pgrouted_max_lag=1h pgrouted_lease=2h pgrouted_latency_window=250us pgrouted_replica_wait=1.5s")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(cfg.ProbeInterval, cfg.MaxLag, cfg.Lease, cfg.LatencyWindow, cfg.ReplicaWait)
+
+	_, err = dsn.Parse("host=db1 pgrouted_probe_interval=250")
+	fmt.Println(err)
+	_, err = dsn.Parse("host=db1 pgrouted_probe_interval=2h")
+	fmt.Println(err)
+	// Output:
+	// 1m30s 1h 2h0m0s 250µs 1.5s
+	// pgrouted dsn: pgrouted_probe_interval (250) has no unit: add one, e.g. 250ms
+	// pgrouted dsn: pgrouted_probe_interval (2h) must be at most 1h
+}

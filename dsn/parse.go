@@ -41,6 +41,17 @@ const (
 	keyReplicaWait      = "pgrouted_replica_wait"
 )
 
+// The replica pools' pgxpool settings beside pgrouted_replica_max_conns:
+// pgrouted_replica_ and the suffix of pgxpool's pool_ key.
+const (
+	keyReplicaMinConns              = "pgrouted_replica_min_conns"
+	keyReplicaMinIdleConns          = "pgrouted_replica_min_idle_conns"
+	keyReplicaMaxConnLifetime       = "pgrouted_replica_max_conn_lifetime"
+	keyReplicaMaxConnLifetimeJitter = "pgrouted_replica_max_conn_lifetime_jitter"
+	keyReplicaMaxConnIdleTime       = "pgrouted_replica_max_conn_idle_time"
+	keyReplicaHealthCheckPeriod     = "pgrouted_replica_health_check_period"
+)
+
 // keySpec is how one pgrouted key is read, written and checked.
 type keySpec struct {
 	key string
@@ -100,7 +111,10 @@ var specs = []keySpec{
 				return ""
 			}
 			d, err := parseDuration(v)
-			if err != nil {
+			switch {
+			case err == errNegative:
+				return durationRule(v, err) + " (off turns the window off)"
+			case err != nil:
 				return durationRule(v, err) + ", or off"
 			}
 			c.LatencyWindow = d
@@ -185,6 +199,16 @@ var specs = []keySpec{
 			}
 			return ""
 		}},
+	countSpec(keyReplicaMinConns, func(c *Config) *int32 { return &c.ReplicaMinConns }, 0, maxReplicaMaxConns),
+	countSpec(keyReplicaMinIdleConns, func(c *Config) *int32 { return &c.ReplicaMinIdleConns }, 0, maxReplicaMaxConns),
+	durationSpec(keyReplicaMaxConnLifetime, func(c *Config) *time.Duration { return &c.ReplicaMaxConnLifetime },
+		durationBounds{min: minConnLifetime, max: maxConnLifetime}),
+	durationSpec(keyReplicaMaxConnLifetimeJitter, func(c *Config) *time.Duration { return &c.ReplicaMaxConnLifetimeJitter },
+		durationBounds{min: minWait, max: maxConnLifetime, zero: "none"}),
+	durationSpec(keyReplicaMaxConnIdleTime, func(c *Config) *time.Duration { return &c.ReplicaMaxConnIdleTime },
+		durationBounds{min: minConnLifetime, max: maxConnLifetime}),
+	durationSpec(keyReplicaHealthCheckPeriod, func(c *Config) *time.Duration { return &c.ReplicaHealthCheckPeriod },
+		durationBounds{min: minHealthCheckPeriod, max: maxHealthCheckPeriod}),
 	{key: keyCircuitFailures,
 		set: func(c *Config, v string) string {
 			n, err := strconv.ParseInt(v, 10, 32)
@@ -296,6 +320,27 @@ func funcListSpec(key string, field func(*Config) *[]string) keySpec {
 		}}
 }
 
+// countSpec is the keySpec of a whole number field from min to max.
+func countSpec(key string, field func(*Config) *int32, min, max int64) keySpec {
+	rule := fmt.Sprintf("must be a whole number from %d to %d", min, max)
+	return keySpec{key: key,
+		set: func(c *Config, v string) string {
+			n, err := strconv.ParseInt(v, 10, 32)
+			if err != nil {
+				return rule
+			}
+			*field(c) = int32(n)
+			return ""
+		},
+		get: func(c *Config) string { return strconv.FormatInt(int64(*field(c)), 10) },
+		check: func(c *Config) string {
+			if n := int64(*field(c)); n < min || n > max {
+				return rule
+			}
+			return ""
+		}}
+}
+
 // durationSpec is the keySpec of a duration field within bounds.
 func durationSpec(key string, field func(*Config) *time.Duration, bounds durationBounds) keySpec {
 	return keySpec{key: key,
@@ -328,8 +373,11 @@ func checkMaxLag(c *Config) string {
 // durationRule is the rule a duration value v that failed to parse with
 // err breaks.
 func durationRule(v string, err error) string {
-	if err == errNoUnit {
+	switch err {
+	case errNoUnit:
 		return ruleNoUnit(v, "ms")
+	case errNegative:
+		return ruleNegative
 	}
 	return ruleDuration
 }
@@ -337,8 +385,11 @@ func durationRule(v string, err error) string {
 // lagRule is the rule a pgrouted_max_lag value v that failed to parse with
 // err breaks.
 func lagRule(v string, err error) string {
-	if err == errNoUnit {
+	switch err {
+	case errNoUnit:
 		return ruleNoUnit(v, "ms", "KB")
+	case errNegative:
+		return ruleNegative
 	}
 	return ruleLag
 }
@@ -442,6 +493,12 @@ func nearestKey(key string) string {
 //	pgrouted_write_timeout        duration, 0 fails at once                30s
 //	pgrouted_lease                duration                                 10s
 //	pgrouted_replica_max_conns    whole number, per replica                10
+//	pgrouted_replica_min_conns    whole number, per replica                0
+//	pgrouted_replica_min_idle_conns  whole number, per replica             0
+//	pgrouted_replica_max_conn_lifetime         duration                   1h
+//	pgrouted_replica_max_conn_lifetime_jitter  duration, 0 is none        0
+//	pgrouted_replica_max_conn_idle_time        duration                   30m
+//	pgrouted_replica_health_check_period       duration                   1m
 //	pgrouted_circuit_failures     whole number                             2
 //	pgrouted_circuit_max_backoff  duration                                 30s (the probe interval
 //	                                                                       when that is longer)
@@ -457,17 +514,25 @@ func nearestKey(key string) string {
 //
 // Every duration, count and size has a minimum and a maximum, both
 // allowed; a value outside is an error that names the key, the value and
-// the bound ("pgrouted_probe_interval (0.001ms) must be at least 10ms"):
+// the bound ("pgrouted_probe_interval (1ms) must be at least 10ms"):
 //
-//	pgrouted_max_lag              time: more than pgrouted_probe_interval, at most 24h (1440m);
+//	pgrouted_max_lag              time: more than pgrouted_probe_interval, at most 24h;
 //	                              size: 1B to 1024GB
-//	pgrouted_probe_interval       10ms to 1h (60m)
-//	pgrouted_latency_window       100µs (0.1ms) to 10s, or off
+//	pgrouted_probe_interval       10ms to 1h
+//	pgrouted_latency_window       100us to 10s, or off
 //	pgrouted_weights              1 to 1000000 each
 //	pgrouted_pin_after_write      0, or 1ms to 1h
 //	pgrouted_write_timeout        0, or 1ms to 1h
-//	pgrouted_lease                more than pgrouted_probe_interval, at most 2h (120m)
+//	pgrouted_lease                more than pgrouted_probe_interval, at most 2h
 //	pgrouted_replica_max_conns    1 to 10000
+//	pgrouted_replica_min_conns, pgrouted_replica_min_idle_conns
+//	                              0 to pgrouted_replica_max_conns
+//	pgrouted_replica_max_conn_lifetime, pgrouted_replica_max_conn_idle_time
+//	                              1s to 24h
+//	pgrouted_replica_max_conn_lifetime_jitter
+//	                              0, or 1ms to 24h
+//	pgrouted_replica_health_check_period
+//	                              100ms to 1h
 //	pgrouted_circuit_failures     1 to 1000
 //	pgrouted_circuit_max_backoff  pgrouted_probe_interval (at least 10ms) to 1h
 //	pgrouted_patroni_timeout      10ms to 1m, and less than pgrouted_lease
@@ -483,12 +548,16 @@ func nearestKey(key string) string {
 // RIGHT-TO-LEFT OVERRIDE) or line separator characters; so must the
 // function names, and the host, path and user of each Patroni endpoint.
 //
-// A duration is a number with the unit ms, s or m, fractions allowed
-// (1.5s). A size is a number with the unit B, KB, MB or GB, 1024-based,
-// fractions allowed. A number without a unit is an error that names the
-// fix (pgrouted_max_lag (500) has no unit: add one, e.g. 500ms ...), but
-// for 0: unlike libpq's connect_timeout=30 (seconds), nothing here has a
-// unit to assume.
+// A duration is written as [time.ParseDuration] reads it: numbers, each
+// with a unit of ns, us (or µs), ms, s, m or h, fractions allowed (250us,
+// 1.5s, 1m30s, 1h); also a lone number with space before its unit (2 s).
+// Every duration key reads it with one parser, which rounds to the
+// nanosecond; a value below 0 is an error. A size is a number with the
+// unit B, KB, MB or GB, 1024-based, fractions allowed. A number without a
+// unit is an error that names the fix (pgrouted_max_lag (500) has no unit:
+// add one, e.g. 500ms ...), but for 0: unlike libpq's connect_timeout=30
+// (seconds), nothing here has a unit to assume. [Format] writes a
+// duration in the largest unit that holds it exactly (90s, 2h, 250us).
 //
 // The defaults are explained where they are declared: [DefaultMaxLag],
 // [DefaultReplicaMaxConns], [DefaultLatencyWindow] with
@@ -551,8 +620,13 @@ func Parse(connString string) (*Config, error) {
 	}
 	if len(poolKeys) > 0 {
 		slices.Sort(poolKeys)
-		return nil, newError(sec, poolKeys[0], fmt.Sprintf(
-			"%s is a pgxpool setting, not a PostgreSQL one: pgrouted sizes its replica pools with pgrouted_replica_max_conns, and database/sql its own with (*sql.DB).SetMaxOpenConns", poolKeys[0]), nil)
+		k := poolKeys[0]
+		replicas := "pgrouted's replica pools have no such setting"
+		if twin := "pgrouted_replica_" + strings.TrimPrefix(k, "pool_"); lookupSpec(twin) != nil {
+			replicas = "pgrouted's replica pools take it as " + twin
+		}
+		return nil, newError(sec, k, fmt.Sprintf(
+			"%s is a pgxpool setting, not a PostgreSQL one: %s, and the primary's sessions are pooled by database/sql ((*sql.DB).SetMaxOpenConns, SetConnMaxLifetime, ...)", k, replicas), nil)
 	}
 
 	if cc.ValidateConnect != nil {

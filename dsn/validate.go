@@ -13,7 +13,8 @@ import (
 // characters; names unique, not "primary"; weights from 1 to [MaxWeight];
 // every routing setting inside its bounds (listed in the documentation of
 // [Parse]); a time budget in MaxLag and the Lease greater than the
-// ProbeInterval, the CircuitMaxBackoff at least the ProbeInterval. A zero
+// ProbeInterval, the CircuitMaxBackoff at least the ProbeInterval,
+// ReplicaMinConns and ReplicaMinIdleConns at most ReplicaMaxConns. A zero
 // field is checked as its default (see
 // [Config.SetDefaults]); c is not changed. The error is a [*ParseError]
 // naming the key of the first rule broken.
@@ -102,6 +103,14 @@ func (c *Config) validate(sec secrets) *ParseError {
 		}
 		if rule := s.check(c); rule != "" {
 			return fail(s.key, "%s (%s) %s", s.key, s.shown(c), rule)
+		}
+	}
+	for _, n := range []struct {
+		key string
+		n   int32
+	}{{keyReplicaMinConns, c.ReplicaMinConns}, {keyReplicaMinIdleConns, c.ReplicaMinIdleConns}} {
+		if n.n > c.ReplicaMaxConns {
+			return fail(n.key, "%s (%d) must be at most %s (%d): a pool holds no more than that", n.key, n.n, keyReplicaMaxConns, c.ReplicaMaxConns)
 		}
 	}
 	if d, ok := c.MaxLag.Time(); ok && d <= c.ProbeInterval {

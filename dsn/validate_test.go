@@ -63,7 +63,7 @@ func TestValidate(t *testing.T) {
 		},
 			"pgrouted_max_lag (30s) must be greater than pgrouted_probe_interval (30s)", keyMaxLag},
 		{"latency negative", func(c *Config) { c.LatencyWindow = -5 * time.Millisecond }, "pgrouted_latency_window (-5ms) must not be negative", keyLatencyWindow},
-		{"write_timeout negative other than WriteNoWait", func(c *Config) { c.WriteTimeout = -2 }, "pgrouted_write_timeout (-0.000002ms) must not be negative", keyWriteTimeout},
+		{"write_timeout negative other than WriteNoWait", func(c *Config) { c.WriteTimeout = -2 }, "pgrouted_write_timeout (-2ns) must not be negative", keyWriteTimeout},
 		{"lease equal to probe", func(c *Config) { c.Lease = 2 * time.Second; c.ProbeInterval = 2 * time.Second },
 			"pgrouted_lease (2s) must be greater than pgrouted_probe_interval (2s)", keyLease},
 		{"replica_max_conns negative", func(c *Config) { c.ReplicaMaxConns = -1 }, "pgrouted_replica_max_conns (-1) must not be negative", keyReplicaMaxConns},
@@ -79,31 +79,31 @@ func TestValidate(t *testing.T) {
 		{"pgx host with a control character", func(c *Config) { c.Hosts[0].ConnConfig.Host = "db1\x1b[2J" }, `host 1 ("db1\x1b[2J"): byte 4 is U+001B, a control character`, "host"},
 
 		// Every bound, in code as in a connection string (bounds.go).
-		{"probe of a microsecond", func(c *Config) { c.ProbeInterval = time.Microsecond }, "pgrouted_probe_interval (0.001ms) must be at least 10ms", keyProbeInterval},
-		{"probe too long", func(c *Config) { c.ProbeInterval = 2 * time.Hour }, "pgrouted_probe_interval (120m) must be at most 60m", keyProbeInterval},
-		{"max_lag too long", func(c *Config) { c.MaxLag = LagTime(292 * 365 * 24 * time.Hour) }, "pgrouted_max_lag (153475200m) must be at most 1440m", keyMaxLag},
+		{"probe of a microsecond", func(c *Config) { c.ProbeInterval = time.Microsecond }, "pgrouted_probe_interval (1us) must be at least 10ms", keyProbeInterval},
+		{"probe too long", func(c *Config) { c.ProbeInterval = 2 * time.Hour }, "pgrouted_probe_interval (2h) must be at most 1h", keyProbeInterval},
+		{"max_lag too long", func(c *Config) { c.MaxLag = LagTime(292 * 365 * 24 * time.Hour) }, "pgrouted_max_lag (2557920h) must be at most 24h", keyMaxLag},
 		{"max_lag too many bytes", func(c *Config) { c.MaxLag = LagBytes(2 << 40) }, "pgrouted_max_lag (2048GB) must be at most 1024GB", keyMaxLag},
-		{"latency window too short", func(c *Config) { c.LatencyWindow = time.Microsecond }, "pgrouted_latency_window (0.001ms) must be at least 0.1ms", keyLatencyWindow},
+		{"latency window too short", func(c *Config) { c.LatencyWindow = time.Microsecond }, "pgrouted_latency_window (1us) must be at least 100us", keyLatencyWindow},
 		{"latency window too long", func(c *Config) { c.LatencyWindow = time.Minute }, "pgrouted_latency_window (1m) must be at most 10s", keyLatencyWindow},
-		{"pin too short", func(c *Config) { c.PinAfterWrite = time.Microsecond }, "pgrouted_pin_after_write (0.001ms) must be at least 1ms (or 0: off)", keyPinAfterWrite},
-		{"pin too long", func(c *Config) { c.PinAfterWrite = 2 * time.Hour }, "pgrouted_pin_after_write (120m) must be at most 60m", keyPinAfterWrite},
-		{"write_timeout too short", func(c *Config) { c.WriteTimeout = 1 }, "pgrouted_write_timeout (0.000001ms) must be at least 1ms (or 0: no wait)", keyWriteTimeout},
-		{"write_timeout of centuries", func(c *Config) { c.WriteTimeout = math.MaxInt64 }, "must be at most 60m", keyWriteTimeout},
-		{"replica_wait of centuries", func(c *Config) { c.ReplicaWait = math.MaxInt64 }, "pgrouted_replica_wait (9223372036854.775807ms) must be at most 60m", keyReplicaWait},
-		{"lease too long", func(c *Config) { c.Lease = 3 * time.Hour }, "pgrouted_lease (180m) must be at most 120m", keyLease},
+		{"pin too short", func(c *Config) { c.PinAfterWrite = time.Microsecond }, "pgrouted_pin_after_write (1us) must be at least 1ms (or 0: off)", keyPinAfterWrite},
+		{"pin too long", func(c *Config) { c.PinAfterWrite = 2 * time.Hour }, "pgrouted_pin_after_write (2h) must be at most 1h", keyPinAfterWrite},
+		{"write_timeout too short", func(c *Config) { c.WriteTimeout = 1 }, "pgrouted_write_timeout (1ns) must be at least 1ms (or 0: no wait)", keyWriteTimeout},
+		{"write_timeout of centuries", func(c *Config) { c.WriteTimeout = math.MaxInt64 }, "must be at most 1h", keyWriteTimeout},
+		{"replica_wait of centuries", func(c *Config) { c.ReplicaWait = math.MaxInt64 }, "pgrouted_replica_wait (9223372036854775807ns) must be at most 1h", keyReplicaWait},
+		{"lease too long", func(c *Config) { c.Lease = 3 * time.Hour }, "pgrouted_lease (3h) must be at most 2h", keyLease},
 		{"replica_max_conns too many", func(c *Config) { c.ReplicaMaxConns = math.MaxInt32 }, "pgrouted_replica_max_conns (2147483647) must be a whole number from 1 to 10000", keyReplicaMaxConns},
 		{"circuit_failures too many", func(c *Config) { c.CircuitFailures = 1001 }, "pgrouted_circuit_failures (1001) must be at most 1000", keyCircuitFailures},
-		{"circuit_max_backoff of a nanosecond", func(c *Config) { c.CircuitMaxBackoff = 1 }, "pgrouted_circuit_max_backoff (0.000001ms) must be at least 10ms", keyCircuitMaxBackoff},
-		{"circuit_max_backoff too long", func(c *Config) { c.CircuitMaxBackoff = 2 * time.Hour }, "pgrouted_circuit_max_backoff (120m) must be at most 60m", keyCircuitMaxBackoff},
+		{"circuit_max_backoff of a nanosecond", func(c *Config) { c.CircuitMaxBackoff = 1 }, "pgrouted_circuit_max_backoff (1ns) must be at least 10ms", keyCircuitMaxBackoff},
+		{"circuit_max_backoff too long", func(c *Config) { c.CircuitMaxBackoff = 2 * time.Hour }, "pgrouted_circuit_max_backoff (2h) must be at most 1h", keyCircuitMaxBackoff},
 		{"circuit_max_backoff below the probe interval", func(c *Config) { c.ProbeInterval, c.CircuitMaxBackoff = 2*time.Second, time.Second },
 			"pgrouted_circuit_max_backoff (1s) must be at least pgrouted_probe_interval (2s)", keyCircuitMaxBackoff},
 		{"patroni_timeout too short", func(c *Config) { c.PatroniTimeout = time.Millisecond }, "pgrouted_patroni_timeout (1ms) must be at least 10ms", keyPatroniTimeout},
-		{"patroni_timeout too long", func(c *Config) { c.PatroniTimeout = time.Hour }, "pgrouted_patroni_timeout (60m) must be at most 1m", keyPatroniTimeout},
+		{"patroni_timeout too long", func(c *Config) { c.PatroniTimeout = time.Hour }, "pgrouted_patroni_timeout (1h) must be at most 1m", keyPatroniTimeout},
 		// The probe interval set alone is the key named, not the
 		// pgrouted_max_lag default that follows it.
 		{"probe too long alone", func(c *Config) {
 			c.ProbeInterval, c.Lease, c.MaxLag, c.CircuitMaxBackoff = 10*time.Hour, 20*time.Hour, LagBudget{}, 0
-		}, "pgrouted_probe_interval (600m) must be at most 60m", keyProbeInterval},
+		}, "pgrouted_probe_interval (10h) must be at most 1h", keyProbeInterval},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -324,37 +324,107 @@ func TestErrorsHidePasswordFromEnv(t *testing.T) {
 	checkError(t, err, "host xxxxx:5432 is listed twice", "host")
 }
 
+// durationTests are parseDuration's table: every form a duration key
+// takes (time.ParseDuration's syntax and pgrouted's older forms) and the
+// errors. FuzzDuration starts from them.
+var durationTests = []struct {
+	in   string
+	want time.Duration
+	err  error // when not nil, the error wanted
+}{
+	// pgrouted's forms before Go's syntax: ms, s, m, fractions, space.
+	{in: "0"}, {in: "0.00"}, {in: "1.5s", want: 1500 * time.Millisecond},
+	{in: " 2s ", want: 2 * time.Second}, {in: "2 s", want: 2 * time.Second}, {in: "1750 ms", want: 1750 * time.Millisecond},
+	{in: "0.5m", want: 30 * time.Second}, {in: "10ms", want: 10 * time.Millisecond},
+	{in: "0.000001ms", want: time.Nanosecond}, {in: "0.0000004ms"}, {in: "0.0000005ms", want: time.Nanosecond},
+	{in: "1.0000000001s", want: time.Second}, {in: "007s", want: 7 * time.Second}, {in: "153722867m", want: 153722867 * time.Minute},
+	// time.ParseDuration's syntax.
+	{in: "250us", want: 250 * time.Microsecond}, {in: "250µs", want: 250 * time.Microsecond}, {in: "250μs", want: 250 * time.Microsecond},
+	{in: "100ns", want: 100}, {in: "1h", want: time.Hour}, {in: "1.5h", want: 90 * time.Minute},
+	{in: "1m30s", want: 90 * time.Second}, {in: "1h2m3s4ms5us6ns", want: time.Hour + 2*time.Minute + 3*time.Second + 4*time.Millisecond + 5*time.Microsecond + 6},
+	{in: "1s500ms", want: 1500 * time.Millisecond}, {in: "1.5m0.5s", want: 90*time.Second + 500*time.Millisecond},
+	{in: ".5s", want: 500 * time.Millisecond}, {in: "1.s", want: time.Second}, {in: "+1s", want: time.Second},
+	{in: "-0"}, {in: "+0"}, {in: "-0s"}, {in: "2562047h47m16.854775807s", want: math.MaxInt64},
+	// A bare number other than 0.
+	{in: "1", err: errNoUnit}, {in: "250", err: errNoUnit}, {in: "0.5", err: errNoUnit}, {in: "-5", err: errNoUnit},
+	// Below 0.
+	{in: "-1s", err: errNegative}, {in: "-1ns", err: errNegative}, {in: "-1m30s", err: errNegative},
+	// Beyond an int64 of nanoseconds.
+	{in: "9223372036854775807.0ms", err: errRange}, {in: "153722868m", err: errRange},
+	{in: "2562047h47m16.854775808s", err: errRange}, {in: "99999999999999999999h", err: errRange},
+	// Not a duration.
+	{in: "", err: errSyntax}, {in: " ", err: errSyntax}, {in: "-", err: errSyntax}, {in: "s", err: errSyntax},
+	{in: ".s", err: errSyntax}, {in: ".", err: errSyntax}, {in: "1e3ms", err: errSyntax}, {in: "1S", err: errSyntax},
+	{in: "1d", err: errSyntax}, {in: "1 ms s", err: errSyntax}, {in: "1,5s", err: errSyntax}, {in: "1m30", err: errSyntax},
+	{in: "1s 500ms", err: errSyntax}, {in: "1 s500ms", err: errSyntax}, {in: "--1s", err: errSyntax}, {in: "1s-1s", err: errSyntax},
+	{in: "1µ", err: errSyntax}, {in: "1 sec", err: errSyntax}, {in: "off", err: errSyntax}, {in: "none", err: errSyntax},
+}
+
 func TestDuration(t *testing.T) {
-	for _, tc := range []struct {
-		in   string
-		want time.Duration
-	}{
-		{"0", 0}, {"0.00", 0}, {"1", -1}, {"250", -1}, {"0.5", -1}, {"1.5s", 1500 * time.Millisecond},
-		{" 2s ", 2 * time.Second}, {"2 s", 2 * time.Second}, {"0.5m", 30 * time.Second}, {"10ms", 10 * time.Millisecond},
-		{"0.000001ms", time.Nanosecond}, {"0.0000004ms", 0}, {"0.0000005ms", time.Nanosecond},
-		{"1.0000000001s", time.Second}, {"007s", 7 * time.Second}, {"153722867m", 153722867 * time.Minute},
-		{"9223372036854775807.0ms", -1}, {"153722868m", -1},
-		{"", -1}, {"s", -1}, {"-1s", -1}, {"+1s", -1}, {"1e3ms", -1}, {"1.s", -1}, {".5s", -1}, {"1h", -1},
-		{"1S", -1}, {"1 ms s", -1}, {"1m30s", -1}, {"1,5s", -1},
-	} {
+	for _, tc := range durationTests {
 		got, err := parseDuration(tc.in)
-		if tc.want < 0 {
-			if err == nil {
-				t.Errorf("parseDuration(%q) = %v, want an error", tc.in, got)
-			}
-			continue
+		if err != tc.err || got != tc.want && err == nil {
+			t.Errorf("parseDuration(%q) = %v, %v; want %v, %v", tc.in, got, err, tc.want, tc.err)
 		}
-		if err != nil || got != tc.want {
-			t.Errorf("parseDuration(%q) = %v, %v; want %v", tc.in, got, err, tc.want)
+		// Where time.ParseDuration reads the value too, it reads the same
+		// (the table has nothing below a nanosecond but in the old forms).
+		if goD, goErr := time.ParseDuration(tc.in); goErr == nil && err == nil && goD != got && !strings.Contains(tc.in, "0.0000") {
+			t.Errorf("parseDuration(%q) = %v, time.ParseDuration %v", tc.in, got, goD)
 		}
 	}
 	for _, d := range []time.Duration{0, 1, 999, time.Microsecond, 1500 * time.Microsecond, time.Millisecond,
-		1001 * time.Millisecond, time.Second, 90 * time.Second, time.Hour, math.MaxInt64} {
+		1001 * time.Millisecond, time.Second, 90 * time.Second, time.Hour, 36 * time.Hour, math.MaxInt64} {
 		s := formatDuration(d)
 		if back, err := parseDuration(s); err != nil || back != d {
 			t.Errorf("formatDuration(%d) = %q, which parses to %v, %v", d, s, back, err)
 		}
+		if back, err := time.ParseDuration(s); err != nil || back != d {
+			t.Errorf("formatDuration(%d) = %q, which time.ParseDuration reads as %v, %v", d, s, back, err)
+		}
 	}
+	for d, want := range map[time.Duration]string{0: "0s", 1: "1ns", 1500: "1500ns", 250 * time.Microsecond: "250us",
+		1500 * time.Microsecond: "1500us", 90 * time.Second: "90s", 90 * time.Minute: "90m", 24 * time.Hour: "24h", -time.Hour: "-1h"} {
+		if got := formatDuration(d); got != want {
+			t.Errorf("formatDuration(%v) = %q, want %q", d, got, want)
+		}
+	}
+}
+
+// FuzzDuration holds parseDuration to time.ParseDuration: whatever Go reads,
+// parseDuration reads to the same value within a nanosecond for each
+// number (Go truncates where it rounds), or refuses as below 0 or beyond
+// an int64; whatever parseDuration reads that holds no space and is not 0
+// written with decimals, Go reads too (Go trims no space).
+func FuzzDuration(f *testing.F) {
+	for _, tc := range durationTests {
+		f.Add(tc.in)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		got, err := parseDuration(s)
+		if err == nil && got < 0 {
+			t.Fatalf("parseDuration(%q) = %v, below 0", s, got)
+		}
+		goD, goErr := time.ParseDuration(s)
+		numbers := time.Duration(strings.Count(s, ".") + 1)
+		switch {
+		case goErr == nil && err == nil:
+			if diff := got - goD; diff < 0 || diff > numbers {
+				t.Fatalf("parseDuration(%q) = %d, time.ParseDuration %d", s, got, goD)
+			}
+		case goErr == nil && err == errNegative:
+			if goD >= 0 {
+				t.Fatalf("parseDuration(%q): below 0, time.ParseDuration %v", s, goD)
+			}
+		case goErr == nil && err == errRange:
+			if goD < math.MaxInt64-numbers {
+				t.Fatalf("parseDuration(%q): out of range, time.ParseDuration %v", s, goD)
+			}
+		case goErr == nil:
+			t.Fatalf("parseDuration(%q) = %v, time.ParseDuration reads %v", s, err, goD)
+		case err == nil && s == strings.TrimSpace(s) && !strings.ContainsAny(s, " \t") && strings.Trim(s, "+-0.") != "":
+			t.Fatalf("parseDuration(%q) = %v, time.ParseDuration: %v", s, got, goErr)
+		}
+	})
 }
 
 func TestSize(t *testing.T) {

@@ -18,9 +18,10 @@ const (
 
 // The rules a value breaks, as the tail of a message "key (value) rule".
 const (
-	ruleDuration = "is not a duration: use a number with ms, s or m, e.g. 500ms, 1.5s, 2m"
-	ruleLag      = "is not a duration (500ms, 2s, 1m) or a size (4096B, 512KB, 16MB, 1GB)"
+	ruleDuration = "is not a duration: use numbers with a unit of ns, us, ms, s, m or h, e.g. 500ms, 1.5s, 1m30s"
+	ruleLag      = "is not a duration (500ms, 1.5s, 1m30s) or a size (4096B, 512KB, 16MB, 1GB)"
 	ruleBool     = "must be true or false"
+	ruleNegative = "must not be negative"
 )
 
 var (
@@ -30,6 +31,9 @@ var (
 	// refused rather than given a unit: connect_timeout=30 means seconds
 	// to libpq, and 500 in pgrouted_max_lag would be milliseconds or bytes.
 	errNoUnit = errors.New("no unit")
+	// errNegative: a duration below 0 (-5ms), which time.ParseDuration's
+	// syntax can write and no key accepts.
+	errNegative = errors.New("negative")
 )
 
 // ruleNoUnit is the rule a bare number breaks, with the fix: v with each of
@@ -118,33 +122,106 @@ func scale(whole, frac string, unit uint64) (int64, error) {
 	return int64(total), nil
 }
 
-// parseDuration parses a pgrouted duration: a number with the unit ms, s or
-// m, fractions allowed, surrounding space ignored. A bare number is
-// errNoUnit, but for 0, which is 0 in any unit. The result is rounded to
-// the nanosecond.
+// durationUnits are the units of a duration: time.ParseDuration's, both
+// spellings of the micro sign included.
+var durationUnits = map[string]uint64{
+	"ns": uint64(time.Nanosecond),
+	"us": uint64(time.Microsecond),
+	"µs": uint64(time.Microsecond), // U+00B5 MICRO SIGN
+	"μs": uint64(time.Microsecond), // U+03BC GREEK SMALL LETTER MU
+	"ms": uint64(time.Millisecond),
+	"s":  uint64(time.Second),
+	"m":  uint64(time.Minute),
+	"h":  uint64(time.Hour),
+}
+
+// parseDuration parses the value of every duration key: the one parser
+// they share. It accepts time.ParseDuration's syntax, an optional sign and
+// then one or more numbers, each with a unit of ns, us (or µs), ms, s, m
+// and h, fractions allowed (250us, 1.5s, 1m30s, 1h, .5s), and pgrouted's
+// own older forms beside it: space between a lone number and its unit
+// (2 s), and 0 written with decimals (0.00). Surrounding space is ignored.
+// A number without a unit is errNoUnit, but for 0, which is 0 in any unit.
+// A value below 0 is errNegative; one beyond an int64 of nanoseconds is
+// errRange. The arithmetic is exact: each number is rounded to the nearest
+// nanosecond, where time.ParseDuration truncates, so that the two differ by
+// less than a nanosecond a number.
 func parseDuration(s string) (time.Duration, error) {
-	whole, frac, unit, err := splitNumber(strings.TrimSpace(s))
-	if err != nil {
-		return 0, err
+	s = strings.TrimSpace(s)
+	neg := false
+	if s != "" && (s[0] == '-' || s[0] == '+') {
+		neg, s = s[0] == '-', s[1:]
 	}
-	var u uint64
-	switch unit {
-	case "":
-		if !isZero(whole, frac) {
-			return 0, errNoUnit
-		}
-		return 0, nil
-	case "ms":
-		u = uint64(time.Millisecond)
-	case "s":
-		u = uint64(time.Second)
-	case "m":
-		u = uint64(time.Minute)
-	default:
+	if s == "" {
 		return 0, errSyntax
 	}
-	n, err := scale(whole, frac, u)
-	return time.Duration(n), err
+	var total int64
+	for parts := 0; s != ""; parts++ {
+		whole, frac, rest, err := leadingNumber(s)
+		if err != nil {
+			return 0, err
+		}
+		unit := strings.TrimLeft(rest, " \t")
+		spaced := len(unit) < len(rest)
+		n := 0
+		for n < len(unit) && unit[n] != '.' && unit[n] != ' ' && unit[n] != '\t' && (unit[n] < '0' || unit[n] > '9') {
+			n++
+		}
+		unit, s = unit[:n], unit[n:]
+		switch {
+		case unit == "" && parts == 0 && s == "":
+			// A number alone: 0 is 0 in any unit, anything else needs one.
+			if !isZero(whole, frac) {
+				return 0, errNoUnit
+			}
+			return 0, nil
+		case unit == "":
+			return 0, errSyntax // 1m30: a unit missing after the first
+		case spaced && (parts > 0 || s != ""):
+			return 0, errSyntax // space only in the old form of one number
+		}
+		u, ok := durationUnits[unit]
+		if !ok {
+			return 0, errSyntax
+		}
+		v, err := scale(whole, frac, u)
+		if err != nil {
+			return 0, err
+		}
+		if total > math.MaxInt64-v {
+			return 0, errRange
+		}
+		total += v
+	}
+	if total != 0 && neg {
+		return 0, errNegative
+	}
+	return time.Duration(total), nil
+}
+
+// leadingNumber splits s into the digits before a decimal point, those
+// after it and what follows, as time.ParseDuration reads a number: digits,
+// a point and digits, with digits on at least one side (5, 5., .5, 5.25);
+// no sign, no exponent.
+func leadingNumber(s string) (whole, frac, rest string, err error) {
+	i := 0
+	for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+		i++
+	}
+	whole = s[:i]
+	if i < len(s) && s[i] == '.' {
+		j := i + 1
+		for j < len(s) && s[j] >= '0' && s[j] <= '9' {
+			j++
+		}
+		frac, i = s[i+1:j], j
+		if whole == "" && frac == "" {
+			return "", "", "", errSyntax
+		}
+	} else if whole == "" {
+		return "", "", "", errSyntax
+	}
+	return whole, frac, s[i:], nil
 }
 
 // parseSize parses a size in bytes: a number with the unit B, KB (or kB), MB
@@ -205,27 +282,29 @@ func parseBool(s string) (bool, error) {
 	return false, errSyntax
 }
 
-// formatDuration writes d in the largest unit of ms, s and m that holds it
-// exactly, so that parseDuration(formatDuration(d)) == d for every d >= 0.
+// formatDuration writes d as one number in the largest unit of h, m, s,
+// ms, us and ns that holds it exactly (1h, 90s, 250us), so that
+// parseDuration(formatDuration(d)) == d for every d >= 0, and so does
+// time.ParseDuration.
 func formatDuration(d time.Duration) string {
 	if d < 0 {
 		if d == math.MinInt64 {
-			return "-" + formatDuration(math.MaxInt64)
+			return "-" + formatDuration(math.MaxInt64) // one off: for a message only
 		}
 		return "-" + formatDuration(-d)
 	}
-	switch {
-	case d == 0:
+	if d == 0 {
 		return "0s"
-	case d%time.Minute == 0:
-		return strconv.FormatInt(int64(d/time.Minute), 10) + "m"
-	case d%time.Second == 0:
-		return strconv.FormatInt(int64(d/time.Second), 10) + "s"
-	case d%time.Millisecond == 0:
-		return strconv.FormatInt(int64(d/time.Millisecond), 10) + "ms"
 	}
-	ns := strconv.FormatInt(int64(d%time.Millisecond)+int64(time.Millisecond), 10)[1:] // six digits
-	return strconv.FormatInt(int64(d/time.Millisecond), 10) + "." + strings.TrimRight(ns, "0") + "ms"
+	for _, u := range []struct {
+		d    time.Duration
+		name string
+	}{{time.Hour, "h"}, {time.Minute, "m"}, {time.Second, "s"}, {time.Millisecond, "ms"}, {time.Microsecond, "us"}} {
+		if d%u.d == 0 {
+			return strconv.FormatInt(int64(d/u.d), 10) + u.name
+		}
+	}
+	return strconv.FormatInt(int64(d), 10) + "ns"
 }
 
 // formatSize writes n bytes in the largest unit of B, KB, MB and GB that

@@ -4,7 +4,6 @@ import (
 	"context"
 	"maps"
 	"slices"
-	"time"
 
 	"github.com/pgrouted/pgrouted"
 	"go.opentelemetry.io/otel/attribute"
@@ -162,7 +161,7 @@ func RegisterMetrics(src Source, opts ...Option) (metric.Registration, error) {
 		count(deferredReads, st.DeferredPositionReads)
 		count(posShared, st.PositionsShared)
 		set(epoch, float64(top.Epoch))
-		set(lease, top.LeaseRemainingMs/1e3)
+		set(lease, top.LeaseRemaining.Seconds())
 
 		for _, h := range top.Hosts {
 			ep := AttrEndpoint.String(h.Name)
@@ -172,19 +171,19 @@ func RegisterMetrics(src Source, opts ...Option) (metric.Registration, error) {
 			set(current, boolf(top.Primary != "" && h.Name == top.Primary), ep)
 			set(healthy, boolf(h.Healthy), ep)
 			set(circuit, boolf(h.Circuit == "open"), ep)
-			if h.RTTMs > 0 {
-				set(rtt, seconds(h.RTTMs), ep)
+			if h.RTT > 0 {
+				set(rtt, h.RTT.Seconds(), ep)
 			}
 			if h.ByteLag != nil {
 				set(lagBytes, float64(*h.ByteLag), ep)
 			}
-			if h.LagBoundMs != nil {
-				set(lagBound, seconds(*h.LagBoundMs), ep)
+			if h.LagBound != nil {
+				set(lagBound, h.LagBound.Seconds(), ep)
 			}
 			set(inflight, float64(h.InflightReads), ep)
-			set(poolConns, float64(h.Pool.Idle), ep, AttrPoolState.String("idle"))
-			set(poolConns, float64(h.Pool.Acquired), ep, AttrPoolState.String("acquired"))
-			set(poolMax, float64(h.Pool.Max), ep)
+			set(poolConns, float64(h.Pool.IdleConns), ep, AttrPoolState.String("idle"))
+			set(poolConns, float64(h.Pool.AcquiredConns), ep, AttrPoolState.String("acquired"))
+			set(poolMax, float64(h.Pool.MaxConns), ep)
 		}
 		return nil
 	}, inst...)
@@ -196,8 +195,6 @@ func boolf(b bool) float64 {
 	}
 	return 0
 }
-
-func seconds(ms float64) float64 { return ms * float64(time.Millisecond) / float64(time.Second) }
 
 // withExtra returns known followed by the keys of m that known lacks,
 // sorted, so that every known value is reported and none is lost.

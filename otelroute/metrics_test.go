@@ -201,7 +201,7 @@ func TestMetricsMatchStats(t *testing.T) {
 		wantHosts["pgrouted.host.circuit_open"][h.Name] = b(h.Circuit == "open")
 		wantHosts["pgrouted.host.healthy"][h.Name] = b(h.Healthy)
 		wantHosts["pgrouted.host.current_primary"][h.Name] = b(h.Name == top.Primary)
-		if h.LagBoundMs != nil {
+		if h.LagBound != nil {
 			wantHosts["pgrouted.replica.lag_bound"][h.Name] = -1 // present
 		}
 	}
@@ -263,7 +263,7 @@ func hostState(s pgrouted.Snapshot) string {
 	var parts []string
 	for _, h := range s.Hosts {
 		p := fmt.Sprintf("%s:%s:%v:%s:%v", h.Name, h.Role, h.Healthy, h.Circuit, h.Name == s.Primary)
-		if h.LagBoundMs != nil {
+		if h.LagBound != nil {
 			p += ":bound"
 		}
 		parts = append(parts, p)

@@ -3,7 +3,6 @@ package promcollector
 import (
 	"maps"
 	"slices"
-	"time"
 
 	"github.com/pgrouted/pgrouted"
 	"github.com/prometheus/client_golang/prometheus"
@@ -211,7 +210,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	send(c.globalWaitSeconds, prometheus.CounterValue, st.GlobalWaitTime.Seconds())
 	counter(c.posShared, st.PositionsShared)
 	gauge(c.epoch, float64(top.Epoch))
-	gauge(c.lease, top.LeaseRemainingMs/1e3)
+	gauge(c.lease, top.LeaseRemaining.Seconds())
 
 	for _, h := range top.Hosts {
 		for _, r := range withExtra(roles, map[string]uint64{h.Role: 1}) {
@@ -220,25 +219,25 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(c.current, boolf(top.Primary != "" && h.Name == top.Primary), h.Name)
 		gauge(c.healthy, boolf(h.Healthy), h.Name)
 		gauge(c.circuitOpen, boolf(h.Circuit == "open"), h.Name)
-		if h.RTTMs > 0 {
-			gauge(c.rtt, msToSeconds(h.RTTMs), h.Name)
+		if h.RTT > 0 {
+			gauge(c.rtt, h.RTT.Seconds(), h.Name)
 		}
 		if h.ByteLag != nil {
 			gauge(c.lagBytes, float64(*h.ByteLag), h.Name)
 		}
-		if h.LagBoundMs != nil {
-			gauge(c.lagBound, msToSeconds(*h.LagBoundMs), h.Name)
+		if h.LagBound != nil {
+			gauge(c.lagBound, h.LagBound.Seconds(), h.Name)
 		}
 		gauge(c.inflight, float64(h.InflightReads), h.Name)
-		gauge(c.poolConns, float64(h.Pool.Idle), h.Name, "idle")
-		gauge(c.poolConns, float64(h.Pool.Acquired), h.Name, "acquired")
-		gauge(c.poolMax, float64(h.Pool.Max), h.Name)
+		gauge(c.poolConns, float64(h.Pool.IdleConns), h.Name, "idle")
+		gauge(c.poolConns, float64(h.Pool.AcquiredConns), h.Name, "acquired")
+		gauge(c.poolMax, float64(h.Pool.MaxConns), h.Name)
 	}
 
 	if p := top.Provider; p != nil {
 		gauge(c.provider, 1, p.Name, p.Endpoint)
 		gauge(c.providerUp, boolf(p.LastError == "" && p.Endpoint != ""), p.Name)
-		gauge(c.providerLease, p.LeaseRemainingMs/1e3, p.Name)
+		gauge(c.providerLease, p.LeaseRemaining.Seconds(), p.Name)
 		if p.LeaderTimeline != 0 && p.Leader != "" {
 			gauge(c.leaderTimeline, float64(p.LeaderTimeline), p.Name)
 		}
@@ -253,10 +252,6 @@ func boolf(b bool) float64 {
 		return 1
 	}
 	return 0
-}
-
-func msToSeconds(ms float64) float64 {
-	return ms * float64(time.Millisecond) / float64(time.Second)
 }
 
 // withExtra returns known followed by the keys of m that known lacks,

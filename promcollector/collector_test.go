@@ -22,8 +22,8 @@ type fake struct {
 func (f *fake) Stats() pgrouted.Stats       { return f.st }
 func (f *fake) Topology() pgrouted.Snapshot { return f.top }
 
-func u64(v uint64) *uint64   { return &v }
-func f64(v float64) *float64 { return &v }
+func u64(v uint64) *uint64               { return &v }
+func dur(v time.Duration) *time.Duration { return &v }
 
 func fixed() *fake {
 	return &fake{
@@ -59,14 +59,14 @@ func fixed() *fake {
 		top: pgrouted.Snapshot{
 			Primary:              "east",
 			Epoch:                2,
-			LeaseRemainingMs:     1500,
+			LeaseRemaining:       1500 * time.Millisecond,
 			ConflictingPrimaries: 6,
 			Hosts: []pgrouted.HostInfo{
-				{Name: "east", Address: "10.0.0.1:5432", Role: "primary", Healthy: true, Circuit: "closed", RTTMs: 2,
-					Pool: pgrouted.PoolInfo{Total: 0, Max: 4}},
-				{Name: "west", Address: "10.0.0.2:5432", Role: "standby", Healthy: true, Circuit: "closed", RTTMs: 250,
-					ByteLag: u64(8192), LagBoundMs: f64(1250), InflightReads: 3,
-					Pool: pgrouted.PoolInfo{Total: 3, Idle: 1, Acquired: 2, Max: 4}},
+				{Name: "east", Address: "10.0.0.1:5432", Role: "primary", Healthy: true, Circuit: "closed", RTT: 2 * time.Millisecond,
+					Pool: pgrouted.PoolInfo{TotalConns: 0, MaxConns: 4}},
+				{Name: "west", Address: "10.0.0.2:5432", Role: "standby", Healthy: true, Circuit: "closed", RTT: 250 * time.Millisecond,
+					ByteLag: u64(8192), LagBound: dur(1250 * time.Millisecond), InflightReads: 3,
+					Pool: pgrouted.PoolInfo{TotalConns: 3, IdleConns: 1, AcquiredConns: 2, MaxConns: 4}},
 				{Name: "south", Address: "10.0.0.3:5432", Role: "unknown", Circuit: "open", LastError: "connection refused"},
 			},
 		},
@@ -288,7 +288,7 @@ func TestProviderMetrics(t *testing.T) {
 		t.Fatalf("%d provider series without a provider", n)
 	}
 	f := fixed()
-	f.top.Provider = &pgrouted.ProviderInfo{Name: "patroni", Endpoint: "http://patroni:xxxxx@pg-a:8008", Leader: "east", LeaderTimeline: 4, LeaseRemainingMs: 2500}
+	f.top.Provider = &pgrouted.ProviderInfo{Name: "patroni", Endpoint: "http://patroni:xxxxx@pg-a:8008", Leader: "east", LeaderTimeline: 4, LeaseRemaining: 2500 * time.Millisecond}
 	f.top.Hosts[2].NoReads = true
 	want := `
 # HELP pgrouted_topology_provider_info 1, labelled with the topology provider (patroni, manual, ...) and the endpoint of its last answer (password redacted).

@@ -13,19 +13,19 @@ import (
 	"github.com/pgrouted/pgrouted"
 )
 
-func u64(v uint64) *uint64   { return &v }
-func f64(v float64) *float64 { return &v }
+func u64(v uint64) *uint64               { return &v }
+func dur(v time.Duration) *time.Duration { return &v }
 
 // sampleTopology is a primary, a replica over a 2s budget and a dead host.
 func sampleTopology() pgrouted.Snapshot {
 	return pgrouted.Snapshot{
-		Primary: "node0", Epoch: 2, LeaseRemainingMs: 4200, Taken: time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC),
+		Primary: "node0", Epoch: 2, LeaseRemaining: 4200 * time.Millisecond, Taken: time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC),
 		Hosts: []pgrouted.HostInfo{
-			{Name: "node0", Address: "127.0.0.1:5432", Role: "primary", Healthy: true, Circuit: "closed", RTTMs: 0.42, Timeline: 2,
-				Pool: pgrouted.PoolInfo{Max: 8}},
-			{Name: "node1", Address: "127.0.0.1:5433", Role: "standby", Healthy: true, Circuit: "closed", RTTMs: 12.5, Timeline: 2,
-				ReplayLSN: "0/3000060", ByteLag: u64(3 * 1024 * 1024), LagBoundMs: f64(3700), SyncState: "async", InflightReads: 2,
-				Pool: pgrouted.PoolInfo{Total: 3, Idle: 1, Acquired: 2, Max: 8}},
+			{Name: "node0", Address: "127.0.0.1:5432", Role: "primary", Healthy: true, Circuit: "closed", RTT: 420 * time.Microsecond, Timeline: 2,
+				Pool: pgrouted.PoolInfo{MaxConns: 8}},
+			{Name: "node1", Address: "127.0.0.1:5433", Role: "standby", Healthy: true, Circuit: "closed", RTT: 12500 * time.Microsecond, Timeline: 2,
+				ReplayLSN: "0/3000060", ByteLag: u64(3 * 1024 * 1024), LagBound: dur(3700 * time.Millisecond), SyncState: "async", InflightReads: 2,
+				Pool: pgrouted.PoolInfo{TotalConns: 3, IdleConns: 1, AcquiredConns: 2, MaxConns: 8}},
 			{Name: "node2", Address: "127.0.0.1:5434", Role: "standby", Circuit: "open", LastError: "dial tcp 127.0.0.1:5434: connect: connection refused"},
 		},
 	}
@@ -293,7 +293,7 @@ func TestProviderLineRendering(t *testing.T) {
 	if got := providerLine(top); got != "" {
 		t.Fatalf("a provider line without a provider: %q", got)
 	}
-	top.Provider = &pgrouted.ProviderInfo{Name: "patroni", Endpoint: "http://patroni:xxxxx@pg-a:8008", Leader: "node0", LeaderTimeline: 2, LeaseRemainingMs: 9100}
+	top.Provider = &pgrouted.ProviderInfo{Name: "patroni", Endpoint: "http://patroni:xxxxx@pg-a:8008", Leader: "node0", LeaderTimeline: 2, LeaseRemaining: 9100 * time.Millisecond}
 	top.Hosts[2].NoReads = true
 	got := renderTopology(top, 0, false)
 	want := "primary: node0 (epoch 2, lease 4.20s)\nprovider: patroni via http://patroni:xxxxx@pg-a:8008 (leader node0, timeline 2, lease 9.10s); no reads on node2\nHOST"

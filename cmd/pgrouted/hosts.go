@@ -50,9 +50,9 @@ func lagCells(h pgrouted.HostInfo, maxLag time.Duration) (bytes, bound cell) {
 	if h.ByteLag != nil {
 		bytes = cell{formatBytes(*h.ByteLag), ""}
 	}
-	if h.LagBoundMs != nil {
-		bound = cell{formatMs(*h.LagBoundMs), ""}
-		if maxLag > 0 && *h.LagBoundMs > float64(maxLag)/float64(time.Millisecond) {
+	if h.LagBound != nil {
+		bound = cell{formatDuration(*h.LagBound), ""}
+		if maxLag > 0 && *h.LagBound > maxLag {
 			bound.color = yellow
 		}
 	}
@@ -60,16 +60,15 @@ func lagCells(h pgrouted.HostInfo, maxLag time.Duration) (bytes, bound cell) {
 }
 
 func rttCell(h pgrouted.HostInfo) cell {
-	if h.RTTMs <= 0 {
+	if h.RTT <= 0 {
 		return cell{"-", dim}
 	}
-	return cell{formatMs(h.RTTMs), ""}
+	return cell{formatDuration(h.RTT), ""}
 }
 
 // behind reports whether a standby's staleness bound is over maxLag.
 func behind(h pgrouted.HostInfo, maxLag time.Duration) bool {
-	return maxLag > 0 && h.Healthy && h.Role == "standby" && h.LagBoundMs != nil &&
-		*h.LagBoundMs > float64(maxLag)/float64(time.Millisecond)
+	return maxLag > 0 && h.Healthy && h.Role == "standby" && h.LagBound != nil && *h.LagBound > maxLag
 }
 
 // topologyTable is the table of `pgrouted topology`: every field of each
@@ -93,7 +92,7 @@ func topologyTable(top pgrouted.Snapshot, maxLag time.Duration) *table {
 		if h.SyncState != "" {
 			sync = cell{h.SyncState, ""}
 		}
-		pool := fmt.Sprintf("%d/%d/%d", h.Pool.Acquired, h.Pool.Total, h.Pool.Max)
+		pool := fmt.Sprintf("%d/%d/%d", h.Pool.AcquiredConns, h.Pool.TotalConns, h.Pool.MaxConns)
 		t.rows = append(t.rows, []cell{
 			{h.Name, bold}, {h.Address, ""}, roleCell(h, top), circuitCell(h), tl, replay, lb, lt,
 			rttCell(h), sync, {fmt.Sprint(h.InflightReads), ""}, {pool, ""},
@@ -144,8 +143,8 @@ func providerLine(top pgrouted.Snapshot) string {
 	default:
 		b.WriteString(" (no leader")
 	}
-	if p.LeaseRemainingMs > 0 {
-		fmt.Fprintf(&b, ", lease %s", formatMs(p.LeaseRemainingMs))
+	if p.LeaseRemaining > 0 {
+		fmt.Fprintf(&b, ", lease %s", formatDuration(p.LeaseRemaining))
 	} else {
 		b.WriteString(", lease expired")
 	}
@@ -175,8 +174,8 @@ func topologyHeader(top pgrouted.Snapshot) string {
 		fmt.Fprintf(&b, "primary: %s", top.Primary)
 	}
 	fmt.Fprintf(&b, " (epoch %d", top.Epoch)
-	if top.LeaseRemainingMs > 0 {
-		fmt.Fprintf(&b, ", lease %s", formatMs(top.LeaseRemainingMs))
+	if top.LeaseRemaining > 0 {
+		fmt.Fprintf(&b, ", lease %s", formatDuration(top.LeaseRemaining))
 	}
 	b.WriteString(")")
 	if top.ConflictingPrimaries > 0 {

@@ -121,6 +121,11 @@ func formatBytes(n uint64) string {
 
 // formatMs prints a duration given in milliseconds: 0.4ms, 12ms, 1.25s,
 // 3m5s.
+// formatDuration is formatMs for a duration.
+func formatDuration(d time.Duration) string {
+	return formatMs(float64(d) / float64(time.Millisecond))
+}
+
 func formatMs(ms float64) string {
 	switch {
 	case ms < 10:
