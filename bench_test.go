@@ -115,13 +115,31 @@ func TestSelectOneRunsOnTheReplica(t *testing.T) {
 // BenchmarkDecision is the routing decision alone: classify the statement
 // and choose the endpoint from the topology snapshot.
 func BenchmarkDecision(b *testing.B) {
-	_, conn, _ := open(b)
 	ctx := context.Background()
+	// User objects that run code of their own (safe ones, so that the
+	// read stays a replica's): a view, a domain, an operator, an aggregate.
+	mustExec(b, ctx, cluster.Primary(), `
+DROP SCHEMA IF EXISTS benchobj CASCADE;
+CREATE SCHEMA benchobj;
+CREATE TABLE benchobj.t (x int);
+CREATE FUNCTION benchobj.plus(s int, x int) RETURNS int LANGUAGE sql IMMUTABLE AS $$ SELECT coalesce(s, 0) + x $$;
+CREATE AGGREGATE benchobj.total(int) (sfunc = benchobj.plus, stype = int);
+CREATE OPERATOR benchobj.##+ (leftarg = int, rightarg = int, function = benchobj.plus);
+CREATE DOMAIN benchobj.pos AS int CHECK (VALUE > 0);
+CREATE VIEW benchobj.v AS SELECT x FROM benchobj.t;
+`)
+	b.Cleanup(func() { _ = cluster.Primary().Exec(context.Background(), "DROP SCHEMA IF EXISTS benchobj CASCADE") })
+	replicated(b, ctx)
+	_, conn, _ := open(b)
 	for _, q := range []struct{ name, sql string }{
 		{"read", `SELECT "users"."id", "users"."name" FROM "users" WHERE "users"."id" = $1 LIMIT $2`},
 		{"write", `INSERT INTO "users" ("name","email") VALUES ($1,$2) RETURNING "id"`},
+		{"read-user-objects", `SELECT benchobj.total(x OPERATOR(benchobj.##+) 1), $1::benchobj.pos FROM benchobj.v WHERE x > $2`},
 	} {
 		b.Run("stmt="+q.name, func(b *testing.B) {
+			if d, err := conn.Explain(ctx, q.sql); err != nil || (d.Primary != (q.name == "write")) {
+				b.Fatalf("%s: %+v, %v", q.sql, d, err)
+			}
 			b.ReportAllocs()
 			for b.Loop() {
 				if _, err := conn.Explain(ctx, q.sql); err != nil {
