@@ -272,11 +272,15 @@ type Stats struct {
 	// timeline history file (see package topology); without it such a
 	// write counts in TimelineResets.
 	LostWrites uint64 `json:"lostWrites"`
-	// ForgedTokens counts the Sessions restored from unsigned tokens
-	// (UnmarshalText) whose position the primary had not written when a
-	// read asked it (a forged token): the read ran as one without a token
-	// would, and the Session forgot it. Asking is one of PositionFetches,
-	// shared with the other reads that wait for one.
+	// ForgedTokens counts the Sessions restored from tokens
+	// (UnmarshalText; signed ones too) whose position the primary had not
+	// written when a read asked it (a forged token): past its position on
+	// its timeline, on a later timeline than the primary's, or of another
+	// cluster (system identifier). The read ran as one without a token
+	// would, and the Session forgot it (and called its IgnoreForeign
+	// callback). Asking is one of PositionFetches, shared with the other
+	// reads that wait for one; a token of another cluster than the one the
+	// process probes is told without asking.
 	ForgedTokens uint64 `json:"forgedTokens"`
 	// ProcessScopeReads counts the reads without a Session that ran on the
 	// primary, or waited on a replica, because the replicas lacked the

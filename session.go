@@ -36,7 +36,9 @@ var ErrForeignSession = errors.New("pgrouted: session token belongs to another c
 // token: a statement that finds s's position on another system identifier
 // than its cluster's starts s afresh, as [NewSession] would, instead of
 // failing with [ErrForeignSession], and calls dropped (when not nil) once
-// for the token it dropped. Call it before s is used.
+// for the token it dropped, as it does for a token found forged (see
+// [Session.UnmarshalText]); both count in Stats.ForgedTokens. Call it
+// before s is used.
 func (s *Session) IgnoreForeign(dropped func()) {
 	s.s.IgnoreForeign(dropped)
 }
@@ -53,12 +55,15 @@ func (s *Session) MarshalText() ([]byte, error) {
 // error that says what is wrong.
 //
 // Nothing vouches for such a token: its position is trusted only as far
-// as the primary has shown it. A read whose token is past the newest
-// position of the primary this process knows (or any, while it knows
-// none) asks the primary for its
-// position (one query shared by the reads that wait for it); still past
-// it, the token is forged: the read runs as one without a token would,
-// the Session forgets it, and it is counted (Stats.ForgedTokens). A wait
+// as the primary has shown it. A read whose token the newest position of
+// the primary this process knows does not show written (past it, on a
+// later timeline, or while it knows none) asks the primary for its
+// position (one query shared by the reads that wait for it); not written
+// by that either, or naming another cluster, the token is forged: the
+// read runs as one without a token would, the Session forgets it, and it
+// is counted (Stats.ForgedTokens, and the callback of
+// [Session.IgnoreForeign], which a token of another cluster needs: without
+// it such a token fails the read with [ErrForeignSession]). A wait
 // on a replica that misses such a position changes nothing for other
 // reads, and after a failover such a token is never reported lost
 // (Stats.LostWrites, RouteEvent.WriteLost, the log): only the Session's
