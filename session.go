@@ -27,6 +27,17 @@ type Session struct {
 // NewSession returns a Session without writes.
 func NewSession() *Session { return &Session{} }
 
+// MaxTokenLen is the longest token, signed or not, that
+// [Session.UnmarshalText] and [Session.UnmarshalSigned] read: a longer one
+// is refused for its length before any decoding or HMAC, so that a huge
+// token (a 1 MiB cookie) costs no more than a legitimate one. A token
+// carries one position, so the longest one this version writes is 54
+// bytes, 121 signed ("s1.", a 19-digit issue time, the token, a 43-byte
+// MAC); 256 leaves twice that. Carriers (package pgroutedhttp, module
+// pgroutedgrpc) refuse a longer token before they copy or unescape it, and
+// count it as they count a forged one.
+const MaxTokenLen = consistency.MaxTokenLen
+
 // ErrForeignSession: a Session's token names another cluster (another
 // system identifier) than the one the statement runs on.
 var ErrForeignSession = errors.New("pgrouted: session token belongs to another cluster")
@@ -52,7 +63,8 @@ func (s *Session) MarshalText() ([]byte, error) {
 
 // UnmarshalText implements encoding.TextUnmarshaler. It replaces the
 // Session's state with the token's, and rejects a malformed token with an
-// error that says what is wrong.
+// error that says what is wrong (one longer than [MaxTokenLen] for its
+// length alone, before it is read).
 //
 // Nothing vouches for such a token: its position is trusted only as far
 // as the primary has shown it. A read whose token the newest position of
@@ -113,11 +125,12 @@ func (s *Session) MarshalSigned(key []byte) ([]byte, error) {
 // of MarshalSigned signed with one of keys (the first one signs, each
 // verifies: a new key first, the old ones after it, rotates them) and
 // issued at most maxAge ago (0: any time; up to a minute in the future,
-// for clocks that differ). An unsigned, forged or expired token, or one
-// signed with another key, is an error wrapping [ErrTokenSignature] and
-// leaves the Session as it was; a key shorter than 32 bytes is an error.
-// The signature is compared in constant time. "" restores a Session
-// without writes.
+// for clocks that differ). An unsigned, forged or expired token, one
+// signed with another key, or one longer than [MaxTokenLen] (refused
+// before any decoding or HMAC) is an error wrapping [ErrTokenSignature]
+// and leaves the Session as it was; a key shorter than 32 bytes is an
+// error. The signature is compared in constant time. "" restores a
+// Session without writes.
 //
 // A signed token's position was written (the processes that hold the key
 // issue it after a write): it is honoured as the Session's own writes

@@ -52,7 +52,11 @@
 //
 // # Tokens that cannot be trusted
 //
-// A client can send anything. A token that does not parse, or that names
+// A client can send anything. A token longer than [pgrouted.MaxTokenLen]
+// (256 bytes; the longest legitimate one is 123, signed, in a cookie) is
+// ignored and counted for its length alone, before it is unescaped,
+// verified or parsed: a 1 MiB cookie costs a request what a legitimate one
+// does. A token that does not parse, or that names
 // another cluster (another system identifier: a stale cookie after the
 // database was replaced, a token of another service sharing the domain), is
 // ignored: the request runs with a fresh Session, as a first visit would,
