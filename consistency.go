@@ -5,6 +5,7 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -42,6 +43,8 @@ type readYourWrites struct {
 	// loggedTimeline is the last timeline for which a possible loss of
 	// writes was logged (reportLoss).
 	loggedTimeline atomic.Uint32
+	// lost is the positions of the last lost writes reported (reportLoss).
+	lost lostSet
 	// forged counts the Sessions' tokens whose position the primary never
 	// wrote (vouch, dropForeign): Stats.ForgedTokens.
 	forged atomic.Uint64
@@ -243,12 +246,17 @@ func (c *Connector) knownPosition(v *view) lagmeter.Watermark {
 
 // reportLoss counts and logs what a transition of the read-your-writes
 // state found of writes across a failover (consistency.Effect): a write
-// lost with the old primary (RouteEvent.WriteLost, Stats.LostWrites, a
-// warning), or writes that may have been (Stats.TimelineResets; the log
+// lost with the old primary (Stats.LostWrites and a warning, once per
+// position: a signed token replayed after the failover finds the same
+// loss again in each new Session; the read's RouteEvent.WriteLost says it
+// each time), or writes that may have been (Stats.TimelineResets; the log
 // says it once per new timeline, not once per request).
 func (c *Connector) reportLoss(e *consistency.Effect) {
 	switch e.Report {
 	case consistency.Lost:
+		if !c.rw.lost.add(e.From) {
+			return
+		}
 		c.counters.lostWrites.Add(1)
 		if c.cfg.Logger != nil {
 			c.cfg.Logger.Warn("pgrouted: a write acknowledged before a failover is not in the new primary's history: it was lost with the old primary",
@@ -261,6 +269,38 @@ func (c *Connector) reportLoss(e *consistency.Effect) {
 				"watermark", e.From.String(), "timeline", e.Timeline)
 		}
 	}
+}
+
+// lostSetSize bounds the positions of lost writes a Connector remembers
+// (lostSet): 256 watermarks, 6 KiB. A lossy failover loses the writes of
+// the last moments before it, one position per user who wrote then; a
+// position evicted by as many later ones is reported again when replayed.
+const lostSetSize = 256
+
+// lostSet is the positions (system, timeline, LSN) of the last lost writes
+// reported, so that each is reported once however often a token replays
+// it: a fixed ring, the oldest replaced first. Its zero value is empty. It
+// is safe for concurrent use; it is used only when a loss is found.
+type lostSet struct {
+	mu   sync.Mutex
+	ws   [lostSetSize]lagmeter.Watermark
+	n    int // how many of ws are set
+	next int // the slot the next position takes
+}
+
+// add records w and reports whether it was not recorded yet.
+func (s *lostSet) add(w lagmeter.Watermark) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, o := range s.ws[:s.n] {
+		if o == w {
+			return false
+		}
+	}
+	s.ws[s.next] = w
+	s.next = (s.next + 1) % lostSetSize
+	s.n = min(s.n+1, lostSetSize)
+	return true
 }
 
 // raise raises the read-your-writes marks after a committed write to the

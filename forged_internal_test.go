@@ -1,8 +1,12 @@
 package pgrouted
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -187,4 +191,44 @@ func TestWaitSlots(t *testing.T) {
 	if n := len(one.until); n != 1 {
 		t.Fatalf("a pool of 1: %d slots, want 1", n)
 	}
+}
+
+// TestLostWriteReportedOnce: a lost write is counted and logged once per
+// position (system, timeline, LSN), however often it is found again (a
+// signed token replayed after a lossy failover finds it in each new
+// Session); another position is reported on its own; the memory of
+// positions is bounded (lostSetSize): one evicted by as many later ones
+// is reported again.
+func TestLostWriteReportedOnce(t *testing.T) {
+	var logs bytes.Buffer
+	c := &Connector{}
+	c.cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	lost := func(lsn lagmeter.LSN) *consistency.Effect {
+		return &consistency.Effect{Report: consistency.Lost, From: lagmeter.Watermark{SystemID: 7, Timeline: 1, LSN: lsn}, SwitchPoint: 100, Timeline: 2}
+	}
+	check := func(when string, want int) {
+		t.Helper()
+		lines := strings.Count(logs.String(), "was lost with the old primary")
+		if n := c.counters.lostWrites.Load(); n != uint64(want) || lines != want {
+			t.Fatalf("%s: %d lost writes counted, %d logged; want %d", when, n, lines, want)
+		}
+	}
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() { c.reportLoss(lost(1000)) })
+	}
+	wg.Wait()
+	check("one position found 8 times at once", 1)
+	c.reportLoss(lost(2000))
+	c.reportLoss(&consistency.Effect{Report: consistency.Lost, From: lagmeter.Watermark{SystemID: 7, Timeline: 3, LSN: 1000}, SwitchPoint: 100, Timeline: 4})
+	c.reportLoss(&consistency.Effect{Report: consistency.Lost, From: lagmeter.Watermark{SystemID: 8, Timeline: 1, LSN: 1000}, SwitchPoint: 100, Timeline: 2})
+	check("another LSN, timeline, system", 4)
+	for i := range lostSetSize {
+		c.reportLoss(lost(lagmeter.LSN(10_000 + i)))
+	}
+	check("as many other positions as are kept", 4+lostSetSize)
+	c.reportLoss(lost(1000))
+	check("the first position again, evicted", 5+lostSetSize)
+	c.reportLoss(lost(10_000 + lostSetSize - 1))
+	check("the last position again, kept", 5+lostSetSize)
 }

@@ -267,8 +267,10 @@ type Stats struct {
 	// LostWrites counts the read-your-writes positions (the connector's or
 	// a Session's) found past the point where the new primary's timeline
 	// history left theirs: writes acknowledged before a failover that the
-	// new primary does not have. Each is also reported by the RouteEvent of
-	// the read that found it (WriteLost) and logged. Telling needs the
+	// new primary does not have. Each position (system, timeline, LSN)
+	// counts and is logged once, however often a token replays it (of the
+	// last 256 positions found lost); the RouteEvent of every read that
+	// finds it says so (WriteLost). Telling needs the
 	// timeline history file (see package topology); without it such a
 	// write counts in TimelineResets.
 	LostWrites uint64 `json:"lostWrites"`
