@@ -5,6 +5,7 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -42,8 +43,10 @@ type readYourWrites struct {
 	// loggedTimeline is the last timeline for which a possible loss of
 	// writes was logged (reportLoss).
 	loggedTimeline atomic.Uint32
-	// forged counts the Sessions' tokens found past the primary's position
-	// (vouch): Stats.ForgedTokens.
+	// lost is the positions of the last lost writes reported (reportLoss).
+	lost lostSet
+	// forged counts the Sessions' tokens whose position the primary never
+	// wrote (vouch, dropForeign): Stats.ForgedTokens.
 	forged atomic.Uint64
 	// scope is what reads without a Session paid for the writes of the
 	// whole process (noteProcessScope).
@@ -157,8 +160,8 @@ func (c *Connector) readCtx(rc *readCtx, ctx context.Context, in *consistency.In
 	if in.Session {
 		if every := rc.read.Every(); !every.Watermark().IsZero() {
 			if sys := v.systemID(); sys != 0 && every.Watermark().SystemID != sys {
-				if !in.Scopes.DropForeign(every, sys, commit) {
-					return fmt.Errorf("%w: the token names system %d, this cluster is %d", ErrForeignSession, every.Watermark().SystemID, sys)
+				if err := c.dropForeign(in, every, sys, commit); err != nil {
+					return err
 				}
 				if !commit {
 					rc.st = rc.read.Blank()
@@ -167,7 +170,9 @@ func (c *Connector) readCtx(rc *readCtx, ctx context.Context, in *consistency.In
 			}
 		}
 		if every := rc.read.Every(); commit && every.Origin() != consistency.Local {
-			c.vouch(ctx, v, in, every)
+			if err := c.vouch(ctx, v, in, every); err != nil {
+				return err
+			}
 		}
 	}
 	rc.st, rc.lost = rc.read.Settle(v.primaryState(), rc.now, commit)
@@ -176,31 +181,58 @@ func (c *Connector) readCtx(rc *readCtx, ctx context.Context, in *consistency.In
 }
 
 // vouch checks the position of every, the state of the writes of in's
-// Session restored from a token, against the primary: past the newest position of the primary
-// this process knows (knownPosition), or when it knows none yet (no probe
-// of the primary has read one: a process just started, a probe failing
-// under load), it asks the primary for its
-// position (the read index's shared fetch: a flood of such tokens costs
-// one query per fetch round trip, not one per read); still past it, the
-// primary never wrote it: the token is forged, and the read plans as one
-// without a token (Scopes.DropForged). A token written after the read began
-// cannot be past a position read after that. When the position cannot be
-// had (no primary, a failover under way), the token stays: it costs only
-// its own reads (they go to the primary), and changes nothing shared (a
-// wait that misses it, noted only for positions the primary reached:
-// waited; a failover never reports it lost: Mark.Settle).
-func (c *Connector) vouch(ctx context.Context, v *view, in *consistency.Intent, every *consistency.State) {
+// Session restored from a token, against the primary, by one rule
+// (consistency.Unwritten): a position the primary had not written when it
+// was seen (past its position on its history, on a later timeline, on
+// another system) is forged. Unwritten by the newest position of the
+// primary this process knows (knownPosition), or when it knows none yet
+// (no probe of the primary has read one: a process just started, a probe
+// failing under load), it asks the primary for its position (the read
+// index's shared fetch: a flood of such tokens costs one query per fetch
+// round trip, not one per read); unwritten by that answer too, the token
+// is forged: the read plans as one without a token (Scopes.DropForged, or
+// dropForeign for another system), and it counts once
+// (Stats.ForgedTokens, and the Session's IgnoreForeign callback). A token
+// written after the read began cannot be past a position read after that,
+// nor on a later timeline. When the position cannot be had (no primary, a
+// failover under way), the token stays: it costs only its own reads (they
+// go to the primary), and changes nothing shared (a wait that misses it,
+// noted only for positions the primary reached: waited; a failover never
+// reports an unsigned one lost: Mark.Settle). The error is dropForeign's.
+func (c *Connector) vouch(ctx context.Context, v *view, in *consistency.Intent, every *consistency.State) error {
 	w := every.Watermark()
-	if known := c.knownPosition(v); w.IsZero() || (!known.IsZero() && !consistency.Ahead(w, known)) {
-		return
+	if known := c.knownPosition(v); w.IsZero() || (!known.IsZero() && !consistency.Unwritten(w, known)) {
+		return nil
 	}
 	pos, err := c.rw.index.Ask(ctx)
-	if err != nil || !consistency.Ahead(w, pos) {
-		return
+	if err != nil || !consistency.Unwritten(w, pos) {
+		return nil
+	}
+	if pos.SystemID != w.SystemID {
+		return c.dropForeign(in, every, pos.SystemID, true)
 	}
 	if in.Scopes.DropForged(every) {
 		c.rw.forged.Add(1)
 	}
+	return nil
+}
+
+// dropForeign forgets every, the state of the writes of in's Session,
+// which names another system than sys, the cluster's (when commit is
+// true; for Explain the read plans without it and nothing changes), and
+// counts a token once as vouch counts a forged one (Stats.ForgedTokens,
+// the IgnoreForeign callback): the primary never wrote its position. A
+// Session that does not ignore foreign tokens (IgnoreForeign) is an error
+// wrapping ErrForeignSession instead.
+func (c *Connector) dropForeign(in *consistency.Intent, every *consistency.State, sys uint64, commit bool) error {
+	ok, dropped := in.Scopes.DropForeign(every, sys, commit)
+	if !ok {
+		return fmt.Errorf("%w: the token names system %d, this cluster is %d", ErrForeignSession, every.Watermark().SystemID, sys)
+	}
+	if dropped && every.Origin() != consistency.Local {
+		c.rw.forged.Add(1)
+	}
+	return nil
 }
 
 // knownPosition is the newest position of the primary this process knows
@@ -214,12 +246,17 @@ func (c *Connector) knownPosition(v *view) lagmeter.Watermark {
 
 // reportLoss counts and logs what a transition of the read-your-writes
 // state found of writes across a failover (consistency.Effect): a write
-// lost with the old primary (RouteEvent.WriteLost, Stats.LostWrites, a
-// warning), or writes that may have been (Stats.TimelineResets; the log
+// lost with the old primary (Stats.LostWrites and a warning, once per
+// position: a signed token replayed after the failover finds the same
+// loss again in each new Session; the read's RouteEvent.WriteLost says it
+// each time), or writes that may have been (Stats.TimelineResets; the log
 // says it once per new timeline, not once per request).
 func (c *Connector) reportLoss(e *consistency.Effect) {
 	switch e.Report {
 	case consistency.Lost:
+		if !c.rw.lost.add(e.From) {
+			return
+		}
 		c.counters.lostWrites.Add(1)
 		if c.cfg.Logger != nil {
 			c.cfg.Logger.Warn("pgrouted: a write acknowledged before a failover is not in the new primary's history: it was lost with the old primary",
@@ -232,6 +269,38 @@ func (c *Connector) reportLoss(e *consistency.Effect) {
 				"watermark", e.From.String(), "timeline", e.Timeline)
 		}
 	}
+}
+
+// lostSetSize bounds the positions of lost writes a Connector remembers
+// (lostSet): 256 watermarks, 6 KiB. A lossy failover loses the writes of
+// the last moments before it, one position per user who wrote then; a
+// position evicted by as many later ones is reported again when replayed.
+const lostSetSize = 256
+
+// lostSet is the positions (system, timeline, LSN) of the last lost writes
+// reported, so that each is reported once however often a token replays
+// it: a fixed ring, the oldest replaced first. Its zero value is empty. It
+// is safe for concurrent use; it is used only when a loss is found.
+type lostSet struct {
+	mu   sync.Mutex
+	ws   [lostSetSize]lagmeter.Watermark
+	n    int // how many of ws are set
+	next int // the slot the next position takes
+}
+
+// add records w and reports whether it was not recorded yet.
+func (s *lostSet) add(w lagmeter.Watermark) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, o := range s.ws[:s.n] {
+		if o == w {
+			return false
+		}
+	}
+	s.ws[s.next] = w
+	s.next = (s.next + 1) % lostSetSize
+	s.n = min(s.n+1, lostSetSize)
+	return true
 }
 
 // raise raises the read-your-writes marks after a committed write to the

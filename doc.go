@@ -88,7 +88,8 @@
 // primary's timeline history: at or before it the write survived and
 // read-your-writes carries over; past it the old primary acknowledged a
 // write that was lost with it, and [RouteEvent].WriteLost,
-// [Stats].LostWrites and a warning through [Config].Logger say so. Reading
+// [Stats].LostWrites and a warning through [Config].Logger say so (the
+// last two once per position, however often a token replays it). Reading
 // the history file needs EXECUTE on pg_read_file(text) (docs/privileges.md;
 // pg_read_server_files alone does not give it); without it a
 // write the promoted standby was not seen to replay cannot be told apart,

@@ -316,16 +316,22 @@ type Stats struct {
 	// LostWrites counts the read-your-writes positions (the connector's or
 	// a Session's) found past the point where the new primary's timeline
 	// history left theirs: writes acknowledged before a failover that the
-	// new primary does not have. Each is also reported by the RouteEvent of
-	// the read that found it (WriteLost) and logged. Telling needs the
+	// new primary does not have. Each position (system, timeline, LSN)
+	// counts and is logged once, however often a token replays it (of the
+	// last 256 positions found lost); the RouteEvent of every read that
+	// finds it says so (WriteLost). Telling needs the
 	// timeline history file (see package topology); without it such a
 	// write counts in TimelineResets.
 	LostWrites uint64 `json:"lostWrites"`
-	// ForgedTokens counts the Sessions restored from unsigned tokens
-	// (UnmarshalText) whose position the primary had not written when a
-	// read asked it (a forged token): the read ran as one without a token
-	// would, and the Session forgot it. Asking is one of PositionFetches,
-	// shared with the other reads that wait for one.
+	// ForgedTokens counts the Sessions restored from tokens
+	// (UnmarshalText; signed ones too) whose position the primary had not
+	// written when a read asked it (a forged token): past its position on
+	// its timeline, on a later timeline than the primary's, or of another
+	// cluster (system identifier). The read ran as one without a token
+	// would, and the Session forgot it (and called its IgnoreForeign
+	// callback). Asking is one of PositionFetches, shared with the other
+	// reads that wait for one; a token of another cluster than the one the
+	// process probes is told without asking.
 	ForgedTokens uint64 `json:"forgedTokens"`
 	// ProcessScopeReads counts the reads without a Session that ran on the
 	// primary, or waited on a replica, because the replicas lacked the

@@ -27,6 +27,17 @@ type Session struct {
 // NewSession returns a Session without writes.
 func NewSession() *Session { return &Session{} }
 
+// MaxTokenLen is the longest token, signed or not, that
+// [Session.UnmarshalText] and [Session.UnmarshalSigned] read: a longer one
+// is refused for its length before any decoding or HMAC, so that a huge
+// token (a 1 MiB cookie) costs no more than a legitimate one. A token
+// carries one position, so the longest one this version writes is 54
+// bytes, 121 signed ("s1.", a 19-digit issue time, the token, a 43-byte
+// MAC); 256 leaves twice that. Carriers (package pgroutedhttp, module
+// pgroutedgrpc) refuse a longer token before they copy or unescape it, and
+// count it as they count a forged one.
+const MaxTokenLen = consistency.MaxTokenLen
+
 // ErrForeignSession: a Session's token names another cluster (another
 // system identifier) than the one the statement runs on.
 var ErrForeignSession = errors.New("pgrouted: session token belongs to another cluster")
@@ -36,7 +47,9 @@ var ErrForeignSession = errors.New("pgrouted: session token belongs to another c
 // token: a statement that finds s's position on another system identifier
 // than its cluster's starts s afresh, as [NewSession] would, instead of
 // failing with [ErrForeignSession], and calls dropped (when not nil) once
-// for the token it dropped. Call it before s is used.
+// for the token it dropped, as it does for a token found forged (see
+// [Session.UnmarshalText]); both count in Stats.ForgedTokens. Call it
+// before s is used.
 func (s *Session) IgnoreForeign(dropped func()) {
 	s.s.IgnoreForeign(dropped)
 }
@@ -50,15 +63,19 @@ func (s *Session) MarshalText() ([]byte, error) {
 
 // UnmarshalText implements encoding.TextUnmarshaler. It replaces the
 // Session's state with the token's, and rejects a malformed token with an
-// error that says what is wrong.
+// error that says what is wrong (one longer than [MaxTokenLen] for its
+// length alone, before it is read).
 //
 // Nothing vouches for such a token: its position is trusted only as far
-// as the primary has shown it. A read whose token is past the newest
-// position of the primary this process knows (or any, while it knows
-// none) asks the primary for its
-// position (one query shared by the reads that wait for it); still past
-// it, the token is forged: the read runs as one without a token would,
-// the Session forgets it, and it is counted (Stats.ForgedTokens). A wait
+// as the primary has shown it. A read whose token the newest position of
+// the primary this process knows does not show written (past it, on a
+// later timeline, or while it knows none) asks the primary for its
+// position (one query shared by the reads that wait for it); not written
+// by that either, or naming another cluster, the token is forged: the
+// read runs as one without a token would, the Session forgets it, and it
+// is counted (Stats.ForgedTokens, and the callback of
+// [Session.IgnoreForeign], which a token of another cluster needs: without
+// it such a token fails the read with [ErrForeignSession]). A wait
 // on a replica that misses such a position changes nothing for other
 // reads, and after a failover such a token is never reported lost
 // (Stats.LostWrites, RouteEvent.WriteLost, the log): only the Session's
@@ -108,11 +125,12 @@ func (s *Session) MarshalSigned(key []byte) ([]byte, error) {
 // of MarshalSigned signed with one of keys (the first one signs, each
 // verifies: a new key first, the old ones after it, rotates them) and
 // issued at most maxAge ago (0: any time; up to a minute in the future,
-// for clocks that differ). An unsigned, forged or expired token, or one
-// signed with another key, is an error wrapping [ErrTokenSignature] and
-// leaves the Session as it was; a key shorter than 32 bytes is an error.
-// The signature is compared in constant time. "" restores a Session
-// without writes.
+// for clocks that differ). An unsigned, forged or expired token, one
+// signed with another key, or one longer than [MaxTokenLen] (refused
+// before any decoding or HMAC) is an error wrapping [ErrTokenSignature]
+// and leaves the Session as it was; a key shorter than 32 bytes is an
+// error. The signature is compared in constant time. "" restores a
+// Session without writes.
 //
 // A signed token's position was written (the processes that hold the key
 // issue it after a write): it is honoured as the Session's own writes

@@ -94,7 +94,8 @@ func (o *Options) Token(s *pgrouted.Session) (string, error) {
 // Restore returns a new Session restored from token, a token of
 // [Options.Token] (or of the interceptors), for one request, job or
 // message: a fresh Session when token is "", and when it cannot be trusted
-// (malformed; with Keys, not signed with one of them, or expired), which
+// (malformed, or longer than [pgrouted.MaxTokenLen], refused for its
+// length alone; with Keys, not signed with one of them, or expired), which
 // is then counted ([Options.Rejected]). The Session ignores a token of
 // another cluster ([pgrouted.Session.IgnoreForeign]), counting it too,
 // instead of failing the first read with [pgrouted.ErrForeignSession].
@@ -110,6 +111,11 @@ func (o *Options) restore(token string) (*pgrouted.Session, string) {
 	s := pgrouted.NewSession()
 	s.IgnoreForeign(o.reject)
 	if token == "" {
+		return s, ""
+	}
+	if len(token) > pgrouted.MaxTokenLen {
+		// Refused before it is copied, verified or parsed.
+		o.reject()
 		return s, ""
 	}
 	if err := o.unmarshal(s, token); err != nil {

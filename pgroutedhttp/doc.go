@@ -52,7 +52,11 @@
 //
 // # Tokens that cannot be trusted
 //
-// A client can send anything. A token that does not parse, or that names
+// A client can send anything. A token longer than [pgrouted.MaxTokenLen]
+// (256 bytes; the longest legitimate one is 123, signed, in a cookie) is
+// ignored and counted for its length alone, before it is unescaped,
+// verified or parsed: a 1 MiB cookie costs a request what a legitimate one
+// does. A token that does not parse, or that names
 // another cluster (another system identifier: a stale cookie after the
 // database was replaced, a token of another service sharing the domain), is
 // ignored: the request runs with a fresh Session, as a first visit would,
@@ -63,11 +67,13 @@
 // unless the handler wrote.
 //
 // A token with this cluster's identifier and a position the cluster has not
-// written (forged, ahead of the primary) is found by the handler's first
-// read: past every position of the primary the process knows, the read
-// asks the primary (one query shared by the reads that wait for it), and
-// when the primary has not written it either, the read runs as one
-// without a token, and the token is counted too. Such a token changes
+// written (forged: ahead of the primary, or on a later timeline than the
+// primary's) is found by the handler's first read: not shown written by
+// any position of the primary the process knows, the read asks the
+// primary (one query shared by the reads that wait for it), and when the
+// primary has not written it either, the read runs as one without a
+// token, and the token is counted too (here and in
+// pgrouted.Stats.ForgedTokens, as a token of another cluster is). Such a token changes
 // nothing for the other users: a replica wait that misses it does not stop
 // theirs, waits hold at most half of a replica's pool, and after a
 // failover an unsigned token is never reported as a lost write. A client

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"net/textproto"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -45,8 +46,10 @@ type Options struct {
 	// least 32 random bytes, the same in every instance; Middleware
 	// panics on a shorter one. With Keys, a token that is not signed,
 	// whose signature does not verify with any of them, or that expired is
-	// ignored and counted ([Options.Rejected]). See the package
-	// documentation, and [pgrouted.Session.MarshalSigned] for the form.
+	// ignored and counted ([Options.Rejected]), as one longer than
+	// [pgrouted.MaxTokenLen] is (before any HMAC: its cost stays that of a
+	// legitimate token). See the package documentation, and
+	// [pgrouted.Session.MarshalSigned] for the form.
 	Keys [][]byte
 
 	// Secure marks the cookie Secure on every response, not only on those
@@ -92,9 +95,10 @@ func (o *Options) Middleware(next http.Handler) http.Handler {
 }
 
 // Rejected is the number of tokens ignored so far by the handlers of o:
-// malformed ones; with Keys, unsigned, forged and expired ones; found by
-// a read, ones of another cluster and ones whose position the database
-// never wrote (see the package documentation).
+// malformed ones, and those longer than [pgrouted.MaxTokenLen]; with Keys,
+// unsigned, forged and expired ones; found by a read, ones of another
+// cluster and ones whose position the database never wrote (see the
+// package documentation).
 func (o *Options) Rejected() uint64 { return o.rejected.Load() }
 
 func (o *Options) reject() { o.rejected.Add(1) }
@@ -127,15 +131,27 @@ func (o *Options) session(r *http.Request) (*pgrouted.Session, received) {
 	s := pgrouted.NewSession()
 	s.IgnoreForeign(o.reject)
 	var in received
-	if c, err := r.Cookie(o.cookieName()); err == nil {
+	if raw := rawCookie(r, o.cookieName()); len(raw) > pgrouted.MaxTokenLen {
+		// Refused below for its length; r.Cookie would check its every byte.
+		in.cookie = raw
+	} else if c, err := r.Cookie(o.cookieName()); err == nil {
 		in.cookie = c.Value
 	}
-	token := r.Header.Get(o.headerName())
+	token, cookie := r.Header.Get(o.headerName()), false
 	if token == "" {
-		token = fromCookie(in.cookie)
+		token, cookie = in.cookie, true
 	}
 	if token == "" {
 		return s, in
+	}
+	if len(token) > pgrouted.MaxTokenLen {
+		// Refused before it is unescaped, verified or parsed: a huge token
+		// costs what a legitimate one does.
+		o.reject()
+		return s, in
+	}
+	if cookie {
+		token = fromCookie(token)
 	}
 	var err error
 	if len(o.Keys) > 0 {
@@ -152,6 +168,24 @@ func (o *Options) session(r *http.Request) (*pgrouted.Session, received) {
 		in.token, in.text = token, string(text)
 	}
 	return s, in
+}
+
+// rawCookie is the value of r's first cookie named name, as r.Cookie finds
+// it but neither checked nor unquoted ("" when there is none): enough to
+// tell its length, which r.Cookie's check of every byte of the value (5 ns
+// a byte) would cost a huge cookie before it is refused for it.
+func rawCookie(r *http.Request, name string) string {
+	for _, line := range r.Header["Cookie"] {
+		for line != "" {
+			var part string
+			part, line, _ = strings.Cut(line, ";")
+			n, v, _ := strings.Cut(textproto.TrimString(part), "=")
+			if textproto.TrimString(n) == name {
+				return v
+			}
+		}
+	}
+	return ""
 }
 
 func (o *Options) tokenMaxAge() time.Duration {

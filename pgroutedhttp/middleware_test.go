@@ -70,6 +70,7 @@ func TestTokenPrecedence(t *testing.T) {
 		{"garbage header over a cookie", "garbage", tokB, "", "delete", 1},
 		{"garbage cookie", "", "v1:1A:1", "", "delete", 1},
 		{"too long", strings.Repeat("v1:1A:1:0/3000000", 100), "", "", "-", 1},
+		{"too long cookie", "", strings.Repeat("%3B", 1<<16), "", "delete", 1},
 		{"unsupported version", "v9:1A:1:0/1", "", "", "-", 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

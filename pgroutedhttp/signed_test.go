@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pgrouted/pgrouted"
 	"github.com/pgrouted/pgrouted/pgroutedhttp"
 )
 
@@ -57,6 +58,7 @@ func TestSignedTokens(t *testing.T) {
 		{"expired", signAt(newKey, now.Add(-2*time.Hour), tokA), "", time.Hour, false},
 		{"expired by default", signAt(newKey, now.Add(-25*time.Hour), tokA), "", 0, false},
 		{"from the future", signAt(newKey, now.Add(time.Hour), tokA), "", time.Hour, false},
+		{"longer than MaxTokenLen, signed", signAt(newKey, now, tokA+strings.Repeat(" ", pgrouted.MaxTokenLen)), "", time.Hour, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := &pgroutedhttp.Options{Keys: [][]byte{newKey, oldKey}, MaxAge: tc.maxAge}
@@ -132,5 +134,36 @@ func TestSignedTokensOnACluster(t *testing.T) {
 	unsigned := strings.Split(token, ".")[2]
 	if res := get(t, http.DefaultClient, srv.URL, id, unsigned); a.opts.Rejected() != 1 {
 		t.Fatalf("read with the unsigned token %q: %+v, %d rejected; want one", unsigned, res, a.opts.Rejected())
+	}
+}
+
+// BenchmarkOversizedToken: a request whose signed token (header) or
+// cookie is far longer than any legitimate one costs what a legitimate
+// one does: it is refused for its length before it is unescaped or its
+// HMAC computed (a 1 MiB token cost milliseconds of HMAC before).
+func BenchmarkOversizedToken(b *testing.B) {
+	now := time.Now()
+	o := &pgroutedhttp.Options{Keys: [][]byte{newKey}, MaxAge: time.Hour}
+	h := o.Middleware(http.HandlerFunc(writeOK))
+	for _, tc := range []struct {
+		name, header, cookie string
+	}{
+		{"legitimate", signAt(newKey, now, tokU), ""},
+		{"header 1MiB", signAt(newKey, now, strings.Repeat("A", 1<<20)), ""},
+		{"cookie 1MiB", "", strings.Repeat("%3B", 1<<20/3)},
+	} {
+		req := httptest.NewRequest("GET", "/", nil)
+		if tc.header != "" {
+			req.Header.Set("Pgrouted-Session", tc.header)
+		}
+		if tc.cookie != "" {
+			req.AddCookie(&http.Cookie{Name: "pgrouted_session", Value: tc.cookie})
+		}
+		b.Run(tc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				h.ServeHTTP(httptest.NewRecorder(), req)
+			}
+		})
 	}
 }

@@ -90,7 +90,7 @@ func New(src Source, opts ...Option) *Collector {
 		functionRouted:    d("function_routed_total", "Statements sent to the primary because of a function they call (VOLATILE, unknown to the catalog, or listed in pgrouted_write_functions) or because a replica refused the same text before."),
 		functionPins:      d("function_pins_total", "Connections pinned to the primary by such a statement: they serve every read from the primary until database/sql closes them."),
 		processScopeReads: d("process_scope_reads_total", "Reads without a Session that ran on the primary, or waited on a replica, because the replicas lacked the process's latest writes (of any request) to what they read: per-request Sessions scope reads to their own writes."),
-		forgedTokens:      d("forged_tokens_total", "Session tokens restored without a signature whose position the primary had not written: their reads ran as reads without a token."),
+		forgedTokens:      d("forged_tokens_total", "Session tokens whose position the primary had not written (past its position, on a later timeline, of another cluster): their reads ran as reads without a token."),
 		lostWrites:        d("lost_writes_total", "Read-your-writes positions found past the point where the new primary's timeline history left theirs: writes the old primary acknowledged and a failover lost."),
 		timelineResets:    d("timeline_resets_total", "Read-your-writes positions given up because they were written on a timeline older than the primary's (a failover may have lost them): reads went to the primary until a position on the new timeline was known."),
 		epoch:             d("primary_epoch", "Primary epoch: increments each time the primary becomes another host."),

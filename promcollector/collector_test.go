@@ -180,7 +180,7 @@ pgrouted_function_routed_total 10
 # HELP pgrouted_process_scope_reads_total Reads without a Session that ran on the primary, or waited on a replica, because the replicas lacked the process's latest writes (of any request) to what they read: per-request Sessions scope reads to their own writes.
 # TYPE pgrouted_process_scope_reads_total counter
 pgrouted_process_scope_reads_total 21
-# HELP pgrouted_forged_tokens_total Session tokens restored without a signature whose position the primary had not written: their reads ran as reads without a token.
+# HELP pgrouted_forged_tokens_total Session tokens whose position the primary had not written (past its position, on a later timeline, of another cluster): their reads ran as reads without a token.
 # TYPE pgrouted_forged_tokens_total counter
 pgrouted_forged_tokens_total 22
 # HELP pgrouted_lost_writes_total Read-your-writes positions found past the point where the new primary's timeline history left theirs: writes the old primary acknowledged and a failover lost.

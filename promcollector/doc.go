@@ -31,7 +31,7 @@
 //	pgrouted_timeline_resets_total              read-your-writes positions of an older timeline given up after a failover
 //	pgrouted_lost_writes_total                  acknowledged writes the new primary's timeline history shows a failover lost
 //	pgrouted_process_scope_reads_total          reads without a Session held back by the whole process's writes
-//	pgrouted_forged_tokens_total                unsigned Session tokens past what the primary wrote
+//	pgrouted_forged_tokens_total                Session tokens the primary never wrote
 //	pgrouted_function_routed_total              statements sent to the primary by a function they call, or by an earlier 25006
 //	pgrouted_function_pins_total                connections such a statement pinned to the primary
 //	pgrouted_replica_waits_total                reads that waited on a replica for the caller's position (pgrouted_replica_wait)

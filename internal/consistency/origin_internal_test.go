@@ -130,3 +130,30 @@ func TestAheadAndReached(t *testing.T) {
 		t.Errorf("Later: %v, want %v", got, p)
 	}
 }
+
+// TestUnwritten: the rule that finds a token forged. A position past the
+// primary's on its timeline, on a later timeline or of another system was
+// not written when the primary was seen; one at or before it, or on an
+// older timeline (the primary's history may hold it), may have been.
+func TestUnwritten(t *testing.T) {
+	p := lagmeter.Watermark{SystemID: 7, Timeline: 2, LSN: 1000}
+	for _, tc := range []struct {
+		w    lagmeter.Watermark
+		want bool
+	}{
+		{lagmeter.Watermark{SystemID: 7, Timeline: 2, LSN: 1000}, false},
+		{lagmeter.Watermark{SystemID: 7, Timeline: 2, LSN: 999}, false},
+		{lagmeter.Watermark{SystemID: 7, Timeline: 2, LSN: 1001}, true},
+		{lagmeter.Watermark{SystemID: 7, Timeline: 3, LSN: 1}, true},
+		{lagmeter.Watermark{SystemID: 7, Timeline: 1, LSN: 5000}, false},
+		{lagmeter.Watermark{SystemID: 8, Timeline: 2, LSN: 1}, true},
+		{lagmeter.Watermark{}, false},
+	} {
+		if got := Unwritten(tc.w, p); got != tc.want {
+			t.Errorf("Unwritten(%v, %v) = %v, want %v", tc.w, p, got, tc.want)
+		}
+	}
+	if Unwritten(p, lagmeter.Watermark{}) {
+		t.Error("a position is unwritten by no position known")
+	}
+}

@@ -203,23 +203,26 @@ func (s *Scopes) IgnoreForeign(dropped func()) {
 // ignore foreign tokens (IgnoreForeign): the read must fail. Otherwise s
 // starts afresh, as a new Session would, when commit is true (not for
 // Explain), unless another statement dropped the token or a write replaced
-// it first; the read then plans with no position either way.
-func (s *Scopes) DropForeign(st *State, sys uint64, commit bool) (ok bool) {
-	dropped := s.foreign.Load()
-	if dropped == nil {
-		return false
+// it first; the read then plans with no position either way. dropped
+// reports whether this call forgot it, so that a token counts once; it
+// calls IgnoreForeign's callback (when set) then.
+func (s *Scopes) DropForeign(st *State, sys uint64, commit bool) (ok, dropped bool) {
+	f := s.foreign.Load()
+	if f == nil {
+		return false, false
 	}
 	if !commit {
-		return true
+		return true, false
 	}
 	if s.every.dropIfForeign(st, sys) {
 		s.broad.dropIfForeign(s.broad.Load(), sys)
 		s.rels.Store(nil)
-		if *dropped != nil {
-			(*dropped)()
+		if *f != nil {
+			(*f)()
 		}
+		return true, true
 	}
-	return true
+	return true, false
 }
 
 // dropIfForeign replaces st, m's state, by no state while it names

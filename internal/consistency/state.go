@@ -454,6 +454,24 @@ func Ahead(w, p lagmeter.Watermark) bool {
 	return !w.IsZero() && !p.IsZero() && sameHistory(w, p) && w.LSN > p.LSN
 }
 
+// Unwritten reports whether the primary, seen at p (a position it had
+// written), had not written w when p was read: w is past p on p's
+// history, or on a later timeline of p's system, or on another system. A
+// position on an older timeline is not: p's history may hold it (Settle
+// tells). This is the one rule by which a token's position is found
+// forged (the Connector's vouch).
+func Unwritten(w, p lagmeter.Watermark) bool {
+	switch {
+	case w.IsZero() || p.IsZero():
+		return false
+	case w.SystemID != p.SystemID:
+		return true
+	case w.Timeline != p.Timeline:
+		return w.Timeline > p.Timeline
+	}
+	return w.LSN > p.LSN
+}
+
 // Reached reports whether the primary is known to have written w: w is on
 // the history of p, a position the primary was seen at, at or before it.
 func Reached(w, p lagmeter.Watermark) bool {

@@ -30,6 +30,31 @@ import (
 // holds no ".", so the fields split without ambiguity. A state without
 // writes is "" signed or not: it claims nothing.
 
+// MaxTokenLen is the longest token text, signed or not, that is read at
+// all: a longer one is refused before any decoding or HMAC, so that a huge
+// token costs its receiver no more than a legitimate one (a 1 MiB token
+// cost 2.2 ms of HMAC per request before this cap).
+//
+// A token carries one position, the Session's last (its writes by relation
+// stay in the process: a restored token counts for every relation), so
+// the longest one this version writes is bounded by its format:
+//
+//	v1:<system id>:<timeline>:<LSN>;unknown   3+16+1+8+1+17+8 =  54 bytes
+//	s1.<issued>.<token>.<mac>                 3+19+1+54+1+43  = 121 bytes
+//
+// (a system identifier of 16 hexadecimal digits, a timeline of 8, an LSN
+// of 8/8; an issue time of at most 19 decimal digits, as Verify reads it;
+// a MAC of 43 base64url characters), 123 bytes in a cookie, which spells
+// ";" "%3B". 256 is twice that, for a later version's longer fields, and
+// still one to five SHA-256 blocks: the cost of a token stays constant.
+const MaxTokenLen = 256
+
+// tooLong is the error of a token longer than MaxTokenLen; its length,
+// not its text, is quoted.
+func tooLong(n int) error {
+	return fmt.Errorf("%d bytes, longer than any token (at most %d)", n, MaxTokenLen)
+}
+
 // unknownSuffix marks a token whose last write's position could not be
 // read: the receiving process sends reads to the primary until its own
 // primary probe, sent after it received the token, supplies a safe position.
@@ -56,6 +81,9 @@ func AppendToken(b []byte, s *State) ([]byte, error) {
 // write's position is unknown. A malformed token is an error that says
 // what is wrong.
 func ParseToken(text []byte) (wm lagmeter.Watermark, unknown bool, err error) {
+	if len(text) > MaxTokenLen {
+		return lagmeter.Watermark{}, false, tooLong(len(text))
+	}
 	t, unknown := bytes.CutSuffix(text, []byte(unknownSuffix))
 	if len(t) > 0 {
 		if err := wm.UnmarshalText(t); err != nil {
@@ -122,7 +150,8 @@ func Sign(token, key []byte, issued time.Time) ([]byte, error) {
 // most a minute after now. "" is "" (no token). Anything else, an unsigned
 // token included, is an error wrapping ErrSignature; a key shorter than
 // MinKeyLen is an error of its own. The signature is compared in constant
-// time.
+// time. A token longer than MaxTokenLen is refused (ErrSignature) before
+// any decoding or HMAC.
 func Verify(text []byte, keys [][]byte, maxAge time.Duration, now time.Time) ([]byte, error) {
 	if len(keys) == 0 {
 		return nil, errors.New("pgrouted: no key to verify session tokens with")
@@ -134,6 +163,9 @@ func Verify(text []byte, keys [][]byte, maxAge time.Duration, now time.Time) ([]
 	}
 	if len(text) == 0 {
 		return []byte{}, nil
+	}
+	if len(text) > MaxTokenLen {
+		return nil, fmt.Errorf("%w: %w", ErrSignature, tooLong(len(text)))
 	}
 	rest, ok := bytes.CutPrefix(text, []byte(signedPrefix))
 	if !ok {

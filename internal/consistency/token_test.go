@@ -7,10 +7,13 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"math"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/pgrouted/pgrouted/internal/consistency"
+	"github.com/pgrouted/pgrouted/lagmeter"
 )
 
 var (
@@ -149,4 +152,74 @@ func FuzzSignedToken(f *testing.F) {
 			t.Fatalf("%q, %q with one byte changed, verifies to %q", b, changed, got)
 		}
 	})
+}
+
+// TestMaxTokenLen: the longest token the format allows (every field at
+// its widest: the largest system identifier, timeline and LSN, an unknown
+// position, a 19-digit issue time, in a cookie's spelling) fits in half
+// of MaxTokenLen: the cap refuses nothing legitimate, with a margin.
+func TestMaxTokenLen(t *testing.T) {
+	var m consistency.Mark
+	m.Restore(lagmeter.Watermark{SystemID: math.MaxUint64, Timeline: math.MaxUint32, LSN: math.MaxUint64}, true, consistency.Unsigned, consistency.Now())
+	longest, err := consistency.AppendToken(nil, m.Load())
+	if err != nil {
+		t.Fatal(err)
+	}
+	signed := sign(key1, math.MaxInt64, string(longest))
+	cookie := strings.ReplaceAll(signed, ";", "%3B")
+	t.Logf("longest token %d bytes, signed %d, in a cookie %d; MaxTokenLen %d", len(longest), len(signed), len(cookie), consistency.MaxTokenLen)
+	if len(longest) != 54 || len(signed) != 121 {
+		t.Errorf("longest token %q (%d bytes), signed %q (%d bytes); the cap's comment says 54 and 121", longest, len(longest), signed, len(signed))
+	}
+	if 2*len(cookie) > consistency.MaxTokenLen {
+		t.Errorf("the longest token in a cookie is %d bytes: more than half of MaxTokenLen (%d)", len(cookie), consistency.MaxTokenLen)
+	}
+	wm, unknown, err := consistency.ParseToken(longest)
+	if err != nil || !unknown || wm.SystemID != math.MaxUint64 {
+		t.Errorf("ParseToken(%q) = %v, %v, %v", longest, wm, unknown, err)
+	}
+}
+
+// TestOversizedToken: a token longer than MaxTokenLen is refused for its
+// length, before anything else is looked at: a correctly signed one too
+// (so before the HMAC decides), and one whose signature is wrong is
+// refused for its length, not its signature.
+func TestOversizedToken(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	long := "v1:1:1:0/1" + strings.Repeat(" ", consistency.MaxTokenLen)
+	for _, tc := range []struct{ name, text string }{
+		{"signed with the key", sign(key1, now.Unix(), long)},
+		{"signed with another key", sign(key2, now.Unix(), long)},
+		{"1 MiB", sign(key2, now.Unix(), strings.Repeat("A", 1<<20))},
+	} {
+		_, err := consistency.Verify([]byte(tc.text), [][]byte{key1}, time.Hour, now)
+		if !errors.Is(err, consistency.ErrSignature) || !strings.Contains(err.Error(), "longer than any token") {
+			t.Errorf("%s: Verify of a %d-byte token: %v; want ErrSignature for its length", tc.name, len(tc.text), err)
+		}
+	}
+	if _, _, err := consistency.ParseToken([]byte(long)); err == nil || !strings.Contains(err.Error(), "longer than any token") {
+		t.Errorf("ParseToken of a %d-byte token: %v; want an error for its length", len(long), err)
+	}
+	atCap := sign(key1, now.Unix(), "v1:1:1:0/1")
+	if _, err := consistency.Verify([]byte(atCap), [][]byte{key1}, time.Hour, now); err != nil {
+		t.Errorf("Verify(%q): %v", atCap, err)
+	}
+}
+
+// BenchmarkVerifyOversized: Verify of a token with a wrong signature, of
+// a legitimate size and far longer: with the cap, a 1 MiB token costs what
+// a 300-byte one does (without it, a HMAC over 1 MiB: milliseconds).
+func BenchmarkVerifyOversized(b *testing.B) {
+	now := time.Unix(1_700_000_000, 0)
+	for _, n := range []int{100, 300, 1 << 20} {
+		text := []byte(sign(key2, now.Unix(), strings.Repeat("A", n)))
+		b.Run(fmt.Sprintf("%dB", len(text)), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := consistency.Verify(text, [][]byte{key1}, time.Hour, now); err == nil {
+					b.Fatal("verified")
+				}
+			}
+		})
+	}
 }
