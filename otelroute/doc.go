@@ -102,6 +102,8 @@
 //	pgrouted.position_fetch_errors                        position fetches that failed (their reads ran on the primary)
 //	pgrouted.global_reads                                 reads served a primary position read after they began (global consistency)
 //	pgrouted.deferred_position_reads                      reads after writes without a Session that read those writes' position
+//	pgrouted.process_scope_reads                          reads without a Session held to the whole process's writes
+//	pgrouted.forged_tokens                                unsigned Session tokens whose position the primary had not written
 //	pgrouted.positions_shared                             positions read anyway (after a write, by a probe) that served global reads in place of a fetch
 //
 // Gauges, now, per host (pgrouted.endpoint):
@@ -115,9 +117,17 @@
 //	pgrouted.replica.lag (By)                WAL bytes a standby is behind (absent while unknown)
 //	pgrouted.replica.lag_bound (s)           upper bound on a standby's staleness (absent while unknown)
 //	pgrouted.host.inflight_reads             reads running on the host now
-//	pgrouted.replica_pool.connections{pgrouted.pool.state}, pgrouted.replica_pool.max_connections
 //
-// Every op and known reason is reported from the start, at 0.
+// The replica pools, under the semantic conventions' names for connection
+// pools (up-down counters, per db.client.connection.pool.name, the host's
+// name, beside pgrouted.endpoint):
+//
+//	db.client.connection.count{db.client.connection.state}  the pool's idle and used connections
+//	db.client.connection.max                                 the pool's size
+//
+// Every op and known reason is reported from the start, at 0. The names of
+// the same figures in Prometheus (package promcollector) are in one table
+// in docs/observability.md.
 //
 // # Its own module
 //
