@@ -6,6 +6,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgrouted/pgrouted"
@@ -107,4 +108,26 @@ func TestOnStartEndsAtRowsClose(t *testing.T) {
 	if _, ended := ps.of(q); len(ended) != 1 || ended[0].Err != nil || ended[0].Endpoint == "" {
 		t.Fatalf("the Pool's rows closed: ended %+v, want once", ended)
 	}
+
+	// A batch ends when its results are closed.
+	b := &pgx.Batch{}
+	b.Queue("SELECT 1 -- onstart batch")
+	b.Queue("SELECT 2 -- onstart batch")
+	br := p.SendBatch(ctx, b)
+	if _, err := br.Exec(); err != nil {
+		t.Fatal(err)
+	}
+	before := len(ps.ends())
+	if err := br.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if after := len(ps.ends()); after != before+1 {
+		t.Fatalf("a batch's results closed: %d ends before, %d after; want one more", before, after)
+	}
+}
+
+func (s *starts) ends() []pgrouted.RouteEvent {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]pgrouted.RouteEvent(nil), s.ended...)
 }
