@@ -218,7 +218,7 @@ func TestProgram(t *testing.T) {
 		t.Log(out.String())
 		want := []string{
 			`read back "hello"`,
-			"span postgresql: node0 (127.0.0.1:",
+			"span INSERT greetings: node0 (127.0.0.1:", // named by its db.query.summary
 			"metric pgrouted.statements{node0,write} = 2",
 		}
 		if wrapped {
