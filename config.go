@@ -24,6 +24,21 @@ type Config struct {
 	// logged; it never breaks the statement.
 	OnRoute func(RouteEvent)
 
+	// OnStart, when set, is called as each statement starts (a query, an
+	// exec, BEGIN, COMMIT, ROLLBACK, a batch, a copy), on its goroutine,
+	// before it is routed or anything is sent, with its context and text.
+	// The function it returns, when not nil, is called once when the
+	// statement ends, with the statement's RouteEvent: for a query (or a
+	// batch of the pgx-native API) when the caller closes its rows (or
+	// results), with Duration up to then and Err the rows' error; for
+	// anything else, or a statement that failed, right after OnRoute. A
+	// span that is open while the statement runs starts in OnStart and
+	// ends in that function (package otelroute). Both run on the
+	// statement's path: keep them fast. A panic in either is recovered and
+	// logged. With neither OnStart nor OnRoute set, pgrouted reads no
+	// clock and allocates nothing for them.
+	OnStart func(ctx context.Context, query string) func(RouteEvent)
+
 	// Logger, when set, receives one structured line for each topology
 	// event (primary changed or lost, conflicting primaries, host up or
 	// down, circuit opened or closed), and none per statement.
@@ -62,7 +77,7 @@ type Candidate struct {
 	ByteLagKnown bool
 }
 
-// Clone returns a deep copy of c, its hooks included (OnRoute, Logger,
+// Clone returns a deep copy of c, its hooks included (OnRoute, OnStart, Logger,
 // Select, Provider: the same functions and values, which a copy shares).
 // It shadows the embedded dsn.Config's Clone, which copies only the parsed
 // DSN. A nil c clones to nil.

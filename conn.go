@@ -212,7 +212,7 @@ func (cn *conn) run(ctx context.Context, cl *call) (err error) {
 	if cn.bad {
 		return driver.ErrBadConn
 	}
-	began := cn.c.began()
+	began := cn.c.began(ctx, cl.query)
 	q := request{pinned: cn.pinned}
 	if cl.classified {
 		q.r = cl.class

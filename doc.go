@@ -151,7 +151,10 @@
 // # Observing
 //
 // [Config].OnRoute receives a [RouteEvent] for every statement, with the
-// statement's context (the caller's span, request-scoped values), and
+// statement's context (the caller's span, request-scoped values);
+// [Config].OnStart is called as each statement starts, and the function it
+// returns when the statement ends (its rows closed), for a span that is
+// open while the statement runs; and
 // [Connector.Explain] tells where a statement would run without running it.
 // [Config].Logger receives one line per topology event. [Connector.Stats]
 // and [Connector.Topology] are exported as Prometheus metrics by package

@@ -254,10 +254,19 @@ func TestOnRouteHookCannotBreakStatements(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var calls atomic.Int64
+	var calls, starts, ends atomic.Int64
 	cfg.OnRoute = func(pgrouted.RouteEvent) {
 		calls.Add(1)
 		panic("hook bug")
+	}
+	cfg.OnStart = func(_ context.Context, query string) func(pgrouted.RouteEvent) {
+		if starts.Add(1)%2 == 0 {
+			panic("start hook bug")
+		}
+		return func(pgrouted.RouteEvent) {
+			ends.Add(1)
+			panic("end hook bug")
+		}
 	}
 	conn, err := pgrouted.NewConnector(cfg)
 	if err != nil {
@@ -265,12 +274,14 @@ func TestOnRouteHookCannotBreakStatements(t *testing.T) {
 	}
 	db := sql.OpenDB(conn)
 	defer db.Close()
-	var one int
-	if err := db.QueryRowContext(ctx, "SELECT 1").Scan(&one); err != nil || one != 1 {
-		t.Fatalf("statement with a panicking hook: %v", err)
+	for range 4 {
+		var one int
+		if err := db.QueryRowContext(ctx, "SELECT 1").Scan(&one); err != nil || one != 1 {
+			t.Fatalf("statement with panicking hooks: %v", err)
+		}
 	}
-	if calls.Load() == 0 {
-		t.Fatal("hook not called")
+	if calls.Load() == 0 || starts.Load() == 0 || ends.Load() == 0 {
+		t.Fatalf("hooks called: OnRoute %d, OnStart %d, its end %d times", calls.Load(), starts.Load(), ends.Load())
 	}
 }
 

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/pgrouted/pgrouted"
 	"github.com/pgrouted/pgrouted/testcluster"
 )
@@ -632,12 +634,15 @@ func testFrozenPrimaryLeaseEnds(t *testing.T, open opener) {
 		if !errors.Is(err, pgrouted.ErrOutcomeUnknown) {
 			t.Fatalf("the write held by the frozen primary ended with %v, not ErrOutcomeUnknown", err)
 		}
+		if pgconn.SafeToRetry(fmt.Errorf("handler: %w", err)) {
+			t.Fatalf("the write held by the frozen primary: %v: pgconn.SafeToRetry true, want false (it may have run)", err)
+		}
 		t.Logf("the write held by the frozen primary ended %v after the freeze (lease %v): %v", time.Since(frozeAt).Round(time.Millisecond), lease, err)
 	case <-time.After(frozenBound):
 		t.Fatalf("the write held by the frozen primary did not end within %v (lease %v, connect_timeout %v)", frozenBound, lease, frozenConnectTimeout)
 	}
-	if err := db.ExecContext(ctx, "INSERT INTO fl VALUES (2)"); !errors.Is(err, pgrouted.ErrNoPrimary) {
-		t.Fatalf("a write with no primary: %v, want ErrNoPrimary", err)
+	if err := db.ExecContext(ctx, "INSERT INTO fl VALUES (2)"); !errors.Is(err, pgrouted.ErrNoPrimary) || !pgconn.SafeToRetry(fmt.Errorf("handler: %w", err)) {
+		t.Fatalf("a write with no primary: %v, want ErrNoPrimary, safe to retry", err)
 	}
 	thawed = true
 	if err := old.Thaw(); err != nil {

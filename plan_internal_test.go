@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/pgrouted/pgrouted/circuit"
 	"github.com/pgrouted/pgrouted/lagmeter"
 
@@ -103,6 +105,37 @@ func TestReplicaRetryable(t *testing.T) {
 	// Covered with real servers elsewhere; here the classification alone.
 	if replicaRetryable(errTestContext{}) {
 		t.Fatal("a cancelled context is not retried")
+	}
+}
+
+// TestReplicaRetryableBySQLState: a recovery conflict is known by its
+// SQLSTATE, whatever the language of the message (lc_messages): the texts
+// here are German and French servers' and made-up ones.
+func TestReplicaRetryableBySQLState(t *testing.T) {
+	for _, tc := range []struct {
+		code, message string
+		want          bool
+	}{
+		{"40001", "canceling statement due to conflict with recovery", true},
+		{"40001", "storniere Anfrage wegen Konflikt mit der Wiederherstellung", true},
+		{"40001", "annulation de la requête à cause d'un conflit avec la restauration", true},
+		{"40001", "", true},
+		{"57P04", "breche Verbindung ab wegen Konflikt mit der Wiederherstellung", true},
+		{"57P04", "terminating connection due to conflict with recovery", true},
+		{"57P01", "Verbindung wird abgebrochen aufgrund von Anweisung des Administrators", true},
+		{"57P03", "das Datenbanksystem startet", true},
+		{"40P01", "Verklemmung (Deadlock) entdeckt", false},
+		{"40P01", "canceling statement due to conflict with recovery", false},
+		{"42P01", "Relation »t« existiert nicht", false},
+		{"57014", "canceling statement due to statement timeout", false},
+		{"22012", "conflict with recovery", false},
+	} {
+		pe := &pgconn.PgError{Severity: "ERROR", Code: tc.code, Message: tc.message}
+		for _, err := range []error{pe, fmt.Errorf("read: %w", pe)} {
+			if got := replicaRetryable(err); got != tc.want {
+				t.Errorf("%s %q (%T): retryable %v, want %v", tc.code, tc.message, err, got, tc.want)
+			}
+		}
 	}
 }
 

@@ -190,7 +190,7 @@ func (p *Pool) refuseSessionState(ctx context.Context, cl *call) error {
 // refuse reports query, refused with ErrSessionState, and returns that.
 func (p *Pool) refuse(ctx context.Context, query string) error {
 	pl := plan{op: OpWrite, class: sqlclass.Session, reason: ReasonSessionState, err: ErrSessionState}
-	p.c.report(ctx, &pl, &call{callText: callText{query: query}}, p.c.began(), ErrSessionState)
+	p.c.report(ctx, &pl, &call{callText: callText{query: query}}, p.c.began(ctx, query), ErrSessionState)
 	return ErrSessionState
 }
 

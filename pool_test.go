@@ -393,8 +393,8 @@ func TestPoolRouting(t *testing.T) {
 		t.Fatalf("a duplicate key: %v, want PgError 23505", err)
 	}
 	// A write forced to a replica: nothing sent, the sentinel.
-	if _, err := p.Exec(pgrouted.WithRoute(ctx, pgrouted.Replica), "INSERT INTO pr VALUES (2)"); !errors.Is(err, pgrouted.ErrWriteOnReplica) {
-		t.Fatalf("a write forced to a replica: %v, want ErrWriteOnReplica", err)
+	if _, err := p.Exec(pgrouted.WithRoute(ctx, pgrouted.Replica), "INSERT INTO pr VALUES (2)"); !errors.Is(err, pgrouted.ErrWriteOnReplica) || !pgconn.SafeToRetry(err) {
+		t.Fatalf("a write forced to a replica: %v (SafeToRetry %v), want ErrWriteOnReplica, safe to retry", err, pgconn.SafeToRetry(err))
 	}
 	// A read forced to the primary.
 	var inRecovery bool

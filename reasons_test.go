@@ -6,8 +6,11 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgrouted/pgrouted"
 )
@@ -21,6 +24,9 @@ func wantReason(t *testing.T, ctx context.Context, db *sql.DB, reason pgrouted.R
 	var re *pgrouted.RouteError
 	if !errors.Is(err, pgrouted.ErrNoReplica) || !errors.As(err, &re) || re.Reason != reason {
 		t.Fatalf("read: %v, want ErrNoReplica (%s)", err, reason)
+	}
+	if !pgconn.SafeToRetry(fmt.Errorf("handler: %w", err)) {
+		t.Fatalf("read: %v: pgconn.SafeToRetry false, want true (nothing reached a server)", err)
 	}
 }
 

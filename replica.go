@@ -5,7 +5,6 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -234,12 +233,31 @@ func (e *clientError) Unwrap() error { return e.err }
 // be had, the standby cancelled the read for a recovery conflict, or it is
 // shutting down or starting up. A read has no effect, so running it again
 // is harmless; what matters is that the caller saw nothing of it.
+//
+// Every code is judged by its SQLSTATE alone, never by the message, which
+// is in the server's lc_messages language. A standby cancels a statement
+// that conflicts with recovery (a snapshot, lock, buffer pin, tablespace or
+// deadlock with the startup process; ProcessRecoveryConflictInterrupt in
+// src/backend/tcop/postgres.c) with 40001 serialization_failure, "canceling
+// statement due to conflict with recovery", or terminates the session with
+// 40001, or with 57P04 database_dropped when the database it was connected
+// to was dropped; PostgreSQL raises 57P04 for nothing else. A 40001 on a
+// standby has no other source in PostgreSQL: it comes otherwise from
+// serializable isolation, which a standby refuses (0A000 "cannot use
+// serializable mode in a hot standby", in check_transaction_isolation and
+// GetSerializableTransactionSnapshot), or from a repeatable-read
+// transaction's write or row lock, which a standby cannot run; and this
+// path runs only autocommit statements and the BEGIN of a read-only
+// transaction. A user function that raises 40001 itself fails the same way
+// on the next host, which returns that error: a retry costs time, never
+// correctness. 40P01 deadlock_detected is not a recovery conflict (the
+// startup process's deadlocks are reported as 40001) and is not retried.
 func replicaRetryable(err error) bool {
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
 		switch pe.Code {
-		case "40001", "40P01":
-			return strings.Contains(pe.Message, "conflict with recovery")
+		case "40001", "57P04": // recovery conflict, see above
+			return true
 		case "57P01", "57P02", "57P03":
 			return true
 		}

@@ -13,28 +13,55 @@ import (
 // every statement (Config.OnRoute, counted for Stats), and the topology's
 // and circuits' events (Config.Logger).
 
-// began is the start of a statement's RouteEvent.Duration: the clock is
-// read only when there is an OnRoute to hand it to.
-func (c *Connector) began() time.Time {
-	if c.cfg.OnRoute == nil {
-		return time.Time{}
+// started is a statement's start: the start of its RouteEvent.Duration,
+// and what Config.OnStart asked to be told when it ends.
+type started struct {
+	at  time.Time        // zero when no hook reads it
+	end func(RouteEvent) // from Config.OnStart; nil: none
+}
+
+// began starts a statement of ctx and query: the clock is read only when
+// there is a hook to hand it to, and Config.OnStart, if set, is called
+// now, before anything is routed or sent. Without hooks it costs nothing.
+func (c *Connector) began(ctx context.Context, query string) started {
+	if c.cfg.OnRoute == nil && c.cfg.OnStart == nil {
+		return started{}
 	}
-	return time.Now()
+	s := started{at: time.Now()}
+	if c.cfg.OnStart != nil {
+		s.end = c.onStart(ctx, query)
+	}
+	return s
+}
+
+// onStart calls Config.OnStart, recovering a panic (logged, as OnRoute's).
+func (c *Connector) onStart(ctx context.Context, query string) (end func(RouteEvent)) {
+	defer func() {
+		if r := recover(); r != nil {
+			end = nil
+			if c.cfg.Logger != nil {
+				c.cfg.Logger.Error("pgrouted: OnStart panicked", "panic", fmt.Sprint(r))
+			}
+		}
+	}()
+	return c.cfg.OnStart(ctx, query)
 }
 
 // report counts a statement planned p, which ran as cl records (or failed
-// with err, began at began), and hands its RouteEvent to Config.OnRoute. It
-// is the one place a RouteEvent is built; nothing reads one to decide.
-func (c *Connector) report(ctx context.Context, p *plan, cl *call, began time.Time, err error) {
+// with err, began at began), and hands its RouteEvent to Config.OnRoute,
+// and to the end function Config.OnStart returned: now, or when the
+// statement's open results (rows, batch results) are closed (endOnClose).
+// It is the one place a RouteEvent is built; nothing reads one to decide.
+func (c *Connector) report(ctx context.Context, p *plan, cl *call, began started, err error) {
 	c.count(p, cl, err)
-	if c.cfg.OnRoute == nil {
+	if c.cfg.OnRoute == nil && began.end == nil {
 		return
 	}
 	ev := RouteEvent{
 		Decision:   Decision{Op: p.op, Primary: cl.primary, Reason: p.reason, Function: p.fn},
 		Context:    ctx,
 		Query:      cl.query,
-		Duration:   time.Since(began),
+		Duration:   time.Since(began.at),
 		Err:        err,
 		Retried:    cl.retried || cl.reruns > 0,
 		Waited:     cl.waited,
@@ -45,12 +72,62 @@ func (c *Connector) report(ctx context.Context, p *plan, cl *call, began time.Ti
 	if cl.ran != nil {
 		ev.Endpoint = cl.ran.Name
 	}
+	if c.cfg.OnRoute != nil {
+		c.onRoute(ev)
+	}
+	if began.end != nil {
+		c.endOnClose(cl, began, ev, err)
+	}
+}
+
+// onRoute calls Config.OnRoute with ev, recovering a panic (logged).
+func (c *Connector) onRoute(ev RouteEvent) {
 	defer func() {
 		if r := recover(); r != nil && c.cfg.Logger != nil {
 			c.cfg.Logger.Error("pgrouted: OnRoute panicked", "panic", fmt.Sprint(r))
 		}
 	}()
 	c.cfg.OnRoute(ev)
+}
+
+// endOnClose calls s.end, OnStart's end function, with ev: once the
+// statement's open results are closed when it left some (a query's rows,
+// a batch's results), with Duration up to then and Err the results' error;
+// now otherwise.
+func (c *Connector) endOnClose(cl *call, s started, ev RouteEvent, err error) {
+	if err == nil {
+		switch {
+		case cl.rows != nil:
+			cl.rows = &endRows{Rows: cl.rows, end: func(rerr error) {
+				ev.Duration, ev.Err = time.Since(s.at), rerr
+				c.callEnd(s.end, ev)
+			}}
+			return
+		case cl.px.open():
+			rows, br := cl.px.rows, cl.px.br
+			cl.px.afterClose(func() {
+				ev.Duration = time.Since(s.at)
+				if rows != nil {
+					ev.Err = rows.Err()
+				} else {
+					ev.Err = br.err
+				}
+				c.callEnd(s.end, ev)
+			})
+			return
+		}
+	}
+	c.callEnd(s.end, ev)
+}
+
+// callEnd calls end, an OnStart end function, with ev, recovering a panic.
+func (c *Connector) callEnd(end func(RouteEvent), ev RouteEvent) {
+	defer func() {
+		if r := recover(); r != nil && c.cfg.Logger != nil {
+			c.cfg.Logger.Error("pgrouted: OnStart's end function panicked", "panic", fmt.Sprint(r))
+		}
+	}()
+	end(ev)
 }
 
 // watch follows the topology's events until Close and logs each one.

@@ -104,9 +104,12 @@ var (
 	ErrOutcomeUnknown = errors.New("pgrouted: outcome unknown")
 )
 
-// RouteError is a routing failure: nothing was sent to any server, except
-// with Reason ReasonPrimaryLost ([ErrOutcomeUnknown]), where the statement
-// was sent to a primary that stopped being one before it answered.
+// RouteError is a routing failure. The statement had no effect: it was
+// sent to no server, or only to standbys, which cannot write (a read whose
+// replica failed, a statement a replica refused with SQLSTATE 25006);
+// except with Reason ReasonPrimaryLost ([ErrOutcomeUnknown]), where it was
+// sent to a primary that stopped being one before it answered.
+// [RouteError.SafeToRetry] says which, to pgconn.SafeToRetry.
 type RouteError struct {
 	// Op is the kind of statement: OpRead, OpWrite, OpTx or OpLock.
 	Op string
@@ -136,6 +139,22 @@ func (e *RouteError) Unwrap() []error {
 		return []error{e.sentinel(), e.cause}
 	}
 	return []error{e.sentinel()}
+}
+
+// SafeToRetry reports whether running the statement again cannot repeat
+// an effect of this attempt, for pgconn.SafeToRetry (which finds it through
+// any wrapping). It is true for every Reason but ReasonPrimaryLost: the
+// statement was sent to no server ([ErrNoReplica] before any replica was
+// tried, [ErrWriteOnReplica], [ErrNoPrimary]), or only to standbys, which
+// cannot write: a read whose replica failed (ReasonUnhealthy with the
+// replica's error) or a statement a standby refused (ReasonRetry25006), or
+// a read whose primary session broke before the wait for a primary ran
+// out. It is false for [ErrOutcomeUnknown] (ReasonPrimaryLost): the
+// statement may have run on the old primary, whatever the connection's
+// error says. True does not mean that a retry will succeed: a write forced
+// to a replica fails again.
+func (e *RouteError) SafeToRetry() bool {
+	return e.Reason != ReasonPrimaryLost
 }
 
 func (e *RouteError) sentinel() error {

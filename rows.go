@@ -3,6 +3,8 @@ package pgrouted
 import (
 	"context"
 	"database/sql/driver"
+	"io"
+	"reflect"
 	"sync"
 
 	"github.com/jackc/pgx/v5/stdlib"
@@ -97,3 +99,85 @@ func (r *writeRows) Close() error {
 	}
 	return err
 }
+
+// endRows are a query's rows when Config.OnStart asked to be told when the
+// statement ends (Connector.endOnClose): Close tells it, once, with the
+// first error Next returned, else Close's. They answer for the column
+// types what the rows they wrap answer, and what database/sql assumes of
+// rows that do not say when those do not.
+type endRows struct {
+	driver.Rows
+	err error // Next's first error but io.EOF
+	end func(error)
+}
+
+// Next implements driver.Rows.
+func (r *endRows) Next(dest []driver.Value) error {
+	err := r.Rows.Next(dest)
+	if err != nil && err != io.EOF && r.err == nil {
+		r.err = err
+	}
+	return err
+}
+
+// Close implements driver.Rows.
+func (r *endRows) Close() error {
+	err := r.Rows.Close()
+	if end := r.end; end != nil {
+		r.end = nil
+		if r.err != nil {
+			end(r.err)
+		} else {
+			end(err)
+		}
+	}
+	return err
+}
+
+// ColumnTypeDatabaseTypeName implements driver.RowsColumnTypeDatabaseTypeName.
+func (r *endRows) ColumnTypeDatabaseTypeName(index int) string {
+	if t, ok := r.Rows.(driver.RowsColumnTypeDatabaseTypeName); ok {
+		return t.ColumnTypeDatabaseTypeName(index)
+	}
+	return ""
+}
+
+// ColumnTypeLength implements driver.RowsColumnTypeLength.
+func (r *endRows) ColumnTypeLength(index int) (int64, bool) {
+	if t, ok := r.Rows.(driver.RowsColumnTypeLength); ok {
+		return t.ColumnTypeLength(index)
+	}
+	return 0, false
+}
+
+// ColumnTypePrecisionScale implements driver.RowsColumnTypePrecisionScale.
+func (r *endRows) ColumnTypePrecisionScale(index int) (int64, int64, bool) {
+	if t, ok := r.Rows.(driver.RowsColumnTypePrecisionScale); ok {
+		return t.ColumnTypePrecisionScale(index)
+	}
+	return 0, 0, false
+}
+
+// ColumnTypeScanType implements driver.RowsColumnTypeScanType.
+func (r *endRows) ColumnTypeScanType(index int) reflect.Type {
+	if t, ok := r.Rows.(driver.RowsColumnTypeScanType); ok {
+		return t.ColumnTypeScanType(index)
+	}
+	return reflect.TypeFor[any]()
+}
+
+// ColumnTypeNullable implements driver.RowsColumnTypeNullable.
+func (r *endRows) ColumnTypeNullable(index int) (nullable, ok bool) {
+	if t, ok := r.Rows.(driver.RowsColumnTypeNullable); ok {
+		return t.ColumnTypeNullable(index)
+	}
+	return false, false
+}
+
+var (
+	_ driver.RowsColumnTypeDatabaseTypeName = (*endRows)(nil)
+	_ driver.RowsColumnTypeLength           = (*endRows)(nil)
+	_ driver.RowsColumnTypePrecisionScale   = (*endRows)(nil)
+	_ driver.RowsColumnTypeScanType         = (*endRows)(nil)
+	_ driver.RowsColumnTypeNullable         = (*endRows)(nil)
+)

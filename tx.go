@@ -66,7 +66,7 @@ func (cn *conn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, 
 // begin opens the transaction of cl (BEGIN) where the connector decides:
 // BeginTx's, and the pgx-native API's (pool_tx.go).
 func (cn *conn) begin(ctx context.Context, readOnly, serializable bool, cl *call) (_ *tx, err error) {
-	began := cn.c.began()
+	began := cn.c.began(ctx, cl.query)
 	var p plan
 	cn.c.plan(ctx, &request{begin: true, readOnly: readOnly, serializable: serializable, pinned: cn.pinned, inTx: cn.inSQLTx()}, true, &p)
 	defer func() { cn.c.report(ctx, &p, cl, began, err) }()
@@ -127,7 +127,7 @@ func (cl *call) beginOn(ctx context.Context, sc *stdlib.Conn) (driver.Tx, error)
 }
 
 // run runs a statement inside the transaction, on its connection.
-func (t *tx) run(ctx context.Context, r sqlclass.Result, cl *call, began time.Time) error {
+func (t *tx) run(ctx context.Context, r sqlclass.Result, cl *call, began started) error {
 	cn := t.cn
 	var sc *stdlib.Conn
 	switch {
@@ -178,7 +178,7 @@ func (t *tx) noteWrites(r sqlclass.Result) {
 // Commit implements driver.Tx. After a read-write transaction commits, the
 // read-your-writes marks are raised to the primary's position.
 func (t *tx) Commit() error {
-	began := t.cn.c.began()
+	began := t.cn.c.began(t.ctx, "COMMIT")
 	cn := t.cn
 	if !t.wrote || cn.primary == nil || !t.in.Positioned() {
 		err := t.inner.Commit()
@@ -212,13 +212,13 @@ func (t *tx) Commit() error {
 
 // Rollback implements driver.Tx.
 func (t *tx) Rollback() error {
-	began := t.cn.c.began()
+	began := t.cn.c.began(t.ctx, "ROLLBACK")
 	err := t.inner.Rollback()
 	t.end(began, "ROLLBACK", err)
 	return err
 }
 
-func (t *tx) end(began time.Time, query string, err error) {
+func (t *tx) end(began started, query string, err error) {
 	cn := t.cn
 	t.release()
 	if cn.catalogPending {
@@ -233,7 +233,7 @@ func (t *tx) end(began time.Time, query string, err error) {
 
 // report reports a statement of op run inside the transaction, on its
 // connection.
-func (t *tx) report(ctx context.Context, op string, cl *call, began time.Time, err error) {
+func (t *tx) report(ctx context.Context, op string, cl *call, began started, err error) {
 	cl.ran, cl.primary = t.host, t.replica == nil
 	t.cn.c.report(ctx, &plan{op: op, reason: ReasonInTx}, cl, began, err)
 }

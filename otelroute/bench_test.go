@@ -15,7 +15,8 @@ import (
 // BenchmarkHook is the per-statement cost of Instrument's hook: each
 // iteration starts and ends a caller's span (as an application or a
 // database/sql wrapper does for every statement) and reports one replica
-// read to Config.OnRoute. "baseline" reports it to an empty hook: subtract
+// read as pgrouted does: Config.OnStart as it starts, Config.OnRoute, and
+// OnStart's end function. "baseline" reports it to an empty hook: subtract
 // it from the others to get what otelroute adds to a statement. The SDK
 // providers record (always sampled) and export nothing: what an exporter
 // costs is the application's.
@@ -26,7 +27,7 @@ func BenchmarkHook(b *testing.B) {
 	defer mp.Shutdown(context.Background())
 	tracer := tp.Tracer("bench")
 
-	hook := func(b *testing.B, opts ...otelroute.Option) func(pgrouted.RouteEvent) {
+	hook := func(b *testing.B, opts ...otelroute.Option) *pgrouted.Config {
 		cfg, err := pgrouted.ParseConfig("postgres://app:secret@db1:5432,db2:5432,db3:5432/app?pgrouted_names=a,b,c")
 		if err != nil {
 			b.Fatal(err)
@@ -36,21 +37,28 @@ func BenchmarkHook(b *testing.B) {
 		} else if err := otelroute.Instrument(cfg, opts...); err != nil {
 			b.Fatal(err)
 		}
-		return cfg.OnRoute
+		return cfg
 	}
 	ev := pgrouted.RouteEvent{
 		Decision: pgrouted.Decision{Op: pgrouted.OpRead, Endpoint: "b", Reason: pgrouted.ReasonReplica},
 		Query:    `SELECT "users"."id" FROM "users" WHERE "users"."id" = $1`,
 		Duration: 300 * time.Microsecond,
 	}
-	run := func(b *testing.B, kind trace.SpanKind, onRoute func(pgrouted.RouteEvent)) {
+	run := func(b *testing.B, kind trace.SpanKind, cfg *pgrouted.Config) {
 		ctx := context.Background()
 		b.ReportAllocs()
 		for b.Loop() {
 			sctx, span := tracer.Start(ctx, "caller", trace.WithSpanKind(kind))
+			var end func(pgrouted.RouteEvent)
+			if cfg.OnStart != nil {
+				end = cfg.OnStart(sctx, ev.Query)
+			}
 			e := ev
 			e.Context = sctx
-			onRoute(e)
+			cfg.OnRoute(e)
+			if end != nil {
+				end(e)
+			}
 			span.End()
 		}
 	}

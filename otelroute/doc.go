@@ -23,13 +23,26 @@
 //
 // # Spans
 //
-// Each statement's span carries, following OpenTelemetry's semantic
-// conventions for database client spans where they apply:
+// Each statement gets a CLIENT span, opened as the statement starts, before
+// it is routed or sent (Config.OnStart), and ended when it ends: a query's
+// when its rows are closed, anything else when it returns, with its error
+// as the status when it failed. So the span is there while the server runs
+// the statement, and covers the caller reading its rows. It is named by the
+// statement's db.query.summary ("SELECT orders", "INSERT log SELECT w"),
+// "postgresql" when there is none. Following OpenTelemetry's semantic
+// conventions for database client spans, it carries from its start
 //
 //	db.system.name      postgresql
+//	db.namespace        the database (when every host of the DSN names the same one)
+//	db.operation.name   the statement's command as written (SELECT; for WITH, its main statement's); omitted for several statements
+//	db.query.summary    its operations and the relations they name, in order (at most 255 bytes): no literal, no parameter
+//	db.query.text       only with [WithQueryText]
+//
+// and, once it ends, where it ran and why (the server is chosen after the
+// span starts):
+//
 //	server.address      the host that ran it, as the DSN names it (omitted when none could)
 //	server.port         its port
-//	db.namespace        the database
 //	pgrouted.endpoint   the host's name (pgrouted_names, else host:port), as in metrics and logs
 //	pgrouted.role       primary or replica
 //	pgrouted.op         read, write, tx or lock
@@ -42,25 +55,27 @@
 //	pgrouted.global_wait  seconds that read waited for the position (shared fetches); only with pgrouted.global
 //	pgrouted.write_lost true on the read that found the caller's last write lost in a failover
 //	pgrouted.function   the function that sent it to the primary, when one did
+//	error.type, db.response.status_code  the SQLSTATE, when it failed with a PostgreSQL error
+//
+// The summary and the operation are read from the text lexically, as the
+// conventions ask of an instrumentation that parses queries; comments,
+// literals and dollar-quoted strings are skipped.
 //
 // Which span: with a wrapper, the span in the statement's context is the
-// wrapper's CLIENT span for this statement, and the hook adds the attributes
-// to it. Without one, the span in the context is the request's, shared by
-// all its statements, so the hook starts a CLIENT span of its own per
-// statement, a child of it, named "postgresql", from the statement's start to
-// its result (RouteEvent.Duration), with error.type (the SQLSTATE for a
-// PostgreSQL error), db.response.status_code and an error status when the
-// statement failed. The default, [SpanAuto], tells the two apart by the
-// context span's kind; [WithSpans] forces one way. The statement's text
-// (db.query.text) is recorded only with [WithQueryText]: a statement with
-// literals may hold secrets. Nothing else holds anything but host names,
-// addresses, ports, the database name and pgrouted's own words: no password.
+// wrapper's CLIENT span for this statement: the hook opens none, and adds
+// the route's attributes to the wrapper's once the statement ran. The
+// default, [SpanAuto], tells the two apart by the context span's kind;
+// [WithSpans] forces one way. Nothing the spans hold is anything but host
+// names, addresses, ports, the database name, SQL keywords and relation
+// names, and pgrouted's own words: no password (db.query.text, off by
+// default, is the statement as written).
 //
 // # Metrics
 //
 // The hook records db.client.operation.duration (a histogram in seconds,
-// the semantic conventions' buckets) for every statement, with
-// db.system.name, server.address, server.port, db.namespace and the
+// the semantic conventions' buckets) for every statement, until its result
+// (or first row), with db.system.name, db.operation.name, server.address,
+// server.port, db.namespace and the
 // pgrouted.endpoint, role, op and reason attributes, plus error.type when it
 // failed: statements by endpoint, op and reason, and how long they took
 // ([WithoutDurationMetric] leaves it out).
@@ -87,6 +102,8 @@
 //	pgrouted.position_fetch_errors                        position fetches that failed (their reads ran on the primary)
 //	pgrouted.global_reads                                 reads served a primary position read after they began (global consistency)
 //	pgrouted.deferred_position_reads                      reads after writes without a Session that read those writes' position
+//	pgrouted.process_scope_reads                          reads without a Session held to the whole process's writes
+//	pgrouted.forged_tokens                                unsigned Session tokens whose position the primary had not written
 //	pgrouted.positions_shared                             positions read anyway (after a write, by a probe) that served global reads in place of a fetch
 //
 // Gauges, now, per host (pgrouted.endpoint):
@@ -100,9 +117,17 @@
 //	pgrouted.replica.lag (By)                WAL bytes a standby is behind (absent while unknown)
 //	pgrouted.replica.lag_bound (s)           upper bound on a standby's staleness (absent while unknown)
 //	pgrouted.host.inflight_reads             reads running on the host now
-//	pgrouted.replica_pool.connections{pgrouted.pool.state}, pgrouted.replica_pool.max_connections
 //
-// Every op and known reason is reported from the start, at 0.
+// The replica pools, under the semantic conventions' names for connection
+// pools (up-down counters, per db.client.connection.pool.name, the host's
+// name, beside pgrouted.endpoint):
+//
+//	db.client.connection.count{db.client.connection.state}  the pool's idle and used connections
+//	db.client.connection.max                                 the pool's size
+//
+// Every op and known reason is reported from the start, at 0. The names of
+// the same figures in Prometheus (package promcollector) are in one table
+// in docs/observability.md.
 //
 // # Its own module
 //
@@ -120,27 +145,28 @@
 // # Cost
 //
 // BenchmarkHook measures what the hook adds to one statement: each
-// iteration starts and ends a caller's span and reports one replica read;
-// its baseline does the same with an empty hook. The SDK samples every span
-// and exports nothing. Measured with go test -bench Hook -count 10 on a
-// shared 2-core AMD EPYC (Go 1.26, SDK 1.47) under a load average of 15 to
-// 20 from other builds, which spreads the runs of one benchmark over a
-// factor of 3 or more: the median is what a busy host sees, the best run
-// is closer to an idle one (baseline: median 3.0 µs, best 2.0 µs, 4
-// allocations):
+// iteration starts and ends a caller's span and reports one replica read as
+// pgrouted does (OnStart, OnRoute, OnStart's end function); its baseline
+// does the same with an empty OnRoute. The SDK samples every span and
+// exports nothing. Measured with go test -bench Hook -benchtime 20000x
+// -count 5 on a shared 2-core machine (Go 1.26, SDK 1.47) under a load
+// average of 11 to 15 from other builds, which spreads the runs of one
+// benchmark: the median is what a busy host sees, the best run is closer
+// to an idle one (baseline: median 0.8 µs, best 0.65 µs, 4 allocations):
 //
 //	added to a statement                           median   best    allocations
-//	attributes on a wrapper's span                 2.7 µs   0.8 µs  1 (640 B)
-//	  + db.client.operation.duration               5.9 µs   3.2 µs  1 (640 B)
-//	own span per statement + the duration metric   6.2 µs   5.2 µs  10 (1.9 KB)
+//	attributes on a wrapper's span                 1.4 µs   1.2 µs  1 (705 B)
+//	  + db.client.operation.duration               1.9 µs   1.9 µs  1 (706 B)
+//	own span per statement + the duration metric   5.4 µs   5.4 µs  12 (2.5 KB)
 //
 // Nearly all of it is the SDK's: SetAttributes, starting and ending a span,
-// the histogram's attribute handling and its exemplar for a sampled span.
+// the histogram's attribute handling and its exemplar for a sampled span;
+// the own span's start adds its attributes and the summary (one string).
 // The hook reads the route's attributes and the histogram's options from a
-// cache (made once per endpoint, op, reason and error kind); the one
-// allocation of the first two rows is the SDK's attribute slice. A
-// statement's round trip is hundreds of microseconds. Without a hook
-// (Config.OnRoute nil) pgrouted does none of this; BenchmarkDecision of
-// package pgrouted, the routing decision, is the same with and without the
-// change that gave RouteEvent its Context.
+// cache (made once per endpoint, op, reason, operation name and error
+// kind); reading the operation name from the text allocates nothing; the
+// one allocation of the first two rows is the SDK's attribute slice. A
+// statement's round trip is hundreds of microseconds. Without hooks
+// (Config.OnRoute and Config.OnStart nil) pgrouted does none of this, and
+// its statements allocate nothing more for them (allocs_test.go).
 package otelroute

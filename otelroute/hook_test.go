@@ -26,14 +26,26 @@ func TestHookEvents(t *testing.T) {
 	if err := otelroute.Instrument(cfg, otelroute.WithTracerProvider(tel.tp), otelroute.WithMeterProvider(tel.mp)); err != nil {
 		t.Fatal(err)
 	}
+	// What pgrouted does for a statement: OnStart as it starts, OnRoute
+	// once it ran, the end function when it ends.
+	run := func(ev pgrouted.RouteEvent) {
+		var end func(pgrouted.RouteEvent)
+		if cfg.OnStart != nil {
+			end = cfg.OnStart(ev.Context, ev.Query)
+		}
+		cfg.OnRoute(ev)
+		if end != nil {
+			end(ev)
+		}
+	}
 	read := pgrouted.Decision{Op: pgrouted.OpRead, Endpoint: "b", Reason: pgrouted.ReasonReplica}
 	// No context: a root span of its own.
 	// It waited 5 ms on its replica for the caller's position.
 	// And 2 ms for the primary's position (global consistency).
-	cfg.OnRoute(pgrouted.RouteEvent{Decision: read, Query: "SELECT 1", Duration: time.Millisecond, Waited: 5 * time.Millisecond,
+	run(pgrouted.RouteEvent{Decision: read, Query: "SELECT 1", Duration: time.Millisecond, Waited: 5 * time.Millisecond,
 		Global: true, GlobalWait: 2 * time.Millisecond})
 	// A discovered host, named host:port.
-	cfg.OnRoute(pgrouted.RouteEvent{Decision: pgrouted.Decision{Op: pgrouted.OpWrite, Endpoint: "10.1.2.3:6432", Primary: true, Reason: pgrouted.ReasonWrite},
+	run(pgrouted.RouteEvent{Decision: pgrouted.Decision{Op: pgrouted.OpWrite, Endpoint: "10.1.2.3:6432", Primary: true, Reason: pgrouted.ReasonWrite},
 		Context: context.Background(), Query: "INSERT"})
 	spans := tel.spans.Ended()
 	if len(spans) != 2 || len(before) != 2 {
@@ -67,12 +79,12 @@ func TestHookEvents(t *testing.T) {
 	}
 
 	// SpanAnnotate: the caller's own (server) span gets the route.
-	cfg.OnRoute = nil
+	cfg.OnRoute, cfg.OnStart = nil, nil
 	if err := otelroute.Instrument(cfg, otelroute.WithTracerProvider(tel.tp), otelroute.WithMeterProvider(tel.mp), otelroute.WithSpans(otelroute.SpanAnnotate)); err != nil {
 		t.Fatal(err)
 	}
 	ctx, span := tel.tp.Tracer("test").Start(context.Background(), "handler", trace.WithSpanKind(trace.SpanKindServer))
-	cfg.OnRoute(pgrouted.RouteEvent{Decision: read, Context: ctx, Query: "SELECT 1"})
+	run(pgrouted.RouteEvent{Decision: read, Context: ctx, Query: "SELECT 1"})
 	span.End()
 	spans = tel.spans.Ended()
 	if len(spans) != 3 || spans[2].Name() != "handler" || attrs(spans[2].Attributes())["pgrouted.endpoint"] != "b" {

@@ -39,8 +39,11 @@ var (
 // standby or unknown, on the gauge pgrouted.host.role.
 const AttrHostRole = attribute.Key("pgrouted.probe.role")
 
-// AttrPoolState is idle or acquired (pgrouted.replica_pool.connections).
-const AttrPoolState = attribute.Key("pgrouted.pool.state")
+// The replica pools' metrics follow OpenTelemetry's semantic conventions
+// for database client connection pools: db.client.connection.count, per
+// db.client.connection.state (idle or used), and db.client.connection.max,
+// each per db.client.connection.pool.name, the host's name (as
+// pgrouted.endpoint, which they carry too).
 
 // RegisterMetrics creates the observable instruments listed in the package
 // documentation on the MeterProvider's meter (WithMeterProvider, default the
@@ -57,6 +60,14 @@ func RegisterMetrics(src Source, opts ...Option) (metric.Registration, error) {
 	)
 	counter := func(name, unit, desc string) metric.Int64ObservableCounter {
 		c, e := m.Int64ObservableCounter(name, metric.WithUnit(unit), metric.WithDescription(desc))
+		if e != nil && err == nil {
+			err = e
+		}
+		inst = append(inst, c)
+		return c
+	}
+	updown := func(name, unit, desc string) metric.Int64ObservableUpDownCounter {
+		c, e := m.Int64ObservableUpDownCounter(name, metric.WithUnit(unit), metric.WithDescription(desc))
 		if e != nil && err == nil {
 			err = e
 		}
@@ -90,6 +101,8 @@ func RegisterMetrics(src Source, opts ...Option) (metric.Registration, error) {
 		posFetchErrors  = counter("pgrouted.position_fetch_errors", "{fetch}", "Position fetches that failed: their reads ran where a read of unknown position runs (the primary).")
 		globalReads     = counter("pgrouted.global_reads", "{read}", "Reads served a primary position read after they began (global consistency).")
 		deferredReads   = counter("pgrouted.deferred_position_reads", "{read}", "Reads after writes without a Session that read those writes' position.")
+		forgedTokens    = counter("pgrouted.forged_tokens", "{session}", "Session tokens restored without a signature whose position the primary had not written: their reads ran as reads without a token.")
+		scopeReads      = counter("pgrouted.process_scope_reads", "{read}", "Reads without a Session that ran on the primary, or waited on a replica, because the replicas lacked the process's latest writes (of any request) to what they read.")
 		posShared       = counter("pgrouted.positions_shared", "{position}", "Positions read anyway (after a write's commit, by a probe) that served waiting global reads in place of a fetch.")
 
 		epoch     = gauge("pgrouted.primary.epoch", "1", "Primary epoch: increments each time the primary becomes another host.")
@@ -102,8 +115,8 @@ func RegisterMetrics(src Source, opts ...Option) (metric.Registration, error) {
 		lagBytes  = gauge("pgrouted.replica.lag", "By", "WAL bytes a standby has yet to replay to reach the primary's last probed position; absent while unknown.")
 		lagBound  = gauge("pgrouted.replica.lag_bound", "s", "Upper bound on a standby's staleness, from the primary's WAL position history (no clock synchronisation needed); absent while unknown.")
 		inflight  = gauge("pgrouted.host.inflight_reads", "{read}", "Reads running on the host now through this Connector.")
-		poolConns = gauge("pgrouted.replica_pool.connections", "{connection}", "Connections of the host's replica pool, per state (idle, acquired).")
-		poolMax   = gauge("pgrouted.replica_pool.max_connections", "{connection}", "Size of the host's replica pool.")
+		poolConns = updown("db.client.connection.count", "{connection}", "Connections of the host's replica pool, per state (idle, used).")
+		poolMax   = updown("db.client.connection.max", "{connection}", "Size of the host's replica pool: the most connections it opens.")
 	)
 	if err != nil {
 		return nil, err
@@ -160,6 +173,8 @@ func RegisterMetrics(src Source, opts ...Option) (metric.Registration, error) {
 		count(globalReads, st.GlobalReads)
 		count(deferredReads, st.DeferredPositionReads)
 		count(posShared, st.PositionsShared)
+		count(forgedTokens, st.ForgedTokens)
+		count(scopeReads, st.ProcessScopeReads)
 		set(epoch, float64(top.Epoch))
 		set(lease, top.LeaseRemaining.Seconds())
 
@@ -181,9 +196,10 @@ func RegisterMetrics(src Source, opts ...Option) (metric.Registration, error) {
 				set(lagBound, h.LagBound.Seconds(), ep)
 			}
 			set(inflight, float64(h.InflightReads), ep)
-			set(poolConns, float64(h.Pool.IdleConns), ep, AttrPoolState.String("idle"))
-			set(poolConns, float64(h.Pool.AcquiredConns), ep, AttrPoolState.String("acquired"))
-			set(poolMax, float64(h.Pool.MaxConns), ep)
+			pool := semconv.DBClientConnectionPoolName(h.Name)
+			ob.ObserveInt64(poolConns, int64(h.Pool.IdleConns), metric.WithAttributes(pool, semconv.DBClientConnectionStateIdle, ep))
+			ob.ObserveInt64(poolConns, int64(h.Pool.AcquiredConns), metric.WithAttributes(pool, semconv.DBClientConnectionStateUsed, ep))
+			ob.ObserveInt64(poolMax, int64(h.Pool.MaxConns), metric.WithAttributes(pool, ep))
 		}
 		return nil
 	}, inst...)

@@ -64,6 +64,20 @@ func (c collected) sums(t *testing.T, name string, keys ...attribute.Key) map[st
 	return out
 }
 
+// updowns returns an up-down counter's values by the values of keys.
+func (c collected) updowns(t *testing.T, name string, keys ...attribute.Key) map[string]int64 {
+	t.Helper()
+	s, ok := c[name].(metricdata.Sum[int64])
+	if !ok || s.IsMonotonic {
+		t.Fatalf("%s: %T (monotonic %v), want an int64 up-down counter", name, c[name], s.IsMonotonic)
+	}
+	out := map[string]int64{}
+	for _, dp := range s.DataPoints {
+		out[key(dp.Attributes, keys...)] = dp.Value
+	}
+	return out
+}
+
 // gauges returns a gauge's values by endpoint (and the values of keys).
 func (c collected) gauges(t *testing.T, name string, keys ...attribute.Key) map[string]float64 {
 	t.Helper()
@@ -226,6 +240,28 @@ func TestMetricsMatchStats(t *testing.T) {
 	}
 	if !maps.Equal(roles, wantRoles) {
 		t.Errorf("pgrouted.host.role = %v, Topology says %v", roles, wantRoles)
+	}
+
+	// The replica pools, under the semantic conventions' names.
+	wantMax, wantConns := map[string]int64{}, map[string]int64{}
+	for _, h := range top.Hosts {
+		wantMax[h.Name] = int64(h.Pool.MaxConns)
+		wantConns[h.Name+"/idle"] = int64(h.Pool.IdleConns)
+		wantConns[h.Name+"/used"] = int64(h.Pool.AcquiredConns)
+	}
+	if g := got.updowns(t, "db.client.connection.max", "db.client.connection.pool.name"); !maps.Equal(g, wantMax) {
+		t.Errorf("db.client.connection.max = %v, Topology says %v", g, wantMax)
+	}
+	// The counts move with the pools (a connection opened or closed
+	// between two reads): every pool has both states, within its size.
+	g := got.updowns(t, "db.client.connection.count", "db.client.connection.pool.name", "db.client.connection.state")
+	if !slices.Equal(slices.Sorted(maps.Keys(g)), slices.Sorted(maps.Keys(wantConns))) {
+		t.Errorf("db.client.connection.count = %v, want a series per pool and state (idle, used): %v", g, slices.Sorted(maps.Keys(wantConns)))
+	}
+	for _, h := range top.Hosts {
+		if n := g[h.Name+"/idle"] + g[h.Name+"/used"]; g[h.Name+"/idle"] < 0 || g[h.Name+"/used"] < 0 || n > int64(h.Pool.MaxConns) {
+			t.Errorf("db.client.connection.count of %s: %v idle, %v used, max %d", h.Name, g[h.Name+"/idle"], g[h.Name+"/used"], h.Pool.MaxConns)
+		}
 	}
 
 	// The histogram, from the hook, against Stats, from the Connector.

@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strconv"
 	"sync"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/pgrouted/pgrouted"
@@ -82,10 +81,12 @@ const (
 	// last statement would overwrite the others'.
 	SpanAnnotate
 	// SpanPerStatement starts a CLIENT span for every statement, a child
-	// of the context's span, from when the statement started to when its
-	// result was there (RouteEvent.Duration), named "postgresql" as the
-	// semantic conventions name a database span whose operation is
-	// unknown, with the statement's error as its status.
+	// of the context's span, when the statement starts, before it is
+	// routed and sent (Config.OnStart), and ends it when the statement
+	// ends: when its rows are closed, for a query; with its error as its
+	// status when it failed. It is named by the statement's
+	// db.query.summary ("SELECT orders"), or "postgresql" when it has none,
+	// as the semantic conventions name database spans.
 	SpanPerStatement
 )
 
@@ -133,7 +134,7 @@ func WithSpans(m SpanMode) Option {
 }
 
 // WithQueryText records the statement's text (db.query.text) on the spans
-// that the hook starts (SpanPerStatement). It is off by default: a
+// that the hook starts (SpanPerStatement), from their start. It is off by default: a
 // statement with literals may carry secrets (ALTER ROLE … PASSWORD).
 func WithQueryText() Option {
 	return func(o *options) { o.queryText = true }
@@ -145,18 +146,23 @@ func WithoutDurationMetric() Option {
 	return func(o *options) { o.noMetrics = true }
 }
 
-// Instrument sets cfg.OnRoute to a hook that puts where each statement ran
-// and why on its span, and records its duration in the
-// db.client.operation.duration histogram. An OnRoute already set in cfg
-// runs first. Call it before [pgrouted.NewConnector]: the hook knows the
-// servers' addresses from cfg's hosts (a host the topology provider
-// discovers later is described by its name, host:port).
+// Instrument sets cfg.OnStart to a hook that opens each statement's span
+// as the statement starts and ends it when the statement ends (its rows
+// closed), with where it ran and why, and cfg.OnRoute to one that records
+// its duration in the db.client.operation.duration histogram (and, when
+// the span is a wrapper's, puts the route on it). An OnStart or OnRoute
+// already set in cfg runs first. Call it before [pgrouted.NewConnector]:
+// the hook knows the servers' addresses from cfg's hosts (a host the
+// topology provider discovers later is described by its name, host:port).
 func Instrument(cfg *pgrouted.Config, opts ...Option) error {
 	h, err := newHook(cfg, newOptions(opts))
 	if err != nil {
 		return err
 	}
 	cfg.OnRoute = h.onRoute
+	if h.spans != SpanAnnotate {
+		cfg.OnStart = h.onStart
+	}
 	return nil
 }
 
@@ -167,6 +173,8 @@ type hook struct {
 	tracer    trace.Tracer
 	duration  metric.Float64Histogram // nil: WithoutDurationMetric
 	next      func(pgrouted.RouteEvent)
+	nextStart func(context.Context, string) func(pgrouted.RouteEvent)
+	namespace []attribute.KeyValue // db.namespace when every host has the same database
 
 	hosts  map[string]*server // by endpoint name, from the Config
 	mu     sync.RWMutex
@@ -182,8 +190,8 @@ type server struct {
 // routeKey is what a statement's attributes depend on, but its text and
 // error.
 type routeKey struct {
-	endpoint, op, reason, errType, function string
-	primary, retried, writeLost             bool
+	endpoint, op, reason, errType, function, operation string
+	primary, retried, writeLost                        bool
 }
 
 // routeAttrs are the attributes of one routeKey.
@@ -206,6 +214,7 @@ func newHook(cfg *pgrouted.Config, o options) (*hook, error) {
 		queryText: o.queryText,
 		tracer:    o.tp.Tracer(ScopeName, trace.WithSchemaURL(semconv.SchemaURL)),
 		next:      cfg.OnRoute,
+		nextStart: cfg.OnStart,
 		hosts:     map[string]*server{},
 		extra:     map[string]*server{},
 		routes:    map[routeKey]*routeAttrs{},
@@ -222,6 +231,22 @@ func newHook(cfg *pgrouted.Config, o options) (*hook, error) {
 		}
 		s.attrs = append(s.attrs, AttrEndpoint.String(hc.Name))
 		h.hosts[hc.Name] = s
+	}
+	db := ""
+	for i, hc := range cfg.Hosts {
+		d := ""
+		if hc.ConnConfig != nil {
+			d = hc.ConnConfig.Database
+		}
+		if i == 0 {
+			db = d
+		} else if d != db {
+			db = ""
+			break
+		}
+	}
+	if db != "" {
+		h.namespace = []attribute.KeyValue{semconv.DBNamespace(db)}
 	}
 	if !o.noMetrics {
 		d, err := o.mp.Meter(ScopeName, metric.WithSchemaURL(semconv.SchemaURL)).Float64Histogram(
@@ -273,6 +298,105 @@ func (h *hook) server(name string) *server {
 // kinded is the SDK's way to tell a span's kind (sdktrace.ReadOnlySpan).
 type kinded interface{ SpanKind() trace.SpanKind }
 
+// ownSpan reports whether the hook starts a span of its own for a
+// statement of ctx, rather than annotating the context's.
+func (h *hook) ownSpan(ctx context.Context) bool {
+	switch h.spans {
+	case SpanPerStatement:
+		return true
+	case SpanAuto:
+		// A wrapper's span, even ended (COMMIT and ROLLBACK carry the
+		// context of BEGIN), means the wrapper traces the statement.
+		kd, ok := trace.SpanFromContext(ctx).(kinded)
+		return !ok || kd.SpanKind() != trace.SpanKindClient
+	}
+	return false
+}
+
+// onStart is Config.OnStart: it opens the statement's span, a CLIENT
+// child of the context's, with the attributes the conventions ask for at
+// its creation that are known before the statement is routed
+// (db.system.name, db.namespace, db.operation.name, db.query.summary; the
+// server's come with the route), and returns what ends it.
+func (h *hook) onStart(ctx context.Context, query string) func(pgrouted.RouteEvent) {
+	var next func(pgrouted.RouteEvent)
+	if h.nextStart != nil {
+		next = h.nextStart(ctx, query)
+	}
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	if !h.ownSpan(ctx) {
+		return next
+	}
+	op, summary := summarize(query)
+	name := summary
+	if name == "" {
+		name = "postgresql"
+	}
+	attrs := make([]attribute.KeyValue, 0, 5)
+	attrs = append(attrs, semconv.DBSystemNamePostgreSQL)
+	attrs = append(attrs, h.namespace...)
+	if op != "" {
+		attrs = append(attrs, semconv.DBOperationName(op))
+	}
+	if summary != "" {
+		attrs = append(attrs, semconv.DBQuerySummary(summary))
+	}
+	if h.queryText {
+		attrs = append(attrs, semconv.DBQueryText(query))
+	}
+	_, span := h.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attrs...))
+	return func(ev pgrouted.RouteEvent) {
+		if next != nil {
+			next(ev)
+		}
+		h.end(span, ev)
+	}
+}
+
+// end ends a statement's span with its route (ev).
+func (h *hook) end(span trace.Span, ev pgrouted.RouteEvent) {
+	if span.IsRecording() {
+		k := h.key(ev)
+		ra := h.route(k)
+		span.SetAttributes(ra.span...)
+		if ev.Waited > 0 {
+			span.SetAttributes(AttrReplicaWait.Float64(ev.Waited.Seconds()))
+		}
+		if ev.Global {
+			span.SetAttributes(AttrGlobal.Bool(true), AttrGlobalWait.Float64(ev.GlobalWait.Seconds()))
+		}
+		if ev.Err != nil {
+			var pe *pgconn.PgError
+			if errors.As(ev.Err, &pe) {
+				span.SetAttributes(semconv.ErrorTypeKey.String(k.errType), semconv.DBResponseStatusCode(pe.Code))
+			} else {
+				span.SetAttributes(semconv.ErrorTypeKey.String(k.errType))
+			}
+			span.SetStatus(codes.Error, ev.Err.Error())
+		}
+	}
+	span.End()
+}
+
+// key is the routeKey of ev.
+func (h *hook) key(ev pgrouted.RouteEvent) routeKey {
+	k := routeKey{endpoint: ev.Endpoint, op: ev.Op, reason: string(ev.Reason), function: ev.Function,
+		primary: ev.Primary, retried: ev.Retried, writeLost: ev.WriteLost}
+	k.operation, _ = operationOf(ev.Query)
+	if ev.Err != nil {
+		k.errType = errorType(ev.Err)
+		var re *pgrouted.RouteError
+		if k.reason == "" && errors.As(ev.Err, &re) {
+			k.reason = string(re.Reason)
+		}
+	}
+	return k
+}
+
+// onRoute is Config.OnRoute: the duration histogram, and the route on a
+// wrapper's span (the hook's own spans get it when they end).
 func (h *hook) onRoute(ev pgrouted.RouteEvent) {
 	if h.next != nil {
 		h.next(ev)
@@ -281,54 +405,12 @@ func (h *hook) onRoute(ev pgrouted.RouteEvent) {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	k := routeKey{endpoint: ev.Endpoint, op: ev.Op, reason: string(ev.Reason), function: ev.Function,
-		primary: ev.Primary, retried: ev.Retried, writeLost: ev.WriteLost}
-	if ev.Err != nil {
-		k.errType = errorType(ev.Err)
-		var re *pgrouted.RouteError
-		if k.reason == "" && errors.As(ev.Err, &re) {
-			k.reason = string(re.Reason)
-		}
+	own := h.ownSpan(ctx)
+	if own && h.duration == nil {
+		return
 	}
-	ra := h.route(k)
-
-	span := trace.SpanFromContext(ctx)
-	own := false
-	switch h.spans {
-	case SpanPerStatement:
-		own = true
-	case SpanAuto:
-		// A wrapper's span, even ended (COMMIT and ROLLBACK carry the
-		// context of BEGIN), means the wrapper traces the statement.
-		kd, ok := span.(kinded)
-		own = !ok || kd.SpanKind() != trace.SpanKindClient
-	}
-	if own {
-		now := time.Now()
-		_, span = h.tracer.Start(ctx, "postgresql", trace.WithSpanKind(trace.SpanKindClient),
-			trace.WithTimestamp(now.Add(-ev.Duration)), trace.WithAttributes(ra.span...))
-		if span.IsRecording() {
-			if h.queryText {
-				span.SetAttributes(semconv.DBQueryText(ev.Query))
-			}
-			if ev.Waited > 0 {
-				span.SetAttributes(AttrReplicaWait.Float64(ev.Waited.Seconds()))
-			}
-			if ev.Global {
-				span.SetAttributes(AttrGlobal.Bool(true), AttrGlobalWait.Float64(ev.GlobalWait.Seconds()))
-			}
-			if ev.Err != nil {
-				var pe *pgconn.PgError
-				if errors.As(ev.Err, &pe) {
-					span.SetAttributes(semconv.ErrorTypeKey.String(k.errType), semconv.DBResponseStatusCode(pe.Code))
-				} else {
-					span.SetAttributes(semconv.ErrorTypeKey.String(k.errType))
-				}
-				span.SetStatus(codes.Error, ev.Err.Error())
-			}
-		}
-		span.End(trace.WithTimestamp(now))
-	} else if span.IsRecording() {
+	ra := h.route(h.key(ev))
+	if span := trace.SpanFromContext(ctx); !own && span.IsRecording() {
 		span.SetAttributes(ra.span...)
 		if ev.Waited > 0 {
 			span.SetAttributes(AttrReplicaWait.Float64(ev.Waited.Seconds()))
@@ -337,7 +419,6 @@ func (h *hook) onRoute(ev pgrouted.RouteEvent) {
 			span.SetAttributes(AttrGlobal.Bool(true), AttrGlobalWait.Float64(ev.GlobalWait.Seconds()))
 		}
 	}
-
 	if h.duration != nil {
 		h.duration.Record(ctx, ev.Duration.Seconds(), ra.metric...)
 	}
@@ -356,6 +437,9 @@ func (h *hook) route(k routeKey) *routeAttrs {
 		srv = h.server(k.endpoint)
 	}
 	common := []attribute.KeyValue{semconv.DBSystemNamePostgreSQL, AttrOp.String(k.op), AttrReason.String(k.reason)}
+	if k.operation != "" {
+		common = append(common, semconv.DBOperationName(k.operation))
+	}
 	if srv != nil {
 		common = append(common, srv.attrs...)
 		common = append(common, AttrRole.String(role(k.primary)))

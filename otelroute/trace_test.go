@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/pgrouted/pgrouted"
 	"github.com/pgrouted/pgrouted/otelroute"
 	"github.com/pgrouted/pgrouted/testcluster"
@@ -119,8 +120,11 @@ func TestSpans(t *testing.T) {
 			t.Fatalf("the read ran on the primary %s", n.Name())
 		}
 		wantRoute(t, span, n, otelroute.RoleReplica, pgrouted.ReasonReplica, false)
-		if span.SpanKind() != trace.SpanKindClient || span.Name() != "postgresql" || span.Status().Code == codes.Error {
-			t.Errorf("statement span %q kind %v status %v, want a CLIENT span \"postgresql\" without error", span.Name(), span.SpanKind(), span.Status())
+		if span.SpanKind() != trace.SpanKindClient || span.Name() != "SELECT" || span.Status().Code == codes.Error {
+			t.Errorf("statement span %q kind %v status %v, want a CLIENT span \"SELECT\" (its db.query.summary) without error", span.Name(), span.SpanKind(), span.Status())
+		}
+		if m := attrsOf(span); m["db.operation.name"] != "SELECT" || m["db.query.summary"] != "SELECT" {
+			t.Errorf("statement span's db.operation.name %v, db.query.summary %v; want SELECT, SELECT", m["db.operation.name"], m["db.query.summary"])
 		}
 		if !span.StartTime().Before(span.EndTime()) || span.StartTime().Before(outer.StartTime()) || span.EndTime().After(outer.EndTime()) {
 			t.Errorf("statement span from %v to %v, outside the caller's (%v to %v)", span.StartTime(), span.EndTime(), outer.StartTime(), outer.EndTime())
@@ -287,4 +291,118 @@ func standbysProbed(conn *pgrouted.Connector) bool {
 		}
 	}
 	return top.Primary != ""
+}
+
+// attrsOf returns span's attributes by key.
+func attrsOf(span sdktrace.ReadOnlySpan) map[string]any {
+	m := map[string]any{}
+	for _, kv := range span.Attributes() {
+		m[string(kv.Key)] = kv.Value.AsInterface()
+	}
+	return m
+}
+
+// TestSpanOpenWhileQueryRuns: the statement's span is started before the
+// statement is sent, is open while the server runs it (here: while it
+// waits for an advisory lock another session holds) and while its rows
+// are open, and ends when they are closed, with the server's attributes
+// beside the semantic conventions' (db.operation.name, db.query.summary,
+// set at its start).
+func TestSpanOpenWhileQueryRuns(t *testing.T) {
+	ctx := testCtx(t)
+	tel := newTelemetry(t)
+	db, _ := open(t, tel, nil, []otelroute.Option{otelroute.WithSpans(otelroute.SpanPerStatement), otelroute.WithQueryText()})
+
+	// Another session holds the lock: the statement below waits on the
+	// primary until it lets go. (An advisory lock: a table's would also
+	// hold up pgrouted's reads of the catalog.)
+	holder, err := pgx.Connect(ctx, cluster.DSNOf(cluster.Primary()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close(context.Background())
+	if _, err := holder.Exec(ctx, "SELECT pg_advisory_lock(50008)"); err != nil {
+		t.Fatal(err)
+	}
+	const q = "SELECT pg_advisory_xact_lock(50008), g, inet_server_port() FROM generate_series(1, 3) g -- otel open span"
+	type result struct {
+		rows *sql.Rows
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		rows, err := db.QueryContext(ctx, q)
+		done <- result{rows, err}
+	}()
+	// Wait until the server runs it: it waits for the lock.
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		var n int
+		if err := holder.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE query = $1 AND wait_event_type = 'Lock'", q).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the statement is not waiting for the lock on the primary 30s after it was issued")
+		}
+		select {
+		case r := <-done:
+			t.Fatalf("the statement returned while the lock was held: %v", r.err)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	mine := func(s sdktrace.ReadOnlySpan) bool { return attrsOf(s)["db.query.text"] == q }
+	ended := func() sdktrace.ReadOnlySpan {
+		for _, s := range tel.spans.Ended() {
+			if mine(s) {
+				return s
+			}
+		}
+		return nil
+	}
+	var span sdktrace.ReadOnlySpan
+	for _, s := range tel.spans.Started() {
+		if mine(s) {
+			span = s
+		}
+	}
+	if span == nil || ended() != nil {
+		t.Fatalf("no open span of the statement while the server runs it: started %v, ended %v", spanNames(tel.spans.Started()), ended() != nil)
+	}
+	if m := attrsOf(span); span.Name() != "SELECT" || span.SpanKind() != trace.SpanKindClient || m["db.system.name"] != "postgresql" || m["db.operation.name"] != "SELECT" ||
+		m["db.query.summary"] != "SELECT" || m["db.namespace"] != "postgres" {
+		t.Errorf("the open span %q (%v) at its start: %v", span.Name(), span.SpanKind(), m)
+	}
+	if _, err := holder.Exec(ctx, "SELECT pg_advisory_unlock(50008)"); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if ended() != nil {
+		t.Fatal("the span ended before the statement's rows were closed")
+	}
+	for r.rows.Next() {
+	}
+	if err := r.rows.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s := ended()
+	if s == nil {
+		t.Fatal("the span did not end when the rows were closed")
+	}
+	if m := attrsOf(s); m["server.port"] != int64(cluster.Primary().Port()) || m["pgrouted.endpoint"] != cluster.Primary().Name() || m["pgrouted.role"] != otelroute.RolePrimary {
+		t.Errorf("the ended span's route: %v", m)
+	}
+	noMarker(t, tel)
+}
+
+func spanNames(spans []sdktrace.ReadWriteSpan) []string {
+	var ns []string
+	for _, s := range spans {
+		ns = append(ns, s.Name())
+	}
+	return ns
 }

@@ -128,16 +128,22 @@ func wantServers(t *testing.T, spans []sdktrace.ReadOnlySpan, done []statement) 
 }
 
 // TestWithoutWrapper: without a database/sql wrapper, otelroute starts a
-// "postgresql" CLIENT span per statement, under the request's span, that
-// names the server that ran it.
+// CLIENT span per statement, named by its db.query.summary, under the
+// request's span, that names the server that ran it.
 func TestWithoutWrapper(t *testing.T) {
 	defer clustertest.Guard(t)
 	db, conn, tel, _ := openTraced(t, false)
 	request, done := traceRequest(t, db, tel)
 	var spans []sdktrace.ReadOnlySpan
 	for _, s := range routed(tel) {
-		if s.Name() != "postgresql" || s.SpanKind() != trace.SpanKindClient {
-			t.Errorf("span %q (%v), want CLIENT spans \"postgresql\"", s.Name(), s.SpanKind())
+		summary := ""
+		for _, kv := range s.Attributes() {
+			if kv.Key == "db.query.summary" {
+				summary = kv.Value.AsString()
+			}
+		}
+		if s.InstrumentationScope().Name != otelroute.ScopeName || summary == "" || s.Name() != summary || s.SpanKind() != trace.SpanKindClient {
+			t.Errorf("span %q (%v, scope %s, summary %q), want otelroute's CLIENT spans named by their db.query.summary", s.Name(), s.SpanKind(), s.InstrumentationScope().Name, summary)
 		}
 		// The CREATE TABLE ran before the request, under no span.
 		if s.Parent().SpanID() == request.SpanContext().SpanID() {
@@ -156,7 +162,7 @@ func TestWithOtelsql(t *testing.T) {
 	_, done := traceRequest(t, db, tel)
 	var queries []sdktrace.ReadOnlySpan
 	for _, s := range tel.Spans.Ended() {
-		if s.Name() == "postgresql" {
+		if s.InstrumentationScope().Name == otelroute.ScopeName {
 			t.Errorf("otelroute started a span of its own under otelsql: %v", s.Attributes())
 		}
 	}
@@ -212,7 +218,7 @@ func TestProgram(t *testing.T) {
 		t.Log(out.String())
 		want := []string{
 			`read back "hello"`,
-			"span postgresql: node0 (127.0.0.1:",
+			"span INSERT greetings: node0 (127.0.0.1:", // named by its db.query.summary
 			"metric pgrouted.statements{node0,write} = 2",
 		}
 		if wrapped {

@@ -12,10 +12,12 @@ import (
 )
 
 // Open opens a *sql.DB through pgrouted, traced by otelroute alone: each
-// statement gets a "postgresql" CLIENT span, a child of the span in its
-// context, that says which server ran it and why. otelroute's metrics
-// report what the Connector counts; unregister them before closing the
-// *sql.DB. onRoute, when not nil, is a hook of your own: it runs first.
+// statement gets a CLIENT span, a child of the span in its context, named
+// by its db.query.summary ("SELECT greetings"), open from the statement's
+// start until its rows are closed, that says which server ran it and why.
+// otelroute's metrics report what the Connector counts; unregister them
+// before closing the *sql.DB. onRoute, when not nil, is a hook of your
+// own: it runs first.
 func Open(dsn string, tp trace.TracerProvider, mp metric.MeterProvider, onRoute func(pgrouted.RouteEvent)) (*sql.DB, *pgrouted.Connector, metric.Registration, error) {
 	connector, reg, err := instrumented(dsn, tp, mp, onRoute)
 	if err != nil {
