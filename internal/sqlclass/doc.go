@@ -155,8 +155,8 @@
 // may write, or change the session (set_config, advisory locks). [Classify]
 // does not judge such calls; [ClassifyWith] judges them by a [Functions]
 // snapshot of the primary's catalog ([CatalogQuery]) and the functions
-// configured as reads or writes, in queries and DML (not in DDL, nor in a
-// plain EXPLAIN, which runs nothing):
+// configured as reads or writes, in queries and DML (not in DDL; EXPLAIN is
+// judged as what it explains, with or without ANALYZE):
 //
 //   - a call of a function configured as a write: [Write], [FuncWrite];
 //   - a call of a name of which some visible definition (in any schema, or
@@ -168,7 +168,16 @@
 //     install script that declares it, no extension is trusted whole) and
 //     not configured as a read: [Session], [FuncVolatile];
 //   - a call of a name the catalog does not know (a function created since
-//     the snapshot, or no snapshot yet): [Session], [FuncUnknown];
+//     the snapshot, or no snapshot yet), or a cast x::t to a type it does
+//     not know: [Session], [FuncUnknown];
+//   - user code the text does not show as a call (an aggregate's support
+//     functions, attribute notation, an operator, a cast, a domain's
+//     check, a type's I/O, a view, a policy, a SQL-standard body) that may
+//     write or change the session, resolved by [Functions.SetHidden]
+//     (hidden.go): [Session], [FuncHidden] (an aggregate or a function
+//     whose body or types run such code: [FuncVolatile]);
+//   - only the server's own functions count as built-ins: one an
+//     extension installed in pg_catalog is judged as a user function;
 //   - otherwise (STABLE and IMMUTABLE definitions only) the call does not
 //     change the class.
 //
