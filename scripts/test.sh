@@ -147,6 +147,9 @@ modules() {
 	# otelroute is its own module too (go.opentelemetry.io stays out of
 	# the library's go.mod).
 	(cd otelroute && racetest ./... "$@") || rc=1
+	# promcollector is its own module too (Prometheus's client stays out
+	# of the library's go.mod).
+	(cd promcollector && racetest ./... "$@") || rc=1
 	# pgroutedgrpc is its own module too (google.golang.org/grpc stays
 	# out of the library's go.mod); its two-process test waits on
 	# servers, so it runs once more without -race.
@@ -158,14 +161,15 @@ modules() {
 	return $rc
 }
 
-# go vet of the modules beside the library, at the end of lane 1 (which
+# go vet of the modules beside the library (examples, otelroute,
+# promcollector, pgroutedgrpc), at the end of lane 1 (which
 # ends first without TEST_VERSIONS, second with it): the library's own is
 # .ci/run's first step, and a developer's make vet. Their dependencies
 # (GORM, ent, OpenTelemetry, gRPC) are compiled for it without -race, on
 # CPU time the lanes waiting on servers leave.
 vetmodules() {
 	local rc=0 m
-	for m in examples otelroute pgroutedgrpc; do
+	for m in examples otelroute promcollector pgroutedgrpc; do
 		(cd "$m" && go vet ./...) || rc=1
 	done
 	return $rc
@@ -184,7 +188,7 @@ vetmodules() {
 fuzztime=${FUZZTIME:-12s}
 fuzzworkers=${FUZZWORKERS:-1}
 targets=$(grep -rH --include='*_test.go' -E '^func Fuzz[A-Za-z0-9_]*\(' . |
-	grep -v -e '^\./examples/' -e '^\./otelroute/' -e '^\./pgroutedgrpc/' |
+	grep -v -e '^\./examples/' -e '^\./otelroute/' -e '^\./promcollector/' -e '^\./pgroutedgrpc/' |
 	sed -E 's#^(.*)/[^/]*:func (Fuzz[A-Za-z0-9_]*)\(.*#\1 \2#' | sort || true)
 #
 # Go 1.26's fuzzing coordinator can fail a target with a bare "context
@@ -269,7 +273,7 @@ for i in "${!shardnames[@]}"; do
 				job "compatibility subset on PostgreSQL ${versions[*]}" ./scripts/test-versions.sh "${versions[@]}"
 			fi
 			if [ "$i" -eq 0 ]; then
-				job "vet: examples, otelroute, pgroutedgrpc" vetmodules
+				job "vet: examples, otelroute, promcollector, pgroutedgrpc" vetmodules
 			fi
 		else
 			job "race: ${shardnames[i]}" racetest "${shardargs[@]}" . "$@"
@@ -292,7 +296,7 @@ lanes+=($!)
 # targets.
 lane=5 jobseq=0
 (
-	job "race: examples, otelroute, pgroutedgrpc (and without race); bench vetted" modules "$@"
+	job "race: examples, otelroute, promcollector, pgroutedgrpc (and without race); bench vetted" modules "$@"
 	job "fuzzing, $fuzztime a target (the other half)" fuzzall 1 2
 ) &
 lanes+=($!)
