@@ -8,7 +8,7 @@
 #               another number) kept up until Ctrl-C, to try pgrouted from
 #               your own code: prints its DSN (see docs/testcluster.md)
 #   make test   the whole test suite, with -race, against real local
-#               PostgreSQL clusters
+#               PostgreSQL clusters, and make lint
 #   make chaos  the consistency levels checked the way databases are
 #               (Jepsen): three processes' histories under a random fault
 #               schedule, for CHAOS_DURATION (default 10m); CHAOS_SEED
@@ -25,7 +25,7 @@
 # apt-get; otherwise it says which command to run. `make test` does the same
 # for Patroni and etcd (apt-get install -y patroni etcd-server).
 
-.PHONY: demo cluster test test-versions postgres patroni vet fmt bench chaos
+.PHONY: demo cluster test test-versions postgres patroni vet lint fmt bench chaos
 
 # demo and cluster build the command first rather than use go run, which
 # exits 1 on Ctrl-C whatever the command returns: Ctrl-C is a normal end of
@@ -71,8 +71,15 @@ vet:
 	go vet ./...
 	cd examples && go vet ./...
 	cd otelroute && go vet ./...
+	cd promcollector && go vet ./...
 	cd pgroutedgrpc && go vet ./...
 	cd bench && go vet ./...
+
+# go mod tidy -diff, staticcheck and govulncheck in every module, the
+# tools pinned by tools/go.mod, the vulnerability database read from the
+# module golang.org/x/vulndb (see scripts/lint.sh); make test runs it too.
+lint:
+	./scripts/lint.sh
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')

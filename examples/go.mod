@@ -10,6 +10,7 @@ require (
 	github.com/jmoiron/sqlx v1.4.0
 	github.com/pgrouted/pgrouted v0.0.0
 	github.com/pgrouted/pgrouted/otelroute v0.0.0
+	github.com/pgrouted/pgrouted/promcollector v0.0.0
 	github.com/pressly/goose/v3 v3.30.0
 	github.com/prometheus/client_golang v1.21.1
 	go.opentelemetry.io/otel v1.47.0
@@ -72,3 +73,5 @@ replace github.com/pgrouted/pgrouted => ../
 tool entgo.io/ent/cmd/ent
 
 replace github.com/pgrouted/pgrouted/otelroute => ../otelroute
+
+replace github.com/pgrouted/pgrouted/promcollector => ../promcollector

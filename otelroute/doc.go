@@ -137,8 +137,8 @@
 // imports, so go.opentelemetry.io/otel in pgrouted's go.mod would raise the
 // OpenTelemetry version of every pgrouted user, tracing or not, to this
 // one's. pgrouted itself does not import OpenTelemetry; it gives the hook
-// the statement's context, and this module does the rest. (Prometheus's
-// client is still in pgrouted's go.mod for package promcollector.) Inside
+// the statement's context, and this module does the rest. (promcollector,
+// for Prometheus, is a module of its own for the same reason.) Inside
 // pgrouted's repository, go.mod replaces pgrouted with the parent
 // directory.
 //

@@ -42,7 +42,7 @@ func key(set attribute.Set, keys ...attribute.Key) string {
 	var parts []string
 	for _, k := range keys {
 		v, _ := set.Value(k)
-		parts = append(parts, v.Emit())
+		parts = append(parts, v.String())
 	}
 	return strings.Join(parts, "/")
 }

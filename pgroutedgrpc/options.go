@@ -187,8 +187,6 @@ func parsePosition(text string) (position, error) {
 	return p, nil
 }
 
-func (p position) empty() bool { return p.wm.IsZero() && !p.unknown }
-
 // text is p as a Session's text.
 func (p position) text() string {
 	var b []byte

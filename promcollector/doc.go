@@ -94,4 +94,15 @@
 //
 // Two Connectors in one registry need distinguishing labels:
 // New(conn, ConstLabels(prometheus.Labels{"db": "orders"})).
+//
+// # Its own module
+//
+// promcollector is the module github.com/pgrouted/pgrouted/promcollector
+// (go get github.com/pgrouted/pgrouted/promcollector), not a package of
+// pgrouted's module: a module's requirements join the build of every
+// program that uses it, whichever of its packages that program imports, so
+// Prometheus's client in pgrouted's go.mod would put it and its own
+// requirements in the module graph of every pgrouted user, Prometheus or
+// not, and raise their client_golang to this one's. Inside pgrouted's
+// repository, go.mod replaces pgrouted with the parent directory.
 package promcollector

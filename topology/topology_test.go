@@ -383,7 +383,7 @@ func TestLeaseExpiresWhenPrimaryCutOff(t *testing.T) {
 	cut := time.Now()
 	// Remember the last snapshot that still named a primary.
 	last := s0
-	s, took := waitFor(t, top, 30*time.Second, "no authoritative primary", func(s *topology.Snapshot) bool {
+	_, took := waitFor(t, top, 30*time.Second, "no authoritative primary", func(s *topology.Snapshot) bool {
 		if s.Primary >= 0 {
 			last = s
 		}
@@ -408,11 +408,11 @@ func TestLeaseExpiresWhenPrimaryCutOff(t *testing.T) {
 	if h := top.Snapshot().Hosts[0]; h.Healthy || h.LastError == "" {
 		t.Fatalf("cut-off primary: %+v", h)
 	}
-	s, _ = waitFor(t, top, 5*time.Second, "primary index cleared", func(s *topology.Snapshot) bool { return s.Primary == -1 })
+	waitFor(t, top, 5*time.Second, "primary index cleared", func(s *topology.Snapshot) bool { return s.Primary == -1 })
 	if err := cluster.Node(0).Fault().Heal(); err != nil {
 		t.Fatal(err)
 	}
-	s, _ = waitFor(t, top, 30*time.Second, "node0 primary again", func(s *topology.Snapshot) bool {
+	s, _ := waitFor(t, top, 30*time.Second, "node0 primary again", func(s *topology.Snapshot) bool {
 		return primaryName(s) == "node0" && s.LeaseValid(time.Now())
 	})
 	if s.Epoch != s0.Epoch {
