@@ -483,13 +483,17 @@ func (c *classifier) nameEnd(next tokKind) {
 	}
 	h := c.fn.hidden
 	s := c.lx.s
+	attr := st.afterDot && next != tLParen
+	cast := st.before == tOther && s[st.beforeStart] == ':' && st.beforeStart > 0 && s[st.beforeStart-1] == ':'
+	if !attr && !cast {
+		return // most names: nothing to look up
+	}
 	var buf [maxIdentLen]byte
 	n := c.lx.ident(buf[:0], st.prev, st.prevStart, st.prevEnd)
-	if st.afterDot && next != tLParen && h.risky(n, hkAttr) {
+	if attr && h.risky(n, hkAttr) {
 		c.hiddenCode(st.prevStart, st.prevEnd)
 	}
-	if st.before == tOther && s[st.beforeStart] == ':' && st.beforeStart > 0 && s[st.beforeStart-1] == ':' &&
-		!(st.prev == tWord && isKeyword(s[st.prevStart:st.prevEnd])) && !h.knownType(n) {
+	if cast && !(st.prev == tWord && isKeyword(s[st.prevStart:st.prevEnd])) && !h.knownType(n) {
 		// x::t for a type t the snapshot does not hold (created since,
 		// or a temporary one): what its functions do is not known.
 		if FuncUnknown > st.fv {

@@ -187,8 +187,16 @@ func (h *hidden) risky(n []byte, want hiddenKind) bool {
 // knownType reports whether the folded name n is the name of a type the
 // snapshot holds.
 func (h *hidden) knownType(n []byte) bool {
-	_, ok := slices.BinarySearch(h.types, string(n))
-	return ok
+	lo, hi := 0, len(h.types)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if h.types[m] < string(n) {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	return lo < len(h.types) && h.types[lo] == string(n)
 }
 
 // riskyOpEndingAt reports whether a risky operator's symbol ends at byte

@@ -178,7 +178,8 @@ func TestExtensionInCatalogIsNoBuiltin(t *testing.T) {
 // TestHiddenAllocations: a read of named objects costs no allocation.
 func TestHiddenAllocations(t *testing.T) {
 	f, _ := hiddenCatalog()
-	for _, q := range []string{"SELECT x FROM safe_view WHERE x ##+ 1", "SELECT m FROM leaky_view", "SELECT 5::safe_dom, r.plus FROM t r"} {
+	for _, q := range []string{"SELECT x FROM safe_view WHERE x ##+ 1", "SELECT m FROM leaky_view", "SELECT 5::safe_dom, r.plus FROM t r",
+		"SELECT 5::a_type_name_longer_than_thirty_two_bytes_xxxxxxxxx, r.a_column_name_longer_than_thirty_two_bytes FROM t r"} {
 		if n := testing.AllocsPerRun(100, func() { ClassifyWith(q, f) }); n != 0 {
 			t.Errorf("ClassifyWith(%q): %v allocations, want 0", q, n)
 		}
