@@ -384,3 +384,55 @@ func TestDiscoverMaxCaps(t *testing.T) {
 		t.Fatalf("%d Warn lines saying members were left out, want 1; log:\n%s", n, logs)
 	}
 }
+
+// TestMemberNamesChecked: a provider's member names that a terminal, a log
+// or a metric label could not show as they are (an escape sequence, a
+// direction override, a line break, 300 bytes) never reach them: the
+// member is named by its address, which the Topology, its JSON and the log
+// show, and the provider's part of the Topology says what was refused,
+// printable. The member still serves (it is of the DSN's system).
+func TestMemberNamesChecked(t *testing.T) {
+	ctx := testCtx(t)
+	primary, replicas := cluster.Primary(), cluster.Replicas()
+	named, unnamed := replicas[0], replicas[1]
+	m := topology.NewManual()
+	odd := memberOf(t, unnamed, topology.MemberReplica, topology.StateStreaming)
+	odd.Name = "pg\x1b[2J\u202etxt\nlevel=ERROR msg=forged"
+	nb := memberOf(t, named, topology.MemberReplica, topology.StateStreaming)
+	nb.NoLoadBalance = true // reads go to the odd member alone
+	nb.Name = strings.Repeat("n", 300)
+	m.SetMembers([]topology.Member{memberOf(t, primary, topology.MemberLeader, topology.StateRunning), nb, odd})
+	logs := &syncBuffer{}
+	dsn := dsnOf(t, primary, named) + "&pgrouted_probe_interval=100ms&pgrouted_discover=true&pgrouted_latency_window=off"
+	db, conn, _ := openDSN(t, dsn, func(c *pgrouted.Config) {
+		c.Provider = m
+		c.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	})
+	top := conn.Topology()
+	h, ok := hostInfo(conn, unnamed.Addr())
+	if !ok || !h.Discovered || h.Member != unnamed.Addr() {
+		t.Fatalf("hosts %+v: want the odd member discovered under its address %s", top.Hosts, unnamed.Addr())
+	}
+	if h, _ := hostInfo(conn, named.Name()); h.Member != named.Addr() {
+		t.Fatalf("the member with a 300-byte name shows as %q, want its address", h.Member)
+	}
+	if top.Provider == nil || !strings.Contains(top.Provider.BadMember, "300 bytes long") {
+		t.Fatalf("provider %+v: want the refused name said", top.Provider)
+	}
+	marker := fmt.Sprintf("odd-name-%d", time.Now().UnixNano())
+	if on := markedReadsOn(t, ctx, db, 3, marker); len(on) != 1 || on[0] != unnamed.Name() {
+		t.Fatalf("reads ran on %v, want the odd member (%s)", on, unnamed.Name())
+	}
+	js, err := json.Marshal(conn.Topology())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for what, text := range map[string]string{"topology JSON": string(js), "log": logs.String()} {
+		if strings.ContainsAny(text, "\x1b\u202e") || strings.Contains(text, "forged") || strings.Contains(text, strings.Repeat("n", 256)) {
+			t.Errorf("the %s holds the odd name:\n%s", what, text)
+		}
+	}
+	if countLines(logs.String(), "host discovered", "host="+unnamed.Addr()) != 1 {
+		t.Errorf("no log line of the odd member discovered under its address:\n%s", logs)
+	}
+}

@@ -8,6 +8,8 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
+	"log/slog"
 	"math/big"
 	"os"
 	"path/filepath"
@@ -184,4 +186,25 @@ func caFile(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return path
+}
+
+// The Connector's log lines go through dsn.Printable: a name, an error or
+// a value that quotes one cannot break, hide or forge a line.
+func TestPrintableLogger(t *testing.T) {
+	var b strings.Builder
+	l := printableLogger(slog.New(slog.NewJSONHandler(&b, nil)))
+	l.With("host", "a\u202eb").WithGroup("g\x1b").Warn("msg \x1b[2J", "member", "m\nlevel=ERROR", "error", errors.New("e\x00\xff"),
+		slog.Group("in", "name", "x\u2028y"), "n", 3)
+	out := b.String()
+	for _, want := range []string{`a\\u202eb`, `msg \\u001b[2J`, `m\\u000alevel=ERROR`, `e\\u0000\\xff`, `x\\u2028y`, `"n":3`, `g\\u001b`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("log %s lacks %s", out, want)
+		}
+	}
+	if strings.ContainsAny(out, "\u202e\x1b\u2028") {
+		t.Errorf("log holds a raw control or format character: %q", out)
+	}
+	if printableLogger(nil) != nil || printableLogger(l) != l {
+		t.Error("printableLogger wraps nil, or wraps twice")
+	}
 }

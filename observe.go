@@ -3,9 +3,12 @@ package pgrouted
 import (
 	"encoding/json"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"time"
+	"unicode"
 
+	"github.com/pgrouted/pgrouted/dsn"
 	"github.com/pgrouted/pgrouted/internal/consistency"
 	"github.com/pgrouted/pgrouted/lagmeter"
 )
@@ -64,6 +67,11 @@ type ProviderInfo struct {
 	Conflict bool `json:"conflict,omitempty"`
 	// LastError is its last failure, empty after an answer.
 	LastError string `json:"lastError,omitempty"`
+	// BadMember says which member of the provider's last view had a name,
+	// host, role or state refused by dsn.CheckName (too long, not UTF-8, a
+	// control or format character), and why; such a name is replaced by
+	// the member's address. Empty when none had.
+	BadMember string `json:"badMember,omitempty"`
 }
 
 // HostInfo is one host in a [Snapshot].
@@ -157,13 +165,17 @@ func (c *Connector) Topology() Snapshot {
 		Taken:                now,
 		Hosts:                make([]HostInfo, 0, len(s.Hosts)),
 	}
+	// Every name and every text that may quote one is shown through
+	// dsn.Printable (the provider's are checked as they come in, the
+	// DSN's when it is parsed: this is the last guard).
+	pr := dsn.Printable
 	if s.LeaseValid(now) {
-		out.Primary = v.primary.probe.Name
+		out.Primary = pr(v.primary.probe.Name)
 	}
 	if p := s.Provider; p != nil {
 		out.Provider = &ProviderInfo{
-			Name: p.Name, Endpoint: p.Endpoint, Leader: p.Leader, LeaderTimeline: p.LeaderTimeline,
-			UnknownLeader: p.Unknown, Conflict: p.Conflict, LastError: p.LastError,
+			Name: pr(p.Name), Endpoint: pr(p.Endpoint), Leader: pr(p.Leader), LeaderTimeline: p.LeaderTimeline,
+			UnknownLeader: pr(p.Unknown), Conflict: p.Conflict, LastError: printableLine(p.LastError), BadMember: pr(p.BadMember),
 		}
 		if !p.Confirmed.IsZero() {
 			out.Provider.LeaseRemainingMs = ms(max(s.Lease-now.Sub(p.Confirmed), 0))
@@ -178,8 +190,8 @@ func (c *Connector) Topology() Snapshot {
 		}
 		st := hs.pool.Stat()
 		hi := HostInfo{
-			Name:          h.Name,
-			Address:       h.Addr,
+			Name:          pr(h.Name),
+			Address:       pr(h.Addr),
 			Role:          h.Role.String(),
 			Healthy:       h.Healthy,
 			Circuit:       hs.breaker.State().String(),
@@ -188,14 +200,14 @@ func (c *Connector) Topology() Snapshot {
 			SyncState:     h.SyncState,
 			InflightReads: hs.inflight(),
 			Pool:          PoolInfo{Total: st.TotalConns(), Idle: st.IdleConns(), Acquired: st.AcquiredConns(), Max: st.MaxConns()},
-			LastError:     h.LastError,
-			Member:        h.Member,
-			MemberRole:    h.MemberRole,
-			MemberState:   h.MemberState,
+			LastError:     printableLine(h.LastError),
+			Member:        pr(h.Member),
+			MemberRole:    pr(h.MemberRole),
+			MemberState:   pr(h.MemberState),
 			NoLoadBalance: h.NoLoadBalance,
 			NoReads:       h.NoReads,
 			Discovered:    h.Discovered,
-			Untrusted:     h.Untrusted,
+			Untrusted:     pr(h.Untrusted),
 		}
 		hi.Pooler, hi.BackendSwitched = h.Pooler, h.BackendSwitched
 		hi.MissingPrivileges = h.Missing
@@ -220,6 +232,16 @@ func (c *Connector) Topology() Snapshot {
 		out.Hosts = append(out.Hosts, hi)
 	}
 	return out
+}
+
+// printableLine is an error's text as the Topology shows it: on one line
+// (its runs of white space, line breaks included, made one space), then
+// through dsn.Printable.
+func printableLine(s string) string {
+	if !strings.ContainsFunc(s, func(r rune) bool { return r != ' ' && unicode.IsSpace(r) }) {
+		return dsn.Printable(s)
+	}
+	return dsn.Printable(strings.Join(strings.Fields(s), " "))
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

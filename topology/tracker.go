@@ -287,6 +287,7 @@ func (tr *tracker) applyView(v viewResult) {
 		tr.evaluate(false, nil)
 		return
 	}
+	v.view, tr.prov.BadMember = checkMembers(v.view)
 	a := tr.discover(v.view, Authorize(v.view, tr.endpoints()))
 	tr.auth, tr.viewAt = &a, v.sentAt
 	tr.prov.LastError = ""
