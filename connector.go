@@ -24,8 +24,9 @@ import (
 // closes it.
 type Connector struct {
 	cfg    Config
-	hosts  hostTable // in DSN order, then discovered ones, as in topology snapshots
-	views  views     // the newest snapshot joined with hosts (view.go)
+	log    *slog.Logger // cfg.Logger, every line made printable (printableLogger); nil without one
+	hosts  hostTable    // in DSN order, then discovered ones, as in topology snapshots
+	views  views        // the newest snapshot joined with hosts (view.go)
 	top    *topology.Topology
 	picker picker // chooses among eligible replicas (pick.go)
 
@@ -88,7 +89,7 @@ func NewConnector(cfg *Config) (*Connector, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Connector{cfg: own, funcs: newCatalog(read, write), classes: newClassCache()}
+	c := &Connector{cfg: own, funcs: newCatalog(read, write), classes: newClassCache(), log: printableLogger(own.Logger)}
 	c.rw.index = consistency.NewReadIndex(c.fetchPosition, positionTimeout)
 	c.rw.level = levelOf(own.Consistency)
 	if d, ok := own.MaxLag.Time(); ok {
@@ -107,7 +108,7 @@ func NewConnector(cfg *Config) (*Connector, error) {
 		th[i] = c.topologyHost(hs, &h.ConnConfig.Config)
 	}
 	// The Config.Select hook goes in front of the pgrouted_select policy.
-	c.picker = newPicker(own.SelectPolicy, own.LatencyWindow, own.Select, own.Logger)
+	c.picker = newPicker(own.SelectPolicy, own.LatencyWindow, own.Select, c.log)
 	prov, err := newProvider(&own)
 	if err != nil {
 		c.closePools()
@@ -220,12 +221,12 @@ func (c *Connector) circuitChanged(ch circuit.Change) {
 			}
 		}
 	}
-	if c.cfg.Logger != nil {
+	if c.log != nil {
 		level := slog.LevelWarn
 		if ch.To == circuit.Closed {
 			level = slog.LevelInfo
 		}
-		c.cfg.Logger.Log(context.Background(), level, "pgrouted: circuit "+ch.To.String(), "host", ch.Name, "source", ch.Source.String(), "failures", ch.Failures)
+		c.log.Log(context.Background(), level, "pgrouted: circuit "+ch.To.String(), "host", ch.Name, "source", ch.Source.String(), "failures", ch.Failures)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/pgrouted/pgrouted/dsn"
 	"github.com/pgrouted/pgrouted/internal/consistency"
 	"github.com/pgrouted/pgrouted/internal/pgpipe"
 	"github.com/pgrouted/pgrouted/internal/sqlclass"
@@ -258,14 +259,14 @@ func (c *Connector) reportLoss(e *consistency.Effect) {
 			return
 		}
 		c.counters.lostWrites.Add(1)
-		if c.cfg.Logger != nil {
-			c.cfg.Logger.Warn("pgrouted: a write acknowledged before a failover is not in the new primary's history: it was lost with the old primary",
+		if c.log != nil {
+			c.log.Warn("pgrouted: a write acknowledged before a failover is not in the new primary's history: it was lost with the old primary",
 				"watermark", e.From.String(), "switchPoint", e.SwitchPoint.String(), "timeline", e.Timeline)
 		}
 	case consistency.MayBeLost:
 		c.counters.timelineResets.Add(1)
-		if last := c.rw.loggedTimeline.Load(); e.Timeline > last && c.rw.loggedTimeline.CompareAndSwap(last, e.Timeline) && c.cfg.Logger != nil {
-			c.cfg.Logger.Warn("pgrouted: writes acknowledged before a failover may have been lost; reading them from the primary until the new timeline's position is known",
+		if last := c.rw.loggedTimeline.Load(); e.Timeline > last && c.rw.loggedTimeline.CompareAndSwap(last, e.Timeline) && c.log != nil {
+			c.log.Warn("pgrouted: writes acknowledged before a failover may have been lost; reading them from the primary until the new timeline's position is known",
 				"watermark", e.From.String(), "timeline", e.Timeline)
 		}
 	}
@@ -546,7 +547,7 @@ func (c *Connector) fetchPosition(ctx context.Context) (lagmeter.Watermark, erro
 	}
 	st := v.primary.probe
 	if st.SystemID == 0 || st.Timeline == 0 {
-		return lagmeter.Watermark{}, fmt.Errorf("pgrouted: %s: system or timeline not known yet", st.Name)
+		return lagmeter.Watermark{}, fmt.Errorf("pgrouted: %s: system or timeline not known yet", dsn.Printable(st.Name))
 	}
 	fctx, release := t.dialContext(ctx)
 	defer release()
@@ -566,7 +567,7 @@ func (c *Connector) fetchPosition(ctx context.Context) (lagmeter.Watermark, erro
 	}
 	lsn, err := lagmeter.ParseLSN(text)
 	if err != nil || lsn == 0 {
-		return lagmeter.Watermark{}, fmt.Errorf("pgrouted: %s: position %q", st.Name, text)
+		return lagmeter.Watermark{}, fmt.Errorf("pgrouted: %s: position %q", dsn.Printable(st.Name), text)
 	}
 	return lagmeter.Watermark{SystemID: st.SystemID, Timeline: st.Timeline, LSN: st.Layout.RecordEnd(lsn)}, nil
 }

@@ -7,14 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"path/filepath"
-	"regexp"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -95,33 +93,6 @@ func foreignCluster(t *testing.T, replicas int) *testcluster.Cluster {
 	}
 	t.Cleanup(func() { c.Close() })
 	return c
-}
-
-// setHostAuth makes n's TCP connections authenticate with method (trust,
-// password, scram-sha-256), once the postmaster has reread pg_hba.conf (a
-// moment after it returns).
-func setHostAuth(t *testing.T, n *testcluster.Node, method string) {
-	t.Helper()
-	path := filepath.Join(n.DataDir(), "pg_hba.conf")
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	re := regexp.MustCompile(`(?m)^(host\s.*\s)(trust|password|md5|scram-sha-256)\s*$`)
-	if !re.Match(b) {
-		t.Fatalf("no host line in %s:\n%s", path, b)
-	}
-	st, err := os.Stat(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, re.ReplaceAll(b, []byte("${1}"+method)), st.Mode()); err != nil {
-		t.Fatal(err)
-	}
-	// A reload by signal: the server may no longer let testcluster in.
-	if err := syscall.Kill(n.PostmasterPID(), syscall.SIGHUP); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // inLog reports whether n's server log holds s.
@@ -278,59 +249,106 @@ func TestDiscoverForeignSystem(t *testing.T) {
 	}
 }
 
-// TestDiscoverOnlyThroughSCRAM: with a password in the DSN, a discovered
-// member that asks for the password in cleartext gets nothing: the probe
-// refuses before sending it. With SCRAM it connects (and is refused for
-// its system).
-func TestDiscoverOnlyThroughSCRAM(t *testing.T) {
+// TestDiscoverNeedsProof: with a password in the DSN and neither
+// sslmode=verify-full nor channel_binding=require, a discovered member is
+// refused before anything is sent to it, whatever server it is: a trap
+// (a listener counting the connections it is offered) and a real standby
+// of the DSN's own system alike. The Topology and one Warn line per member
+// say so, naming the settings to change; the password shows nowhere.
+// Without a password, the same standby is trusted and takes reads.
+func TestDiscoverNeedsProof(t *testing.T) {
 	ctx := testCtx(t)
 	primary, replicas := cluster.Primary(), cluster.Replicas()
-	foreign := foreignCluster(t, 0).Primary()
-	password := fmt.Sprintf("pw-%d", time.Now().UnixNano())
-	mustExec(t, ctx, foreign, "ALTER ROLE postgres PASSWORD '"+password+"'")
-	setHostAuth(t, foreign, "password")
-
-	member := memberOf(t, foreign, topology.MemberReplica, topology.StateStreaming)
-	member.Name = "foreign"
+	named, unnamed := replicas[0], replicas[1]
+	trap, offered := connTrap(t)
+	tm := topology.Member{Name: "trap", Host: "127.0.0.1", Port: trap, Role: topology.MemberReplica, State: topology.StateStreaming}
 	api := newFakePatroniAPI(t,
 		memberOf(t, primary, topology.MemberLeader, topology.StateRunning),
-		memberOf(t, replicas[0], topology.MemberReplica, topology.StateStreaming),
-		member)
-	logs := &syncBuffer{}
-	// The package's cluster trusts TCP connections: the password is the
-	// foreign server's.
-	dsn := strings.Replace(dsnOf(t, primary, replicas[0]), "postgres://postgres@", "postgres://postgres:"+password+"@", 1)
-	if !strings.Contains(dsn, password) {
+		memberOf(t, named, topology.MemberReplica, topology.StateStreaming),
+		memberOf(t, unnamed, topology.MemberReplica, topology.StateStreaming),
+		tm)
+	password := fmt.Sprintf("pw-%d", time.Now().UnixNano())
+	// The package's cluster trusts TCP connections: its hosts take any
+	// password, and the DSN's hosts need no proof.
+	plain := dsnOf(t, primary, named) + "&pgrouted_topology=patroni&pgrouted_patroni_endpoints=" + api.URL +
+		"&pgrouted_discover=true&pgrouted_probe_interval=100ms&pgrouted_latency_window=off"
+	withPW := strings.Replace(plain, "postgres://postgres@", "postgres://postgres:"+password+"@", 1)
+	if !strings.Contains(withPW, password) {
 		t.Fatal("no password in the DSN")
 	}
-	dsn += "&pgrouted_topology=patroni&pgrouted_patroni_endpoints=" + api.URL + "&pgrouted_discover=true&pgrouted_probe_interval=100ms"
-	_, conn, _ := openDSN(t, dsn, func(c *pgrouted.Config) {
+	logs := &syncBuffer{}
+	db, conn, rec := openDSN(t, withPW, func(c *pgrouted.Config) {
 		c.Logger = slog.New(slog.NewTextHandler(logs, nil))
 	})
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		h, ok := pgrouted.TopologyHost(conn, "foreign")
-		if ok && strings.Contains(h.LastError, "server requested password authentication") {
-			if h.Healthy || h.Untrusted != "not probed yet" {
-				t.Fatalf("the member that asks for a cleartext password: %+v", h)
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after 30s, the member that asks for a cleartext password is %+v, want its probe refusing to answer", h)
-		}
-		time.Sleep(20 * time.Millisecond)
+	for _, name := range []string{"trap", unnamed.Name()} {
+		waitUntrusted(t, conn, name, "sslmode=verify-full or channel_binding=require")
 	}
-	// SCRAM: the probe connects, and the member is refused for its system.
-	setHostAuth(t, foreign, "scram-sha-256")
-	waitUntrusted(t, conn, "foreign", "is not the configured hosts'")
-	if h, _ := pgrouted.TopologyHost(conn, "foreign"); !h.Healthy {
-		t.Fatalf("the member authenticating with SCRAM: %+v, want its probe to succeed", h)
+	since := api.served()
+	waitTopology(t, conn, 10*time.Second, "more views applied", func(pgrouted.Snapshot) bool { return api.served() > since+3 })
+	for _, name := range []string{"trap", unnamed.Name()} {
+		h, ok := hostInfo(conn, name)
+		if !ok || !h.Discovered || !h.NoReads || h.Healthy || h.Role != "unknown" || h.LastError != "" {
+			t.Fatalf("Topology shows %s as %+v: want discovered, never probed, no reads", name, h)
+		}
+		if n := countLines(logs.String(), "level=WARN", "discovered host refused", "host="+name+" ", "sslmode=verify-full or channel_binding=require"); n != 1 {
+			t.Fatalf("%d Warn lines refusing %s, want 1; log:\n%s", n, name, logs)
+		}
+	}
+	if n := offered(); n != 0 {
+		t.Fatalf("%d connections were opened to the trap", n)
+	}
+	marker := fmt.Sprintf("needs-proof-%d", time.Now().UnixNano())
+	if on := markedReadsOn(t, ctx, db, 10, marker); len(on) != 1 || on[0] != named.Name() {
+		t.Fatalf("reads ran on %v, want only on %s (the refused members get none)", on, named.Name())
+	}
+	for _, e := range rec.snapshot() {
+		if e.Endpoint == "trap" || e.Endpoint == unnamed.Name() {
+			t.Fatalf("a statement was routed to a refused member: %+v", e)
+		}
 	}
 	js, _ := json.Marshal(conn.Topology())
 	if strings.Contains(logs.String(), password) || strings.Contains(string(js), password) {
 		t.Fatal("the password shows in the log or the topology")
 	}
+
+	// Without a password there is nothing to relay: the standby of this
+	// system is trusted and takes reads (the trap stays down: nothing
+	// answers there).
+	_, conn2, _ := openDSN(t, plain, nil)
+	waitTopology(t, conn2, 30*time.Second, unnamed.Name()+" trusted without a password", func(s pgrouted.Snapshot) bool {
+		h, ok := hostInfo(conn2, unnamed.Name())
+		return ok && h.Untrusted == "" && !h.NoReads && h.Role == "standby"
+	})
+	waitTopology(t, conn2, 30*time.Second, "the trap probed without a password", func(pgrouted.Snapshot) bool { return offered() > 0 })
+	if h, _ := hostInfo(conn2, "trap"); strings.Contains(h.Untrusted, "sslmode") {
+		t.Fatalf("without a password the trap is %+v: want it probed, not refused for want of proof", h)
+	}
+}
+
+// connTrap listens on a loopback port and counts the connections it is
+// offered (closing each at once); it returns the port and the count.
+func connTrap(t *testing.T) (uint16, func() int) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	var mu sync.Mutex
+	n := 0
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			n++
+			mu.Unlock()
+			c.Close()
+		}
+	}()
+	return uint16(ln.Addr().(*net.TCPAddr).Port), func() int { mu.Lock(); defer mu.Unlock(); return n }
 }
 
 // TestDiscoverMaxCaps: a Patroni answer naming more members than
@@ -367,5 +385,57 @@ func TestDiscoverMaxCaps(t *testing.T) {
 	}
 	if n := countLines(logs.String(), "level=WARN", "left out", "pgrouted_discover_max=3", "left_out=37"); n != 1 {
 		t.Fatalf("%d Warn lines saying members were left out, want 1; log:\n%s", n, logs)
+	}
+}
+
+// TestMemberNamesChecked: a provider's member names that a terminal, a log
+// or a metric label could not show as they are (an escape sequence, a
+// direction override, a line break, 300 bytes) never reach them: the
+// member is named by its address, which the Topology, its JSON and the log
+// show, and the provider's part of the Topology says what was refused,
+// printable. The member still serves (it is of the DSN's system).
+func TestMemberNamesChecked(t *testing.T) {
+	ctx := testCtx(t)
+	primary, replicas := cluster.Primary(), cluster.Replicas()
+	named, unnamed := replicas[0], replicas[1]
+	m := topology.NewManual()
+	odd := memberOf(t, unnamed, topology.MemberReplica, topology.StateStreaming)
+	odd.Name = "pg\x1b[2J\u202etxt\nlevel=ERROR msg=forged"
+	nb := memberOf(t, named, topology.MemberReplica, topology.StateStreaming)
+	nb.NoLoadBalance = true // reads go to the odd member alone
+	nb.Name = strings.Repeat("n", 300)
+	m.SetMembers([]topology.Member{memberOf(t, primary, topology.MemberLeader, topology.StateRunning), nb, odd})
+	logs := &syncBuffer{}
+	dsn := dsnOf(t, primary, named) + "&pgrouted_probe_interval=100ms&pgrouted_discover=true&pgrouted_latency_window=off"
+	db, conn, _ := openDSN(t, dsn, func(c *pgrouted.Config) {
+		c.Provider = m
+		c.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	})
+	top := conn.Topology()
+	h, ok := hostInfo(conn, unnamed.Addr())
+	if !ok || !h.Discovered || h.Member != unnamed.Addr() {
+		t.Fatalf("hosts %+v: want the odd member discovered under its address %s", top.Hosts, unnamed.Addr())
+	}
+	if h, _ := hostInfo(conn, named.Name()); h.Member != named.Addr() {
+		t.Fatalf("the member with a 300-byte name shows as %q, want its address", h.Member)
+	}
+	if top.Provider == nil || !strings.Contains(top.Provider.BadMember, "300 bytes long") {
+		t.Fatalf("provider %+v: want the refused name said", top.Provider)
+	}
+	marker := fmt.Sprintf("odd-name-%d", time.Now().UnixNano())
+	if on := markedReadsOn(t, ctx, db, 3, marker); len(on) != 1 || on[0] != unnamed.Name() {
+		t.Fatalf("reads ran on %v, want the odd member (%s)", on, unnamed.Name())
+	}
+	js, err := json.Marshal(conn.Topology())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for what, text := range map[string]string{"topology JSON": string(js), "log": logs.String()} {
+		if strings.ContainsAny(text, "\x1b\u202e") || strings.Contains(text, "forged") || strings.Contains(text, strings.Repeat("n", 256)) {
+			t.Errorf("the %s holds the odd name:\n%s", what, text)
+		}
+	}
+	if countLines(logs.String(), "host discovered", "host="+unnamed.Addr()) != 1 {
+		t.Errorf("no log line of the odd member discovered under its address:\n%s", logs)
 	}
 }

@@ -95,7 +95,7 @@ func newHost(i int, h dsn.Host, cfg *dsn.Config, onChange func(circuit.Change), 
 	}
 	pc, err := pgxpool.ParseConfig("")
 	if err != nil {
-		return nil, fmt.Errorf("pgrouted: pool for %s: %w", h.Name, err)
+		return nil, fmt.Errorf("pgrouted: pool for %s: %w", dsn.Printable(h.Name), err)
 	}
 	pc.ConnConfig = h.ConnConfig.Copy()
 	boundConnect(&pc.ConnConfig.Config)
@@ -108,7 +108,7 @@ func newHost(i int, h dsn.Host, cfg *dsn.Config, onChange func(circuit.Change), 
 		OnChange:   onChange,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("pgrouted: circuit for %s: %w", h.Name, err)
+		return nil, fmt.Errorf("pgrouted: circuit for %s: %w", dsn.Printable(h.Name), err)
 	}
 	// A primary session may be needed the moment the host answers again:
 	// it dials whatever the circuit says, while the host is the primary of
@@ -119,7 +119,7 @@ func newHost(i int, h dsn.Host, cfg *dsn.Config, onChange func(circuit.Change), 
 	sdial := sc.DialFunc
 	sc.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
 		if !hs.leads.Load() {
-			return nil, fmt.Errorf("%w: %s", errNotPrimary, h.Name)
+			return nil, fmt.Errorf("%w: %s", errNotPrimary, dsn.Printable(h.Name))
 		}
 		return sdial(ctx, network, addr)
 	}
@@ -139,7 +139,7 @@ func newHost(i int, h dsn.Host, cfg *dsn.Config, onChange func(circuit.Change), 
 	// it, so that a read waiting for that (on a host that accepts
 	// connections and then answers nothing) is released too when the
 	// circuit opens.
-	dial, b, name := pc.ConnConfig.DialFunc, hs.breaker, h.Name
+	dial, b, name := pc.ConnConfig.DialFunc, hs.breaker, dsn.Printable(h.Name)
 	pc.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
 		if !b.Allow() {
 			return nil, fmt.Errorf("pgrouted: %s: circuit open", name)
@@ -157,7 +157,7 @@ func newHost(i int, h dsn.Host, cfg *dsn.Config, onChange func(circuit.Change), 
 	}
 	hs.pool, err = pgxpool.NewWithConfig(context.Background(), pc)
 	if err != nil {
-		return nil, fmt.Errorf("pgrouted: pool for %s: %w", h.Name, err)
+		return nil, fmt.Errorf("pgrouted: pool for %s: %w", dsn.Printable(h.Name), err)
 	}
 	hs.replicas = stdlib.GetPoolConnector(hs.pool)
 	return hs, nil

@@ -1,6 +1,10 @@
 package pgrouted
 
 import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -64,8 +68,10 @@ func (c *Connector) discovery(o *topology.Options) {
 // system (topology.HostState.Untrusted). Until then, nothing in its
 // settings trusts the name the provider gave: the TLS settings are the
 // DSN's unchanged (verify-full checks the DSN's host name, not the
-// member's), and the password is never sent but through SCRAM
-// (discoveredAuth).
+// member's). And its connections are opened only when they prove the
+// server's identity or send no password (discoveredProof): otherwise the
+// host is added refused (topology.Host.Refused), shown untrusted with the
+// setting to change, and never connected to.
 func (c *Connector) discoverHost(i int, m topology.Member) (topology.Host, bool) {
 	if i != len(c.hosts.all()) {
 		c.logWarn("pgrouted: discovered member not added: host index mismatch", "member", m.Name)
@@ -83,7 +89,13 @@ func (c *Connector) discoverHost(i int, m topology.Member) (topology.Host, bool)
 		fallbacks = append(fallbacks, &pgconn.FallbackConfig{Host: m.Host, Port: m.Port, TLSConfig: fb.TLSConfig})
 	}
 	cc.Fallbacks = fallbacks
-	discoveredAuth(&cc.Config)
+	refused := discoveredProof(&cc.Config)
+	if refused != "" {
+		// Nothing may dial it, whatever asks (a pool, a probe).
+		cc.DialFunc = func(context.Context, string, string) (net.Conn, error) {
+			return nil, errors.New("pgrouted: discovered host refused: " + refused)
+		}
+	}
 	_, addr := pgconn.NetworkAddress(m.Host, m.Port)
 	name := m.Name
 	for _, h := range c.hosts.all() {
@@ -101,7 +113,9 @@ func (c *Connector) discoverHost(i int, m topology.Member) (topology.Host, bool)
 	hs.discovered = true // before topologyHost
 	c.hosts.add(hs)
 	c.logInfo("pgrouted: host discovered", "host", name, "address", addr)
-	return c.topologyHost(hs, &cc.Config), true
+	th := c.topologyHost(hs, &cc.Config)
+	th.Refused = refused
+	return th, true
 }
 
 // templateOf returns the configuration a discovered host copies: the
@@ -120,22 +134,46 @@ func templateOf(hosts []dsn.Host) *pgx.ConnConfig {
 // tells them apart.
 func isSocket(host string) bool { return strings.HasPrefix(host, "/") }
 
-// discoveredRequireAuth is the require_auth of a discovered host's
-// connections when the DSN has a password.
-const discoveredRequireAuth = "scram-sha-256"
-
-// discoveredAuth makes cfg, a discovered host's configuration, refuse to
-// give its password to a server that asks for it in cleartext or as MD5,
-// or that lets it in without proving it holds the role's SCRAM verifier:
-// with a password, a discovered host must authenticate with SCRAM-SHA-256
-// (pgconn's require_auth=scram-sha-256), whatever require_auth the DSN
-// has. SCRAM sends no password, and its last message proves the server
-// knows the role's verifier. Without a password there is nothing to give
-// away, and the DSN's require_auth stays.
-func discoveredAuth(cfg *pgconn.Config) {
-	if cfg.Password != "" {
-		cfg.RequireAuth = discoveredRequireAuth
+// discoveredProof returns "" when the connections of a discovered host,
+// whose configuration is cfg, may be opened, and otherwise why not, naming
+// the settings to change. They may when they give a server nothing to
+// steal or relay (no password, no OAuth token), or when they prove the
+// server's identity before the password serves it:
+//   - TLS whose certificate is checked against the host name
+//     (sslmode=verify-full: no verification skipped) on every attempt,
+//     fallbacks included (sslmode=prefer falls back to plain TCP);
+//   - SCRAM channel binding (channel_binding=require): the exchange is
+//     bound to the TLS channel, so a server that relays it to the real
+//     one fails it, and pgx accepts no authentication without it.
+//
+// Under sslmode=prefer, require or verify-ca without channel binding, a
+// server the provider named could relay the SCRAM exchange to the real
+// server and sit in the middle of every connection: refused.
+func discoveredProof(cfg *pgconn.Config) string {
+	if cfg.Password == "" && cfg.OAuthTokenProvider == nil {
+		return ""
 	}
+	if cfg.ChannelBinding == "require" {
+		return ""
+	}
+	verified := verifiesName(cfg.TLSConfig)
+	for _, fb := range cfg.Fallbacks {
+		verified = verified && verifiesName(fb.TLSConfig)
+	}
+	if verified {
+		return ""
+	}
+	return discoveredNoProof
+}
+
+// discoveredNoProof is why a discovered host with a password and no proof
+// of the server's identity is refused (HostInfo.Untrusted, the Warn line).
+const discoveredNoProof = "refused, never connected: its connections would send the DSN's password to a server that has not proved its identity; set sslmode=verify-full or channel_binding=require (or connect without a password)"
+
+// verifiesName reports whether a connection with TLS configuration t
+// checks the server's certificate and its name (sslmode=verify-full).
+func verifiesName(t *tls.Config) bool {
+	return t != nil && !t.InsecureSkipVerify
 }
 
 // topologyHost is h as the topology probes it, with the hooks that tell h

@@ -1,6 +1,19 @@
 package pgrouted
 
 import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"log/slog"
+	"math/big"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -92,33 +105,106 @@ func TestProbeConnectTimeout(t *testing.T) {
 	}
 }
 
-// A discovered host's connections, data and probe alike, give the DSN's
-// password only through SCRAM: require_auth=scram-sha-256 whatever the
-// DSN's require_auth; without a password, the DSN's require_auth stays.
-func TestDiscoveredHostAuth(t *testing.T) {
+// A discovered host's connections are opened only when they prove the
+// server's identity (verify-full on every attempt, or channel binding) or
+// send no password; otherwise the host comes refused, naming the settings
+// (never the password), and nothing can dial it: neither its pool nor its
+// probe. The DSN's require_auth applies unchanged.
+func TestDiscoveredHostProof(t *testing.T) {
+	const pw = "s3cret-pw"
+	ca := caFile(t)
 	for _, tc := range []struct {
-		dsn, want string
+		dsn     string
+		refused bool
 	}{
-		{"host=db1.example user=app password=secret sslmode=disable pgrouted_discover=true", "scram-sha-256"},
-		{"host=db1.example user=app password=secret sslmode=disable require_auth=password,md5 pgrouted_discover=true", "scram-sha-256"},
-		{"host=db1.example user=app sslmode=disable pgrouted_discover=true", ""},
-		{"host=db1.example user=app sslmode=disable require_auth=!password pgrouted_discover=true", "!password"},
+		{"host=db1.example user=app password=" + pw + " sslmode=disable", true},
+		{"host=db1.example user=app password=" + pw, true}, // sslmode=prefer
+		{"host=db1.example user=app password=" + pw + " sslmode=require", true},
+		{"host=db1.example user=app password=" + pw + " sslmode=verify-ca sslrootcert=" + ca, true},
+		{"host=db1.example user=app password=" + pw + " sslmode=require sslrootcert=" + ca, true}, // verify-ca
+		{"host=db1.example user=app password=" + pw + " sslmode=verify-full sslrootcert=" + ca, false},
+		{"host=db1.example user=app password=" + pw + " sslmode=require channel_binding=prefer", true},
+		{"host=db1.example user=app password=" + pw + " sslmode=verify-full sslrootcert=system", false},
+		{"host=db1.example user=app password=" + pw + " sslmode=require channel_binding=require", false},
+		{"host=db1.example user=app password=" + pw + " sslmode=verify-full sslrootcert=system require_auth=md5", false},
+		{"host=db1.example user=app sslmode=disable", false},
+		{"host=db1.example user=app sslmode=prefer require_auth=!password", false},
 	} {
-		c, cfg := hostsOnly(t, tc.dsn)
-		th, ok := c.discoverHost(1, topology.Member{Name: "pg-new", Host: "db9.example", Port: 6000})
+		dsn := tc.dsn + " pgrouted_discover=true"
+		c, cfg := hostsOnly(t, dsn)
+		th, ok := c.discoverHost(1, topology.Member{Name: "pg-new", Host: "127.0.0.1", Port: 1})
 		if !ok {
 			t.Fatalf("%s: member not added", tc.dsn)
 		}
+		if got := th.Refused != ""; got != tc.refused {
+			t.Errorf("%s: refused %v (%q), want %v", tc.dsn, got, th.Refused, tc.refused)
+		}
 		h := c.hosts.all()[1]
-		if got := h.pool.Config().ConnConfig.RequireAuth; got != tc.want {
-			t.Errorf("%s: data connections' require_auth %q, want %q", tc.dsn, got, tc.want)
+		if want := cfg.Hosts[0].ConnConfig.RequireAuth; h.pool.Config().ConnConfig.RequireAuth != want || th.Config.RequireAuth != want {
+			t.Errorf("%s: require_auth %q (data), %q (probe), want the DSN's %q", tc.dsn, h.pool.Config().ConnConfig.RequireAuth, th.Config.RequireAuth, want)
 		}
-		if got := th.Config.RequireAuth; got != tc.want {
-			t.Errorf("%s: probe's require_auth %q, want %q", tc.dsn, got, tc.want)
-		}
-		if got, was := cfg.Hosts[0].ConnConfig.RequireAuth, c.hosts.all()[0].pool.Config().ConnConfig.RequireAuth; got != was || (tc.want == "scram-sha-256" && got == tc.want) {
-			t.Errorf("%s: the DSN's host's require_auth became %q", tc.dsn, got)
+		if tc.refused {
+			for _, part := range []string{"sslmode=verify-full", "channel_binding=require"} {
+				if !strings.Contains(th.Refused, part) {
+					t.Errorf("%s: refusal %q does not name %s", tc.dsn, th.Refused, part)
+				}
+			}
+			if strings.Contains(th.Refused, pw) {
+				t.Errorf("%s: the refusal holds the password", tc.dsn)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			err := h.pool.Ping(ctx)
+			cancel()
+			if err == nil || !strings.Contains(err.Error(), "discovered host refused") {
+				t.Errorf("%s: the refused host's pool dialled it: %v", tc.dsn, err)
+			}
+			if _, err := th.Config.DialFunc(context.Background(), "tcp", "127.0.0.1:1"); err == nil {
+				t.Errorf("%s: the refused host's probe configuration dials", tc.dsn)
+			}
 		}
 		c.closePools()
+	}
+}
+
+// caFile writes a self-signed CA certificate (PEM) for sslrootcert and
+// returns its path.
+func caFile(t *testing.T) string {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// The Connector's log lines go through dsn.Printable: a name, an error or
+// a value that quotes one cannot break, hide or forge a line.
+func TestPrintableLogger(t *testing.T) {
+	var b strings.Builder
+	l := printableLogger(slog.New(slog.NewJSONHandler(&b, nil)))
+	l.With("host", "a\u202eb").WithGroup("g\x1b").Warn("msg \x1b[2J", "member", "m\nlevel=ERROR", "error", errors.New("e\x00\xff"),
+		slog.Group("in", "name", "x\u2028y"), "n", 3)
+	out := b.String()
+	for _, want := range []string{`a\\u202eb`, `msg \\u001b[2J`, `m\\u000alevel=ERROR`, `e\\u0000\\xff`, `x\\u2028y`, `"n":3`, `g\\u001b`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("log %s lacks %s", out, want)
+		}
+	}
+	if strings.ContainsAny(out, "\u202e\x1b\u2028") {
+		t.Errorf("log holds a raw control or format character: %q", out)
+	}
+	if printableLogger(nil) != nil || printableLogger(l) != l {
+		t.Error("printableLogger wraps nil, or wraps twice")
 	}
 }

@@ -3,10 +3,13 @@ package pgrouted
 import (
 	"encoding/json"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"time"
+	"unicode"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/pgrouted/pgrouted/dsn"
 	"github.com/pgrouted/pgrouted/internal/consistency"
 	"github.com/pgrouted/pgrouted/lagmeter"
 )
@@ -66,6 +69,11 @@ type ProviderInfo struct {
 	Conflict bool `json:"conflict,omitempty"`
 	// LastError is its last failure, empty after an answer.
 	LastError string `json:"lastError,omitempty"`
+	// BadMember says which member of the provider's last view had a name,
+	// host, role or state refused by dsn.CheckName (too long, not UTF-8, a
+	// control or format character), and why; such a name is replaced by
+	// the member's address. Empty when none had.
+	BadMember string `json:"badMember,omitempty"`
 }
 
 // HostInfo is one host in a [Snapshot].
@@ -207,13 +215,17 @@ func (c *Connector) Topology() Snapshot {
 		Taken:                now,
 		Hosts:                make([]HostInfo, 0, len(s.Hosts)),
 	}
+	// Every name and every text that may quote one is shown through
+	// dsn.Printable (the provider's are checked as they come in, the
+	// DSN's when it is parsed: this is the last guard).
+	pr := dsn.Printable
 	if s.LeaseValid(now) {
-		out.Primary = v.primary.probe.Name
+		out.Primary = pr(v.primary.probe.Name)
 	}
 	if p := s.Provider; p != nil {
 		out.Provider = &ProviderInfo{
-			Name: p.Name, Endpoint: p.Endpoint, Leader: p.Leader, LeaderTimeline: p.LeaderTimeline,
-			UnknownLeader: p.Unknown, Conflict: p.Conflict, LastError: p.LastError,
+			Name: pr(p.Name), Endpoint: pr(p.Endpoint), Leader: pr(p.Leader), LeaderTimeline: p.LeaderTimeline,
+			UnknownLeader: pr(p.Unknown), Conflict: p.Conflict, LastError: printableLine(p.LastError), BadMember: pr(p.BadMember),
 		}
 		if !p.Confirmed.IsZero() {
 			out.Provider.LeaseRemaining = max(s.Lease-now.Sub(p.Confirmed), 0)
@@ -227,8 +239,8 @@ func (c *Connector) Topology() Snapshot {
 			continue
 		}
 		hi := HostInfo{
-			Name:          h.Name,
-			Address:       h.Addr,
+			Name:          pr(h.Name),
+			Address:       pr(h.Addr),
 			Role:          h.Role.String(),
 			Healthy:       h.Healthy,
 			Circuit:       hs.breaker.State().String(),
@@ -237,14 +249,14 @@ func (c *Connector) Topology() Snapshot {
 			SyncState:     h.SyncState,
 			InflightReads: hs.inflight(),
 			Pool:          poolInfo(hs.pool.Stat()),
-			LastError:     h.LastError,
-			Member:        h.Member,
-			MemberRole:    h.MemberRole,
-			MemberState:   h.MemberState,
+			LastError:     printableLine(h.LastError),
+			Member:        pr(h.Member),
+			MemberRole:    pr(h.MemberRole),
+			MemberState:   pr(h.MemberState),
 			NoLoadBalance: h.NoLoadBalance,
 			NoReads:       h.NoReads,
 			Discovered:    h.Discovered,
-			Untrusted:     h.Untrusted,
+			Untrusted:     pr(h.Untrusted),
 		}
 		hi.Pooler, hi.BackendSwitched = h.Pooler, h.BackendSwitched
 		hi.MissingPrivileges = h.Missing
@@ -269,6 +281,16 @@ func (c *Connector) Topology() Snapshot {
 		out.Hosts = append(out.Hosts, hi)
 	}
 	return out
+}
+
+// printableLine is an error's text as the Topology shows it: on one line
+// (its runs of white space, line breaks included, made one space), then
+// through dsn.Printable.
+func printableLine(s string) string {
+	if !strings.ContainsFunc(s, func(r rune) bool { return r != ' ' && unicode.IsSpace(r) }) {
+		return dsn.Printable(s)
+	}
+	return dsn.Printable(strings.Join(strings.Fields(s), " "))
 }
 
 // TopologyHandler returns an http.Handler serving [Connector.Topology] as

@@ -7,6 +7,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -404,7 +405,11 @@ func TestPatroni(t *testing.T) {
 	t.Run("discover: a member the DSN does not name takes reads", func(t *testing.T) {
 		leader, replicas := healthy(t, ctx, pc)
 		named, unnamed := replicas[0], replicas[1]
-		db, conn, _ := openDSN(t, patroniDSN(pc, []*testcluster.PatroniMember{leader, named}, "pgrouted_discover=true", "pgrouted_latency_window=off"), nil)
+		// With the password, a discovered member is used only over a
+		// connection that proves the server's identity: here SCRAM
+		// bound to the TLS channel.
+		db, conn, _ := openDSN(t, withTLS(t, patroniDSN(pc, []*testcluster.PatroniMember{leader, named}, "pgrouted_discover=true", "pgrouted_latency_window=off"),
+			"sslmode=require&channel_binding=require"), nil)
 		waitTopology(t, conn, 30*time.Second, unnamed.Name()+" discovered", func(s pgrouted.Snapshot) bool {
 			for _, h := range s.Hosts {
 				if h.Address == unnamed.Addr() {
@@ -563,5 +568,112 @@ func patroniLeaseEnds(t *testing.T, ctx context.Context, pc *testcluster.Patroni
 			t.Fatalf("writes do not resume within 60s of %s's endpoint answering again: %v", replicas[1].Name(), err)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// withTLS replaces, in dsn (a testcluster DSN), sslmode=disable by tls.
+func withTLS(t *testing.T, dsn, tls string) string {
+	t.Helper()
+	out := strings.Replace(dsn, "sslmode=disable", tls, 1)
+	if out == dsn {
+		t.Fatal("no sslmode=disable in the DSN")
+	}
+	return out
+}
+
+// TestPatroniDiscoverReadsWithinProbes: with a real Patroni cluster, a DSN
+// naming only the leader and pgrouted_discover=true, each member of the
+// DSN's system that the DSN does not name takes reads within three probe
+// intervals of the Connector's start, counted in probes of the leader (not
+// timed). The members authenticate the DSN's role with a password sent in
+// the clear (pg_hba method "password"), which sslmode=verify-full makes
+// safe: the server proved its identity, as the DSN's own hosts do. (Before,
+// discovered hosts had to authenticate with SCRAM whatever the TLS
+// settings: such members never connected and served 0 reads.)
+func TestPatroniDiscoverReadsWithinProbes(t *testing.T) {
+	if err := closePatroni(); err != nil {
+		t.Fatal(err)
+	}
+	ctx := testCtx(t)
+	sctx, cancel := context.WithTimeout(ctx, testcluster.MainStartTimeout)
+	defer cancel()
+	pc, err := testcluster.StartPatroni(sctx, testcluster.PatroniOptions{Logf: testhelp.Logf, HostAuth: "password"})
+	if err != nil {
+		t.Fatalf("cannot start the Patroni cluster: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := pc.Close(); err != nil {
+			t.Errorf("close the Patroni cluster: %v", err)
+		}
+	})
+	leader, replicas := healthy(t, ctx, pc)
+	const probes = 3 // the bound, in probe intervals
+	dsn := withTLS(t, patroniDSN(pc, []*testcluster.PatroniMember{leader}, "pgrouted_discover=true", "pgrouted_latency_window=off"),
+		"sslmode=verify-full&sslrootcert="+url.QueryEscape(pc.RootCert()))
+	cfg, err := pgrouted.ParseConfig(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgrouted.NewConnector(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := sql.OpenDB(conn)
+	t.Cleanup(func() { db.Close() })
+	// The leader is the DSN's only host: host 0. Its probes are counted
+	// by their send times, as the topology publishes them.
+	leaderName := conn.Topology().Hosts[0].Name
+	var seen []time.Time
+	count := func() int {
+		if h, ok := pgrouted.TopologyHost(conn, leaderName); ok && !h.LastProbe.IsZero() && (len(seen) == 0 || !h.LastProbe.Equal(seen[len(seen)-1])) {
+			seen = append(seen, h.LastProbe)
+		}
+		return len(seen)
+	}
+	got := map[string]int{}
+	at := map[string]int{} // the leader's probe count at each member's first read
+	reads := 0
+	for {
+		n := count()
+		done := true
+		for _, r := range replicas {
+			done = done && got[r.Name()] > 0
+		}
+		if done {
+			break
+		}
+		// Probe 1 is the first, at the start: within three intervals is
+		// before probe 1+probes is published.
+		if n > 1+probes {
+			var states []string
+			for _, r := range replicas {
+				for _, h := range conn.Topology().Hosts {
+					if h.Address == r.Addr() {
+						states = append(states, fmt.Sprintf("%s: role %s, healthy %v, untrusted %q, no reads %v, last error %q",
+							r.Name(), h.Role, h.Healthy, h.Untrusted, h.NoReads, h.LastError))
+					}
+				}
+			}
+			t.Fatalf("after %d probes of the leader (pgrouted_probe_interval=1s) and %d reads, reads per member %v: want every discovered member of the DSN's system to have taken reads within %d probe intervals; %s",
+				n, reads, got, probes, strings.Join(states, "; "))
+		}
+		var port int
+		if err := db.QueryRowContext(ctx, "SELECT inet_server_port()").Scan(&port); err != nil {
+			t.Fatalf("read %d: %v", reads, err)
+		}
+		reads++
+		name := memberByPort(pc, port)
+		if got[name] == 0 {
+			at[name] = count()
+		}
+		got[name]++
+		time.Sleep(5 * time.Millisecond)
+	}
+	for _, r := range replicas {
+		t.Logf("%s, discovered, took its first read at the leader's probe %d (%d reads in all, per member %v)", r.Name(), at[r.Name()], reads, got)
+		h, _ := hostInfo(conn, r.Name())
+		if !h.Discovered {
+			t.Errorf("%s served reads but is not shown discovered: %+v", r.Name(), h)
+		}
 	}
 }

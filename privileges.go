@@ -16,6 +16,6 @@ import "github.com/pgrouted/pgrouted/topology"
 // logMissingPrivilege logs the topology's report of a missing grant: one
 // line per grant and Connector (the topology sends each once).
 func (c *Connector) logMissingPrivilege(e topology.Event) {
-	c.cfg.Logger.Warn("pgrouted: the connecting role lacks a privilege; pgrouted works without it, with less",
+	c.log.Warn("pgrouted: the connecting role lacks a privilege; pgrouted works without it, with less",
 		"privilege", e.Privilege, "host", e.Host, "effect", e.Err)
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pgrouted/pgrouted/circuit"
+	"github.com/pgrouted/pgrouted/dsn"
 	"github.com/pgrouted/pgrouted/internal/pgpipe"
 	"github.com/pgrouted/pgrouted/lagmeter"
 )
@@ -296,7 +297,7 @@ func (cn *conn) borrow(ctx context.Context, h *host, b *borrowed, check bool, wm
 		// The circuit opened after the pool answered: its release of the
 		// host's reads may have missed this one.
 		b.giveBack()
-		return fmt.Errorf("pgrouted: %s: circuit open", h.Name)
+		return fmt.Errorf("pgrouted: %s: circuit open", dsn.Printable(h.Name))
 	}
 	if check {
 		if err := cn.checkReplica(ctx, b, wm, wait, cl); err != nil {

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/pgrouted/pgrouted/dsn"
 	"github.com/pgrouted/pgrouted/topology"
 )
 
@@ -83,8 +84,8 @@ func (c *Connector) report(ctx context.Context, p *plan, cl *call, began started
 // onRoute calls Config.OnRoute with ev, recovering a panic (logged).
 func (c *Connector) onRoute(ev RouteEvent) {
 	defer func() {
-		if r := recover(); r != nil && c.cfg.Logger != nil {
-			c.cfg.Logger.Error("pgrouted: OnRoute panicked", "panic", fmt.Sprint(r))
+		if r := recover(); r != nil && c.log != nil {
+			c.log.Error("pgrouted: OnRoute panicked", "panic", fmt.Sprint(r))
 		}
 	}()
 	c.cfg.OnRoute(ev)
@@ -138,7 +139,7 @@ func (c *Connector) watch(events <-chan topology.Event) {
 			// A new primary may be a server with another catalog.
 			c.funcs.invalidate()
 		}
-		if c.cfg.Logger == nil {
+		if c.log == nil {
 			continue
 		}
 		if e.Kind == topology.EventPrivilegeMissing {
@@ -163,18 +164,96 @@ func (c *Connector) watch(events <-chan topology.Event) {
 		if e.Kind == topology.EventConflict || e.Kind == topology.EventPrimaryLost || e.Kind == topology.EventHostDown {
 			level = slog.LevelWarn
 		}
-		c.cfg.Logger.Log(context.Background(), level, "pgrouted: topology", attrs...)
+		c.log.Log(context.Background(), level, "pgrouted: topology", attrs...)
 	}
 }
 
 func (c *Connector) logInfo(msg string, args ...any) {
-	if c.cfg.Logger != nil {
-		c.cfg.Logger.Info(msg, args...)
+	if c.log != nil {
+		c.log.Info(msg, args...)
 	}
 }
 
 func (c *Connector) logWarn(msg string, args ...any) {
-	if c.cfg.Logger != nil {
-		c.cfg.Logger.Warn(msg, args...)
+	if c.log != nil {
+		c.log.Warn(msg, args...)
 	}
+}
+
+// printableLogger returns l with every line it writes made printable: its
+// message and every string, error and Stringer value of its attributes go
+// through dsn.Printable, the one function through which pgrouted prints a
+// host or member name (and the errors and reasons that quote one). A
+// byte or character that could break, hide or reorder a log line is
+// written as an escape. nil stays nil.
+func printableLogger(l *slog.Logger) *slog.Logger {
+	if l == nil {
+		return nil
+	}
+	if _, ok := l.Handler().(printableHandler); ok {
+		return l
+	}
+	return slog.New(printableHandler{l.Handler()})
+}
+
+// printableHandler is the slog.Handler of printableLogger.
+type printableHandler struct{ next slog.Handler }
+
+// Enabled implements slog.Handler.
+func (h printableHandler) Enabled(ctx context.Context, level slog.Level) bool {
+	return h.next.Enabled(ctx, level)
+}
+
+// Handle implements slog.Handler.
+func (h printableHandler) Handle(ctx context.Context, r slog.Record) error {
+	out := slog.NewRecord(r.Time, r.Level, dsn.Printable(r.Message), r.PC)
+	r.Attrs(func(a slog.Attr) bool {
+		out.AddAttrs(printableAttr(a))
+		return true
+	})
+	return h.next.Handle(ctx, out)
+}
+
+// WithAttrs implements slog.Handler.
+func (h printableHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	clean := make([]slog.Attr, len(as))
+	for i, a := range as {
+		clean[i] = printableAttr(a)
+	}
+	return printableHandler{h.next.WithAttrs(clean)}
+}
+
+// WithGroup implements slog.Handler.
+func (h printableHandler) WithGroup(name string) slog.Handler {
+	return printableHandler{h.next.WithGroup(dsn.Printable(name))}
+}
+
+// printableAttr returns a with its key and value made printable (groups
+// too).
+func printableAttr(a slog.Attr) slog.Attr {
+	a.Key = dsn.Printable(a.Key)
+	v := a.Value.Resolve()
+	switch v.Kind() {
+	case slog.KindString:
+		a.Value = slog.StringValue(dsn.Printable(v.String()))
+	case slog.KindGroup:
+		g := v.Group()
+		clean := make([]slog.Attr, len(g))
+		for i, ga := range g {
+			clean[i] = printableAttr(ga)
+		}
+		a.Value = slog.GroupValue(clean...)
+	case slog.KindAny:
+		switch x := v.Any().(type) {
+		case error:
+			a.Value = slog.StringValue(dsn.Printable(x.Error()))
+		case fmt.Stringer:
+			a.Value = slog.StringValue(dsn.Printable(x.String()))
+		default:
+			a.Value = v
+		}
+	default:
+		a.Value = v
+	}
+	return a
 }

@@ -80,8 +80,8 @@ func (c *Connector) describeOnly(h *host) bool {
 	if !st.Pooler {
 		return false
 	}
-	if h.poolerLogged.CompareAndSwap(false, true) && c.cfg.Logger != nil {
-		c.cfg.Logger.Info("pgrouted: host behind a connection pooler: pgx's statements use the unnamed statement (cache_describe), not named prepared statements",
+	if h.poolerLogged.CompareAndSwap(false, true) && c.log != nil {
+		c.log.Info("pgrouted: host behind a connection pooler: pgx's statements use the unnamed statement (cache_describe), not named prepared statements",
 			"host", h.Name, "backendSwitched", st.BackendSwitched)
 	}
 	return true
@@ -114,11 +114,11 @@ func (c *Connector) behindPooler(h *host) bool {
 // a pooler: there the session state may be gone by the next transaction.
 func (c *Connector) warnPinnedBehindPooler(h *host) {
 	hv := c.view().of(h)
-	if hv == nil || !hv.probe.Pooler || c.cfg.Logger == nil || !c.pooler.pinLogged.CompareAndSwap(false, true) {
+	if hv == nil || !hv.probe.Pooler || c.log == nil || !c.pooler.pinLogged.CompareAndSwap(false, true) {
 		return
 	}
 	level, msg := slog.LevelWarn, "pgrouted: session state on a host behind a connection pooler: the connection stays on the primary, but in pool_mode=transaction the pooler may run its next transaction on another server session, without this state (SET, temporary tables, advisory locks, LISTEN, prepared statements)"
-	c.cfg.Logger.Log(context.Background(), level, msg, "host", hv.Name, "backendSwitched", hv.probe.BackendSwitched)
+	c.log.Log(context.Background(), level, msg, "host", hv.Name, "backendSwitched", hv.probe.BackendSwitched)
 }
 
 // poolerHint is the advice added to the error of a statement that a

@@ -130,6 +130,26 @@ func countRule(n, min, max int64) string {
 	return ""
 }
 
+// MaxNameLen is the longest host or member name, in bytes, that
+// [CheckName] accepts.
+const MaxNameLen = 255
+
+// CheckName returns what makes s unfit for a host or member name that
+// logs, metrics and terminals show: empty, longer than [MaxNameLen] bytes,
+// a byte that is not UTF-8, or a control, format or line or paragraph
+// separator character (with its position); "" when it is fit. pgrouted
+// checks with it the names in pgrouted_names and those a topology
+// provider reports.
+func CheckName(s string) string {
+	switch {
+	case s == "":
+		return "it is empty"
+	case len(s) > MaxNameLen:
+		return fmt.Sprintf("it is %d bytes long, more than %d", len(s), MaxNameLen)
+	}
+	return badText(s)
+}
+
 // badText returns what makes s unfit for a name that logs, metrics and
 // terminals show: a byte that is not UTF-8, or a control, format
 // (U+202E RIGHT-TO-LEFT OVERRIDE, U+200B ZERO WIDTH SPACE) or line or
@@ -153,11 +173,17 @@ func badText(s string) string {
 	return ""
 }
 
-// printable returns s with every byte that is not UTF-8 written \xHH and
-// every character that badText refuses written \uHHHH, so that a text
-// (an error message that quotes a value) cannot reorder, hide or break
-// what a terminal or a log shows around it.
-func printable(s string) string {
+// Printable returns s with every byte that is not UTF-8 written \xHH and
+// every character that [CheckName] refuses written \uHHHH (\UHHHHHHHH
+// beyond U+FFFF), so that a text cannot reorder, hide or break what a
+// terminal, a log line or a metric label shows around it. A text without
+// such a byte or character is returned as it is, without allocating.
+//
+// It is the one function through which pgrouted prints a host or member
+// name, and the text that quotes one: a [ParseError]'s message, the
+// Connector's log lines, its Topology, `pgrouted topology` and the
+// Prometheus collector's labels.
+func Printable(s string) string {
 	if badText(s) == "" {
 		return s
 	}

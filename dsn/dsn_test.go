@@ -803,7 +803,7 @@ func checkError(t *testing.T, err error, text, key string) {
 	if !strings.HasPrefix(msg, "pgrouted dsn: ") {
 		t.Errorf("error %q lacks the prefix", msg)
 	}
-	if printable(msg) != msg || printable(pe.Key) != pe.Key {
+	if Printable(msg) != msg || Printable(pe.Key) != pe.Key {
 		t.Errorf("error %q (key %q) holds bytes that are not UTF-8 or control or format characters", msg, pe.Key)
 	}
 	checkChain(t, err, marker)

@@ -111,13 +111,13 @@ func pgxDetail(err error) string {
 // newError returns a *ParseError for key with msg, scrubbed of sec and made
 // printable; err, pgx's error, is kept as a copy without passwords.
 func newError(sec secrets, key, msg string, err error) *ParseError {
-	key = sec.scrub(printable(sec.scrub(key, "")), "")
+	key = sec.scrub(Printable(sec.scrub(key, "")), "")
 	fallback := "invalid value"
 	if key != "" {
 		fallback = "invalid value of " + key
 	}
 	fallback = sec.scrub(fallback, "invalid value")
-	msg = sec.scrub(printable(sec.scrub(msg, fallback)), fallback)
+	msg = sec.scrub(Printable(sec.scrub(msg, fallback)), fallback)
 	if err != nil {
 		err = redactPgxError(err, sec)
 	}

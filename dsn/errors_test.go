@@ -165,7 +165,7 @@ func TestParseErrorPrintable(t *testing.T) {
 		if !errors.As(err, &pe) {
 			t.Fatalf("%q: %v", dsn, err)
 		}
-		if msg := err.Error(); printable(msg) != msg || printable(pe.Key) != pe.Key || strings.Contains(msg, "\n") {
+		if msg := err.Error(); Printable(msg) != msg || Printable(pe.Key) != pe.Key || strings.Contains(msg, "\n") {
 			t.Errorf("%q: error %q, key %q", dsn, msg, pe.Key)
 		}
 	}

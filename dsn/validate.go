@@ -73,6 +73,8 @@ func (c *Config) validate(sec secrets) *ParseError {
 			return fail(keyNames, "%s (%s): entry %d is empty; a name must not be", keyNames, nameList, i+1)
 		case badText(n) != "":
 			return fail(keyNames, "%s (%s): entry %d (%q): %s; a name must be UTF-8 without control or format characters", keyNames, nameList, i+1, n, badText(n))
+		case len(n) > MaxNameLen:
+			return fail(keyNames, "%s: entry %d is %d bytes long; a name may have at most %d", keyNames, i+1, len(n), MaxNameLen)
 		case n != strings.TrimSpace(n) || strings.Contains(n, ","):
 			return fail(keyNames, "%s (%s): entry %d (%q) must not hold commas or surrounding space", keyNames, nameList, i+1, n)
 		case strings.EqualFold(n, "primary"):

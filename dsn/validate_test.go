@@ -560,3 +560,40 @@ func TestFormatChanged(t *testing.T) {
 		})
 	}
 }
+
+// CheckName refuses what a log, a metric label or a terminal could not
+// show as it is, and Printable writes each such byte or character as an
+// escape, returning a fit name as it is; pgrouted_names is held to the
+// same rule.
+func TestCheckNamePrintable(t *testing.T) {
+	long := strings.Repeat("n", MaxNameLen+1)
+	for _, tc := range []struct {
+		name, rule, printed string
+	}{
+		{"pg-a", "", "pg-a"},
+		{"ünïcode 名前", "", "ünïcode 名前"},
+		{strings.Repeat("n", MaxNameLen), "", strings.Repeat("n", MaxNameLen)},
+		{"", "empty", ""},
+		{long, "more than 255", long},
+		{"a\x1b[31mred", "control character", `a\u001b[31mred`},
+		{"line\nbreak", "control character", `line\u000abreak`},
+		{"evil\u202etxt.exe", "format character", `evil\u202etxt.exe`},
+		{"a\u2028b", "line or paragraph separator", `a\u2028b`},
+		{"bad\xffutf8", "not UTF-8", `bad\xffutf8`},
+		{"tag\U000E0041", "format character", `tag\U000e0041`},
+	} {
+		if got := CheckName(tc.name); (tc.rule == "") != (got == "") || !strings.Contains(got, tc.rule) {
+			t.Errorf("CheckName(%q) = %q, want %q", tc.name, got, tc.rule)
+		}
+		if got := Printable(tc.name); got != tc.printed {
+			t.Errorf("Printable(%q) = %q, want %q", tc.name, got, tc.printed)
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { _ = Printable("pg-a") }); n != 0 {
+		t.Errorf("Printable of a fit name allocates %v times", n)
+	}
+	_, err := Parse("host=db1 sslmode=disable pgrouted_names=" + long)
+	if err == nil || !strings.Contains(err.Error(), "at most 255") {
+		t.Fatalf("a pgrouted_names entry of %d bytes: %v, want an error naming the bound", len(long), err)
+	}
+}

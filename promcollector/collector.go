@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"github.com/pgrouted/pgrouted"
+	"github.com/pgrouted/pgrouted/dsn"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -141,14 +142,20 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 // Collect implements prometheus.Collector. It reads the Source's Stats and
-// Topology once. It never panics: a series that cannot be exported (a
-// label value that is not UTF-8, say from a topology provider's answer)
-// is sent as an invalid metric, which the registry's Gather reports as an
-// error naming the metric, and every other series is exported as usual.
+// Topology once. Every label value goes through dsn.Printable, the one
+// function through which pgrouted prints a host or member name: a byte
+// that is not UTF-8 or a control or format character (a direction
+// override) in a name is written as an escape (east\xff, \u202etsae). It
+// never panics: a series that still cannot be exported is sent as an
+// invalid metric, which the registry's Gather reports as an error naming
+// the metric, and every other series is exported as usual.
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	st := c.src.Stats()
 	top := c.src.Topology()
 	send := func(d *prometheus.Desc, t prometheus.ValueType, v float64, labels ...string) {
+		for i, l := range labels {
+			labels[i] = dsn.Printable(l)
+		}
 		m, err := prometheus.NewConstMetric(d, t, v, labels...)
 		if err != nil {
 			m = prometheus.NewInvalidMetric(d, err)

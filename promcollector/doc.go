@@ -85,12 +85,14 @@
 // docs/security.md).
 //
 // Collect never panics. pgrouted refuses a name that is not UTF-8 or holds
-// a control or format character, but a Source may still report one (a
-// topology provider's answer, a Source of one's own): such a series is
-// sent as a prometheus invalid metric, Gather reports it as an error
-// naming the metric, and the other series are exported. With promhttp,
-// HandlerOpts{ErrorHandling: promhttp.ContinueOnError} serves them; the
-// default, HTTPErrorOnError, fails the scrape with status 500.
+// a control or format character (in the DSN, and in a topology provider's
+// answer, where the member is named by its address instead), but a Source
+// of one's own may still report one: every label value goes through
+// dsn.Printable, which writes such a byte or character as an escape
+// (east\xff, \u202etsae), so the series is exported under that label. A
+// series that still cannot be exported is sent as a prometheus invalid
+// metric, Gather reports it as an error naming the metric, and the other
+// series are exported.
 //
 // Two Connectors in one registry need distinguishing labels:
 // New(conn, ConstLabels(prometheus.Labels{"db": "orders"})).

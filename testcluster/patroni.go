@@ -5,13 +5,19 @@ package testcluster
 import (
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
+	"math/big"
 	"net"
 	"net/http"
 	"net/url"
@@ -84,6 +90,11 @@ type PatroniOptions struct {
 	// Logf, when set, receives one line per step, for example
 	// testing.T.Logf. Lines never hold a password.
 	Logf func(format string, args ...any)
+
+	// HostAuth is the pg_hba.conf method of the members' TCP connections
+	// other than replication: "scram-sha-256" (the default), "md5" or
+	// "password".
+	HostAuth string
 }
 
 // PatroniCluster is a running Patroni cluster: one etcd and
@@ -95,8 +106,15 @@ type PatroniOptions struct {
 //
 // Passwords: the PostgreSQL superuser ("postgres") and the replication user
 // ("replicator") get random passwords, and TCP connections use
-// scram-sha-256. [PatroniCluster.DSN] holds the superuser's password (do
-// not log it); no error or log line of this package does.
+// scram-sha-256 ([PatroniOptions].HostAuth). [PatroniCluster.DSN] holds the
+// superuser's password (do not log it); no error or log line of this
+// package does.
+//
+// TLS: every member accepts TLS connections (ssl = on) with a certificate
+// for 127.0.0.1 and localhost signed by a certificate authority of the
+// cluster's own, [PatroniCluster.RootCert]: a DSN may ask for
+// sslmode=verify-full with sslrootcert set to it, or for channel binding.
+// [PatroniCluster.DSN] says sslmode=disable.
 type PatroniCluster struct {
 	opts      PatroniOptions
 	bin       string // PostgreSQL binaries
@@ -106,6 +124,9 @@ type PatroniCluster struct {
 	run       *runner
 	superPass string
 	replPass  string
+	rootCert  string // the CA's certificate (PEM), for sslrootcert
+	tlsCert   string // the members' certificate and key
+	tlsKey    string
 	etcdPort  int
 	etcd      *proc
 	members   []*PatroniMember
@@ -235,6 +256,11 @@ func startPatroni(ctx context.Context, opts PatroniOptions) (_ *PatroniCluster, 
 	if opts.Members < 1 {
 		return nil, fmt.Errorf("testcluster: PatroniOptions.Members (%d) must be at least 1", opts.Members)
 	}
+	switch opts.HostAuth {
+	case "", "scram-sha-256", "md5", "password":
+	default:
+		return nil, fmt.Errorf("testcluster: PatroniOptions.HostAuth %q: want scram-sha-256, md5 or password", opts.HostAuth)
+	}
 	if opts.OSUser == "" {
 		opts.OSUser = "postgres"
 	}
@@ -279,6 +305,10 @@ func startPatroni(ctx context.Context, opts PatroniOptions) (_ *PatroniCluster, 
 		return nil, err
 	}
 	if err := c.mkdir(c.base, filepath.Join(c.base, "run")); err != nil {
+		os.RemoveAll(c.base)
+		return nil, err
+	}
+	if err := c.writeTLS(); err != nil {
 		os.RemoveAll(c.base)
 		return nil, err
 	}
@@ -660,6 +690,10 @@ func logTail(file string, n int) string {
 // YAML), with its current tags.
 func (m *PatroniMember) writeConfig() error {
 	c := m.c
+	hostAuth := c.opts.HostAuth
+	if hostAuth == "" {
+		hostAuth = "scram-sha-256"
+	}
 	params := map[string]any{
 		"wal_level":                    "replica",
 		"hot_standby":                  "on",
@@ -724,11 +758,12 @@ func (m *PatroniMember) writeConfig() error {
 				"superuser":   map[string]any{"username": "postgres", "password": c.superPass},
 				"replication": map[string]any{"username": "replicator", "password": c.replPass},
 			},
-			"parameters": map[string]any{"unix_socket_directories": m.dir},
+			"parameters": map[string]any{"unix_socket_directories": m.dir,
+				"ssl": "on", "ssl_cert_file": c.tlsCert, "ssl_key_file": c.tlsKey},
 			"pg_hba": []string{
 				"local all all trust",
 				"host replication replicator 127.0.0.1/32 scram-sha-256",
-				"host all all 127.0.0.1/32 scram-sha-256",
+				"host all all 127.0.0.1/32 " + hostAuth,
 			},
 			"remove_data_directory_on_rewind_failure":     true,
 			"remove_data_directory_on_diverged_timelines": true,
@@ -912,6 +947,63 @@ func (c *PatroniCluster) dsn(members ...*PatroniMember) string {
 	u := url.URL{Scheme: "postgres", User: url.UserPassword("postgres", c.superPass),
 		Host: strings.Join(addrs, ","), Path: "/postgres", RawQuery: "sslmode=disable"}
 	return u.String()
+}
+
+// RootCert is the path of the certificate (PEM) of the authority that
+// signed the members' TLS certificate, which names 127.0.0.1 and
+// localhost: a DSN's sslrootcert for sslmode=verify-full.
+func (c *PatroniCluster) RootCert() string { return c.rootCert }
+
+// writeTLS makes the cluster's certificate authority and the members'
+// certificate (ECDSA P-256, valid for 127.0.0.1 and localhost, for a
+// day), and writes them in the cluster's directory, the key readable by
+// the PostgreSQL user alone.
+func (c *PatroniCluster) writeTLS() error {
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return fmt.Errorf("testcluster: %w", err)
+	}
+	now := time.Now()
+	ca := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "pgrouted testcluster CA"},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature}
+	caDER, err := x509.CreateCertificate(rand.Reader, ca, ca, &caKey.PublicKey, caKey)
+	if err != nil {
+		return fmt.Errorf("testcluster: %w", err)
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return fmt.Errorf("testcluster: %w", err)
+	}
+	leaf := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "127.0.0.1"},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, DNSNames: []string{"localhost"},
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	leafDER, err := x509.CreateCertificate(rand.Reader, leaf, ca, &key.PublicKey, caKey)
+	if err != nil {
+		return fmt.Errorf("testcluster: %w", err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		return fmt.Errorf("testcluster: %w", err)
+	}
+	c.rootCert = filepath.Join(c.base, "root.crt")
+	c.tlsCert = filepath.Join(c.base, "server.crt")
+	c.tlsKey = filepath.Join(c.base, "server.key")
+	for _, f := range []struct {
+		path  string
+		block *pem.Block
+		perm  os.FileMode
+	}{
+		{c.rootCert, &pem.Block{Type: "CERTIFICATE", Bytes: caDER}, 0o644},
+		{c.tlsCert, &pem.Block{Type: "CERTIFICATE", Bytes: leafDER}, 0o644},
+		{c.tlsKey, &pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}, 0o600},
+	} {
+		if err := c.run.writeFile(f.path, pem.EncodeToMemory(f.block), f.perm); err != nil {
+			return fmt.Errorf("testcluster: %w", err)
+		}
+	}
+	return nil
 }
 
 // Dir is the cluster's temporary directory, removed by Close: etcd's data

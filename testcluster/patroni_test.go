@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/pgrouted/pgrouted/testcluster"
 )
 
@@ -155,6 +156,21 @@ func TestPatroni(t *testing.T) {
 		}
 		if err := leader.Exec(ctx, "CREATE TABLE t (id int PRIMARY KEY, port int)"); err != nil {
 			t.Fatal(err)
+		}
+		// Every member serves TLS under a certificate that verify-full
+		// accepts with RootCert, and SCRAM with channel binding.
+		for _, m := range c.Members() {
+			for _, mode := range []string{"sslmode=verify-full&sslrootcert=" + url.QueryEscape(c.RootCert()), "sslmode=require&channel_binding=require"} {
+				conn, err := pgconn.Connect(ctx, strings.Replace(c.DSNOf(m), "sslmode=disable", mode, 1))
+				if err != nil {
+					t.Fatalf("%s with %s: %v", m, strings.SplitN(mode, "&", 2)[0], err)
+				}
+				res, err := conn.Exec(ctx, "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()").ReadAll()
+				conn.Close(ctx)
+				if err != nil || len(res) != 1 || len(res[0].Rows) != 1 || string(res[0].Rows[0][0]) != "t" {
+					t.Fatalf("%s with %s: pg_stat_ssl %v, %v; want a TLS connection", m, mode[:12], res, err)
+				}
+			}
 		}
 		if got := write(t); got != leader.Port() {
 			t.Fatalf("the write ran on port %d, want pg0's %d", got, leader.Port())

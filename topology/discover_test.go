@@ -64,3 +64,77 @@ func TestDiscoverMax(t *testing.T) {
 		t.Errorf("OnDiscoverLimit calls %v, want one with %d", lefts, listed-limit)
 	}
 }
+
+// TestDiscoverRefused: a host Discover returns Refused is added and shown
+// untrusted for that reason, and nothing ever connects to it (a listener
+// at its address counts the connections); its refusal is said once, and
+// it is removed like any discovered host when it leaves the view.
+func TestDiscoverRefused(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var mu sync.Mutex
+	accepted := 0
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			accepted++
+			mu.Unlock()
+			c.Close()
+		}
+	}()
+	host, port, _ := net.SplitHostPort(ln.Addr().String())
+	p, _ := strconv.Atoi(port)
+	f := newFakePatroni(t)
+	base := []map[string]any{member(t, 0, "leader", "running", nil), member(t, 1, "replica", "streaming", nil)}
+	refusedMember := map[string]any{"name": "refused", "role": "replica", "state": "streaming", "host": host, "port": p, "lag": 0}
+	f.set(0, append(base, refusedMember)...)
+	prov, err := topology.NewPatroni([]string{f.URL}, time.Second, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const why = "set sslmode=verify-full or channel_binding=require"
+	var said []string
+	removed := 0
+	discover := func(i int, m topology.Member) (topology.Host, bool) {
+		h := hosts(t, "", 2)[0]
+		h.Name, h.Addr = m.Name, net.JoinHostPort(m.Host, strconv.Itoa(int(m.Port)))
+		h.Config.Host, h.Config.Port = m.Host, m.Port
+		h.Refused = why
+		h.OnRefuse = func(r string) { mu.Lock(); said = append(said, r); mu.Unlock() }
+		h.OnRemove = func() { mu.Lock(); removed++; mu.Unlock() }
+		return h, true
+	}
+	top := start(t, hosts(t, "", 0, 1), topology.Options{Interval: 20 * time.Millisecond, Provider: prov, Discover: discover})
+	first := waitSnap(t, top, 20*time.Second, "the refused member added", func(s *topology.Snapshot) bool { return len(s.Hosts) == 3 })
+	waitSnap(t, top, 20*time.Second, "more views and probes", func(s *topology.Snapshot) bool {
+		return s.Provider.Confirmed.After(first.Provider.Confirmed.Add(200*time.Millisecond)) && s.Hosts[1].Role == topology.RoleStandby
+	})
+	h := top.Snapshot().Hosts[2]
+	if !h.Discovered || !h.NoReads || h.Untrusted != why || h.Healthy || !h.LastProbe.IsZero() || h.SystemID != 0 {
+		t.Fatalf("refused host %+v: want discovered, untrusted %q, no reads, never probed", h, why)
+	}
+	mu.Lock()
+	n, s := accepted, append([]string(nil), said...)
+	mu.Unlock()
+	if n != 0 {
+		t.Fatalf("%d connections reached the refused host", n)
+	}
+	if len(s) != 1 || s[0] != why {
+		t.Fatalf("refusals said %q, want %q once", s, why)
+	}
+	top.ProbeNow(2) // nothing to kick: it must not block or probe
+	f.set(0, base...)
+	waitSnap(t, top, 20*time.Second, "the refused member removed", func(s *topology.Snapshot) bool { return s.Hosts[2].Removed })
+	mu.Lock()
+	defer mu.Unlock()
+	if removed != 1 || accepted != 0 {
+		t.Fatalf("OnRemove called %d times, %d connections: want 1 and 0", removed, accepted)
+	}
+}

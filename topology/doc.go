@@ -55,7 +55,8 @@
 // provider's word ([HostState].Untrusted): it serves nothing and cannot be
 // the primary until its own probe has read the configured hosts' system
 // identifier and seen it in recovery, before it was ever seen out of
-// recovery.
+// recovery. One that Discover returns [Host].Refused is never even
+// connected to: it stays untrusted for that reason.
 //
 // [Topology.Subscribe] delivers [Event]s (host up or down, primary changed,
 // lost, or in conflict) on a channel; the tracker never waits for a

@@ -1,9 +1,16 @@
 package topology
 
 import (
+	"cmp"
 	"context"
+	"fmt"
+	"net"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
+
+	"github.com/pgrouted/pgrouted/dsn"
 )
 
 // Provider is a source of authority about the cluster beside the probes: an
@@ -97,6 +104,55 @@ type View struct {
 	// Endpoint is where the view came from (a Patroni URL with its password
 	// redacted), for display.
 	Endpoint string
+}
+
+// checkMembers returns v with its members fit to be matched and shown, as
+// the Topology takes every view in: a member whose name [dsn.CheckName]
+// refuses (empty, too long, not UTF-8, a control or format character) is
+// named by its address instead; one whose host it refuses has no host (it
+// matches no host and is not discovered); a role or state it refuses is
+// dropped (it gives no authority and serves nothing). It returns, too,
+// why the first member was changed, printable, or "". v's own slice is
+// not changed.
+func checkMembers(v View) (View, string) {
+	bad := ""
+	var ms []Member
+	for k, m := range v.Members {
+		why := ""
+		if r := dsn.CheckName(m.Host); r != "" && m.Host != "" {
+			why = "host: " + r
+			m.Host = ""
+		}
+		if r := dsn.CheckName(m.Name); r != "" && m.Name != "" {
+			if why == "" {
+				why = "name: " + r
+			}
+			m.Name = ""
+		}
+		if m.Name == "" && m.Host != "" {
+			m.Name = net.JoinHostPort(m.Host, strconv.Itoa(int(m.Port)))
+		}
+		if r := dsn.CheckName(m.Role); r != "" && m.Role != "" {
+			why, m.Role = cmp.Or(why, "role: "+r), ""
+		}
+		if r := dsn.CheckName(m.State); r != "" && m.State != "" {
+			why, m.State = cmp.Or(why, "state: "+r), ""
+		}
+		if why == "" {
+			continue
+		}
+		if ms == nil {
+			ms = slices.Clone(v.Members)
+		}
+		ms[k] = m
+		if bad == "" {
+			bad = fmt.Sprintf("member %d of the view (%s): its %s", k+1, dsn.Printable(cmp.Or(m.Name, "no name")), why)
+		}
+	}
+	if ms != nil {
+		v.Members = ms
+	}
+	return v, bad
 }
 
 // matches reports whether m is the host at host:port.
@@ -220,4 +276,8 @@ type ProviderState struct {
 	// LastError is the last request's error, empty after a success; never
 	// a password.
 	LastError string `json:"lastError,omitempty"`
+	// BadMember says which member of the last view had a name, host, role
+	// or state that [dsn.CheckName] refuses, and why (the name is then
+	// the member's address; see checkMembers); empty when none had.
+	BadMember string `json:"badMember,omitempty"`
 }

@@ -2,8 +2,12 @@ package topology
 
 import (
 	"os"
+	"slices"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/pgrouted/pgrouted/dsn"
 )
 
 func TestParseCluster(t *testing.T) {
@@ -146,5 +150,45 @@ func TestDecideProvider(t *testing.T) {
 	d = decideProvider(claims, leader1, now.Add(-5*time.Second), now, lease)
 	if !d.confirmed.Equal(now.Add(-5 * time.Second)) {
 		t.Errorf("confirmed %v, want the view's", d.confirmed)
+	}
+}
+
+// checkMembers: a member name, host, role or state that a terminal, a log
+// or a metric label could not show as it is never enters the topology: a
+// bad name becomes the member's address, a bad host matches nothing, a bad
+// role or state gives nothing; the first is said, printable.
+func TestCheckMembers(t *testing.T) {
+	long := strings.Repeat("x", 300)
+	in := View{Members: []Member{
+		{Name: "pg-a", Host: "10.0.0.1", Port: 5432, Role: MemberLeader, State: StateRunning},
+		{Name: "evil\x1b[2J\u202e", Host: "10.0.0.2", Port: 5432, Role: MemberReplica, State: StateStreaming},
+		{Name: long, Host: "10.0.0.3", Port: 5433, Role: MemberReplica, State: StateStreaming},
+		{Name: "pg-d", Host: "10.0.0.4\n", Port: 5432, Role: "leader\x00", State: "running\xff"},
+		{Name: "pg-e", Port: 5432, Role: MemberReplica, State: "starting"},
+	}}
+	orig := slices.Clone(in.Members)
+	out, bad := checkMembers(in)
+	want := []Member{
+		orig[0],
+		{Name: "10.0.0.2:5432", Host: "10.0.0.2", Port: 5432, Role: MemberReplica, State: StateStreaming},
+		{Name: "10.0.0.3:5433", Host: "10.0.0.3", Port: 5433, Role: MemberReplica, State: StateStreaming},
+		{Name: "pg-d", Port: 5432},
+		orig[4],
+	}
+	if !slices.Equal(out.Members, want) {
+		t.Fatalf("members %+v\nwant %+v", out.Members, want)
+	}
+	if !slices.Equal(in.Members, orig) {
+		t.Fatal("the provider's own slice was changed")
+	}
+	if !strings.Contains(bad, "member 2") || !strings.Contains(bad, "control character") || dsn.Printable(bad) != bad {
+		t.Fatalf("BadMember %q: want member 2's control character, printable", bad)
+	}
+	// The leader with a bad role gives no authority.
+	if a := Authorize(out, []Endpoint{{Host: "10.0.0.4", Port: 5432}}); a.Leader >= 0 || a.Readable[0] {
+		t.Fatalf("authority %+v from a member whose host, role and state were refused", a)
+	}
+	if _, bad := checkMembers(View{Members: orig[:1]}); bad != "" {
+		t.Fatalf("a fit view: %q", bad)
 	}
 }

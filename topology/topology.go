@@ -42,9 +42,15 @@ type Host struct {
 	// host, discovered through Options.Discover, is first refused for a
 	// reason (see [HostState].Untrusted): its probe showed another
 	// system's identifier, or it was out of recovery before it was ever
-	// seen replicating this system. Once per host and reason. It must not
-	// block.
+	// seen replicating this system, or it came Refused. Once per host and
+	// reason. It must not block.
 	OnRefuse func(reason string)
+	// Refused, when set on a host Options.Discover returns, is why the host
+	// may not be connected to at all (its connection would not prove the
+	// server's identity, say): it is added, shown Untrusted for this
+	// reason, and never probed, so nothing is ever sent to it; OnRefuse is
+	// told once. Ignored for the configured hosts.
+	Refused string
 }
 
 // Options tune the probers.

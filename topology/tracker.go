@@ -57,6 +57,9 @@ type tracked struct {
 	seenStandby bool
 	readable    bool
 	said        refusal
+	// refused is Host.Refused: the host is never probed, and never
+	// trusted.
+	refused string
 }
 
 // refusal is a kind of reason a discovered host is refused, as a bit.
@@ -65,6 +68,7 @@ type refusal uint8
 const (
 	refusedSystem refusal = 1 << iota // another system's identifier
 	refusedLead                       // out of recovery before seen replicating
+	refusedHost                       // refused by its owner (Host.Refused)
 )
 
 func newTracker(t *Topology, first *Snapshot) *tracker {
@@ -89,13 +93,17 @@ func newTracker(t *Topology, first *Snapshot) *tracker {
 
 // startProber starts the prober of host i, h being its probe
 // configuration (see probeHost), and adds i to the hosts ProbeNow can
-// reach. Hosts are started in index order.
+// reach. Hosts are started in index order. The prober of a Refused host
+// is kept (for its hooks and its place) but never runs.
 func (tr *tracker) startProber(i int, h Host) {
 	t := tr.t
 	p := &prober{t: t, i: i, host: h, kick: make(chan struct{}, 1), stop: make(chan struct{})}
 	tr.hosts[i].endpoint, tr.hosts[i].prober = endpointOf(h), p
 	probers := append(slices.Clone(*t.probers.Load()), p)
 	t.probers.Store(&probers)
+	if tr.hosts[i].refused != "" {
+		return
+	}
 	t.wg.Add(1)
 	go func() {
 		defer t.wg.Done()
@@ -158,8 +166,9 @@ func (tr *tracker) discover(v View, a Authority) Authority {
 		if !ok || h.Config == nil {
 			continue
 		}
-		// Untrusted until its probes show it is of this system.
-		tr.hosts = append(tr.hosts, tracked{state: HostState{Name: h.Name, Addr: h.Addr, Discovered: true, NoReads: true, Untrusted: untrustedUnprobed}})
+		// Untrusted until its probes show it is of this system; a
+		// refused one for ever, and never probed.
+		tr.hosts = append(tr.hosts, tracked{state: HostState{Name: h.Name, Addr: h.Addr, Discovered: true, NoReads: true, Untrusted: untrustedUnprobed}, refused: h.Refused})
 		tr.startProber(i, probeHost(h, opts.Timeout))
 		tr.emit(Event{Kind: EventHostAdded, Host: h.Name})
 		changed = true
@@ -278,6 +287,7 @@ func (tr *tracker) applyView(v viewResult) {
 		tr.evaluate(false, nil)
 		return
 	}
+	v.view, tr.prov.BadMember = checkMembers(v.view)
 	a := tr.discover(v.view, Authorize(v.view, tr.endpoints()))
 	tr.auth, tr.viewAt = &a, v.sentAt
 	tr.prov.LastError = ""
@@ -441,8 +451,9 @@ const (
 // discovered host is trusted once its probe read the system identifier of
 // the configured hosts and saw it in recovery (a replica of this system)
 // before it was ever seen out of recovery: until then it serves nothing
-// and cannot be the primary, whatever the provider says of it. It says
-// each refusal once (Host.OnRefuse).
+// and cannot be the primary, whatever the provider says of it. A host
+// that came Refused is never trusted. It says each refusal once
+// (Host.OnRefuse).
 func (tr *tracker) trust() {
 	want, why := tr.system()
 	for i := tr.initial; i < len(tr.hosts); i++ {
@@ -453,6 +464,8 @@ func (tr *tracker) trust() {
 		}
 		reason, kind := "", refusal(0)
 		switch {
+		case th.refused != "":
+			reason, kind = th.refused, refusedHost
 		case h.LastSuccess.IsZero():
 			reason = untrustedUnprobed
 		case th.systemID == 0:

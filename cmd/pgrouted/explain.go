@@ -86,9 +86,9 @@ func renderDecision(query string, d pgrouted.Decision, err error) string {
 	where := "nowhere"
 	switch {
 	case d.Endpoint != "" && d.Primary:
-		where = d.Endpoint + " (the primary)"
+		where = pr(d.Endpoint) + " (the primary)"
 	case d.Endpoint != "":
-		where = d.Endpoint + " (a replica)"
+		where = pr(d.Endpoint) + " (a replica)"
 	case d.Primary:
 		where = "the primary (none known now)"
 	}

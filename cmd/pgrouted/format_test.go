@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/pgrouted/pgrouted"
+	"github.com/pgrouted/pgrouted/dsn"
 )
 
 func u64(v uint64) *uint64               { return &v }
@@ -303,5 +304,28 @@ func TestProviderLineRendering(t *testing.T) {
 	top.Provider = &pgrouted.ProviderInfo{Name: "patroni", Conflict: true, LastError: "patroni: no endpoint answered:\nhttp://pg-a:8008: HTTP 503"}
 	if got, want := providerLine(top), "provider: patroni (two running leaders: no primary, lease expired); no reads on node2; last error: patroni: no endpoint answered: http://pg-a:8008: HTTP 503"; got != want {
 		t.Fatalf("got  %q\nwant %q", got, want)
+	}
+}
+
+// TestTopologyOddNames: names and texts that could break or reorder a
+// terminal line (an escape sequence, a direction override, a line break,
+// a byte that is not UTF-8) are printed through dsn.Printable: as escapes.
+func TestTopologyOddNames(t *testing.T) {
+	top := sampleTopology()
+	top.Hosts[0].Name = "ev\x1b[2Jil"
+	top.Primary = top.Hosts[0].Name
+	top.Hosts[1].Address = "10.0.0.2\u202e:5432"
+	top.Hosts[2].LastError = "refused\xff by \x1b[31mserver"
+	top.Hosts[2].NoReads = true
+	top.Hosts[2].Name = "no\u2028reads"
+	top.Provider = &pgrouted.ProviderInfo{Name: "patroni", Leader: "ev\x1b[2Jil", LastError: "bad\x07", BadMember: "member 3 of the view (10.0.0.9:5432): its name: byte 2 is U+001B, a control character"}
+	got := renderTopology(top, 2*time.Second, false)
+	for _, want := range []string{`ev\u001b[2Jil`, `10.0.0.2\u202e:5432`, `refused\xff by \u001b[31mserver`, `no\u2028reads`, `leader ev\u001b[2Jil`, `last error: bad\u0007`, "refused from its answer: member 3"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("output lacks %q:\n%s", want, got)
+		}
+	}
+	if dsn.Printable(got) != strings.ReplaceAll(got, "\n", `\u000a`) {
+		t.Errorf("output holds a raw control or format character:\n%q", got)
 	}
 }

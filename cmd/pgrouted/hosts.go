@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/pgrouted/pgrouted"
+	"github.com/pgrouted/pgrouted/dsn"
 )
 
 // roleCell says what a host is now, as the connector sees it: the primary
@@ -94,12 +95,16 @@ func topologyTable(top pgrouted.Snapshot, maxLag time.Duration) *table {
 		}
 		pool := fmt.Sprintf("%d/%d/%d", h.Pool.AcquiredConns, h.Pool.TotalConns, h.Pool.MaxConns)
 		t.rows = append(t.rows, []cell{
-			{h.Name, bold}, {h.Address, ""}, roleCell(h, top), circuitCell(h), tl, replay, lb, lt,
+			{pr(h.Name), bold}, {pr(h.Address), ""}, roleCell(h, top), circuitCell(h), tl, replay, lb, lt,
 			rttCell(h), sync, {fmt.Sprint(h.InflightReads), ""}, {pool, ""},
 		})
 	}
 	return t
 }
+
+// pr is how the command prints a host or member name, or a text that may
+// quote one: through dsn.Printable, as the library's logs and topology do.
+func pr(s string) string { return dsn.Printable(s) }
 
 // probeErrors lists the hosts whose last probe failed, with the error, one
 // line each.
@@ -107,7 +112,7 @@ func probeErrors(top pgrouted.Snapshot, color bool) string {
 	var b strings.Builder
 	for _, h := range top.Hosts {
 		if h.LastError != "" {
-			line := fmt.Sprintf("%s: %s", h.Name, oneLine(h.LastError))
+			line := fmt.Sprintf("%s: %s", pr(h.Name), pr(oneLine(h.LastError)))
 			if color {
 				line = paint(red, line)
 			}
@@ -126,20 +131,20 @@ func providerLine(top pgrouted.Snapshot) string {
 		return ""
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "provider: %s", p.Name)
+	fmt.Fprintf(&b, "provider: %s", pr(p.Name))
 	if p.Endpoint != "" {
-		fmt.Fprintf(&b, " via %s", p.Endpoint)
+		fmt.Fprintf(&b, " via %s", pr(p.Endpoint))
 	}
 	switch {
 	case p.Conflict:
 		b.WriteString(" (two running leaders: no primary")
 	case p.Leader != "":
-		fmt.Fprintf(&b, " (leader %s", p.Leader)
+		fmt.Fprintf(&b, " (leader %s", pr(p.Leader))
 		if p.LeaderTimeline != 0 {
 			fmt.Fprintf(&b, ", timeline %d", p.LeaderTimeline)
 		}
 	case p.UnknownLeader != "":
-		fmt.Fprintf(&b, " (leader %s is not a known host", p.UnknownLeader)
+		fmt.Fprintf(&b, " (leader %s is not a known host", pr(p.UnknownLeader))
 	default:
 		b.WriteString(" (no leader")
 	}
@@ -152,14 +157,17 @@ func providerLine(top pgrouted.Snapshot) string {
 	var noReads []string
 	for _, h := range top.Hosts {
 		if h.NoReads && h.Name != top.Primary {
-			noReads = append(noReads, h.Name)
+			noReads = append(noReads, pr(h.Name))
 		}
 	}
 	if len(noReads) > 0 {
 		fmt.Fprintf(&b, "; no reads on %s", strings.Join(noReads, ", "))
 	}
 	if p.LastError != "" {
-		fmt.Fprintf(&b, "; last error: %s", oneLine(p.LastError))
+		fmt.Fprintf(&b, "; last error: %s", pr(oneLine(p.LastError)))
+	}
+	if p.BadMember != "" {
+		fmt.Fprintf(&b, "; refused from its answer: %s", pr(oneLine(p.BadMember)))
 	}
 	return b.String()
 }
@@ -171,7 +179,7 @@ func topologyHeader(top pgrouted.Snapshot) string {
 	if top.Primary == "" {
 		b.WriteString("primary: none")
 	} else {
-		fmt.Fprintf(&b, "primary: %s", top.Primary)
+		fmt.Fprintf(&b, "primary: %s", pr(top.Primary))
 	}
 	fmt.Fprintf(&b, " (epoch %d", top.Epoch)
 	if top.LeaseRemaining > 0 {

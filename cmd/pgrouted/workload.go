@@ -153,7 +153,7 @@ func withTrace(ctx context.Context) (context.Context, *trace) {
 }
 
 func (t *trace) add(ev pgrouted.RouteEvent) {
-	s := fmt.Sprintf("%s on %s (%s", ev.Op, ev.Endpoint, ev.Reason)
+	s := fmt.Sprintf("%s on %s (%s", ev.Op, pr(ev.Endpoint), ev.Reason)
 	if ev.Retried {
 		s += ", retried"
 	}
