@@ -6,6 +6,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"net"
 	"strconv"
 	"strings"
@@ -495,12 +496,18 @@ func testWriteOnATerminatedSession(t *testing.T, open opener) {
 	p := cluster.Primary()
 	// terminate ends the client's sessions on the primary and waits until
 	// they are gone; the client's next statement finds its session ended.
+	// (Only those: the client's pool opens new ones meanwhile, for its
+	// probe and its catalog's fingerprint.)
 	terminate := func() {
 		t.Helper()
-		mustExec(t, ctx, p, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = '"+app+"'")
+		var pids []int32
+		if err := p.QueryRow(ctx, "SELECT coalesce(array_agg(pid), '{}') FROM pg_stat_activity WHERE application_name = $1 AND pid <> pg_backend_pid()", []any{app}, &pids); err != nil {
+			t.Fatal(err)
+		}
+		mustExec(t, ctx, p, fmt.Sprintf("SELECT pg_terminate_backend(pid) FROM unnest('%s'::int[]) pid", pgIntArray(pids)))
 		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
 			var left int
-			if err := p.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1", []any{app}, &left); err != nil {
+			if err := p.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE pid = ANY($1)", []any{pids}, &left); err != nil {
 				t.Fatal(err)
 			}
 			if left == 0 {
@@ -540,6 +547,15 @@ func testWriteOnATerminatedSession(t *testing.T, open opener) {
 			t.Fatalf("write %d (returning %v): %d rows, want 1", id, returning, n)
 		}
 	}
+}
+
+// pgIntArray writes ns as a PostgreSQL array literal.
+func pgIntArray(ns []int32) string {
+	parts := make([]string, len(ns))
+	for i, n := range ns {
+		parts[i] = strconv.Itoa(int(n))
+	}
+	return "{" + strings.Join(parts, ",") + "}"
 }
 
 // portNames maps each node's direct port (inet_server_port()) to its name,
