@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pgrouted/pgrouted/internal/sqlclass"
+	"github.com/pgrouted/pgrouted/topology"
 )
 
 // This file is what the SQL text hides of the functions a statement calls:
@@ -112,9 +113,9 @@ func (k *catalog) invalidate() {
 }
 
 // catalogLoader reads every function definition from some server: the
-// primary when there is one, else any host that answers (a standby's
-// catalog is a copy of the primary's).
-type catalogLoader func(ctx context.Context) (catalogDefs, error)
+// primary when there is one (on the catalog's own connection, cs), else
+// any host that answers (a standby's catalog is a copy of the primary's).
+type catalogLoader func(ctx context.Context, cs *catalogSession) (catalogDefs, error)
 
 // catalogDefs is what a load reads: the catalog's fingerprint, the
 // functions, the relations (their kinds, triggers, rules, cascading
@@ -130,8 +131,57 @@ type catalogDefs struct {
 }
 
 // catalogPoller reads the primary's catalog fingerprint
-// (sqlclass.CatalogVersionQuery).
-type catalogPoller func(ctx context.Context) (string, error)
+// (sqlclass.CatalogVersionQuery) on the catalog's own connection, cs.
+type catalogPoller func(ctx context.Context, cs *catalogSession) (string, error)
+
+// catalogSession is the catalog's own connection to the primary, owned by
+// the catalog's goroutine: the fingerprint it reads every probe interval,
+// and the catalog when it changed, are the catalog's traffic, not the
+// statements', so they take no connection of a pool that reads borrow
+// (a pool of one would make a read wait for them) and run under the
+// probes' application_name (topology.ProbeApplicationName), as the probes'
+// own statements do: monitoring, which the server's activity views and a
+// measurement of the statements' cost tell apart from the application's.
+type catalogSession struct {
+	h  *host // the host pc is connected to
+	pc *pgconn.PgConn
+}
+
+// conn returns a connection to h, the one it has when it is to h and open,
+// else a new one (closing the old).
+func (cs *catalogSession) conn(ctx context.Context, h *host) (*pgconn.PgConn, error) {
+	if cs.pc != nil && (cs.h != h || cs.pc.IsClosed()) {
+		cs.close()
+	}
+	if cs.pc == nil {
+		cfg := h.pool.Config().ConnConfig.Config.Copy()
+		cfg.ValidateConnect, cfg.AfterConnect, cfg.OnNotice, cfg.OnNotification = nil, nil, nil, nil
+		if cfg.RuntimeParams == nil {
+			cfg.RuntimeParams = map[string]string{}
+		}
+		cfg.RuntimeParams["application_name"] = topology.ProbeApplicationName
+		pc, err := pgconn.ConnectConfig(ctx, cfg)
+		if err != nil {
+			return nil, err
+		}
+		cs.h, cs.pc = h, pc
+	}
+	return cs.pc, nil
+}
+
+// fail closes the connection after an error on it: the next use opens a
+// new one.
+func (cs *catalogSession) fail() { cs.close() }
+
+// close closes the connection, if any.
+func (cs *catalogSession) close() {
+	if cs.pc != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		cs.pc.Close(ctx)
+		cancel()
+	}
+	cs.h, cs.pc = nil, nil
+}
 
 // start runs the goroutine that loads snapshots, until close. timeout
 // bounds each load; a failed load is tried again after retry; every tick
@@ -144,9 +194,11 @@ func (k *catalog) start(load catalogLoader, poll catalogPoller, timeout, retry, 
 
 func (k *catalog) run(load catalogLoader, poll catalogPoller, timeout, retry, tick time.Duration) {
 	defer close(k.done)
+	var cs catalogSession
+	defer cs.close()
 	for {
 		lctx, lcancel := context.WithTimeout(k.ctx, timeout)
-		defs, err := load(lctx)
+		defs, err := load(lctx, &cs)
 		lcancel()
 		if err != nil {
 			if !k.sleep(retry) {
@@ -158,7 +210,7 @@ func (k *catalog) run(load catalogLoader, poll catalogPoller, timeout, retry, ti
 		if k.loads.Add(1) == 1 {
 			close(k.loaded)
 		}
-		if !k.watch(poll, defs.version, timeout, tick) {
+		if !k.watch(poll, &cs, defs.version, timeout, tick) {
 			return
 		}
 	}
@@ -177,7 +229,7 @@ func (k *catalog) snapshot(defs catalogDefs) *sqlclass.Functions {
 // watch waits until the snapshot of fingerprint version is to be read
 // again: asked for (invalidate), the fingerprint changed, or
 // k.interval passed. It returns false when the catalog is closed.
-func (k *catalog) watch(poll catalogPoller, version string, timeout, tick time.Duration) bool {
+func (k *catalog) watch(poll catalogPoller, cs *catalogSession, version string, timeout, tick time.Duration) bool {
 	deadline := time.Now().Add(k.interval)
 	for {
 		wait := time.Until(deadline)
@@ -201,7 +253,7 @@ func (k *catalog) watch(poll catalogPoller, version string, timeout, tick time.D
 			return true
 		}
 		pctx, pcancel := context.WithTimeout(k.ctx, timeout)
-		v, err := poll(pctx)
+		v, err := poll(pctx, cs)
 		pcancel()
 		if err == nil && v != version {
 			return true
@@ -360,12 +412,23 @@ func parseFuncNames(key string, list []string) ([]sqlclass.FuncName, error) {
 // none, from any host that answers: a standby's catalog is a copy of the
 // primary's, a little behind at most, and a function it does not have yet
 // is unknown, which is safe.
-func (c *Connector) loadCatalog(ctx context.Context) (catalogDefs, error) {
+func (c *Connector) loadCatalog(ctx context.Context, cs *catalogSession) (catalogDefs, error) {
 	v := c.view()
-	order := make([]*host, 0, len(v.hosts))
+	err := errors.New("no host")
 	if v.primary != nil {
-		order = append(order, v.primary.host)
+		var pc *pgconn.PgConn
+		if pc, err = cs.conn(ctx, v.primary.host); err == nil {
+			var defs catalogDefs
+			if defs, err = readCatalog(ctx, pc); err == nil {
+				return defs, nil
+			}
+			cs.fail()
+		}
+		if ctx.Err() != nil {
+			return catalogDefs{}, err
+		}
 	}
+	order := make([]*host, 0, len(v.hosts))
 	for _, healthy := range []bool{true, false} {
 		for i := range v.hosts {
 			if h := &v.hosts[i]; h != v.primary && h.probe.Healthy == healthy && !h.probe.Removed && h.probe.Untrusted == "" {
@@ -373,7 +436,6 @@ func (c *Connector) loadCatalog(ctx context.Context) (catalogDefs, error) {
 			}
 		}
 	}
-	err := errors.New("no host")
 	for _, h := range order {
 		var defs catalogDefs
 		err = h.pool.AcquireFunc(ctx, func(pc *pgxpool.Conn) error {
@@ -394,19 +456,22 @@ func (c *Connector) loadCatalog(ctx context.Context) (catalogDefs, error) {
 // pollCatalog reads the primary's catalog fingerprint
 // (sqlclass.CatalogVersionQuery); without a primary, it fails, and the
 // snapshot stays until one is known (a new primary loads it again).
-func (c *Connector) pollCatalog(ctx context.Context) (string, error) {
+func (c *Connector) pollCatalog(ctx context.Context, cs *catalogSession) (string, error) {
 	v := c.view()
 	if v.primary == nil {
 		return "", errors.New("no primary")
 	}
-	var version string
-	err := v.primary.host.pool.AcquireFunc(ctx, func(pc *pgxpool.Conn) error {
-		rr := pc.Conn().PgConn().ExecParams(ctx, sqlclass.CatalogVersionQuery, nil, nil, nil, nil)
-		version = readVersion(rr)
-		_, err := rr.Close()
-		return err
-	})
-	return version, err
+	pc, err := cs.conn(ctx, v.primary.host)
+	if err != nil {
+		return "", err
+	}
+	rr := pc.ExecParams(ctx, sqlclass.CatalogVersionQuery, nil, nil, nil, nil)
+	version := readVersion(rr)
+	if _, err := rr.Close(); err != nil {
+		cs.fail()
+		return "", err
+	}
+	return version, nil
 }
 
 // readRelations reads the rows of sqlclass.RelationsQuery from rr.

@@ -39,7 +39,7 @@ func TestCatalogLoads(t *testing.T) {
 	if r := sqlclass.ClassifyWith(q, k.functions()); r.Func != sqlclass.FuncUnknown {
 		t.Fatalf("before any load: %v, want unknown", r.Func)
 	}
-	k.start(func(ctx context.Context) (catalogDefs, error) {
+	k.start(func(ctx context.Context, _ *catalogSession) (catalogDefs, error) {
 		defs, err := load(ctx)
 		return catalogDefs{funcs: defs}, err
 	}, nil, time.Minute, 10*time.Millisecond, time.Second)
