@@ -203,6 +203,7 @@ func TestLostWriteReportedOnce(t *testing.T) {
 	var logs bytes.Buffer
 	c := &Connector{}
 	c.cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	c.log = printableLogger(c.cfg.Logger) // as NewConnector sets it
 	lost := func(lsn lagmeter.LSN) *consistency.Effect {
 		return &consistency.Effect{Report: consistency.Lost, From: lagmeter.Watermark{SystemID: 7, Timeline: 1, LSN: lsn}, SwitchPoint: 100, Timeline: 2}
 	}
