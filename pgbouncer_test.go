@@ -128,8 +128,23 @@ func TestPooledFreshWhileWALIsUnflushed(t *testing.T) {
 		if n := unflushed(insert); n < 64 {
 			t.Fatalf("the rolled-back read left %d bytes of WAL unflushed before %s: the test proves nothing", n, insert)
 		}
+		// A connector on the default budget, measured until reads go to
+		// a replica (waitReplicaRoute), not until the rest of what
+		// openPooled waits for (its catalog's first read, every host's
+		// probe): the WAL must still be unflushed when reads first go
+		// to a replica, and a later wait only gives the primary time to
+		// flush it.
 		began := time.Now()
-		db, conn, _, _ := openPooled(t) // the default budget
+		cfg, err := pgrouted.ParseConfig(bouncers(t).DSN() + "&pgrouted_probe_interval=100ms&pgrouted_lease=5s&pgrouted_names=" + names())
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn, err := pgrouted.NewConnector(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		db := sql.OpenDB(conn)
+		waitReplicaRoute(t, conn)
 		took := time.Since(began)
 		still := unflushed(insert)
 		t.Logf("attempt %d: reads on a replica %s after opening; %d bytes before %s unflushed then", attempt, took.Round(time.Millisecond), still, insert)
@@ -139,6 +154,7 @@ func TestPooledFreshWhileWALIsUnflushed(t *testing.T) {
 					t.Errorf("%s: no staleness bound while the primary holds unflushed WAL: %+v", h.Name, h)
 				}
 			}
+			db.Close()
 			return
 		}
 		if attempt == 3 {
