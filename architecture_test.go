@@ -4,11 +4,13 @@ package pgrouted_test
 
 import (
 	"go/ast"
+	"go/build"
 	"go/parser"
 	"go/token"
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -126,4 +128,229 @@ func TestReadYourWritesStateHasOneOwner(t *testing.T) {
 	if checked == 0 {
 		t.Fatal("no file outside internal/consistency imports it: the scan looked in the wrong place")
 	}
+}
+
+// TestArchitectureNamesExist: every backticked name in docs/architecture.md
+// exists: an identifier (`pickReplica`, `Mark`) is declared somewhere in
+// the module (a type, function, method, field, constant or variable); a
+// qualified one (`conn.run`, `pgpipe.OK`, `sql.Open`) is a method or field
+// of that type, or a name declared in that package (the module's own, or
+// the standard library's database/sql and database/sql/driver); a name
+// ending in * (`raise*`) is the prefix of one; a path is a directory of the
+// module; a pgrouted_ key is one the dsn package knows. The page is the one
+// place a maintainer learns the layout: a name renamed or removed in the
+// code and left in the page fails here.
+func TestArchitectureNamesExist(t *testing.T) {
+	doc, err := os.ReadFile("docs/architecture.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Outside fenced blocks (a drawing of the layout, not names).
+	var prose strings.Builder
+	fenced := false
+	for line := range strings.SplitSeq(string(doc), "\n") {
+		if strings.HasPrefix(line, "```") {
+			fenced = !fenced
+			continue
+		}
+		if !fenced {
+			prose.WriteString(line + "\n")
+		}
+	}
+	decl := declaredNames(t)
+	dsnSrc := readDir(t, "dsn")
+	checked := 0
+	for _, m := range regexp.MustCompile("`([^`\n]+)`").FindAllStringSubmatch(prose.String(), -1) {
+		name := m[1]
+		ok := true
+		switch {
+		case strings.HasPrefix(name, `"`), strings.HasPrefix(name, "**"):
+			continue // a string or file name; files: TestArchitectureNamesEveryFile
+		case strings.HasPrefix(name, "pgrouted_"):
+			ok = strings.Contains(dsnSrc, `"`+name+`"`)
+		case strings.Contains(name, "/"):
+			st, err := os.Stat(name)
+			ok = err == nil && st.IsDir()
+		case identPath.MatchString(name):
+			ok = decl.has(name)
+		default:
+			continue // code, not a name
+		}
+		checked++
+		if !ok {
+			t.Errorf("docs/architecture.md names `%s`, which the code does not declare (renamed or removed?)", name)
+		}
+	}
+	if checked < 30 {
+		t.Fatalf("checked %d names of docs/architecture.md: the page or the parse changed", checked)
+	}
+}
+
+// identPath is a Go name, optionally qualified once (Type.Member,
+// package.Name), optionally ending in * (a prefix).
+var identPath = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?\*?$`)
+
+// declared is what TestArchitectureNamesExist checks against: every name
+// declared at the top level of the module's packages, and for each
+// package and type the names declared in or on it.
+type declared struct {
+	all     map[string]bool            // every top-level name, method and field
+	members map[string]map[string]bool // type or package name -> its names
+}
+
+// has reports whether name (see identPath) is declared.
+func (n declared) has(name string) bool {
+	prefix := strings.HasSuffix(name, "*")
+	name = strings.TrimSuffix(name, "*")
+	set := n.all
+	if q, member, ok := strings.Cut(name, "."); ok {
+		set, name = n.members[q], member
+	}
+	if !prefix {
+		return set[name]
+	}
+	for k := range set {
+		if strings.HasPrefix(k, name) {
+			return true
+		}
+	}
+	return false
+}
+
+// declaredNames parses the module's Go files (of test files, their tests
+// alone: the page may name a test), and database/sql and
+// database/sql/driver.
+func declaredNames(t *testing.T) declared {
+	t.Helper()
+	n := declared{all: map[string]bool{}, members: map[string]map[string]bool{}}
+	member := func(owner, name string) {
+		if n.members[owner] == nil {
+			n.members[owner] = map[string]bool{}
+		}
+		n.members[owner][name] = true
+		n.all[name] = true
+	}
+	add := func(pkg string, f *ast.File) {
+		for _, d := range f.Decls {
+			switch d := d.(type) {
+			case *ast.FuncDecl:
+				if d.Recv == nil || len(d.Recv.List) == 0 {
+					member(pkg, d.Name.Name)
+					continue
+				}
+				typ := d.Recv.List[0].Type
+				for {
+					switch x := typ.(type) {
+					case *ast.StarExpr:
+						typ = x.X
+						continue
+					case *ast.IndexExpr:
+						typ = x.X
+						continue
+					case *ast.IndexListExpr:
+						typ = x.X
+						continue
+					}
+					break
+				}
+				if id, ok := typ.(*ast.Ident); ok {
+					member(id.Name, d.Name.Name)
+				}
+			case *ast.GenDecl:
+				for _, s := range d.Specs {
+					switch s := s.(type) {
+					case *ast.TypeSpec:
+						member(pkg, s.Name.Name)
+						switch x := s.Type.(type) {
+						case *ast.StructType:
+							for _, fl := range x.Fields.List {
+								for _, fn := range fl.Names {
+									member(s.Name.Name, fn.Name)
+								}
+								if len(fl.Names) == 0 { // embedded
+									if id, ok := fl.Type.(*ast.Ident); ok {
+										member(s.Name.Name, id.Name)
+									}
+								}
+							}
+						case *ast.InterfaceType:
+							for _, fl := range x.Methods.List {
+								for _, fn := range fl.Names {
+									member(s.Name.Name, fn.Name)
+								}
+							}
+						}
+					case *ast.ValueSpec:
+						for _, vn := range s.Names {
+							member(pkg, vn.Name)
+						}
+					}
+				}
+			}
+		}
+	}
+	fset := token.NewFileSet()
+	parseDir := func(dir string) {
+		files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, file := range files {
+			f, err := parser.ParseFile(fset, file, nil, parser.SkipObjectResolution)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if strings.HasSuffix(file, "_test.go") {
+				// Of a test file, only its tests: a helper of the
+				// tests is no part of the layout.
+				for _, d := range f.Decls {
+					if fd, ok := d.(*ast.FuncDecl); ok && fd.Recv == nil && strings.HasPrefix(fd.Name.Name, "Test") {
+						member(f.Name.Name, fd.Name.Name)
+					}
+				}
+				continue
+			}
+			add(f.Name.Name, f)
+		}
+	}
+	err := filepath.WalkDir(".", func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if path != "." && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata") {
+				return filepath.SkipDir
+			}
+			parseDir(path)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	goroot := build.Default.GOROOT
+	parseDir(filepath.Join(goroot, "src", "database", "sql"))
+	parseDir(filepath.Join(goroot, "src", "database", "sql", "driver"))
+	return n
+}
+
+// readDir is the text of dir's Go files, tests left out.
+func readDir(t *testing.T, dir string) string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		src, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.Write(src)
+	}
+	return b.String()
 }
