@@ -414,6 +414,15 @@ type Stats struct {
 	DeferredPositionReads uint64        `json:"deferredPositionReads"`
 	GlobalWaitTime        time.Duration `json:"globalWaitTime"`
 	PositionsShared       uint64        `json:"positionsShared"`
+
+	// PrimaryReadWaits counts the fallback reads (reads no replica could
+	// serve) that found pgrouted_primary_read_limit reached and waited
+	// for a slot on the primary or a replica; those whose wait ran out
+	// are RouteErrors["primary-busy"]. PrimaryReadsPeak is the most
+	// fallback reads the primary ran at once (0 without a limit: they are
+	// not counted then).
+	PrimaryReadWaits uint64 `json:"primaryReadWaits"`
+	PrimaryReadsPeak int64  `json:"primaryReadsPeak"`
 }
 
 // opNames are the ops counted per host, and reasonNames the reasons
@@ -421,7 +430,7 @@ type Stats struct {
 // reasonIndex find one's counter.
 var (
 	opNames     = [...]string{OpRead, OpWrite, OpTx, OpLock}
-	reasonNames = [...]Reason{ReasonNoReplicas, ReasonUnhealthy, ReasonBehind, ReasonSaturated, ReasonPositionUnknown, ReasonReplicaFailed, ReasonCatchingUp, ReasonDeferred, ReasonRetry25006, ReasonWriteOnReplica, ReasonNoPrimary, ReasonPrimaryLost}
+	reasonNames = [...]Reason{ReasonNoReplicas, ReasonUnhealthy, ReasonBehind, ReasonSaturated, ReasonPositionUnknown, ReasonReplicaFailed, ReasonCatchingUp, ReasonDeferred, ReasonRetry25006, ReasonWriteOnReplica, ReasonNoPrimary, ReasonPrimaryLost, ReasonPrimaryBusy}
 )
 
 const numReasons = len(reasonNames)
@@ -536,6 +545,9 @@ func (c *Connector) Stats() Stats {
 		GlobalReads:           c.rw.index.Served() - deferred, // Served counts both, each before deferredReads
 		GlobalWaitTime:        c.rw.index.Waited(),
 		PositionsShared:       c.rw.index.Shared(),
+
+		PrimaryReadWaits: c.reads.waits.Load(),
+		PrimaryReadsPeak: c.reads.peak.Load(),
 	}
 	if e := c.top.Snapshot().Epoch; e > 1 {
 		st.Failovers = e - 1
