@@ -31,6 +31,7 @@ type Connector struct {
 	picker picker // chooses among eligible replicas (pick.go)
 
 	budget  lagmeter.Budget
+	gates   gateBudgets       // the replicas' budget gates' thresholds (budgetgate.go)
 	history *lagmeter.History // the primary's WAL positions (from topology)
 
 	// started is set once top and history are: a pool's connection may
@@ -101,6 +102,7 @@ func NewConnector(cfg *Config) (*Connector, error) {
 	} else if n, ok := own.MaxLag.Bytes(); ok {
 		c.budget.MaxBytes = uint64(n)
 	}
+	c.gates = newGateBudgets(c.budget, own.ProbeInterval)
 	th := make([]topology.Host, len(own.Hosts))
 	for i, h := range own.Hosts {
 		hs, err := newHost(i, h, &own.Config, c.circuitChanged, c.wire)

@@ -57,6 +57,10 @@ type host struct {
 	// write they looked for (consistency.CatchUp).
 	catchUp consistency.CatchUp
 
+	// gate is its state against the staleness budget: hysteresis and
+	// ramp (budgetgate.go).
+	gate budgetGate
+
 	// missed is the last position a replica wait on it did not see in
 	// time (replicawait.go).
 	missed atomic.Pointer[waitMiss]

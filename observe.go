@@ -116,6 +116,14 @@ type HostInfo struct {
 	BackendSwitched bool `json:"backendSwitched,omitempty"`
 	// InflightReads is the number of reads running on it now.
 	InflightReads int64 `json:"inflightReads"`
+	// Budget is a standby's state against the staleness budget
+	// (pgrouted_max_lag, docs/routing.md): "in", "out" (it went beyond the
+	// budget and is not yet back under the return threshold) or "ramp"
+	// (back, its share of the reads growing over a few probe intervals);
+	// empty for the primary. BudgetChanges counts the times it left or
+	// came back.
+	Budget        string `json:"budget,omitempty"`
+	BudgetChanges uint64 `json:"budgetChanges,omitempty"`
 	// Pool is the host's replica connection pool (the pgrouted_replica_
 	// keys): a standby's reads borrow its connections, and the primary's
 	// pgrouted's own reads (function catalog, WAL positions).
@@ -248,6 +256,7 @@ func (c *Connector) Topology() Snapshot {
 			Timeline:      h.Timeline,
 			SyncState:     h.SyncState,
 			InflightReads: hs.inflight(),
+			BudgetChanges: hs.gate.changes.Load(),
 			Pool:          poolInfo(hs.pool.Stat()),
 			LastError:     printableLine(h.LastError),
 			Member:        pr(h.Member),
@@ -261,6 +270,7 @@ func (c *Connector) Topology() Snapshot {
 		hi.Pooler, hi.BackendSwitched = h.Pooler, h.BackendSwitched
 		hi.MissingPrivileges = h.Missing
 		if h.Role.String() == "standby" {
+			hi.Budget = hs.gate.state(&c.gates, consistency.Now())
 			replay := hv.replay()
 			if replay != 0 {
 				hi.ReplayLSN = replay.String()
