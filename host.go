@@ -66,6 +66,9 @@ type host struct {
 	missed atomic.Pointer[waitMiss]
 	// waits are its slots for reads that wait on it (replicawait.go).
 	waits waitSlots
+	// pace is what its probes showed of its replay's progress
+	// (replicawait.go).
+	pace replayPace
 	// flight is the replica connections borrowed now.
 	flight hostFlight
 	// descs are the statement descriptions read on it, for the pipelined

@@ -396,9 +396,14 @@ type Stats struct {
 	// sending the wait to its answer (one round trip included); and
 	// ReplicaWaitTimeouts counts those that ended without the position
 	// (the read then ran where it would have without a wait).
+	// ReplicaWaitsSkipped counts the reads that did not wait on their
+	// replica because its replay pace said it would not reach their
+	// position within the wait (stalled, or too slow): they checked it
+	// without waiting and went elsewhere at once (docs/consistency.md).
 	ReplicaWaits        uint64        `json:"replicaWaits"`
 	ReplicaWaitTime     time.Duration `json:"replicaWaitTime"`
 	ReplicaWaitTimeouts uint64        `json:"replicaWaitTimeouts"`
+	ReplicaWaitsSkipped uint64        `json:"replicaWaitsSkipped"`
 
 	// PositionFetches counts the reads of the primary's WAL position made
 	// for global consistency, for reads after a write whose position
@@ -548,6 +553,7 @@ func (c *Connector) Stats() Stats {
 		ReplicaWaits:        k.wait.waits.Load(),
 		ReplicaWaitTime:     time.Duration(k.wait.nanos.Load()),
 		ReplicaWaitTimeouts: k.wait.timeouts.Load(),
+		ReplicaWaitsSkipped: k.wait.skipped.Load(),
 
 		PositionFetches:       c.rw.index.Fetches(),
 		PositionFetchErrors:   c.rw.index.Failed(),
