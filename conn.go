@@ -252,10 +252,14 @@ func (cn *conn) run(ctx context.Context, cl *call) (err error) {
 }
 
 // execute runs cl where p says: on a replica, then on the primary when the
-// replica path fell back (onReplicas), or on the primary.
+// replica path fell back (onReplicas), or on the primary; a fallback read
+// within pgrouted_primary_read_limit (primarylimit.go).
 func (cn *conn) execute(ctx context.Context, p *plan, r *sqlclass.Result, cl *call) error {
 	if done, err := cn.onReplicas(ctx, p, cl); done {
 		return err
+	}
+	if cn.c.reads.limit > 0 && p.isFallback() {
+		return cn.limitedOnPrimary(ctx, p, r, cl)
 	}
 	return cn.runOnPrimary(ctx, p, r, cl)
 }

@@ -31,6 +31,7 @@ type Connector struct {
 	picker picker // chooses among eligible replicas (pick.go)
 
 	budget  lagmeter.Budget
+	gates   gateBudgets       // the replicas' budget gates' thresholds (budgetgate.go)
 	history *lagmeter.History // the primary's WAL positions (from topology)
 
 	// started is set once top and history are: a pool's connection may
@@ -43,6 +44,9 @@ type Connector struct {
 	booted atomic.Bool
 	// counters are behind Stats (with each host's statement counters).
 	counters counters
+	// reads are the fallback reads running on the primary, against
+	// pgrouted_primary_read_limit (primarylimit.go).
+	reads primaryReads
 	// funcs is the snapshot of the primary's functions that classification
 	// judges calls by; refused, the statements a replica refused (catalog.go).
 	funcs   *catalog
@@ -92,11 +96,13 @@ func NewConnector(cfg *Config) (*Connector, error) {
 	c := &Connector{cfg: own, funcs: newCatalog(read, write), classes: newClassCache(), log: printableLogger(own.Logger)}
 	c.rw.index = consistency.NewReadIndex(c.fetchPosition, positionTimeout)
 	c.rw.level = levelOf(own.Consistency)
+	c.reads.limit = int64(own.PrimaryReadLimit)
 	if d, ok := own.MaxLag.Time(); ok {
 		c.budget.MaxTime = d
 	} else if n, ok := own.MaxLag.Bytes(); ok {
 		c.budget.MaxBytes = uint64(n)
 	}
+	c.gates = newGateBudgets(c.budget, own.ProbeInterval)
 	th := make([]topology.Host, len(own.Hosts))
 	for i, h := range own.Hosts {
 		hs, err := newHost(i, h, &own.Config, c.circuitChanged, c.wire)

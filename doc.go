@@ -126,6 +126,17 @@
 // GlobalWait, and [Stats].PositionFetches, GlobalReads and GlobalWaitTime
 // show the cost.
 //
+// # Lag storms
+//
+// A replica that goes beyond pgrouted_max_lag leaves the reads and comes
+// back only once well within it (hysteresis), its share of the reads
+// growing back over a few probe intervals (see [HostInfo].Budget).
+// pgrouted_primary_read_limit caps the reads no replica could serve that
+// the primary runs at once; past it a read waits within its replica wait
+// for a slot or a replica, then fails with [ErrPrimaryBusy], safe to
+// retry. A read waits on a replica only when the replica's replay pace
+// says it will reach the read's position within the wait.
+//
 // # Behind a connection pooler
 //
 // The hosts of the DSN may be connection poolers (PgBouncer, one in front

@@ -57,11 +57,18 @@ type host struct {
 	// write they looked for (consistency.CatchUp).
 	catchUp consistency.CatchUp
 
+	// gate is its state against the staleness budget: hysteresis and
+	// ramp (budgetgate.go).
+	gate budgetGate
+
 	// missed is the last position a replica wait on it did not see in
 	// time (replicawait.go).
 	missed atomic.Pointer[waitMiss]
 	// waits are its slots for reads that wait on it (replicawait.go).
 	waits waitSlots
+	// pace is what its probes showed of its replay's progress
+	// (replicawait.go).
+	pace replayPace
 	// flight is the replica connections borrowed now.
 	flight hostFlight
 	// descs are the statement descriptions read on it, for the pipelined

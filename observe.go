@@ -116,6 +116,14 @@ type HostInfo struct {
 	BackendSwitched bool `json:"backendSwitched,omitempty"`
 	// InflightReads is the number of reads running on it now.
 	InflightReads int64 `json:"inflightReads"`
+	// Budget is a standby's state against the staleness budget
+	// (pgrouted_max_lag, docs/routing.md): "in", "out" (it went beyond the
+	// budget and is not yet back under the return threshold) or "ramp"
+	// (back, its share of the reads growing over a few probe intervals);
+	// empty for the primary. BudgetChanges counts the times it left or
+	// came back.
+	Budget        string `json:"budget,omitempty"`
+	BudgetChanges uint64 `json:"budgetChanges,omitempty"`
 	// Pool is the host's replica connection pool (the pgrouted_replica_
 	// keys): a standby's reads borrow its connections, and the primary's
 	// pgrouted's own reads (function catalog, WAL positions).
@@ -248,6 +256,7 @@ func (c *Connector) Topology() Snapshot {
 			Timeline:      h.Timeline,
 			SyncState:     h.SyncState,
 			InflightReads: hs.inflight(),
+			BudgetChanges: hs.gate.changes.Load(),
 			Pool:          poolInfo(hs.pool.Stat()),
 			LastError:     printableLine(h.LastError),
 			Member:        pr(h.Member),
@@ -261,6 +270,7 @@ func (c *Connector) Topology() Snapshot {
 		hi.Pooler, hi.BackendSwitched = h.Pooler, h.BackendSwitched
 		hi.MissingPrivileges = h.Missing
 		if h.Role.String() == "standby" {
+			hi.Budget = hs.gate.state(&c.gates, consistency.Now())
 			replay := hv.replay()
 			if replay != 0 {
 				hi.ReplayLSN = replay.String()
@@ -386,9 +396,14 @@ type Stats struct {
 	// sending the wait to its answer (one round trip included); and
 	// ReplicaWaitTimeouts counts those that ended without the position
 	// (the read then ran where it would have without a wait).
+	// ReplicaWaitsSkipped counts the reads that did not wait on their
+	// replica because its replay pace said it would not reach their
+	// position within the wait (stalled, or too slow): they checked it
+	// without waiting and went elsewhere at once (docs/consistency.md).
 	ReplicaWaits        uint64        `json:"replicaWaits"`
 	ReplicaWaitTime     time.Duration `json:"replicaWaitTime"`
 	ReplicaWaitTimeouts uint64        `json:"replicaWaitTimeouts"`
+	ReplicaWaitsSkipped uint64        `json:"replicaWaitsSkipped"`
 
 	// PositionFetches counts the reads of the primary's WAL position made
 	// for global consistency, for reads after a write whose position
@@ -414,6 +429,15 @@ type Stats struct {
 	DeferredPositionReads uint64        `json:"deferredPositionReads"`
 	GlobalWaitTime        time.Duration `json:"globalWaitTime"`
 	PositionsShared       uint64        `json:"positionsShared"`
+
+	// PrimaryReadWaits counts the fallback reads (reads no replica could
+	// serve) that found pgrouted_primary_read_limit reached and waited
+	// for a slot on the primary or a replica; those whose wait ran out
+	// are RouteErrors["primary-busy"]. PrimaryReadsPeak is the most
+	// fallback reads the primary ran at once (0 without a limit: they are
+	// not counted then).
+	PrimaryReadWaits uint64 `json:"primaryReadWaits"`
+	PrimaryReadsPeak int64  `json:"primaryReadsPeak"`
 }
 
 // opNames are the ops counted per host, and reasonNames the reasons
@@ -421,7 +445,7 @@ type Stats struct {
 // reasonIndex find one's counter.
 var (
 	opNames     = [...]string{OpRead, OpWrite, OpTx, OpLock}
-	reasonNames = [...]Reason{ReasonNoReplicas, ReasonUnhealthy, ReasonBehind, ReasonSaturated, ReasonPositionUnknown, ReasonReplicaFailed, ReasonCatchingUp, ReasonDeferred, ReasonRetry25006, ReasonWriteOnReplica, ReasonNoPrimary, ReasonPrimaryLost}
+	reasonNames = [...]Reason{ReasonNoReplicas, ReasonUnhealthy, ReasonBehind, ReasonSaturated, ReasonPositionUnknown, ReasonReplicaFailed, ReasonCatchingUp, ReasonDeferred, ReasonRetry25006, ReasonWriteOnReplica, ReasonNoPrimary, ReasonPrimaryLost, ReasonPrimaryBusy}
 )
 
 const numReasons = len(reasonNames)
@@ -529,6 +553,7 @@ func (c *Connector) Stats() Stats {
 		ReplicaWaits:        k.wait.waits.Load(),
 		ReplicaWaitTime:     time.Duration(k.wait.nanos.Load()),
 		ReplicaWaitTimeouts: k.wait.timeouts.Load(),
+		ReplicaWaitsSkipped: k.wait.skipped.Load(),
 
 		PositionFetches:       c.rw.index.Fetches(),
 		PositionFetchErrors:   c.rw.index.Failed(),
@@ -536,6 +561,9 @@ func (c *Connector) Stats() Stats {
 		GlobalReads:           c.rw.index.Served() - deferred, // Served counts both, each before deferredReads
 		GlobalWaitTime:        c.rw.index.Waited(),
 		PositionsShared:       c.rw.index.Shared(),
+
+		PrimaryReadWaits: c.reads.waits.Load(),
+		PrimaryReadsPeak: c.reads.peak.Load(),
 	}
 	if e := c.top.Snapshot().Epoch; e > 1 {
 		st.Failovers = e - 1

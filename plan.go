@@ -1,6 +1,7 @@
 package pgrouted
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"slices"
@@ -399,6 +400,9 @@ func (c *Connector) pickReplica(v *view, rc *readCtx, advance bool, skip *host) 
 		// that joins it costs the primary nothing more.
 		recent = rc.wait <= 0 && !(pending && c.rw.index.Waiting())
 	}
+	// The replicas skipped for their ramp (budgetgate.go): the first
+	// proven one and the first that may hold the position.
+	var rampProven, rampMaybe *hostView
 	// Byte lag does not grow while the primary is not probed.
 	byteLease := rc.budget.MaxBytes == 0 || v.snap.LeaseValid(rc.now)
 	for i := range v.hosts {
@@ -426,9 +430,20 @@ func (c *Connector) pickReplica(v *view, rc *readCtx, advance bool, skip *host) 
 			// have restarted and gone back to its minimum recovery point.
 			pos.Replay, pos.Xmin = h.replay(), st.SnapshotXmin
 		}
-		if ok, why := c.history.Check(pos, rc.budget, rc.now); !ok {
-			unknown = unknown || why == lagmeter.ReasonPositionUnknown
-			continue
+		// The read's staleness check, and the replica's budget gate
+		// (budgetgate.go): out beyond the budget until it is back under
+		// the return threshold, then ramping back to its whole share.
+		gate := gateIn
+		if !rc.budget.IsZero() {
+			l := c.history.Lag(pos, rc.now)
+			gate = h.gate.pass(&c.gates, l, rc.now, !advance)
+			if ok, why := rc.budget.Allows(l); !ok {
+				unknown = unknown || why == lagmeter.ReasonPositionUnknown
+				continue
+			}
+			if gate == gateOut {
+				continue
+			}
 		}
 		if !byteLease || (session && rc.st.Unknown()) {
 			unknown = true
@@ -439,15 +454,29 @@ func (c *Connector) pickReplica(v *view, rc *readCtx, advance bool, skip *host) 
 			ok, why = false, lagmeter.ReasonBehind
 		}
 		switch {
+		case ok && gate == gateSkipped:
+			rampProven = cmp.Or(rampProven, h)
 		case ok:
 			buf[nCand] = h
 			nCand++
+		case why == lagmeter.ReasonBehind && st.SystemID != 0 && gate == gateSkipped:
+			rampMaybe = cmp.Or(rampMaybe, h)
 		case why == lagmeter.ReasonBehind && st.SystemID != 0:
 			maybeAt--
 			buf[maybeAt] = h
 		default:
 			unknown = true
 		}
+	}
+	// A replica ramping back whose turn it was not still serves a read
+	// that no other replica can: the ramp is between replicas.
+	switch {
+	case nCand == 0 && rampProven != nil:
+		buf[0] = rampProven
+		nCand = 1
+	case nCand == 0 && maybeAt == len(buf) && rampMaybe != nil:
+		maybeAt--
+		buf[maybeAt] = rampMaybe
 	}
 	cand, checking := buf[:nCand], false
 	catchingUp, deferred := false, false

@@ -8,6 +8,7 @@ import (
 
 	"github.com/pgrouted/pgrouted/internal/consistency"
 	"github.com/pgrouted/pgrouted/lagmeter"
+	"github.com/pgrouted/pgrouted/topology"
 )
 
 // This file is the replica wait (pgrouted_replica_wait, WithReplicaWait):
@@ -53,7 +54,9 @@ import (
 
 // waitFor is how long a read with intent in, planned with pk, may wait on its replica:
 // only a checked read (the replica may not hold the caller's position yet)
-// waits, and not on a replica known to lag more than the wait.
+// waits, and not on a replica known to lag more than the wait, nor on one
+// whose replay pace says it will not reach the position within the wait
+// (replayPace).
 func (c *Connector) waitFor(in *consistency.Intent, pk pick) time.Duration {
 	if !pk.check || pk.wm.IsZero() {
 		return 0
@@ -66,6 +69,13 @@ func (c *Connector) waitFor(in *consistency.Intent, pk pick) time.Duration {
 	if !h.mayReach(pk.wm) || !h.waitable() || c.lagFloor(h) > d {
 		// A replica that cannot hold the position (another system, a
 		// timeline not in its history) is not waited on at all.
+		return 0
+	}
+	if need, ok := h.pace.need(pk.wm.LSN, h.replay(), time.Now()); ok && need > d {
+		// Its pace says it will not have the position in time.
+		if !in.DryRun {
+			c.counters.wait.skipped.Add(1)
+		}
 		return 0
 	}
 	if !in.DryRun && !h.waits.take(time.Now(), d, h.maxConns) {
@@ -195,6 +205,7 @@ type waitCounters struct {
 	waits    atomic.Uint64 // reads that waited on a replica
 	timeouts atomic.Uint64 // waits that ended without the position
 	nanos    atomic.Uint64 // their total duration
+	skipped  atomic.Uint64 // reads not waited on: their replica's pace said it would not reach the position in time (replayPace)
 }
 
 // noteWait counts one wait of d, a timeout unless reached.
@@ -206,3 +217,77 @@ func (c *Connector) noteWait(d time.Duration, reached bool) {
 		k.timeouts.Add(1)
 	}
 }
+
+// replayPace is what a standby's last two probes showed of its replay,
+// for the predictive wait (Connector.waitFor): whether its replay moves,
+// and how fast, while it has WAL to replay.
+//
+// A read waits on a replica only when the replica's pace says it will
+// replay the read's position within the wait: a replica whose replay did
+// not move between its last two probes while it had received WAL it had
+// not replayed (replay paused, or stuck behind a conflict) will not, nor
+// one that had WAL to replay at both probes and replays too slowly to
+// reach the position in time (its position, extrapolated at the rate
+// between the two probes). A replica with nothing to replay at its probes
+// (caught up: its rate is the primary's, not its own) is judged as before
+// (the lag floor, the last wait's miss). The read then checks the replica
+// without waiting, and another replica, or the primary, serves it at once.
+type replayPace struct {
+	mu             sync.Mutex
+	prevAt, lastAt time.Time    // the probes' send times (HostState.LastSuccess)
+	prev, last     lagmeter.LSN // their replay positions
+	prevPending    bool         // WAL received and not replayed at the probe before last
+	lastPending    bool         // ... at the last probe
+	conn           uint64       // the probe connection (a restart starts over)
+}
+
+// observe takes the standby's last probe st into p, when it is a new one:
+// each view of a new topology snapshot does (newView).
+func (p *replayPace) observe(st *topology.HostState) {
+	if !st.Healthy || st.ReplayLSN == 0 {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if st.Conn == p.conn && !st.LastSuccess.After(p.lastAt) {
+		return // seen already, or an older snapshot's
+	}
+	if st.Conn != p.conn {
+		p.lastAt, p.last, p.lastPending = time.Time{}, 0, false
+	}
+	p.prevAt, p.prev, p.prevPending = p.lastAt, p.last, p.lastPending
+	p.lastAt, p.last, p.lastPending, p.conn = st.LastSuccess, st.ReplayLSN, st.ReceiveLSN > st.ReplayLSN, st.Conn
+}
+
+// need is how long the standby, known now to have replayed up to replay,
+// will take to replay wm by its pace, and whether its pace tells:
+// forever (stalled) when its replay did not move between its last two
+// probes with WAL to replay.
+func (p *replayPace) need(wm, replay lagmeter.LSN, now time.Time) (time.Duration, bool) {
+	if replay >= wm {
+		return 0, true
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.prevAt.IsZero() || replay > p.last || !p.prevPending || !p.lastPending {
+		// No pace yet, or it moved since (a check saw it further), or it
+		// had nothing to replay at a probe.
+		return 0, false
+	}
+	dt := p.lastAt.Sub(p.prevAt)
+	if dt <= 0 || p.last < p.prev {
+		return 0, false
+	}
+	if p.last == p.prev {
+		return neverReached, true
+	}
+	rate := float64(p.last-p.prev) / dt.Seconds() // bytes per second
+	est := float64(p.last) + rate*max(now.Sub(p.lastAt), 0).Seconds()
+	if est >= float64(wm) {
+		return 0, true
+	}
+	return time.Duration((float64(wm) - est) / rate * float64(time.Second)), true
+}
+
+// neverReached is replayPace.need's answer for a stalled standby.
+const neverReached = time.Duration(1<<63 - 1)

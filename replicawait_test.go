@@ -209,3 +209,54 @@ func TestReplicaWaitSkipsLaggingReplica(t *testing.T) {
 		t.Fatalf("%d waits on replicas whose probes show them more than 2s behind, with a 50ms wait; want none", after.ReplicaWaits-before.ReplicaWaits)
 	}
 }
+
+// TestReplicaWaitSkipsStalledReplica: a replica whose replay is paused
+// while it receives WAL (its probes show its replay standing still with
+// WAL to replay) is not waited on, even with a wait far longer than its lag
+// floor so far: a read-back that may wait 5 s checks it without waiting and
+// goes at once to the other replica, which replays 100 ms behind and is
+// waited on. Counted: no wait times out (a wait on the paused one would),
+// Stats.ReplicaWaitsSkipped counts the skipped ones, and every read-back
+// waited far less than 5 s.
+func TestReplicaWaitSkipsStalledReplica(t *testing.T) {
+	ctx := testCtx(t)
+	restore(t)
+	mustExec(t, ctx, cluster.Primary(), "DROP TABLE IF EXISTS rwaitstall; CREATE TABLE rwaitstall (id int)")
+	replicated(t, ctx)
+	db, conn, rec := open(t, "pgrouted_latency_window=off")
+	replicasReady(t, conn)
+	stalled, slow := cluster.Replicas()[0], cluster.Replicas()[1]
+	if err := slow.ReplicationFault().Latency(100 * time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	writeWhile(t, ctx)
+	if err := stalled.PauseReplay(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// 5 probes of the paused replica (100 ms apart), each seen by a view.
+	for end := time.Now().Add(500 * time.Millisecond); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		conn.Topology()
+	}
+	const wait = 5 * time.Second
+	before := conn.Stats()
+	for i := range 10 {
+		ev := writeReadBack(t, pgrouted.WithReplicaWait(ctx, wait), sqlClient{db}, rec, "rwaitstall", i)
+		if ev.Primary || ev.Endpoint != slow.Name() {
+			t.Fatalf("read-back %d ran on %s (primary %v, reason %s), want %s, the replica that replays", i, ev.Endpoint, ev.Primary, ev.Reason, slow.Name())
+		}
+		if ev.Waited > wait/2 {
+			t.Fatalf("read-back %d waited %v of its %v: it waited on the paused replica", i, ev.Waited, wait)
+		}
+	}
+	after := conn.Stats()
+	t.Logf("waits %d, timeouts %d, skipped %d", after.ReplicaWaits-before.ReplicaWaits, after.ReplicaWaitTimeouts-before.ReplicaWaitTimeouts, after.ReplicaWaitsSkipped-before.ReplicaWaitsSkipped)
+	if after.ReplicaWaitTimeouts != before.ReplicaWaitTimeouts {
+		t.Errorf("%d waits timed out: a read waited on the paused replica", after.ReplicaWaitTimeouts-before.ReplicaWaitTimeouts)
+	}
+	if after.ReplicaWaitsSkipped == before.ReplicaWaitsSkipped {
+		t.Errorf("Stats.ReplicaWaitsSkipped did not move: the round-robin never offered the paused replica to 10 read-backs?")
+	}
+	if after.ReplicaWaits == before.ReplicaWaits {
+		t.Errorf("no read waited: the replica 100 ms behind is worth waiting on with %v", wait)
+	}
+}

@@ -74,6 +74,7 @@ const (
 	ReasonNoPrimary      Reason = "no-primary"       // no primary was known within pgrouted_write_timeout
 	ReasonReplicaFailed  Reason = "replica-failed"   // the replica's connection failed before any row: the read ran elsewhere
 	ReasonPrimaryLost    Reason = "primary-lost"     // the primary stopped being one (another was confirmed, or its lease ran out) before it answered the statement, which may have run there: ErrOutcomeUnknown
+	ReasonPrimaryBusy    Reason = "primary-busy"     // no replica could serve the read, and the primary ran pgrouted_primary_read_limit such reads already until the read's wait ran out: ErrPrimaryBusy, nothing was sent
 
 	ReasonVolatileFunction Reason = "volatile-function" // the statement calls a VOLATILE user function (Decision.Function): it may write or change the session, so the primary, and the connection stays there
 	ReasonUnknownFunction  Reason = "unknown-function"  // the statement calls a function the catalog does not know yet (Decision.Function): the primary, and the connection stays there
@@ -102,6 +103,12 @@ var (
 	// the statement is idempotent, or check. The RouteError's Reason is
 	// ReasonPrimaryLost, and it wraps the connection's error too.
 	ErrOutcomeUnknown = errors.New("pgrouted: outcome unknown")
+	// ErrPrimaryBusy: no replica could serve a read, and the primary was
+	// running pgrouted_primary_read_limit reads that no replica could
+	// serve, until the read's wait (pgrouted_replica_wait,
+	// WithReplicaWait) or its context ran out. Nothing was sent: it is
+	// safe to retry, later. The RouteError's Reason is ReasonPrimaryBusy.
+	ErrPrimaryBusy = errors.New("pgrouted: primary busy with fallback reads")
 )
 
 // RouteError is a routing failure. The statement had no effect: it was
@@ -132,7 +139,7 @@ func (e *RouteError) Error() string {
 }
 
 // Unwrap returns the sentinel matching Reason ([ErrWriteOnReplica],
-// [ErrNoPrimary], [ErrOutcomeUnknown], or [ErrNoReplica]) and the last connection error, if
+// [ErrNoPrimary], [ErrOutcomeUnknown], [ErrPrimaryBusy], or [ErrNoReplica]) and the last connection error, if
 // any, so that errors.Is and errors.As see both.
 func (e *RouteError) Unwrap() []error {
 	if e.cause != nil {
@@ -145,7 +152,7 @@ func (e *RouteError) Unwrap() []error {
 // an effect of this attempt, for pgconn.SafeToRetry (which finds it through
 // any wrapping). It is true for every Reason but ReasonPrimaryLost: the
 // statement was sent to no server ([ErrNoReplica] before any replica was
-// tried, [ErrWriteOnReplica], [ErrNoPrimary]), or only to standbys, which
+// tried, [ErrWriteOnReplica], [ErrNoPrimary], [ErrPrimaryBusy]), or only to standbys, which
 // cannot write: a read whose replica failed (ReasonUnhealthy with the
 // replica's error) or a statement a standby refused (ReasonRetry25006), or
 // a read whose primary session broke before the wait for a primary ran
@@ -165,6 +172,8 @@ func (e *RouteError) sentinel() error {
 		return ErrNoPrimary
 	case ReasonPrimaryLost:
 		return ErrOutcomeUnknown
+	case ReasonPrimaryBusy:
+		return ErrPrimaryBusy
 	}
 	return ErrNoReplica
 }

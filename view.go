@@ -76,6 +76,9 @@ func newView(s *topology.Snapshot, hosts []*host) *view {
 	v := &view{snap: s, hosts: make([]hostView, len(s.Hosts))}
 	for i := range s.Hosts {
 		v.hosts[i] = hostView{host: hosts[i], probe: &s.Hosts[i], v: v}
+		if s.Hosts[i].Role == topology.RoleStandby {
+			hosts[i].pace.observe(&s.Hosts[i])
+		}
 	}
 	if s.Primary >= 0 {
 		v.primary = &v.hosts[s.Primary]

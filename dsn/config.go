@@ -1,6 +1,7 @@
 package dsn
 
 import (
+	"fmt"
 	"math"
 	"slices"
 	"time"
@@ -169,7 +170,19 @@ const (
 	DefaultStrictBoot = false
 	// DefaultReplicaWait is the default of pgrouted_replica_wait: off.
 	DefaultReplicaWait time.Duration = 0
+	// DefaultPrimaryReadLimit is the default of
+	// pgrouted_primary_read_limit: 0, no limit. pgrouted cannot know what
+	// the primary can take beside its writes, and a limit turns fallback
+	// reads into errors past it, which an application must be ready to
+	// retry: it is the application's choice (docs/routing.md suggests a
+	// fraction of the primary's connections or cores).
+	DefaultPrimaryReadLimit = 0
+	// MaxPrimaryReadLimit is the largest pgrouted_primary_read_limit.
+	MaxPrimaryReadLimit = 10000
 )
+
+// rulePrimaryReadLimit is pgrouted_primary_read_limit's rule.
+var rulePrimaryReadLimit = fmt.Sprintf("must be a whole number from 0 (no limit) to %d", MaxPrimaryReadLimit)
 
 // lagIntervals is how many probe intervals the default time budget spans at
 // least: a caught-up replica's bound reaches about two, one more is for a
@@ -445,6 +458,14 @@ type Config struct {
 	// instead of going to the primary (pgrouted_replica_wait, default
 	// [DefaultReplicaWait]; 0 is off). 0, or from 1ms to 1h.
 	ReplicaWait time.Duration
+	// PrimaryReadLimit is the most fallback reads (reads no replica could
+	// serve: behind, catching up, unhealthy, none) the primary runs at
+	// once for this Connector (pgrouted_primary_read_limit, default
+	// [DefaultPrimaryReadLimit]; 0 is no limit). A fallback read past it
+	// waits, within its replica wait and its context, for a replica or a
+	// slot, then fails with a retryable error. 0, or from 1 to
+	// [MaxPrimaryReadLimit].
+	PrimaryReadLimit int
 
 	// src is the connection string the Config was parsed from; nil for a
 	// Config built in code. A pointer, so that fmt's %v of a Config can

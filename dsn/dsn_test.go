@@ -317,6 +317,10 @@ var cases = []dsnCase{
 		hosts: plain("db1:5432"), set: func(c *Config) { c.PinAfterWrite = 1500 * time.Millisecond }},
 	{name: "replica_wait", dsn: "host=db1 sslmode=disable pgrouted_replica_wait=10ms",
 		hosts: plain("db1:5432"), set: func(c *Config) { c.ReplicaWait = 10 * time.Millisecond }},
+	{name: "primary_read_limit", dsn: "host=db1 sslmode=disable pgrouted_primary_read_limit=8",
+		hosts: plain("db1:5432"), set: func(c *Config) { c.PrimaryReadLimit = 8 }},
+	{name: "primary_read_limit at its maximum", dsn: "host=db1 sslmode=disable pgrouted_primary_read_limit=10000",
+		hosts: plain("db1:5432"), set: func(c *Config) { c.PrimaryReadLimit = 10000 }},
 	{name: "write_timeout zero", dsn: "host=db1 sslmode=disable pgrouted_write_timeout=0s",
 		hosts: plain("db1:5432"), set: func(c *Config) { c.WriteTimeout = WriteNoWait }},
 	{name: "lease", dsn: "host=db1 sslmode=disable pgrouted_lease=2m",
@@ -695,6 +699,12 @@ var cases = []dsnCase{
 		err: "pgrouted_replica_wait (0.001ms) must be at least 1ms (or 0: off)", key: keyReplicaWait},
 	{name: "bad replica_wait of centuries", dsn: "host=db1 pgrouted_replica_wait=153722867m",
 		err: "pgrouted_replica_wait (153722867m) must be at most 1h", key: keyReplicaWait},
+	{name: "bad primary_read_limit above its maximum", dsn: "host=db1 pgrouted_primary_read_limit=10001",
+		err: "pgrouted_primary_read_limit (10001) must be a whole number from 0 (no limit) to 10000", key: keyPrimaryReadLimit},
+	{name: "bad primary_read_limit negative", dsn: "host=db1 pgrouted_primary_read_limit=-1",
+		err: "pgrouted_primary_read_limit (-1) must be a whole number from 0 (no limit) to 10000", key: keyPrimaryReadLimit},
+	{name: "bad primary_read_limit not a number", dsn: "host=db1 pgrouted_primary_read_limit=many",
+		err: "pgrouted_primary_read_limit (many) must be a whole number from 0 (no limit) to 10000", key: keyPrimaryReadLimit},
 
 	// Names and hosts that logs, metrics and terminals show.
 	{name: "names not UTF-8", dsn: "postgres://u:" + marker + "@db1,db2,db3/app?pgrouted_names=a%ff,b,c",

@@ -39,6 +39,7 @@ const (
 	keyDiscover         = "pgrouted_discover"
 	keyDiscoverMax      = "pgrouted_discover_max"
 	keyReplicaWait      = "pgrouted_replica_wait"
+	keyPrimaryReadLimit = "pgrouted_primary_read_limit"
 )
 
 // The replica pools' pgxpool settings beside pgrouted_replica_max_conns:
@@ -287,6 +288,22 @@ var specs = []keySpec{
 
 	durationSpec(keyReplicaWait, func(c *Config) *time.Duration { return &c.ReplicaWait },
 		durationBounds{min: minWait, max: maxWait, zero: "off"}),
+	{key: keyPrimaryReadLimit,
+		set: func(c *Config, v string) string {
+			n, err := strconv.ParseInt(v, 10, 32)
+			if err != nil {
+				return rulePrimaryReadLimit
+			}
+			c.PrimaryReadLimit = int(n)
+			return ""
+		},
+		get: func(c *Config) string { return strconv.Itoa(c.PrimaryReadLimit) },
+		check: func(c *Config) string {
+			if c.PrimaryReadLimit < 0 || c.PrimaryReadLimit > MaxPrimaryReadLimit {
+				return rulePrimaryReadLimit
+			}
+			return ""
+		}},
 }
 
 // funcListSpec is the keySpec of a comma list of function names. Their
@@ -511,6 +528,7 @@ func nearestKey(key string) string {
 //	pgrouted_discover             true | false                             false
 //	pgrouted_discover_max         whole number, 1 to 256                   16
 //	pgrouted_replica_wait         duration, 0 is off                       0
+//	pgrouted_primary_read_limit   whole number, 0 is no limit              0
 //
 // Every duration, count and size has a minimum and a maximum, both
 // allowed; a value outside is an error that names the key, the value and
@@ -537,6 +555,7 @@ func nearestKey(key string) string {
 //	pgrouted_circuit_max_backoff  pgrouted_probe_interval (at least 10ms) to 1h
 //	pgrouted_patroni_timeout      10ms to 1m, and less than pgrouted_lease
 //	pgrouted_replica_wait         0, or 1ms to 1h
+//	pgrouted_primary_read_limit   0 (no limit), or 1 to 10000
 //
 // The bounds keep a mistyped or hostile connection string from turning
 // pgrouted against the cluster (probes back to back against every host,

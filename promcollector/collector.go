@@ -64,7 +64,7 @@ var fallbackReasons = []pgrouted.Reason{
 
 // errorReasons are the reasons a statement cannot run, exported at 0 before
 // they happen.
-var errorReasons = append(append([]pgrouted.Reason(nil), fallbackReasons[:5]...), pgrouted.ReasonWriteOnReplica, pgrouted.ReasonNoPrimary, pgrouted.ReasonPrimaryLost)
+var errorReasons = append(append([]pgrouted.Reason(nil), fallbackReasons[:5]...), pgrouted.ReasonWriteOnReplica, pgrouted.ReasonNoPrimary, pgrouted.ReasonPrimaryLost, pgrouted.ReasonPrimaryBusy)
 
 // roles are the values of HostInfo.Role.
 var roles = []string{"primary", "standby", "unknown"}

@@ -165,6 +165,7 @@ pgrouted_role{endpoint="west",role="unknown"} 0
 pgrouted_route_errors_total{reason="behind"} 0
 pgrouted_route_errors_total{reason="no-primary"} 1
 pgrouted_route_errors_total{reason="no-replicas"} 0
+pgrouted_route_errors_total{reason="primary-busy"} 0
 pgrouted_route_errors_total{reason="primary-lost"} 0
 pgrouted_route_errors_total{reason="position-unknown"} 0
 pgrouted_route_errors_total{reason="saturated"} 0

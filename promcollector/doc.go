@@ -22,7 +22,8 @@
 //	pgrouted_fallbacks_total{reason}            reads that ran on the primary because no replica could serve them
 //	                                            (no-replicas, unhealthy, behind, saturated, position-unknown, replica-failed,
 //	                                            catching-up, position-deferred)
-//	pgrouted_route_errors_total{reason}         statements that could not run (ErrNoReplica, ErrWriteOnReplica, ErrNoPrimary),
+//	pgrouted_route_errors_total{reason}         statements that could not run (ErrNoReplica, ErrWriteOnReplica, ErrNoPrimary,
+//	                                            ErrPrimaryBusy: primary-busy, past pgrouted_primary_read_limit),
 //	                                            and those whose primary was lost before it answered (primary-lost: ErrOutcomeUnknown)
 //	pgrouted_read_only_retries_total            statements a replica refused with SQLSTATE 25006, run again on the primary
 //	pgrouted_replica_retries_total              reads that ran elsewhere after their replica's connection failed

@@ -39,6 +39,7 @@ var Scenarios = []Scenario{
 	{"failover", Failover},
 	{"replica-loss", ReplicaLoss},
 	{"memory", Memory},
+	{"storm", Storm},
 }
 
 // Env is what a scenario runs against.
@@ -87,6 +88,12 @@ func (e *Env) OpenRouted(ctx context.Context, extra string) (*sql.DB, *pgrouted.
 	return e.openRouted(ctx, e.Cluster.DSN(), extra)
 }
 
+// OpenRoutedWith is OpenRouted with the parsed Config changed by tweak
+// first (Config.OnRoute, which a DSN cannot carry).
+func (e *Env) OpenRoutedWith(ctx context.Context, extra string, tweak func(*pgrouted.Config)) (*sql.DB, *pgrouted.Connector, error) {
+	return e.openRoutedWith(ctx, e.Cluster.DSN(), extra, tweak)
+}
+
 // DirectDSN is the cluster's multi-host connection string (primary first)
 // with the servers' own addresses instead of their fault points, which
 // run in this process and hold buffers for every connection through them.
@@ -117,9 +124,16 @@ func (e *Env) DirectDSNOf(nodes ...*testcluster.Node) (string, error) {
 }
 
 func (e *Env) openRouted(ctx context.Context, dsn, extra string) (*sql.DB, *pgrouted.Connector, error) {
+	return e.openRoutedWith(ctx, dsn, extra, nil)
+}
+
+func (e *Env) openRoutedWith(ctx context.Context, dsn, extra string, tweak func(*pgrouted.Config)) (*sql.DB, *pgrouted.Connector, error) {
 	cfg, err := pgrouted.ParseConfig(dsn + extra)
 	if err != nil {
 		return nil, nil, err
+	}
+	if tweak != nil {
+		tweak(cfg)
 	}
 	conn, err := pgrouted.NewConnector(cfg)
 	if err != nil {

@@ -231,6 +231,7 @@ func writeTargets(b *bytes.Buffer, facts map[string]float64, raw map[string][]be
 		}
 	}
 	writeServiceTargets(b, facts, verdict)
+	writeStormTargets(b, facts, verdict)
 	for _, how := range []string{"stopped", "frozen"} {
 		for _, iv := range []time.Duration{250 * time.Millisecond, time.Second} {
 			if v, ok := facts[fmt.Sprintf("failover/%s/%v/unavail_ms", how, iv)]; ok {
@@ -274,6 +275,31 @@ func writeServiceTargets(b *bytes.Buffer, facts map[string]float64, verdict func
 	if stale, rows := sumFacts(facts, "service/", "/stale", ""); rows > 0 {
 		fmt.Fprintf(b, "| service workload: 0 stale reads in every row | %.0f stale reads in %d rows | %s |\n", stale, rows, verdict(stale == 0))
 	}
+}
+
+// writeStormTargets writes the targets of the lag storm (issue 52), with
+// pgrouted_primary_read_limit.
+func writeStormTargets(b *bytes.Buffer, facts map[string]float64, verdict func(bool) string) {
+	const k = "storm/pgrouted_primary_read_limit=2/"
+	r, ok := facts[k+"write_p99_ratio"]
+	if !ok {
+		return
+	}
+	fmt.Fprintf(b, "| lag storm (both replicas paused 5 s, 8 writers, 16 readers) with `pgrouted_primary_read_limit=2`: write p99 during ≤ 1.5× before | %.2f× | %s |\n", r, verdict(r <= 1.5))
+	stale := facts[k+"stale"] + facts["storm/no limit (default)/stale"]
+	fmt.Fprintf(b, "| lag storm: 0 reads served stale (both rows) | %.0f | %s |\n", stale, verdict(stale == 0))
+	back := facts[k+"back_ms"]
+	fmt.Fprintf(b, "| lag storm: ≥ 90%% of reads back on replicas ≤ 1 s after replay resumed (with the limit) | %s | %s |\n", backText(back), verdict(back >= 0 && back <= 1000))
+	ch := facts[k+"changes_max"]
+	fmt.Fprintf(b, "| lag storm: budget state changes per replica ≤ 2 (with the limit) | %.0f | %s |\n", ch, verdict(ch <= 2))
+}
+
+// backText is a time to return to the replicas in ms, negative for never.
+func backText(ms float64) string {
+	if ms < 0 {
+		return "never"
+	}
+	return fmt.Sprintf("≤ %.0f ms", ms)
 }
 
 // writeCostTargets writes the targets of what pgrouted costs the servers

@@ -1,0 +1,161 @@
+//go:build unix
+
+package pgrouted_test
+
+import (
+	"context"
+	"database/sql"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/pgrouted/pgrouted"
+)
+
+// hostState is a host's budget gate in conn's topology.
+func hostState(conn *pgrouted.Connector, name string) (string, uint64) {
+	for _, h := range conn.Topology().Hosts {
+		if h.Name == name {
+			return h.Budget, h.BudgetChanges
+		}
+	}
+	return "", 0
+}
+
+// writeWhile writes to the primary every 10 ms until the test's cleanup,
+// so that the primary's WAL moves on and a replica that does not replay
+// it falls behind in time.
+func writeWhile(t *testing.T, ctx context.Context) {
+	t.Helper()
+	mustExec(t, ctx, cluster.Primary(), "DROP TABLE IF EXISTS gate_ticks; CREATE TABLE gate_ticks (at timestamptz)")
+	db, err := sql.Open("pgx", cluster.Primary().DSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+				db.ExecContext(ctx, "INSERT INTO gate_ticks VALUES (now())")
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		close(stop)
+		wg.Wait()
+		db.Close()
+	})
+}
+
+// TestBudgetGateHysteresisAndRamp: a replica beyond the staleness budget
+// (replication 1.5 s behind, budget 1 s) leaves the reads; while its lag
+// then hovers around the budget (900 ms behind: its bound moves between
+// about 0.91 and 1.01 s with the probes on a 2-CPU machine) it does not
+// come back until it is well within the budget (hysteresis: no flapping); once its lag is gone it comes back and its
+// share of the reads grows gradually (ramp) to its whole share. Its budget
+// state changes twice in all; the other replica's never.
+func TestBudgetGateHysteresisAndRamp(t *testing.T) {
+	ctx := testCtx(t)
+	restore(t)
+	mustExec(t, ctx, cluster.Primary(), "DROP TABLE IF EXISTS gate_rows; CREATE TABLE gate_rows (id int); INSERT INTO gate_rows VALUES (1)")
+	replicated(t, ctx)
+	db, conn, rec := open(t, "pgrouted_consistency=eventual", "pgrouted_max_lag=1s", "pgrouted_latency_window=off")
+	replicasReady(t, conn)
+	writeWhile(t, ctx)
+	a, b := cluster.Replicas()[0].Name(), cluster.Replicas()[1].Name()
+
+	read := func() pgrouted.RouteEvent {
+		t.Helper()
+		var n int
+		if err := db.QueryRowContext(ctx, "SELECT count(*) FROM gate_rows").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		ev := rec.events[len(rec.events)-1]
+		rec.events = rec.events[:0]
+		return ev
+	}
+
+	// Beyond the budget: out.
+	if err := cluster.Replicas()[0].ReplicationFault().Latency(1500 * time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		read()
+		if st, _ := hostState(conn, a); st == "out" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s, 1.5 s behind with a budget of 1s, never left the reads: %+v", a, conn.Topology().Hosts)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	// Then around the budget, 3 s of reads (30 probes): it stays out.
+	if err := cluster.Replicas()[0].ReplicationFault().Latency(900 * time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	hovered := 0
+	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); time.Sleep(2 * time.Millisecond) {
+		if ev := read(); ev.Endpoint == a {
+			hovered++
+		}
+	}
+	if st, changes := hostState(conn, a); st != "out" || changes != 1 {
+		t.Fatalf("%s, lag around the budget: state %q after %d changes, want out after 1 (no flapping); it served %d reads", a, st, changes, hovered)
+	}
+
+	// The lag gone: back, ramping.
+	if err := cluster.Replicas()[0].ReplicationFault().Latency(0); err != nil {
+		t.Fatal(err)
+	}
+	var ramp, rampA, whole, wholeA int
+	deadline = time.Now().Add(60 * time.Second)
+	for whole < 200 {
+		st, _ := hostState(conn, a)
+		ev := read()
+		if ev.Primary {
+			t.Fatalf("a read ran on the primary (reason %s)", ev.Reason)
+		}
+		switch st {
+		case "ramp":
+			ramp++
+			if ev.Endpoint == a {
+				rampA++
+			}
+		case "in":
+			if ramp > 0 {
+				whole++
+				if ev.Endpoint == a {
+					wholeA++
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s not back within 60s: %+v", a, conn.Topology().Hosts)
+		}
+	}
+	t.Logf("%s: %d of %d reads while ramping, %d of %d after", a, rampA, ramp, wholeA, whole)
+	if ramp < 20 {
+		t.Fatalf("only %d reads while %s ramped back: too few to judge", ramp, a)
+	}
+	rampShare, wholeShare := float64(rampA)/float64(ramp), float64(wholeA)/float64(whole)
+	if rampShare >= 0.4 || wholeShare < 0.35 || rampShare >= wholeShare {
+		t.Errorf("%s took %.0f%% of the reads while ramping back, %.0f%% after: want less than 40%% while ramping (gradual), at least 35%% after", a, 100*rampShare, 100*wholeShare)
+	}
+	if _, changes := hostState(conn, a); changes != 2 {
+		t.Errorf("%s changed budget state %d times, want 2 (out, back)", a, changes)
+	}
+	if st, changes := hostState(conn, b); st != "in" || changes != 0 {
+		t.Errorf("%s, never behind: state %q after %d changes, want in after none", b, st, changes)
+	}
+}
