@@ -159,6 +159,49 @@ func (m *Mark) wrote(w lagmeter.Watermark, now, sent time.Time, like *State) *St
 	}
 }
 
+// Saw records that a read saw at most w, an upper bound of the WAL
+// position its snapshot held (Causal: monotonic reads and
+// writes-follow-reads): the mark's position becomes the later of its own
+// and w, so that the next read needs a replica that has replayed w, as
+// after a write at w. It records no write: the last write's time, a
+// deferred position and an unknown one stay as they were. w zero (the
+// bound could not be read: the read's answer was cut short) makes the
+// position unknown as of now, which a probe of the primary sent after it
+// settles (Settle): the primary's position then is at or past anything a
+// replica had replayed before. A bound that a replica replayed was written
+// by the primary: where it is the mark's position, the position is this
+// process's own (Origin Local), not a token's.
+func (m *Mark) Saw(w lagmeter.Watermark, now time.Time) { m.saw(w, now, nil) }
+
+// saw is Saw, publishing like as wrote does; it returns the state it
+// published, or the current one when w changes nothing.
+func (m *Mark) saw(w lagmeter.Watermark, now time.Time, like *State) *State {
+	for {
+		cur := m.p.Load()
+		var next State
+		if cur != nil {
+			next = *cur
+		}
+		if w.IsZero() {
+			next.unknown, next.unknownAt = true, now
+		} else {
+			next.wm = later(next.wm, w)
+			if next.wm == w {
+				next.origin = Local
+			}
+		}
+		if cur != nil && next == *cur {
+			return cur
+		}
+		if cur == nil && next == *zeroState {
+			return zeroState
+		}
+		if st := m.publish(cur, &next, like); st != nil {
+			return st
+		}
+	}
+}
+
 // WroteDeferred records a committed write acknowledged before now (Now) on
 // the history on (SystemID and Timeline; zero when not known: its position
 // is then unknown), whose position is deferred. An older deferred position
