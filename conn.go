@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pgrouted/pgrouted/internal/consistency"
 	"github.com/pgrouted/pgrouted/internal/pgpipe"
 	"github.com/pgrouted/pgrouted/internal/sqlclass"
 )
@@ -101,6 +102,9 @@ type call struct {
 	// px is set for a call of the pgx-native API (pool.go): pgx runs it,
 	// and its results are pgx's (pgxcall.go).
 	px *pgxCall
+	// saw is set for an autocommit read under causal consistency: what
+	// it records once it ended (causal.go).
+	saw *sawBy
 }
 
 // callKind is what a call runs.
@@ -254,6 +258,9 @@ func (cn *conn) run(ctx context.Context, cl *call) (err error) {
 // execute runs cl where p says: on a replica, then on the primary when the
 // replica path fell back (onReplicas), or on the primary.
 func (cn *conn) execute(ctx context.Context, p *plan, r *sqlclass.Result, cl *call) error {
+	if p.in.Level == consistency.Causal && cl.saw == nil && !cn.inSQLTx() {
+		cl.saw = cn.c.sawFor(p)
+	}
 	if done, err := cn.onReplicas(ctx, p, cl); done {
 		return err
 	}

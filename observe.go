@@ -10,7 +10,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pgrouted/pgrouted/dsn"
-	"github.com/pgrouted/pgrouted/internal/consistency"
 	"github.com/pgrouted/pgrouted/lagmeter"
 )
 
@@ -488,7 +487,7 @@ func (c *Connector) count(p *plan, cl *call, err error) {
 			k.fallbacks[i].Add(1)
 		}
 	}
-	if p.op == OpRead && !p.in.Session && p.in.Level == consistency.Session {
+	if p.op == OpRead && !p.in.Session && p.in.Level.Marks() {
 		c.noteProcessScope(p, cl)
 	}
 }
