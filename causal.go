@@ -193,3 +193,34 @@ func (cn *conn) readSaw(ctx context.Context, b *borrowed, cl *call) error {
 	cl.rows = &sawRows{Rows: rows.(*pgpipe.Rows), b: b}
 	return nil
 }
+
+// sawAfter records, under causal consistency, what a transaction that
+// raised no mark saw (a read-only one, or one rolled back): SawSQL read
+// on its connection once it ended, before the connection is given back,
+// bounds every statement's snapshot in it. It is one more round trip per
+// such transaction (a COMMIT's answer cannot carry it: pgx's Tx.Commit
+// runs it). It counts for every relation: a transaction's reads are not
+// followed one by one.
+func (t *tx) sawAfter() {
+	if t.in.Level != consistency.Causal || t.in.Scopes == nil {
+		return
+	}
+	var pc *pgx.Conn
+	switch {
+	case t.replica != nil:
+		pc = t.replica.conn()
+	case t.cn.primary != nil:
+		pc = t.cn.primary.Conn()
+	}
+	var lsn lagmeter.LSN
+	if pc != nil && !pc.IsClosed() && pc.PgConn().TxStatus() == 'I' {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(t.ctx), positionTimeout)
+		var text string
+		if pc.QueryRow(ctx, pgpipe.SawSQL, pgx.QueryExecModeSimpleProtocol).Scan(&text) == nil {
+			lsn, _ = lagmeter.ParseLSN(text)
+		}
+		cancel()
+	}
+	s := sawBy{c: t.cn.c, scopes: t.in.Scopes, session: true, h: t.host, primary: t.replica == nil}
+	s.record(lsn)
+}

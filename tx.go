@@ -185,6 +185,9 @@ func (t *tx) Commit() error {
 		if err != nil && t.replica == nil && cn.primary != nil && cn.termEnded(cn.primary) {
 			err = outcomeUnknown(OpTx, err)
 		}
+		if !t.wrote {
+			t.sawAfter()
+		}
 		t.end(began, "COMMIT", err)
 		switch {
 		case !t.wrote || t.replica != nil || !t.in.Defers():
@@ -214,6 +217,7 @@ func (t *tx) Commit() error {
 func (t *tx) Rollback() error {
 	began := t.cn.c.began(t.ctx, "ROLLBACK")
 	err := t.inner.Rollback()
+	t.sawAfter()
 	t.end(began, "ROLLBACK", err)
 	return err
 }
