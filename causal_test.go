@@ -1,0 +1,230 @@
+//go:build unix
+
+package pgrouted_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/pgrouted/pgrouted"
+	"github.com/pgrouted/pgrouted/testcluster"
+)
+
+// causalReadKey is the context key of a read's causalRoute, which the
+// instances' OnRoute fills in.
+type causalReadKey struct{}
+
+// causalRoute is where a read of the monotonic workload ran, as OnRoute
+// reported it.
+type causalRoute struct {
+	primary  bool
+	endpoint string
+	reason   string
+	causal   bool
+}
+
+// delayReplica makes replica r replay commits d late
+// (recovery_min_apply_delay) until the test ends.
+func delayReplica(t *testing.T, ctx context.Context, r *testcluster.Node, d time.Duration) {
+	t.Helper()
+	mustExec(t, ctx, r, fmt.Sprintf("ALTER SYSTEM SET recovery_min_apply_delay = '%dms'", d.Milliseconds()))
+	mustExec(t, ctx, r, "SELECT pg_reload_conf()")
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := r.Exec(ctx, "ALTER SYSTEM RESET recovery_min_apply_delay"); err != nil {
+			t.Error(err)
+			return
+		}
+		if err := r.Exec(ctx, "SELECT pg_reload_conf()"); err != nil {
+			t.Error(err)
+		}
+	})
+}
+
+// monotonicRun is what one consistency's run of the monotonic workload
+// recorded.
+type monotonicRun struct {
+	mode          string
+	ops           []linOp
+	back          []stepBack
+	onReplica     int
+	causalEvents  int
+	reasons       map[string]int
+	errors        int
+	finished      bool // the run reached its count of reads
+	firstErr      error
+	replicaShares map[string]int
+}
+
+func (r monotonicRun) String() string {
+	return fmt.Sprintf("%s: %d reads, %d went back, %d on replicas (%.1f %%) %v, %d errors; reasons %v",
+		r.mode, len(r.ops), len(r.back), r.onReplica, 100*float64(r.onReplica)/float64(max(len(r.ops), 1)), r.replicaShares, r.errors, r.reasons)
+}
+
+// runMonotonic runs issue 52's workload under pgrouted_consistency=mode
+// until it recorded want reads (or until deadline): 8 users, each
+// reading the counter through one of two Connectors (two instances of a
+// service) in turn, carrying its Session from one to the other in a
+// signed token, as pgroutedhttp would in a cookie.
+func runMonotonic(t *testing.T, ctx context.Context, mode string, want int, deadline time.Duration) monotonicRun {
+	t.Helper()
+	dsn := cluster.DSN() + "&pgrouted_probe_interval=100ms&pgrouted_lease=5s&pgrouted_names=" + names() + "&pgrouted_consistency=" + mode
+	hook := func(cfg *pgrouted.Config) {
+		cfg.OnRoute = func(ev pgrouted.RouteEvent) {
+			if r, ok := ev.Context.Value(causalReadKey{}).(*causalRoute); ok && ev.Op == pgrouted.OpRead {
+				r.primary, r.endpoint, r.reason, r.causal = ev.Primary, ev.Endpoint, string(ev.Reason), ev.Causal
+			}
+		}
+	}
+	var dbs [2]*sql.DB
+	for i := range dbs {
+		db, conn, _ := openDSN(t, dsn, hook)
+		replicasReady(t, conn)
+		dbs[i] = db
+	}
+	key := []byte(strings.Repeat("k", 32))
+	keys := [][]byte{key}
+
+	const users = 8
+	rctx, cancel := context.WithTimeout(ctx, deadline)
+	defer cancel()
+	var total atomic.Int64
+	var mu sync.Mutex
+	run := monotonicRun{mode: mode, reasons: map[string]int{}, replicaShares: map[string]int{}}
+	var wg sync.WaitGroup
+	for u := range users {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var token []byte
+			for i := 0; rctx.Err() == nil && total.Load() < int64(want); i++ {
+				s := pgrouted.NewSession()
+				if err := s.UnmarshalSigned(token, keys, 0); err != nil {
+					t.Errorf("user %d: token %q: %v", u, token, err)
+					return
+				}
+				route := new(causalRoute)
+				qctx := pgrouted.WithSession(context.WithValue(rctx, causalReadKey{}, route), s)
+				var v int64
+				call := monoNow()
+				err := dbs[(u+i)%2].QueryRowContext(qctx, "SELECT v FROM causalc WHERE id = 1").Scan(&v)
+				ret := monoNow()
+				if err != nil {
+					if rctx.Err() == nil {
+						mu.Lock()
+						run.errors++
+						if run.firstErr == nil {
+							run.firstErr = err
+						}
+						mu.Unlock()
+					}
+					continue
+				}
+				if token, err = s.MarshalSigned(key); err != nil {
+					t.Errorf("user %d: %v", u, err)
+					return
+				}
+				total.Add(1)
+				mu.Lock()
+				run.ops = append(run.ops, linOp{Client: u, Session: u, Key: 1, Value: v, Call: call, Return: ret,
+					Routed: true, Replica: !route.primary, Endpoint: route.endpoint, Reason: route.reason})
+				if !route.primary {
+					run.onReplica++
+					run.replicaShares[route.endpoint]++
+				} else {
+					run.reasons[route.reason]++
+				}
+				if route.causal {
+					run.causalEvents++
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	run.finished = len(run.ops) >= want
+	run.back = stepsBack(run.ops)
+	return run
+}
+
+// TestCausalMonotonicReads is issue 52's workload: a counter bumped every
+// 2 ms by a writer; one replica replaying at once, the other 150 ms
+// behind (recovery_min_apply_delay); 8 users, each alternating between
+// two Connectors with its Session's token. Under
+// pgrouted_consistency=causal no user ever reads an older value than one
+// it read before (the checker stepsBack over the recorded history), and
+// replicas serve at least 90 % of the reads; the same workload under
+// session, the control, goes back (else the test cannot tell them
+// apart). Both run to a count of reads, under a deadline that fails with
+// the figures they got.
+func TestCausalMonotonicReads(t *testing.T) {
+	ctx := testCtx(t)
+	restore(t)
+	mustExec(t, ctx, cluster.Primary(), "DROP TABLE IF EXISTS causalc; CREATE TABLE causalc (id int PRIMARY KEY, v bigint NOT NULL); INSERT INTO causalc VALUES (1, 0)")
+	replicated(t, ctx)
+	reps := cluster.Replicas()
+	if len(reps) < 2 {
+		t.Fatalf("the workload needs 2 replicas, the cluster has %d", len(reps))
+	}
+	delayReplica(t, ctx, reps[1], 150*time.Millisecond)
+
+	writer, _, _ := open(t)
+	stop := make(chan struct{})
+	var bumps atomic.Int64
+	var wwg sync.WaitGroup
+	wwg.Add(1)
+	go func() {
+		defer wwg.Done()
+		tick := time.NewTicker(2 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			if _, err := writer.ExecContext(ctx, "UPDATE causalc SET v = v + 1 WHERE id = 1"); err == nil {
+				bumps.Add(1)
+			}
+		}
+	}()
+	defer func() { close(stop); wwg.Wait() }()
+
+	const want = 2000
+	causal := runMonotonic(t, ctx, "causal", want, 60*time.Second)
+	session := runMonotonic(t, ctx, "session", want, 60*time.Second)
+	t.Logf("%d bumps of the counter", bumps.Load())
+	t.Logf("%v", causal)
+	t.Logf("%v", session)
+
+	if !causal.finished || !session.finished {
+		t.Fatalf("the runs did not reach %d reads within their deadline: %v (first error %v); %v (first error %v)", want, causal, causal.firstErr, session, session.firstErr)
+	}
+	if n := len(causal.back); n != 0 {
+		sort.Slice(causal.back, func(i, j int) bool { return causal.back[i].op.Call < causal.back[j].op.Call })
+		for _, b := range causal.back[:min(n, 10)] {
+			t.Errorf("causal: %v", b)
+		}
+		t.Errorf("causal: %d of %d reads went back", n, len(causal.ops))
+	}
+	if causal.onReplica*10 < len(causal.ops)*9 {
+		t.Errorf("causal: replicas served %d of %d reads, want at least 90%%", causal.onReplica, len(causal.ops))
+	}
+	if causal.causalEvents != len(causal.ops) {
+		t.Errorf("causal: %d of %d reads' RouteEvents say Causal", causal.causalEvents, len(causal.ops))
+	}
+	if session.causalEvents != 0 {
+		t.Errorf("session: %d reads' RouteEvents say Causal", session.causalEvents)
+	}
+	if len(session.back) == 0 {
+		t.Errorf("session: none of %d reads went back, with replicas 0 and 150 ms behind: the test cannot tell causal from session", len(session.ops))
+	}
+}
