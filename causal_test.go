@@ -4,7 +4,6 @@ package pgrouted_test
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"sort"
 	"strings"
@@ -13,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/pgrouted/pgrouted"
 	"github.com/pgrouted/pgrouted/testcluster"
 )
@@ -49,6 +49,9 @@ func delayReplica(t *testing.T, ctx context.Context, r *testcluster.Node, d time
 	})
 }
 
+// causalRead reads the counter.
+const causalRead = "SELECT v FROM causalc WHERE id = 1"
+
 // monotonicRun is what one consistency's run of the monotonic workload
 // recorded.
 type monotonicRun struct {
@@ -74,7 +77,9 @@ func (r monotonicRun) String() string {
 // reading the counter through one of two Connectors (two instances of a
 // service) in turn, carrying its Session from one to the other in a
 // signed token, as pgroutedhttp would in a cookie.
-func runMonotonic(t *testing.T, ctx context.Context, mode string, want int, deadline time.Duration) monotonicRun {
+// face is "sql" (database/sql) or "pool" (the pgx-native Pool); through
+// the Pool, every third read is a read-only transaction.
+func runMonotonic(t *testing.T, ctx context.Context, face, mode string, want int, deadline time.Duration) monotonicRun {
 	t.Helper()
 	dsn := cluster.DSN() + "&pgrouted_probe_interval=100ms&pgrouted_lease=5s&pgrouted_names=" + names() + "&pgrouted_consistency=" + mode
 	hook := func(cfg *pgrouted.Config) {
@@ -84,11 +89,28 @@ func runMonotonic(t *testing.T, ctx context.Context, mode string, want int, dead
 			}
 		}
 	}
-	var dbs [2]*sql.DB
-	for i := range dbs {
+	var reads [2]func(ctx context.Context, i int) (int64, error)
+	for n := range reads {
+		var v int64
+		if face == "pool" {
+			p, _ := openPoolDSN(t, dsn, hook)
+			replicasReady(t, p.Connector())
+			reads[n] = func(ctx context.Context, i int) (int64, error) {
+				if i%3 != 2 {
+					return v, p.QueryRow(ctx, causalRead).Scan(&v)
+				}
+				err := pgx.BeginTxFunc(ctx, p, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+					return tx.QueryRow(ctx, causalRead).Scan(&v)
+				})
+				return v, err
+			}
+			continue
+		}
 		db, conn, _ := openDSN(t, dsn, hook)
 		replicasReady(t, conn)
-		dbs[i] = db
+		reads[n] = func(ctx context.Context, _ int) (int64, error) {
+			return v, db.QueryRowContext(ctx, causalRead).Scan(&v)
+		}
 	}
 	key := []byte(strings.Repeat("k", 32))
 	keys := [][]byte{key}
@@ -113,9 +135,8 @@ func runMonotonic(t *testing.T, ctx context.Context, mode string, want int, dead
 				}
 				route := new(causalRoute)
 				qctx := pgrouted.WithSession(context.WithValue(rctx, causalReadKey{}, route), s)
-				var v int64
 				call := monoNow()
-				err := dbs[(u+i)%2].QueryRowContext(qctx, "SELECT v FROM causalc WHERE id = 1").Scan(&v)
+				v, err := reads[(u+i)%2](qctx, i)
 				ret := monoNow()
 				if err != nil {
 					if rctx.Err() == nil {
@@ -198,15 +219,24 @@ func TestCausalMonotonicReads(t *testing.T) {
 	}()
 	defer func() { close(stop); wwg.Wait() }()
 
-	const want = 2000
-	causal := runMonotonic(t, ctx, "causal", want, 60*time.Second)
-	session := runMonotonic(t, ctx, "session", want, 60*time.Second)
+	t.Run("sql", func(t *testing.T) { checkMonotonic(t, ctx, "sql", 2000, 2000) })
+	// Through the Pool: its own paths (pgx's rows, read-only
+	// transactions, whose bound is read once they end).
+	t.Run("pool", func(t *testing.T) { checkMonotonic(t, ctx, "pool", 1000, 1000) })
 	t.Logf("%d bumps of the counter", bumps.Load())
+}
+
+// checkMonotonic runs the monotonic workload through face under causal
+// consistency to want reads, and under session to control reads, and
+// checks them.
+func checkMonotonic(t *testing.T, ctx context.Context, face string, want, control int) {
+	causal := runMonotonic(t, ctx, face, "causal", want, 60*time.Second)
+	session := runMonotonic(t, ctx, face, "session", control, 60*time.Second)
 	t.Logf("%v", causal)
 	t.Logf("%v", session)
 
 	if !causal.finished || !session.finished {
-		t.Fatalf("the runs did not reach %d reads within their deadline: %v (first error %v); %v (first error %v)", want, causal, causal.firstErr, session, session.firstErr)
+		t.Fatalf("the runs did not reach %d and %d reads within their deadline: %v (first error %v); %v (first error %v)", want, control, causal, causal.firstErr, session, session.firstErr)
 	}
 	if n := len(causal.back); n != 0 {
 		sort.Slice(causal.back, func(i, j int) bool { return causal.back[i].op.Call < causal.back[j].op.Call })
@@ -218,7 +248,7 @@ func TestCausalMonotonicReads(t *testing.T) {
 	if causal.onReplica*10 < len(causal.ops)*9 {
 		t.Errorf("causal: replicas served %d of %d reads, want at least 90%%", causal.onReplica, len(causal.ops))
 	}
-	if causal.causalEvents != len(causal.ops) {
+	if face == "sql" && causal.causalEvents != len(causal.ops) {
 		t.Errorf("causal: %d of %d reads' RouteEvents say Causal", causal.causalEvents, len(causal.ops))
 	}
 	if session.causalEvents != 0 {
