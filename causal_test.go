@@ -91,13 +91,14 @@ func runMonotonic(t *testing.T, ctx context.Context, face, mode string, want int
 	}
 	var reads [2]func(ctx context.Context, i int) (int64, error)
 	for n := range reads {
-		var v int64
 		if face == "pool" {
 			p, _ := openPoolDSN(t, dsn, hook)
 			replicasReady(t, p.Connector())
 			reads[n] = func(ctx context.Context, i int) (int64, error) {
+				var v int64
 				if i%3 != 2 {
-					return v, p.QueryRow(ctx, causalRead).Scan(&v)
+					err := p.QueryRow(ctx, causalRead).Scan(&v)
+					return v, err
 				}
 				err := pgx.BeginTxFunc(ctx, p, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 					return tx.QueryRow(ctx, causalRead).Scan(&v)
@@ -109,7 +110,9 @@ func runMonotonic(t *testing.T, ctx context.Context, face, mode string, want int
 		db, conn, _ := openDSN(t, dsn, hook)
 		replicasReady(t, conn)
 		reads[n] = func(ctx context.Context, _ int) (int64, error) {
-			return v, db.QueryRowContext(ctx, causalRead).Scan(&v)
+			var v int64
+			err := db.QueryRowContext(ctx, causalRead).Scan(&v)
+			return v, err
 		}
 	}
 	key := []byte(strings.Repeat("k", 32))
