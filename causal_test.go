@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/pgrouted/pgrouted"
+	"github.com/pgrouted/pgrouted/lagmeter"
 	"github.com/pgrouted/pgrouted/testcluster"
 )
 
@@ -81,7 +82,7 @@ func (r monotonicRun) String() string {
 // the Pool, every third read is a read-only transaction.
 func runMonotonic(t *testing.T, ctx context.Context, face, mode string, want int, deadline time.Duration) monotonicRun {
 	t.Helper()
-	dsn := cluster.DSN() + "&pgrouted_probe_interval=100ms&pgrouted_lease=5s&pgrouted_names=" + names() + "&pgrouted_consistency=" + mode
+	dsn := cluster.DSN() + "&pgrouted_probe_interval=100ms&pgrouted_lease=5s&pgrouted_names=" + names() + "&pgrouted_replica_wait=20ms&pgrouted_consistency=" + mode
 	hook := func(cfg *pgrouted.Config) {
 		cfg.OnRoute = func(ev pgrouted.RouteEvent) {
 			if r, ok := ev.Context.Value(causalReadKey{}).(*causalRoute); ok && ev.Op == pgrouted.OpRead {
@@ -188,7 +189,10 @@ func runMonotonic(t *testing.T, ctx context.Context, face, mode string, want int
 // replicas serve at least 90 % of the reads; the same workload under
 // session, the control, goes back (else the test cannot tell them
 // apart). Both run to a count of reads, under a deadline that fails with
-// the figures they got.
+// the figures they got. pgrouted_replica_wait=20ms lets a read wait on
+// the replica that served the user's last read for the few records
+// between its receive and replay positions (the bound); the replica 150
+// ms behind is known to lag more and is never waited on.
 func TestCausalMonotonicReads(t *testing.T) {
 	ctx := testCtx(t)
 	restore(t)
@@ -259,5 +263,119 @@ func checkMonotonic(t *testing.T, ctx context.Context, face string, want, contro
 	}
 	if len(session.back) == 0 {
 		t.Errorf("session: none of %d reads went back, with replicas 0 and 150 ms behind: the test cannot tell causal from session", len(session.ops))
+	}
+}
+
+// sawPosition is the WAL position a Session's token carries (0: none),
+// and whether it says the position is unknown.
+func sawPosition(t *testing.T, s *pgrouted.Session) (lagmeter.LSN, bool) {
+	t.Helper()
+	text, err := s.MarshalText()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, unknown := strings.CutSuffix(string(text), ";unknown")
+	if tok == "" {
+		return 0, unknown
+	}
+	var w lagmeter.Watermark
+	if err := w.UnmarshalText([]byte(tok)); err != nil {
+		t.Fatalf("token %q: %v", text, err)
+	}
+	return w.LSN, unknown
+}
+
+// TestCausalBounds: under causal consistency, selected per request
+// (WithConsistency) in a process whose default is session, each read
+// path records a bound of what the read saw in the Session: a read on
+// the primary at or past the primary's insert position before it, a read
+// on a replica at or past that replica's replay position before it
+// (database/sql's rows and Exec, the Pool's rows); a string of several
+// statements, whose bound cannot be read in its round trip, leaves the
+// position unknown. RouteEvent.Causal says so, and Explain plans it.
+func TestCausalBounds(t *testing.T) {
+	ctx := testCtx(t)
+	restore(t)
+	mustExec(t, ctx, cluster.Primary(), "DROP TABLE IF EXISTS causalb; CREATE TABLE causalb (id int PRIMARY KEY); INSERT INTO causalb VALUES (1)")
+	replicated(t, ctx)
+	db, conn, rec := open(t)
+	pool, prec := openPool(t, nil)
+	lsnOf := func(n *testcluster.Node, q string) lagmeter.LSN {
+		t.Helper()
+		var text string
+		if err := n.QueryRow(ctx, q+"::text", nil, &text); err != nil {
+			t.Fatal(err)
+		}
+		lsn, err := lagmeter.ParseLSN(text)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return lsn
+	}
+	// lowest is a position the read's host had passed before it: the
+	// primary's insert position, or the lowest replica's replay position.
+	lowest := func(primary bool) lagmeter.LSN {
+		t.Helper()
+		if primary {
+			return lsnOf(cluster.Primary(), "SELECT pg_current_wal_insert_lsn()")
+		}
+		low := lagmeter.LSN(1<<64 - 1)
+		for _, r := range cluster.Replicas() {
+			low = min(low, lsnOf(r, "SELECT pg_last_wal_replay_lsn()"))
+		}
+		return low
+	}
+	const q = "SELECT id FROM causalb WHERE id = 1"
+	for _, c := range []struct {
+		name    string
+		primary bool
+		run     func(ctx context.Context) error
+		unknown bool
+		events  *routes
+	}{
+		{"sql rows on the primary", true, func(ctx context.Context) error { return db.QueryRowContext(ctx, q).Scan(new(int)) }, false, rec},
+		{"sql rows on a replica", false, func(ctx context.Context) error { return db.QueryRowContext(ctx, q).Scan(new(int)) }, false, rec},
+		{"sql exec on a replica", false, func(ctx context.Context) error { _, err := db.ExecContext(ctx, q); return err }, false, rec},
+		{"sql exec on the primary", true, func(ctx context.Context) error { _, err := db.ExecContext(ctx, q); return err }, false, rec},
+		{"pool rows on a replica", false, func(ctx context.Context) error { return pool.QueryRow(ctx, q).Scan(new(int)) }, false, prec},
+		{"pool rows on the primary", true, func(ctx context.Context) error { return pool.QueryRow(ctx, q).Scan(new(int)) }, false, prec},
+		{"several statements on a replica", false, func(ctx context.Context) error { _, err := db.ExecContext(ctx, q+"; "+q); return err }, true, rec},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := pgrouted.NewSession()
+			rctx := pgrouted.WithSession(pgrouted.WithConsistency(ctx, pgrouted.ConsistencyCausal), s)
+			route := pgrouted.Replica
+			if c.primary {
+				route = pgrouted.Primary
+			}
+			rctx = pgrouted.WithRoute(rctx, route)
+			if d, err := conn.Explain(rctx, q); err != nil || d.Primary != c.primary {
+				t.Fatalf("Explain: %+v, %v", d, err)
+			}
+			before := lowest(c.primary)
+			n := len(c.events.snapshot())
+			if err := c.run(rctx); err != nil {
+				t.Fatal(err)
+			}
+			lsn, unknown := sawPosition(t, s)
+			if unknown != c.unknown {
+				t.Fatalf("position unknown %v, want %v (position %v)", unknown, c.unknown, lsn)
+			}
+			if !c.unknown && lsn < before {
+				t.Fatalf("the bound %v is before %v, a position the read's host had passed before it", lsn, before)
+			}
+			evs := c.events.snapshot()[n:]
+			if len(evs) == 0 || !evs[len(evs)-1].Causal || evs[len(evs)-1].Primary != c.primary {
+				t.Fatalf("events %+v: want one read saying Causal, primary %v", evs, c.primary)
+			}
+		})
+	}
+	// A session read records nothing.
+	s := pgrouted.NewSession()
+	if err := db.QueryRowContext(pgrouted.WithSession(ctx, s), q).Scan(new(int)); err != nil {
+		t.Fatal(err)
+	}
+	if lsn, unknown := sawPosition(t, s); lsn != 0 || unknown {
+		t.Fatalf("a session read recorded %v (unknown %v)", lsn, unknown)
 	}
 }
