@@ -4,6 +4,7 @@ package pgrouted_test
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"sort"
 	"strings"
@@ -290,7 +291,8 @@ func sawPosition(t *testing.T, s *pgrouted.Session) (lagmeter.LSN, bool) {
 // path records a bound of what the read saw in the Session: a read on
 // the primary at or past the primary's insert position before it, a read
 // on a replica at or past that replica's replay position before it
-// (database/sql's rows and Exec, the Pool's rows); a string of several
+// (database/sql's rows and Exec, the Pool's rows, read-only transactions
+// once they end); a string of several
 // statements, whose bound cannot be read in its round trip, leaves the
 // position unknown. RouteEvent.Causal says so, and Explain plans it.
 func TestCausalBounds(t *testing.T) {
@@ -340,6 +342,31 @@ func TestCausalBounds(t *testing.T) {
 		{"pool rows on a replica", false, func(ctx context.Context) error { return pool.QueryRow(ctx, q).Scan(new(int)) }, false, prec},
 		{"pool rows on the primary", true, func(ctx context.Context) error { return pool.QueryRow(ctx, q).Scan(new(int)) }, false, prec},
 		{"several statements on a replica", false, func(ctx context.Context) error { _, err := db.ExecContext(ctx, q+"; "+q); return err }, true, rec},
+		{"sql read-only transaction on a replica", false, func(ctx context.Context) error {
+			tx, err := db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+			if err != nil {
+				return err
+			}
+			if err := tx.QueryRowContext(ctx, q).Scan(new(int)); err != nil {
+				return err
+			}
+			return tx.Commit()
+		}, false, nil},
+		{"pool read-only transaction on a replica", false, func(ctx context.Context) error {
+			return pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+				return tx.QueryRow(ctx, q).Scan(new(int))
+			})
+		}, false, nil},
+		{"pool transaction rolled back on the primary", true, func(ctx context.Context) error {
+			tx, err := pool.Begin(ctx)
+			if err != nil {
+				return err
+			}
+			if err := tx.QueryRow(ctx, q).Scan(new(int)); err != nil {
+				return err
+			}
+			return tx.Rollback(ctx)
+		}, false, nil},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			s := pgrouted.NewSession()
@@ -353,7 +380,10 @@ func TestCausalBounds(t *testing.T) {
 				t.Fatalf("Explain: %+v, %v", d, err)
 			}
 			before := lowest(c.primary)
-			n := len(c.events.snapshot())
+			n := 0
+			if c.events != nil {
+				n = len(c.events.snapshot())
+			}
 			if err := c.run(rctx); err != nil {
 				t.Fatal(err)
 			}
@@ -363,6 +393,9 @@ func TestCausalBounds(t *testing.T) {
 			}
 			if !c.unknown && lsn < before {
 				t.Fatalf("the bound %v is before %v, a position the read's host had passed before it", lsn, before)
+			}
+			if c.events == nil {
+				return // a transaction's reads are not autocommit reads: no Causal event
 			}
 			evs := c.events.snapshot()[n:]
 			if len(evs) == 0 || !evs[len(evs)-1].Causal || evs[len(evs)-1].Primary != c.primary {

@@ -77,6 +77,9 @@ func (cn *conn) begin(ctx context.Context, readOnly, serializable bool, cl *call
 		if err != nil {
 			return nil, err
 		}
+		// Its intent: what it saw is recorded once it ends, under causal
+		// consistency (tx.sawAfter).
+		cn.tx.in = p.in
 		return cn.tx, nil
 	}
 	return cn.beginOnPrimary(ctx, &p, cl, readOnly)
