@@ -19,8 +19,9 @@ import (
 // (internal/pgpipe) pipelined after the read (after a replica read:
 // the later of the replica's receive and replay positions; after a
 // primary read: the WAL insert position). Where the read's path cannot
-// pipeline it (a string of several statements, a batch, an exec mode the
-// caller chose, a transaction), the bound is left unknown, and the
+// pipeline it (a string of several statements, a pgx batch, an exec mode
+// the caller chose, a read inside a transaction opened with SQL), the
+// bound is left unknown, and the
 // primary's first probe sent after the read ended supplies it
 // (consistency.Mark.Settle): reads of the scope go to the primary until
 // then.

@@ -341,6 +341,7 @@ func TestCausalBounds(t *testing.T) {
 		{"sql exec on the primary", true, func(ctx context.Context) error { _, err := db.ExecContext(ctx, q); return err }, false, rec},
 		{"pool rows on a replica", false, func(ctx context.Context) error { return pool.QueryRow(ctx, q).Scan(new(int)) }, false, prec},
 		{"pool rows on the primary", true, func(ctx context.Context) error { return pool.QueryRow(ctx, q).Scan(new(int)) }, false, prec},
+		{"pool exec on a replica", false, func(ctx context.Context) error { _, err := pool.Exec(ctx, q); return err }, false, prec},
 		{"several statements on a replica", false, func(ctx context.Context) error { _, err := db.ExecContext(ctx, q+"; "+q); return err }, true, rec},
 		{"sql read-only transaction on a replica", false, func(ctx context.Context) error {
 			tx, err := db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
@@ -357,6 +358,19 @@ func TestCausalBounds(t *testing.T) {
 				return tx.QueryRow(ctx, q).Scan(new(int))
 			})
 		}, false, nil},
+		{"a read in a transaction opened with SQL", true, func(ctx context.Context) error {
+			c, err := db.Conn(ctx)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			for _, s := range []string{"BEGIN", q, "COMMIT"} {
+				if _, err := c.ExecContext(ctx, s); err != nil {
+					return err
+				}
+			}
+			return nil
+		}, true, nil},
 		{"pool transaction rolled back on the primary", true, func(ctx context.Context) error {
 			tx, err := pool.Begin(ctx)
 			if err != nil {

@@ -258,7 +258,7 @@ func (cn *conn) run(ctx context.Context, cl *call) (err error) {
 // execute runs cl where p says: on a replica, then on the primary when the
 // replica path fell back (onReplicas), or on the primary.
 func (cn *conn) execute(ctx context.Context, p *plan, r *sqlclass.Result, cl *call) error {
-	if p.in.Level == consistency.Causal && cl.saw == nil && !cn.inSQLTx() {
+	if p.in.Level == consistency.Causal && cl.saw == nil {
 		cl.saw = cn.c.sawFor(p)
 	}
 	if done, err := cn.onReplicas(ctx, p, cl); done {

@@ -51,7 +51,9 @@ func (cn *conn) runOnPrimary(ctx context.Context, p *plan, r *sqlclass.Result, c
 		}
 		positioned := cn.positioned(&p.in, r, cl)
 		// A read under causal consistency reads the insert position after
-		// it the same way: an upper bound of what it saw (causal.go).
+		// it the same way: an upper bound of what it saw (causal.go). Not
+		// inside a transaction opened with SQL, where a stale statement is
+		// run as pgx runs it (txstale.go): its bound is left unknown.
 		sawPiped := false
 		if cl.saw != nil {
 			cl.saw.on(cn.host, true)

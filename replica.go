@@ -184,10 +184,13 @@ func (cn *conn) runOnReplica(ctx context.Context, h *host, at target, cl *call) 
 			err = cn.readSawPgx(ctx, b, cl)
 		case sawPiped && cl.isQuery && cl.px == nil:
 			err = cn.readSaw(ctx, b, cl)
-		case sawPiped && cl.px == nil:
+		case sawPiped && !cl.isQuery:
+			// An Exec of a read (database/sql's, or the Pool's).
 			var pos lagmeter.LSN
-			if _, pos, err = pgpipe.ExecRead(ctx, b.conn(), &h.descs, cn.c.stmtsOf(h, b.conn()), cl.query, cl.args); err == nil {
-				cl.res = driver.RowsAffected(0)
+			var tag pgconn.CommandTag
+			if tag, pos, err = pgpipe.ExecRead(ctx, b.conn(), &h.descs, cn.c.stmtsOf(h, b.conn()), cl.query, cl.args); err == nil {
+				cl.res = driver.RowsAffected(tag.RowsAffected())
+				cl.px.setTag(tag)
 				saw.record(pos)
 			} else if pgconn.SafeToRetry(err) {
 				err = driver.ErrBadConn
