@@ -391,7 +391,9 @@ func (c *Connector) pickReplica(v *view, rc *readCtx, advance bool, skip *host) 
 	// (consistency.DeferredUse), unless the read may wait for it.
 	var age time.Duration
 	// A read that may not fall back to the primary checks in any case.
-	recent := level.Marks() && !lastWrite.IsZero() && (!wm.IsZero() || pending) &&
+	// A position a read saw (causal consistency) is not the last write's:
+	// its age says nothing.
+	recent := level.Marks() && !lastWrite.IsZero() && (!wm.IsZero() || pending) && !rc.st.Seen() &&
 		!rc.forced && c.cfg.Fallback != dsn.FallbackError
 	if recent {
 		age = rc.now.Sub(lastWrite)

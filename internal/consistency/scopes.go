@@ -422,6 +422,16 @@ func combine(sts []*State) *State {
 		}
 	}
 	c.last = newest
+	// Seen when the position it needs is a read's bound, no write's.
+	for _, st := range sts {
+		if !st.blank() && st.wm == c.wm && !c.wm.IsZero() {
+			if !st.seen {
+				c.seen = false
+				break
+			}
+			c.seen = true
+		}
+	}
 	return c
 }
 

@@ -252,6 +252,9 @@ func TestSaw(t *testing.T) {
 	if !need(false).LastWrite().IsZero() {
 		t.Fatal("a read recorded a write")
 	}
+	if !need(true, 1).Seen() {
+		t.Fatal("a read's bound is not marked as one (Seen)")
+	}
 	before := s.Every().Load()
 	s.Saw(true, []uint32{1}, at(50), now)
 	if s.Every().Load() != before {
@@ -264,12 +267,17 @@ func TestSaw(t *testing.T) {
 	if got := need(true, 2).Watermark().LSN; got != 300 {
 		t.Fatalf("read of relation 2 after a Session's read saw 300 needs %v", got)
 	}
+	s.Wrote(true, []uint32{3}, at(350), now, time.Time{})
+	if st := need(true, 3); st.Seen() || st.Watermark().LSN != 350 {
+		t.Fatalf("after a write past the bounds: position %v, seen %v; want the write's", st.Watermark(), st.Seen())
+	}
 	s.Saw(false, nil, lagmeter.Watermark{}, now)
 	st := need(true, 2)
 	if !st.Unknown() {
 		t.Fatal("a bound that could not be read left the position known")
 	}
 	p := &Primary{SystemID: 7, Timeline: 1, End: 400, Probed: true, ProbedAt: now.Add(time.Millisecond)}
+	_ = st
 	var r Read
 	r.Begin(&s, true, []uint32{2})
 	if st, _ := r.Settle(p, now.Add(2*time.Millisecond), true); st.Unknown() || st.Watermark().LSN != 400 {

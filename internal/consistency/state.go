@@ -30,6 +30,10 @@ type State struct {
 	// origin: where wm came from (Restore), until a write through this
 	// process replaces it.
 	origin Origin
+	// seen: wm is a bound of what a read saw (Saw), newer than the last
+	// write's position: the last write's age says nothing of how soon a
+	// replica holds it.
+	seen bool
 	// last: s combines the states of several marks (Read); last is the
 	// one of their last deferred write (see identity).
 	last *State
@@ -75,6 +79,11 @@ func (s *State) Fetched() bool { return s.fetched }
 
 // Origin is where s's position came from.
 func (s *State) Origin() Origin { return s.origin }
+
+// Seen reports whether the position is a bound of what a read saw (Saw)
+// rather than the last write's: a replica's record of how soon after a
+// write it holds it (CatchUp) does not apply to it.
+func (s *State) Seen() bool { return s.seen }
 
 // Empty reports whether s records no write at all (a new Session's).
 func (s *State) Empty() bool { return s.wm.IsZero() && !s.unknown }
@@ -147,7 +156,7 @@ func (m *Mark) wrote(w lagmeter.Watermark, now, sent time.Time, like *State) *St
 				next.wm = w
 			}
 			if next.wm == w {
-				next.origin = Local
+				next.origin, next.seen = Local, false
 			}
 			if next.pending && !sent.IsZero() && sent.After(next.pendingAt) && sameHistory(w, next.pendingOn) {
 				next.pending = false
@@ -185,7 +194,9 @@ func (m *Mark) saw(w lagmeter.Watermark, now time.Time, like *State) *State {
 		if w.IsZero() {
 			next.unknown, next.unknownAt = true, now
 		} else {
-			next.wm = later(next.wm, w)
+			if wm := later(next.wm, w); wm != next.wm {
+				next.wm, next.seen = wm, true
+			}
 			if next.wm == w {
 				next.origin = Local
 			}
@@ -446,6 +457,9 @@ func (m *Mark) ResolveDeferred(st *State, pos lagmeter.Watermark, readAt, now ti
 		return &next, false, e
 	}
 	next.pending, next.wm, next.fetched = false, later(st.wm, pos), true
+	if next.wm == pos {
+		next.seen = false // the writes' position, past what reads saw
+	}
 	if !st.pendingAt.After(readAt) {
 		m.p.CompareAndSwap(st, &next)
 	}
