@@ -49,7 +49,8 @@ func (s *sawBy) on(h *host, primary bool) {
 }
 
 // sawFor returns what a statement planned p records after it ran: nil
-// unless it is an autocommit read under causal consistency.
+// unless it is a read under causal consistency (outside a transaction
+// begun with BeginTx, which records what it saw once it ends: sawAfter).
 func (c *Connector) sawFor(p *plan) *sawBy {
 	if p.in.Level != consistency.Causal || p.class != sqlclass.Read || p.in.Scopes == nil || p.in.DryRun {
 		return nil

@@ -102,8 +102,9 @@ type call struct {
 	// px is set for a call of the pgx-native API (pool.go): pgx runs it,
 	// and its results are pgx's (pgxcall.go).
 	px *pgxCall
-	// saw is set for an autocommit read under causal consistency: what
-	// it records once it ended (causal.go).
+	// saw is set for a read under causal consistency (not one of a
+	// transaction begun with BeginTx): what it records once it ended
+	// (causal.go).
 	saw *sawBy
 }
 
