@@ -21,10 +21,10 @@ import (
 // primary read: the WAL insert position). Where the read's path cannot
 // pipeline it (a string of several statements, a pgx batch, an exec mode
 // the caller chose, a read inside a transaction opened with SQL), the
-// bound is left unknown, and the
-// primary's first probe sent after the read ended supplies it
-// (consistency.Mark.Settle): reads of the scope go to the primary until
-// then.
+// bound is left unknown, and the primary's first probe sent after the
+// read ended supplies it (consistency.Mark.Settle): reads of the scope go
+// to the primary until then. A transaction begun with BeginTx reads it
+// once it ended (tx.sawAfter).
 
 // sawBy is what a read under causal consistency records once it ended
 // (record): the scope it ran in and the relations it read. Only such
