@@ -80,7 +80,9 @@ func (r monotonicRun) String() string {
 // service) in turn, carrying its Session from one to the other in a
 // signed token, as pgroutedhttp would in a cookie.
 // face is "sql" (database/sql) or "pool" (the pgx-native Pool); through
-// the Pool, every third read is a read-only transaction.
+// the Pool, every third read is a read-only transaction. "process" is
+// database/sql through one Connector, without Sessions: the scope is the
+// process's marks of the relation read.
 func runMonotonic(t *testing.T, ctx context.Context, face, mode string, want int, deadline time.Duration) monotonicRun {
 	t.Helper()
 	dsn := cluster.DSN() + "&pgrouted_probe_interval=100ms&pgrouted_lease=5s&pgrouted_names=" + names() + "&pgrouted_replica_wait=20ms&pgrouted_consistency=" + mode
@@ -93,6 +95,10 @@ func runMonotonic(t *testing.T, ctx context.Context, face, mode string, want int
 	}
 	var reads [2]func(ctx context.Context, i int) (int64, error)
 	for n := range reads {
+		if face == "process" && n > 0 {
+			reads[n] = reads[0]
+			continue
+		}
 		if face == "pool" {
 			p, _ := openPoolDSN(t, dsn, hook)
 			replicasReady(t, p.Connector())
@@ -139,7 +145,10 @@ func runMonotonic(t *testing.T, ctx context.Context, face, mode string, want int
 					return
 				}
 				route := new(causalRoute)
-				qctx := pgrouted.WithSession(context.WithValue(rctx, causalReadKey{}, route), s)
+				qctx := context.WithValue(rctx, causalReadKey{}, route)
+				if face != "process" {
+					qctx = pgrouted.WithSession(qctx, s)
+				}
 				call := monoNow()
 				v, err := reads[(u+i)%2](qctx, i)
 				ret := monoNow()
@@ -231,6 +240,8 @@ func TestCausalMonotonicReads(t *testing.T) {
 	// Through the Pool: its own paths (pgx's rows, read-only
 	// transactions, whose bound is read once they end).
 	t.Run("pool", func(t *testing.T) { checkMonotonic(t, ctx, "pool", 1000, 1000) })
+	// Without Sessions, through one Connector: the process's scope.
+	t.Run("process", func(t *testing.T) { checkMonotonic(t, ctx, "process", 1000, 1000) })
 	t.Logf("%d bumps of the counter", bumps.Load())
 }
 
@@ -259,7 +270,7 @@ func checkMonotonic(t *testing.T, ctx context.Context, face string, want, contro
 	if causal.onReplica*10 < len(causal.ops)*9 {
 		t.Errorf("causal: replicas served %d of %d reads, want at least 90%%", causal.onReplica, len(causal.ops))
 	}
-	if face == "sql" && causal.causalEvents != len(causal.ops) {
+	if face != "pool" && causal.causalEvents != len(causal.ops) {
 		t.Errorf("causal: %d of %d reads' RouteEvents say Causal", causal.causalEvents, len(causal.ops))
 	}
 	if session.causalEvents != 0 {
