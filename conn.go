@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pgrouted/pgrouted/internal/consistency"
 	"github.com/pgrouted/pgrouted/internal/pgpipe"
 	"github.com/pgrouted/pgrouted/internal/sqlclass"
 )
@@ -101,6 +102,10 @@ type call struct {
 	// px is set for a call of the pgx-native API (pool.go): pgx runs it,
 	// and its results are pgx's (pgxcall.go).
 	px *pgxCall
+	// saw is set for a read under causal consistency (not one of a
+	// transaction begun with BeginTx): what it records once it ended
+	// (causal.go).
+	saw *sawBy
 }
 
 // callKind is what a call runs.
@@ -255,6 +260,9 @@ func (cn *conn) run(ctx context.Context, cl *call) (err error) {
 // replica path fell back (onReplicas), or on the primary; a fallback read
 // within pgrouted_primary_read_limit (primarylimit.go).
 func (cn *conn) execute(ctx context.Context, p *plan, r *sqlclass.Result, cl *call) error {
+	if p.in.Level == consistency.Causal && cl.saw == nil {
+		cl.saw = cn.c.sawFor(p)
+	}
 	if done, err := cn.onReplicas(ctx, p, cl); done {
 		return err
 	}

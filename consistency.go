@@ -123,6 +123,8 @@ func levelOf(c Consistency) consistency.Level {
 		return consistency.Eventual
 	case ConsistencyGlobal:
 		return consistency.Global
+	case ConsistencyCausal:
+		return consistency.Causal
 	}
 	return consistency.Session
 }

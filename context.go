@@ -88,9 +88,11 @@ func WithReplicaWait(ctx context.Context, d time.Duration) context.Context {
 // WithConsistency returns a context whose statements use consistency c
 // instead of pgrouted_consistency: ConsistencyGlobal for one request in a
 // process whose default is session, ConsistencySession in one whose
-// default is global. A value that is none of the three constants is
-// ignored. Writes made with a context selecting session or global raise
-// the read-your-writes positions even under an eventual default.
+// default is global, ConsistencyCausal for the requests of a user who
+// must never see the data go back. A value that is none of the four
+// constants is ignored. Writes made with a context selecting session,
+// causal or global raise the read-your-writes positions even under an
+// eventual default.
 func WithConsistency(ctx context.Context, c Consistency) context.Context {
 	return withOption(ctx, func(o *options) { o.consistency = c })
 }
@@ -99,7 +101,7 @@ func WithConsistency(ctx context.Context, c Consistency) context.Context {
 // options o.
 func (c *Connector) consistencyOf(o *options) Consistency {
 	switch o.consistency {
-	case ConsistencySession, ConsistencyEventual, ConsistencyGlobal:
+	case ConsistencySession, ConsistencyEventual, ConsistencyGlobal, ConsistencyCausal:
 		return o.consistency
 	}
 	return c.cfg.Consistency
@@ -123,4 +125,14 @@ const (
 	// (shared among concurrent reads); the read then needs that position
 	// on its replica, as a session read needs its Session's.
 	ConsistencyGlobal = dsn.ConsistencyGlobal
+	// ConsistencyCausal: read-your-writes, monotonic reads and
+	// writes-follow-reads within the scope: the context's Session, or
+	// else its Connector's reads and writes, by relation. After each
+	// read, an upper bound of the WAL position it saw is read in the same
+	// round trip (on a replica, the later of its receive and replay
+	// positions; on the primary, its insert position), and the scope's
+	// next reads need a replica that has replayed it, as they need its
+	// writes. A Session's token carries it to another process. See
+	// docs/consistency.md.
+	ConsistencyCausal = dsn.ConsistencyCausal
 )

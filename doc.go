@@ -137,6 +137,20 @@
 // retry. A read waits on a replica only when the replica's replay pace
 // says it will reach the read's position within the wait.
 //
+// # Causal consistency
+//
+// Under pgrouted_consistency=causal (or [WithConsistency] with
+// [ConsistencyCausal]) a read also sees at least what every earlier read
+// of its scope saw (monotonic reads), and a write follows them: the scope
+// is the context's [Session] (its token carries it to other processes),
+// else the Connector's reads and writes of each relation. After each read,
+// an upper bound of what it saw is read in the same round trip (on a
+// standby the later of its receive and replay positions, on the primary
+// its insert position) and the scope's next reads need it as they need
+// its writes. A replica's last probed position would not do: it is a lower
+// bound of what a read there saw. [RouteEvent].Causal marks such reads.
+// See docs/consistency.md.
+//
 // # Behind a connection pooler
 //
 // The hosts of the DSN may be connection poolers (PgBouncer, one in front

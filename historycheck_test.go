@@ -344,3 +344,72 @@ func TestHistoryCheckers(t *testing.T) {
 		})
 	}
 }
+
+// stepBack is a read that returned an older value of a key than a read of
+// it by the same client that returned before it was called (monotonic
+// reads; causal consistency's): it read got, the client had seen want.
+type stepBack struct {
+	op   linOp
+	want int64
+}
+
+func (s stepBack) String() string {
+	return fmt.Sprintf("client %d read k%d → %d on %q (reason %q), after it had seen %d", s.op.Client, s.op.Key, s.op.Value, s.op.Endpoint, s.op.Reason, s.want)
+}
+
+// stepsBack returns the reads of the history that went back (stepBack):
+// for each client and key, a read returning a smaller value than the
+// largest one a read of that client returned before the read's call. Each
+// key's values only grow (a counter): a smaller value is an older one.
+// Reads with a token in another process are a client's too (the client
+// is the user, whichever process served it).
+func stepsBack(ops []linOp) []stepBack {
+	type ck struct{ client, key int }
+	byClient := map[ck][]linOp{}
+	for _, op := range ops {
+		if !op.Write {
+			k := ck{op.Client, op.Key}
+			byClient[k] = append(byClient[k], op)
+		}
+	}
+	var back []stepBack
+	for _, reads := range byClient {
+		byReturn := slices.Clone(reads)
+		slices.SortFunc(byReturn, func(a, b linOp) int { return compareInt(a.Return, b.Return) })
+		slices.SortFunc(reads, func(a, b linOp) int { return compareInt(a.Call, b.Call) })
+		seen, i := int64(-1), 0
+		for _, r := range reads {
+			for ; i < len(byReturn) && byReturn[i].Return < r.Call; i++ {
+				seen = max(seen, byReturn[i].Value)
+			}
+			if r.Value < seen {
+				back = append(back, stepBack{op: r, want: seen})
+			}
+		}
+	}
+	return back
+}
+
+// TestStepsBackChecker runs stepsBack on histories written by hand: it
+// finds a client's read going back, and nothing else (another client's
+// older value, a read concurrent with a newer one).
+func TestStepsBackChecker(t *testing.T) {
+	r := func(client int, v, call, ret int64) linOp {
+		return linOp{Client: client, Session: client, Key: 1, Value: v, Call: call, Return: ret}
+	}
+	for _, c := range []struct {
+		name string
+		ops  []linOp
+		want int
+	}{
+		{"growing", []linOp{r(0, 1, 0, 10), r(0, 1, 20, 30), r(0, 5, 40, 50)}, 0},
+		{"back", []linOp{r(0, 5, 0, 10), r(0, 3, 20, 30), r(0, 6, 40, 50), r(0, 4, 60, 70)}, 2},
+		{"another client's older value", []linOp{r(0, 5, 0, 10), r(1, 3, 20, 30)}, 0},
+		{"concurrent reads of one client", []linOp{r(0, 5, 0, 30), r(0, 3, 20, 40)}, 0},
+		{"a write is no read", []linOp{{Client: 0, Key: 1, Write: true, Value: 9, Call: 0, Return: 10, OK: true}, r(0, 3, 20, 30)}, 0},
+	} {
+		if got := len(stepsBack(c.ops)); got != c.want {
+			t.Errorf("%s: %d steps back, want %d", c.name, got, c.want)
+		}
+	}
+}

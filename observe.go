@@ -512,7 +512,7 @@ func (c *Connector) count(p *plan, cl *call, err error) {
 			k.fallbacks[i].Add(1)
 		}
 	}
-	if p.op == OpRead && !p.in.Session && p.in.Level == consistency.Session {
+	if p.op == OpRead && !p.in.Session && p.in.Level.Marks() {
 		c.noteProcessScope(p, cl)
 	}
 }

@@ -229,7 +229,7 @@ func (c *Connector) planReplica(ctx context.Context, p *plan, advance bool) {
 	case !advance:
 	case pk.pending:
 		pk = c.resolveDeferred(ctx, v, &rc, pk, &p.deferred)
-	case pk.host != nil && rc.st.Fetched() && p.in.Level == consistency.Session:
+	case pk.host != nil && rc.st.Fetched() && p.in.Level.Marks():
 		// It relies on the position a read of a deferred one read.
 		c.rw.deferredUse.Served(false, rc.now)
 	}
@@ -374,7 +374,7 @@ func (c *Connector) pickReplica(v *view, rc *readCtx, advance bool, skip *host) 
 	standbys, healthy, saturated := 0, 0, 0
 	unknown := false
 	level := rc.level
-	session := level != consistency.Eventual // session or global: a position to reach
+	session := level != consistency.Eventual // session, causal or global: a position to reach
 	wm := rc.st.Watermark()
 	if !session {
 		wm = lagmeter.Watermark{}
@@ -384,7 +384,7 @@ func (c *Connector) pickReplica(v *view, rc *readCtx, advance bool, skip *host) 
 	pending := session && rc.st.Pending()
 	sp := v.switchPoint(wm.Timeline)
 	lastWrite := rc.st.LastWrite()
-	pinned := level == consistency.Session && c.cfg.PinAfterWrite > 0 && rc.now.Sub(lastWrite) < c.cfg.PinAfterWrite
+	pinned := level.Marks() && c.cfg.PinAfterWrite > 0 && rc.now.Sub(lastWrite) < c.cfg.PinAfterWrite
 	// recent: the caller's position is its own last write, whose age
 	// tells how likely a replica that must check is to hold it
 	// (consistency.CatchUp), and whose position, when deferred, is worth
@@ -392,7 +392,9 @@ func (c *Connector) pickReplica(v *view, rc *readCtx, advance bool, skip *host) 
 	// (consistency.DeferredUse), unless the read may wait for it.
 	var age time.Duration
 	// A read that may not fall back to the primary checks in any case.
-	recent := level == consistency.Session && !lastWrite.IsZero() && (!wm.IsZero() || pending) &&
+	// A position a read saw (causal consistency) is not the last write's:
+	// its age says nothing.
+	recent := level.Marks() && !lastWrite.IsZero() && (!wm.IsZero() || pending) && !rc.st.Seen() &&
 		!rc.forced && c.cfg.Fallback != dsn.FallbackError
 	if recent {
 		age = rc.now.Sub(lastWrite)

@@ -37,6 +37,11 @@ type poolRows struct {
 	// Both are pointers: a plain read's rows (in every Query's pgxQuery)
 	// would otherwise carry half a kilobyte they do not use.
 	checked *pgpipe.Checked
+	// saw is set for a checked read under causal consistency: Close
+	// records the bound read after it. sawn is a read under causal
+	// consistency sent without a check (readSawPgx).
+	saw  *sawBy
+	sawn *sawPending
 }
 
 // onClose is what happens once a call's open results (rows, batch results)
@@ -97,7 +102,11 @@ func (r *poolRows) Close() {
 		r.positioned.finish()
 	}
 	if r.checked != nil {
-		r.checked.Finish()
+		err := r.checked.Finish()
+		r.saw.sawOutcome(r.checked.Saw, true, err)
+	}
+	if r.sawn != nil {
+		r.sawn.finish(true)
 	}
 	r.onClose.run()
 }

@@ -50,6 +50,16 @@ func (cn *conn) runOnPrimary(ctx context.Context, p *plan, r *sqlclass.Result, c
 			cn.pin()
 		}
 		positioned := cn.positioned(&p.in, r, cl)
+		// A read under causal consistency reads the insert position after
+		// it the same way: an upper bound of what it saw (causal.go). Not
+		// inside a transaction opened with SQL, where a stale statement is
+		// run as pgx runs it (txstale.go): its bound is left unknown.
+		sawPiped := false
+		if cl.saw != nil {
+			cl.saw.on(cn.host, true)
+			sawPiped = !inTx && cl.single && cn.c.pipelines(cn.host, cl, pipePositioned)
+			positioned = positioned || sawPiped
+		}
 		// writes: the marks are raised after it (raiseAfterStatement).
 		writes := p.class != sqlclass.Read && !inTx
 		cl.unanswered = false
@@ -86,6 +96,14 @@ func (cn *conn) runOnPrimary(ctx context.Context, p *plan, r *sqlclass.Result, c
 		if p.class != sqlclass.Read && !cn.inSQLTx() {
 			cn.raiseAfterStatement(ctx, &p.in, p.writes, positioned, pos, cl, err)
 		}
+		switch {
+		case cl.saw == nil || err != nil:
+		case !sawPiped:
+			cl.saw.recordUnknown(cl)
+		case !cl.isQuery:
+			cl.saw.record(pos)
+			// A query's rows record it when they are closed.
+		}
 		return err
 	}
 }
@@ -120,7 +138,12 @@ func (cn *conn) execPrimary(ctx context.Context, in *consistency.Intent, ws sqlc
 		// sent; the position after it is read when they are closed.
 		host, sent := cn.host, cl.sent // not cl: it would go to the heap
 		inCopy := *in                  // nor the plan
+		saw := cl.saw
 		cl.rows, err = cn.queryPositioned(ctx, sc, cl.query, cl.args, func(pos lagmeter.LSN, werr error) {
+			if saw != nil {
+				saw.sawOutcome(pos, true, werr)
+				return
+			}
 			cn.c.raiseOutcome(&inCopy, ws, host, pos, sent, werr)
 		})
 		cl.unanswered = err != nil // before its first row
@@ -303,7 +326,7 @@ func (cn *conn) queryPositionedPgx(ctx context.Context, in *consistency.Intent, 
 		cl.unanswered = true
 		return err
 	}
-	w.cn, w.term, w.sc, w.in, w.ws, w.host, w.sent = cn, cn.term, sc, *in, ws, cn.host, cl.sent
+	w.cn, w.term, w.sc, w.in, w.ws, w.host, w.sent, w.saw = cn, cn.term, sc, *in, ws, cn.host, cl.sent, cl.saw
 	r.Rows = pgx.RowsFromResultReader(pc.TypeMap(), w.p.RR)
 	r.more = r.Rows.Next()
 	if r.Rows.Err() != nil {
@@ -328,6 +351,7 @@ type positionedRows struct {
 	ws   sqlclass.Scope     // the relations it wrote
 	host *host
 	sent time.Time
+	saw  *sawBy // a read under causal consistency: the position is its bound (causal.go)
 }
 
 // finish reads the position after the statement, whose rows are closed,
@@ -340,6 +364,10 @@ func (w *positionedRows) finish() error {
 		return err
 	}
 	err = resultErr(err, w.term, w.sc)
+	if w.saw != nil {
+		w.saw.sawOutcome(pos, true, err)
+		return err
+	}
 	w.cn.c.raiseOutcome(&w.in, w.ws, w.host, pos, w.sent, err)
 	return err
 }

@@ -142,6 +142,15 @@ func (cn *conn) runOnReplica(ctx context.Context, h *host, at target, cl *call) 
 	}
 	cl.wrote = at.wrote
 	pipelined := at.check && cn.c.pipelines(h, cl, pipeChecked)
+	// Under causal consistency, the bound of what the read saw is read
+	// after it in the same round trip (causal.go): with the check when
+	// there is one, else after the read alone; a read that cannot be
+	// sent so leaves it unknown.
+	saw, sawPiped := cl.saw, false
+	if saw != nil {
+		saw.on(h, false)
+		sawPiped = pipelined || (cl.single && cn.c.pipelines(h, cl, pipePositioned))
+	}
 	// A database/sql query's rows hold the borrowed connection, a pgx
 	// Query's call does: one allocation for both.
 	var rows *replicaRows
@@ -151,6 +160,8 @@ func (cn *conn) runOnReplica(ctx context.Context, h *host, at target, cl *call) 
 	case cl.isQuery && cl.px == nil && pipelined:
 		checked = new(checkedRows)
 		b = &checked.b
+	case cl.isQuery && cl.px == nil && sawPiped:
+		b = new(borrowed)
 	case cl.isQuery && cl.px == nil:
 		rows = replicaRowsPool.Get().(*replicaRows)
 		b = &rows.b
@@ -169,8 +180,26 @@ func (cn *conn) runOnReplica(ctx context.Context, h *host, at target, cl *call) 
 		switch {
 		case pipelined:
 			err = cn.readChecked(ctx, b, at.wm, at.wait, cl, checked)
+		case sawPiped && cl.px != nil && cl.px.kind == pxQuery:
+			err = cn.readSawPgx(ctx, b, cl)
+		case sawPiped && cl.isQuery && cl.px == nil:
+			err = cn.readSaw(ctx, b, cl)
+		case sawPiped && !cl.isQuery:
+			// An Exec of a read (database/sql's, or the Pool's).
+			var pos lagmeter.LSN
+			var tag pgconn.CommandTag
+			if tag, pos, err = pgpipe.ExecRead(ctx, b.conn(), &h.descs, cn.c.stmtsOf(h, b.conn()), cl.query, cl.args); err == nil {
+				cl.res = driver.RowsAffected(tag.RowsAffected())
+				cl.px.setTag(tag)
+				saw.record(pos)
+			} else if pgconn.SafeToRetry(err) {
+				err = driver.ErrBadConn
+			}
 		case cl.px != nil:
 			err = cl.px.on(ctx, cl, b.conn(), cn.c.statementArgs(h, cl.args))
+			if err == nil && saw != nil {
+				saw.recordUnknown(cl)
+			}
 		case rows != nil:
 			rows.Rows = pgpipe.Rows{} // a stale statement's second run
 			if err = rows.Query(ctx, b.conn(), cl.query, cn.c.statementArgs(h, cl.args), nil); err == nil {
@@ -178,6 +207,9 @@ func (cn *conn) runOnReplica(ctx context.Context, h *host, at target, cl *call) 
 			}
 		default:
 			cl.res, err = stdlibExec(ctx, b.conn(), cl.query, cn.c.statementArgs(h, cl.args))
+		}
+		if err == nil && saw != nil && !sawPiped && cl.px == nil {
+			saw.recordUnknown(cl)
 		}
 		if err == nil {
 			if cl.rows == nil && !cl.px.holds(b) {
@@ -362,6 +394,9 @@ func (cn *conn) noteCheck(b *borrowed, hv *hostView, wm lagmeter.Watermark, wait
 // pgxCall.on reads it; cl.px.rows). On success the rows own b: closing
 // them ends the pipeline and gives it back; on error b is still the
 // caller's, to run the read again on or to give back.
+//
+// Under causal consistency (cl.saw), SawSQL follows the read in the same
+// round trip, and closing the rows records its answer.
 func (cn *conn) readChecked(ctx context.Context, b *borrowed, wm lagmeter.Watermark, wait time.Duration, cl *call, cr *checkedRows) error {
 	hv := cn.c.view().of(b.h)
 	if !hv.mayReach(wm) {
@@ -390,7 +425,7 @@ func (cn *conn) readChecked(ctx context.Context, b *borrowed, wm lagmeter.Waterm
 		cr.Rows, cr.c = pgpipe.Rows{}, pgpipe.Checked{} // a stale statement's second run
 		c = &cr.c
 	}
-	replay, sent, err := c.Start(ctx, pc, descs, cn.c.stmtsOf(b.h, pc), wm.LSN, wait, cl.query, cl.args, pr != nil)
+	replay, sent, err := c.Start(ctx, pc, descs, cn.c.stmtsOf(b.h, pc), wm.LSN, wait, cl.query, cl.args, pr != nil, cl.saw != nil)
 	if err == nil || errors.Is(err, errNotCaughtUp) {
 		cn.noteCheck(b, hv, wm, wait, sent, replay, err, cl)
 	}
@@ -401,6 +436,7 @@ func (cn *conn) readChecked(ctx context.Context, b *borrowed, wm lagmeter.Waterm
 		return err
 	}
 	if pr == nil {
+		cr.saw = cl.saw
 		if err := cr.Rows.Open(pc.TypeMap(), c.RR, nil); err != nil {
 			if ferr := c.Finish(); ferr != nil {
 				return ferr
@@ -421,6 +457,7 @@ func (cn *conn) readChecked(ctx context.Context, b *borrowed, wm lagmeter.Waterm
 		}
 		return rerr
 	}
+	pr.saw = cl.saw
 	cl.px.rows = pr
 	return nil
 }

@@ -69,6 +69,7 @@ func (c *Connector) report(ctx context.Context, p *plan, cl *call, began started
 		WriteLost:  p.writeLost,
 		Global:     p.global.used,
 		GlobalWait: p.global.wait,
+		Causal:     cl.saw != nil,
 	}
 	if cl.ran != nil {
 		ev.Endpoint = cl.ran.Name

@@ -241,6 +241,13 @@ type RouteEvent struct {
 	// ReasonPositionUnknown).
 	Global     bool
 	GlobalWait time.Duration
+	// Causal is true for a read under causal consistency (see
+	// ConsistencyCausal) outside a transaction begun with BeginTx (which
+	// records what it saw once it ends): once it ended, its scope (its Session, or the
+	// Connector's relations it read) recorded an upper bound of the WAL
+	// position it saw, read in its own round trip, which the scope's next
+	// reads need.
+	Causal bool
 }
 
 func asRouteError(err error, re **RouteError) bool { return errors.As(err, re) }

@@ -58,8 +58,9 @@ func (r *replicaRows) Close() error {
 // once they are closed, are one allocation.
 type checkedRows struct {
 	pgpipe.Rows
-	c pgpipe.Checked
-	b borrowed
+	c   pgpipe.Checked
+	b   borrowed
+	saw *sawBy // causal consistency: the bound read after it is recorded
 }
 
 // Close implements driver.Rows: the read's outcome, or the connection's
@@ -67,6 +68,7 @@ type checkedRows struct {
 func (r *checkedRows) Close() error {
 	r.Rows.Close()
 	err := r.c.Finish()
+	r.saw.sawOutcome(r.c.Saw, true, err)
 	r.b.giveBack()
 	return err
 }

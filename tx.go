@@ -77,6 +77,9 @@ func (cn *conn) begin(ctx context.Context, readOnly, serializable bool, cl *call
 		if err != nil {
 			return nil, err
 		}
+		// Its intent: what it saw is recorded once it ends, under causal
+		// consistency (tx.sawAfter).
+		cn.tx.in = p.in
 		return cn.tx, nil
 	}
 	return cn.beginOnPrimary(ctx, &p, cl, readOnly)
@@ -185,6 +188,9 @@ func (t *tx) Commit() error {
 		if err != nil && t.replica == nil && cn.primary != nil && cn.termEnded(cn.primary) {
 			err = outcomeUnknown(OpTx, err)
 		}
+		if !t.wrote {
+			t.sawAfter()
+		}
 		t.end(began, "COMMIT", err)
 		switch {
 		case !t.wrote || t.replica != nil || !t.in.Defers():
@@ -214,6 +220,7 @@ func (t *tx) Commit() error {
 func (t *tx) Rollback() error {
 	began := t.cn.c.began(t.ctx, "ROLLBACK")
 	err := t.inner.Rollback()
+	t.sawAfter()
 	t.end(began, "ROLLBACK", err)
 	return err
 }

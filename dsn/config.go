@@ -26,6 +26,12 @@ const (
 	// began, and a replica serves it only once it has replayed that
 	// position. Concurrent reads share one position read.
 	ConsistencyGlobal Consistency = "global"
+	// ConsistencyCausal: read-your-writes, monotonic reads and
+	// writes-follow-reads within a scope (a Session, else the process's
+	// relations): each read records an upper bound of the WAL position it
+	// saw, read in its own round trip, and the scope's next read needs a
+	// replica that has replayed it.
+	ConsistencyCausal Consistency = "causal"
 )
 
 // SelectPolicy is how a replica is chosen among the eligible ones

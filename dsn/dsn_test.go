@@ -246,6 +246,8 @@ var cases = []dsnCase{
 		hosts: plain("db1:5432")},
 	{name: "consistency global", dsn: "host=db1 sslmode=disable pgrouted_consistency=global",
 		hosts: plain("db1:5432"), set: func(c *Config) { c.Consistency = ConsistencyGlobal }},
+	{name: "consistency causal", dsn: "host=db1 sslmode=disable pgrouted_consistency=causal",
+		hosts: plain("db1:5432"), set: func(c *Config) { c.Consistency = ConsistencyCausal }},
 	{name: "max_lag duration", dsn: "host=db1 sslmode=disable pgrouted_max_lag=2s",
 		hosts: plain("db1:5432"), set: func(c *Config) { c.MaxLag = LagTime(2 * time.Second) }},
 	{name: "max_lag fraction", dsn: "host=db1 sslmode=disable pgrouted_max_lag=1.5s",
@@ -383,7 +385,7 @@ var cases = []dsnCase{
 
 	// Bad values, key by key.
 	{name: "bad consistency", dsn: "host=db1 pgrouted_consistency=strong",
-		err: "pgrouted_consistency (strong) must be one of session, eventual, global", key: keyConsistency},
+		err: "pgrouted_consistency (strong) must be one of session, eventual, causal, global", key: keyConsistency},
 	{name: "bad max_lag unit", dsn: "host=db1 pgrouted_max_lag=10XB",
 		err: "pgrouted_max_lag (10XB) is not a duration", key: keyMaxLag},
 	{name: "bad max_lag days", dsn: "host=db1 pgrouted_max_lag=1d",

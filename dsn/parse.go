@@ -84,7 +84,7 @@ var specs = []keySpec{
 		set: func(c *Config, v string) string { c.Consistency = Consistency(v); return "" },
 		get: func(c *Config) string { return string(c.Consistency) },
 		check: func(c *Config) string {
-			return oneOf(c.Consistency, ConsistencySession, ConsistencyEventual, ConsistencyGlobal)
+			return oneOf(c.Consistency, ConsistencySession, ConsistencyEventual, ConsistencyCausal, ConsistencyGlobal)
 		}},
 	{key: keyMaxLag,
 		set: func(c *Config, v string) string {
@@ -495,7 +495,7 @@ func nearestKey(key string) string {
 //
 // The keys, their values and defaults:
 //
-//	pgrouted_consistency          session | eventual | global              session
+//	pgrouted_consistency          session | eventual | causal | global     session
 //	pgrouted_max_lag              a duration or a size (4096B, 512KB,      30s (3 probe intervals
 //	                              16MB, 1GB; KB = 1024 B), or none         when those are longer)
 //	pgrouted_probe_interval       duration                                 1s

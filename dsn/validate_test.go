@@ -42,7 +42,7 @@ func TestValidate(t *testing.T) {
 		{"name is the password", func(c *Config) { c.Hosts[0].Name, c.Hosts[1].Name = marker, marker }, "names must be unique", keyNames},
 		{"weight negative", func(c *Config) { c.Hosts[1].Weight = -1 }, "pgrouted_weights (1,-1,1): entry 2 (-1) must be a whole number from 1 to 1000000", keyWeights},
 		{"weight too large", func(c *Config) { c.Hosts[0].Weight = MaxWeight + 1 }, "entry 1 (1000001)", keyWeights},
-		{"consistency unknown", func(c *Config) { c.Consistency = "strict" }, "pgrouted_consistency (strict) must be one of session, eventual, global", keyConsistency},
+		{"consistency unknown", func(c *Config) { c.Consistency = "strict" }, "pgrouted_consistency (strict) must be one of session, eventual, causal, global", keyConsistency},
 		{"max_lag zero time", func(c *Config) { c.MaxLag = LagTime(0) }, "pgrouted_max_lag (0s) must be greater than 0", keyMaxLag},
 		{"max_lag negative bytes", func(c *Config) { c.MaxLag = LagBytes(-1) }, "pgrouted_max_lag (-1B) must be greater than 0", keyMaxLag},
 		{"max_lag equal to probe", func(c *Config) { c.MaxLag = LagTime(time.Second) },

@@ -53,6 +53,7 @@
 //	pgrouted.replica_wait  seconds a read waited on its replica for the caller's position (pgrouted_replica_wait); only when it waited
 //	pgrouted.global     true on a read that needed the primary's position read after it began (global consistency)
 //	pgrouted.global_wait  seconds that read waited for the position (shared fetches); only with pgrouted.global
+//	pgrouted.causal     true on a causal read that recorded a bound of what it saw (causal consistency)
 //	pgrouted.write_lost true on the read that found the caller's last write lost in a failover
 //	pgrouted.function   the function that sent it to the primary, when one did
 //	error.type, db.response.status_code  the SQLSTATE, when it failed with a PostgreSQL error

@@ -43,7 +43,7 @@ func TestHookEvents(t *testing.T) {
 	// It waited 5 ms on its replica for the caller's position.
 	// And 2 ms for the primary's position (global consistency).
 	run(pgrouted.RouteEvent{Decision: read, Query: "SELECT 1", Duration: time.Millisecond, Waited: 5 * time.Millisecond,
-		Global: true, GlobalWait: 2 * time.Millisecond})
+		Global: true, GlobalWait: 2 * time.Millisecond, Causal: true})
 	// A discovered host, named host:port.
 	run(pgrouted.RouteEvent{Decision: pgrouted.Decision{Op: pgrouted.OpWrite, Endpoint: "10.1.2.3:6432", Primary: true, Reason: pgrouted.ReasonWrite},
 		Context: context.Background(), Query: "INSERT"})
@@ -70,6 +70,12 @@ func TestHookEvents(t *testing.T) {
 	}
 	if _, ok := attrs(spans[1].Attributes())["pgrouted.replica_wait"]; ok {
 		t.Errorf("a write that did not wait has pgrouted.replica_wait")
+	}
+	if m := attrs(spans[0].Attributes()); m["pgrouted.causal"] != true {
+		t.Errorf("causal read: pgrouted.causal = %v, want true", m["pgrouted.causal"])
+	}
+	if _, ok := attrs(spans[1].Attributes())["pgrouted.causal"]; ok {
+		t.Errorf("a write has pgrouted.causal")
 	}
 	if _, ok := attrs(spans[1].Attributes())["pgrouted.global"]; ok {
 		t.Errorf("a write has pgrouted.global")

@@ -48,6 +48,10 @@ const (
 	// for that position (RouteEvent.GlobalWait), in seconds.
 	AttrGlobal     = attribute.Key("pgrouted.global")
 	AttrGlobalWait = attribute.Key("pgrouted.global_wait")
+	// AttrCausal is set, true, on a read under causal consistency that
+	// recorded an upper bound of what it saw for its scope's next reads
+	// (RouteEvent.Causal).
+	AttrCausal = attribute.Key("pgrouted.causal")
 	// AttrWriteLost is set, true, on the read that found the caller's last
 	// write lost in a failover (RouteEvent.WriteLost).
 	AttrWriteLost = attribute.Key("pgrouted.write_lost")
@@ -367,6 +371,9 @@ func (h *hook) end(span trace.Span, ev pgrouted.RouteEvent) {
 		if ev.Global {
 			span.SetAttributes(AttrGlobal.Bool(true), AttrGlobalWait.Float64(ev.GlobalWait.Seconds()))
 		}
+		if ev.Causal {
+			span.SetAttributes(AttrCausal.Bool(true))
+		}
 		if ev.Err != nil {
 			var pe *pgconn.PgError
 			if errors.As(ev.Err, &pe) {
@@ -417,6 +424,9 @@ func (h *hook) onRoute(ev pgrouted.RouteEvent) {
 		}
 		if ev.Global {
 			span.SetAttributes(AttrGlobal.Bool(true), AttrGlobalWait.Float64(ev.GlobalWait.Seconds()))
+		}
+		if ev.Causal {
+			span.SetAttributes(AttrCausal.Bool(true))
 		}
 	}
 	if h.duration != nil {

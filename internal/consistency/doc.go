@@ -7,6 +7,9 @@
 //
 //   - [Mark.Wrote]: a write committed at a known position (or at an
 //     unknown one: its answer was lost);
+//   - [Mark.Saw]: a read saw at most a position (causal consistency: an
+//     upper bound of what its snapshot held, read after it), which the
+//     next reads of its scope need as they need its writes;
 //   - [Mark.WroteDeferred]: a write committed whose position is left to be
 //     read when a read needs it (a deferred position);
 //   - [Mark.ResolveDeferred]: that position, read for a read;

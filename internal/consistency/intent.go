@@ -15,7 +15,17 @@ const (
 	// Global: a read sees every transaction committed on the primary
 	// before it began, by any client; a Session's writes are a floor.
 	Global
+	// Causal: Session's read-your-writes, and monotonic reads and
+	// writes-follow-reads within the same scope: each read records an
+	// upper bound of what it saw (Scopes.Saw), which the scope's next
+	// reads need as they need its writes.
+	Causal
 )
+
+// Marks reports whether a read at level l needs the marks of its scope
+// (its own writes, and under Causal what its reads saw): Session and
+// Causal. Global needs them too, as a floor under the primary's position.
+func (l Level) Marks() bool { return l == Session || l == Causal }
 
 // Intent is what a statement's context asks of read-your-writes, resolved
 // once per statement (or transaction) from the context's options and the

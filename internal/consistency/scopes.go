@@ -126,6 +126,24 @@ func (s *Scopes) WroteDeferred(named bool, keys []uint32, on lagmeter.Watermark,
 	}
 }
 
+// Saw records that a read (Causal) saw at most w: an upper bound of the
+// WAL position its snapshot held, read after it (zero: no bound could be
+// read; see Mark.Saw). The scope's next reads need w as they need a
+// write's position. With named, the bound counts for the relations keys
+// the read read (a Connector's reads, scoped by relation as its writes
+// are); without, for every relation (a Session's reads: a read of one
+// relation orders the user's next reads of every other). every, which a
+// token carries, moves either way. A bound that changes nothing (no newer
+// than the marks) publishes nothing.
+func (s *Scopes) Saw(named bool, keys []uint32, w lagmeter.Watermark, now time.Time) {
+	st := s.every.saw(w, now, nil)
+	for _, m := range s.targets(named, keys) {
+		if m != nil {
+			m.saw(w, now, st)
+		}
+	}
+}
+
 // targets returns the marks a write to keys (named) moves beside every:
 // the relations' own, or broad once for those without a slot, or for
 // every relation.
@@ -404,6 +422,16 @@ func combine(sts []*State) *State {
 		}
 	}
 	c.last = newest
+	// Seen when the position it needs is a read's bound, no write's.
+	for _, st := range sts {
+		if !st.blank() && st.wm == c.wm && !c.wm.IsZero() {
+			if !st.seen {
+				c.seen = false
+				break
+			}
+			c.seen = true
+		}
+	}
 	return c
 }
 

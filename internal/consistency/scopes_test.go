@@ -220,3 +220,67 @@ func TestScopesWriteAllocatesOnce(t *testing.T) {
 			got != before, s.every.Load().Watermark(), s.slot(2, false).Load().Watermark())
 	}
 }
+
+// TestSaw: a read's bound (Causal) is needed by the next reads of the
+// relations it read (named) or of every relation (a Session's), never
+// lowers a mark, records no write, and an unread bound makes the position
+// unknown until a primary probe sent after it; a bound that changes
+// nothing publishes nothing (the same State).
+func TestSaw(t *testing.T) {
+	var s Scopes
+	now := Now()
+	at := func(lsn lagmeter.LSN) lagmeter.Watermark {
+		return lagmeter.Watermark{SystemID: 7, Timeline: 1, LSN: lsn}
+	}
+	need := func(named bool, keys ...uint32) *State {
+		t.Helper()
+		var r Read
+		r.Begin(&s, named, keys)
+		st, _ := r.Settle(nil, now, true)
+		return st
+	}
+	s.Saw(true, []uint32{1}, at(100), now)
+	if got := need(true, 1).Watermark().LSN; got != 100 {
+		t.Fatalf("read of relation 1 after a read of it saw 100 needs %v", got)
+	}
+	if got := need(true, 2).Watermark().LSN; got != 0 {
+		t.Fatalf("read of relation 2 needs %v, want nothing (the bound is relation 1's)", got)
+	}
+	if got := need(false).Watermark().LSN; got != 100 {
+		t.Fatalf("read of unknown relations needs %v, want 100 (every)", got)
+	}
+	if !need(false).LastWrite().IsZero() {
+		t.Fatal("a read recorded a write")
+	}
+	if !need(true, 1).Seen() {
+		t.Fatal("a read's bound is not marked as one (Seen)")
+	}
+	before := s.Every().Load()
+	s.Saw(true, []uint32{1}, at(50), now)
+	if s.Every().Load() != before {
+		t.Fatal("an older bound published a new state")
+	}
+	if got := need(true, 1).Watermark().LSN; got != 100 {
+		t.Fatalf("an older bound lowered the mark to %v", got)
+	}
+	s.Saw(false, nil, at(300), now)
+	if got := need(true, 2).Watermark().LSN; got != 300 {
+		t.Fatalf("read of relation 2 after a Session's read saw 300 needs %v", got)
+	}
+	s.Wrote(true, []uint32{3}, at(350), now, time.Time{})
+	if st := need(true, 3); st.Seen() || st.Watermark().LSN != 350 {
+		t.Fatalf("after a write past the bounds: position %v, seen %v; want the write's", st.Watermark(), st.Seen())
+	}
+	s.Saw(false, nil, lagmeter.Watermark{}, now)
+	st := need(true, 2)
+	if !st.Unknown() {
+		t.Fatal("a bound that could not be read left the position known")
+	}
+	p := &Primary{SystemID: 7, Timeline: 1, End: 400, Probed: true, ProbedAt: now.Add(time.Millisecond)}
+	_ = st
+	var r Read
+	r.Begin(&s, true, []uint32{2})
+	if st, _ := r.Settle(p, now.Add(2*time.Millisecond), true); st.Unknown() || st.Watermark().LSN != 400 {
+		t.Fatalf("a primary probe after the read settles the bound at its position: got %v unknown=%v", st.Watermark(), st.Unknown())
+	}
+}

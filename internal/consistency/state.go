@@ -30,6 +30,10 @@ type State struct {
 	// origin: where wm came from (Restore), until a write through this
 	// process replaces it.
 	origin Origin
+	// seen: wm is a bound of what a read saw (Saw), newer than the last
+	// write's position: the last write's age says nothing of how soon a
+	// replica holds it.
+	seen bool
 	// last: s combines the states of several marks (Read); last is the
 	// one of their last deferred write (see identity).
 	last *State
@@ -75,6 +79,11 @@ func (s *State) Fetched() bool { return s.fetched }
 
 // Origin is where s's position came from.
 func (s *State) Origin() Origin { return s.origin }
+
+// Seen reports whether the position is a bound of what a read saw (Saw)
+// rather than the last write's: a replica's record of how soon after a
+// write it holds it (CatchUp) does not apply to it.
+func (s *State) Seen() bool { return s.seen }
 
 // Empty reports whether s records no write at all (a new Session's).
 func (s *State) Empty() bool { return s.wm.IsZero() && !s.unknown }
@@ -147,11 +156,56 @@ func (m *Mark) wrote(w lagmeter.Watermark, now, sent time.Time, like *State) *St
 				next.wm = w
 			}
 			if next.wm == w {
-				next.origin = Local
+				next.origin, next.seen = Local, false
 			}
 			if next.pending && !sent.IsZero() && sent.After(next.pendingAt) && sameHistory(w, next.pendingOn) {
 				next.pending = false
 			}
+		}
+		if st := m.publish(cur, &next, like); st != nil {
+			return st
+		}
+	}
+}
+
+// Saw records that a read saw at most w, an upper bound of the WAL
+// position its snapshot held (Causal: monotonic reads and
+// writes-follow-reads): the mark's position becomes the later of its own
+// and w, so that the next read needs a replica that has replayed w, as
+// after a write at w. It records no write: the last write's time, a
+// deferred position and an unknown one stay as they were. w zero (the
+// bound could not be read: the read's answer was cut short) makes the
+// position unknown as of now, which a probe of the primary sent after it
+// settles (Settle): the primary's position then is at or past anything a
+// replica had replayed before. A bound that a replica replayed was written
+// by the primary: where it is the mark's position, the position is this
+// process's own (Origin Local), not a token's.
+func (m *Mark) Saw(w lagmeter.Watermark, now time.Time) { m.saw(w, now, nil) }
+
+// saw is Saw, publishing like as wrote does; it returns the state it
+// published, or the current one when w changes nothing.
+func (m *Mark) saw(w lagmeter.Watermark, now time.Time, like *State) *State {
+	for {
+		cur := m.p.Load()
+		var next State
+		if cur != nil {
+			next = *cur
+		}
+		if w.IsZero() {
+			next.unknown, next.unknownAt = true, now
+		} else {
+			if wm := later(next.wm, w); wm != next.wm {
+				next.wm, next.seen = wm, true
+			}
+			if next.wm == w {
+				next.origin = Local
+			}
+		}
+		if cur != nil && next == *cur {
+			return cur
+		}
+		if cur == nil && next == *zeroState {
+			return zeroState
 		}
 		if st := m.publish(cur, &next, like); st != nil {
 			return st
@@ -403,6 +457,9 @@ func (m *Mark) ResolveDeferred(st *State, pos lagmeter.Watermark, readAt, now ti
 		return &next, false, e
 	}
 	next.pending, next.wm, next.fetched = false, later(st.wm, pos), true
+	if next.wm == pos {
+		next.seen = false // the writes' position, past what reads saw
+	}
 	if !st.pendingAt.After(readAt) {
 		m.p.CompareAndSwap(st, &next)
 	}

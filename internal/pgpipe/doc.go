@@ -32,7 +32,9 @@
 //   - write.go: [Exec] and [Query], a write and the read of the WAL
 //     insert position after its commit in one round trip ([StartQuery]
 //     and [Pending] for rows read by pgx's own rows), and [Commit], pgx's
-//     Tx.Commit with the same position read;
+//     Tx.Commit with the same position read; [ExecRead], [QueryRead] and
+//     [Pending.StartRead], the same for a read under causal consistency,
+//     followed by [SawSQL], an upper bound of what the read saw;
 //   - direct.go: the same round trip without a pgconn.Pipeline when
 //     nothing has to be prepared first (the steady state): the
 //     statement's messages queued in pgconn's frontend, flushed by
@@ -42,7 +44,8 @@
 //     connection (the arguments' encoding, the messages);
 //   - replay.go: [Check] and [Checked], the check of (or wait for) a
 //     replica's replay position, alone or pipelined before a read that
-//     the server then skips when the replica is behind;
+//     the server then skips when the replica is behind ([SawSQL] after
+//     it, under causal consistency);
 //   - guarded.go: [SendGuarded], a statement inside a transaction sent
 //     between a savepoint and its release, and [RollbackGuard].
 //

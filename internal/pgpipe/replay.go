@@ -236,8 +236,15 @@ type Checked struct {
 	// RR reads the read's result once Read returned nil.
 	RR *pgconn.ResultReader
 
+	// Saw is, after Finish, the upper bound of what the read saw
+	// (SawSQL, sent after it when Start was asked for it; 0 when it was
+	// not, or could not be read).
+	Saw lagmeter.LSN
+
 	pl    *pgconn.Pipeline
 	e     Encoded
+	pe    Encoded // SawSQL, when sent
+	saw   bool
 	descs *Descs
 	err   error // Finish's
 }
@@ -253,7 +260,10 @@ type Checked struct {
 // is the encoding's or the connection's. When err is nil, the read's
 // answer is Read's to read; otherwise the pipeline is closed, and nothing
 // more is to be read.
-func (c *Checked) Start(ctx context.Context, pc *pgx.Conn, descs *Descs, st *Stmts, lsn lagmeter.LSN, wait time.Duration, query string, args []driver.NamedValue, pgxFormats bool) (replay lagmeter.LSN, sent time.Time, err error) {
+//
+// With saw (causal consistency), SawSQL follows the read in the same
+// round trip, after its Sync, and Finish reads it into Saw.
+func (c *Checked) Start(ctx context.Context, pc *pgx.Conn, descs *Descs, st *Stmts, lsn lagmeter.LSN, wait time.Duration, query string, args []driver.NamedValue, pgxFormats, saw bool) (replay lagmeter.LSN, sent time.Time, err error) {
 	results := stdlibRows
 	if pgxFormats {
 		results = pgxRows
@@ -268,6 +278,12 @@ func (c *Checked) Start(ctx context.Context, pc *pgx.Conn, descs *Descs, st *Stm
 	ce.Send(pl)
 	e.Send(pl)
 	pl.SendPipelineSync()
+	var pe Encoded
+	if saw {
+		pe = fixed(st, SawSQL)
+		pe.Send(pl)
+		pl.SendPipelineSync()
+	}
 	sent = time.Now()
 	if err := pl.Flush(); err != nil {
 		pl.Close()
@@ -277,7 +293,7 @@ func (c *Checked) Start(ctx context.Context, pc *pgx.Conn, descs *Descs, st *Stm
 		pl.Close()
 		return replay, sent, err
 	}
-	*c = Checked{pl: pl, e: e, descs: descs}
+	*c = Checked{pl: pl, e: e, pe: pe, saw: saw, descs: descs}
 	c.e.params, c.e.formats, c.e.results = nil, nil, nil // sent (the first two are the connection's scratch)
 	return replay, sent, nil
 }
@@ -313,6 +329,12 @@ func (c *Checked) Finish() error {
 	invalidateOn(c.e.st, c.e.query, err)
 	if serr := FinishSync(pl, err); serr != nil && err == nil {
 		err = serr
+	}
+	if c.saw && err == nil {
+		var text string
+		if _, perr := resultOf(pl, &c.pe, &text); perr == nil {
+			c.Saw, _ = lagmeter.ParseLSN(text)
+		}
 	}
 	if cerr := pl.Close(); cerr != nil && err == nil && !IsPgError(cerr) {
 		err = cerr

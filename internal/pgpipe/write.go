@@ -18,6 +18,19 @@ import (
 // commit was acknowledged, it is at or past that commit.
 const InsertPositionSQL = "SELECT pg_current_wal_insert_lsn()::text"
 
+// SawSQL reads, after a read and in its round trip, an upper bound of the
+// WAL position the read's snapshot held (causal consistency). On a standby
+// it is the later of the WAL received and flushed by its walreceiver
+// (pg_last_wal_receive_lsn) and the WAL replayed (pg_last_wal_replay_lsn):
+// the startup process replays only WAL the walreceiver has flushed, and a
+// record's commit becomes visible while it is being replayed, before the
+// replay position passes the record's end; the receive position is past
+// it already. On a server that is not in recovery (the primary, or a
+// standby promoted under the read) it is the WAL insert position, at or
+// past every commit any snapshot taken before could hold. NULL (neither is
+// known: a standby that never streamed) reads as no bound.
+const SawSQL = "SELECT (CASE WHEN pg_is_in_recovery() THEN greatest(pg_last_wal_receive_lsn(), pg_last_wal_replay_lsn()) ELSE pg_current_wal_insert_lsn() END)::text"
+
 // Exec runs query with args on pc in autocommit mode and reads the WAL
 // insert position after its commit, in one round trip, with the
 // statement's description from descs (see Encode). With st (pc's named
@@ -28,12 +41,24 @@ const InsertPositionSQL = "SELECT pg_current_wal_insert_lsn()::text"
 // could not be read. A statement the server refused has its description
 // dropped: it may no longer match (a column changed type).
 func Exec(ctx context.Context, pc *pgx.Conn, descs *Descs, st *Stmts, query string, args []driver.NamedValue) (tag pgconn.CommandTag, pos lagmeter.LSN, err error) {
+	return exec(ctx, pc, descs, st, query, args, InsertPositionSQL)
+}
+
+// ExecRead is Exec for a read (causal consistency): the query after it,
+// in the same round trip, is SawSQL, and pos the upper bound of what the
+// read saw (0 when it failed or the bound could not be read).
+func ExecRead(ctx context.Context, pc *pgx.Conn, descs *Descs, st *Stmts, query string, args []driver.NamedValue) (tag pgconn.CommandTag, pos lagmeter.LSN, err error) {
+	return exec(ctx, pc, descs, st, query, args, SawSQL)
+}
+
+// exec is Exec with posSQL as the query read after the statement.
+func exec(ctx context.Context, pc *pgx.Conn, descs *Descs, st *Stmts, query string, args []driver.NamedValue, posSQL string) (tag pgconn.CommandTag, pos lagmeter.LSN, err error) {
 	s := scratchOf(pc.PgConn())
 	e, err := encode(ctx, pc, descs, st, query, args, noRows, s)
 	if err != nil {
 		return tag, 0, err
 	}
-	tag, pos, err = execEncoded(ctx, pc, st, &e, s)
+	tag, pos, err = execEncoded(ctx, pc, st, &e, s, posSQL)
 	if IsPgError(err) {
 		descs.Drop(query)
 	}
@@ -43,8 +68,8 @@ func Exec(ctx context.Context, pc *pgx.Conn, descs *Descs, st *Stmts, query stri
 // execEncoded is Exec for a statement encoded, s the connection's
 // scratch: without a pipeline when nothing has to be prepared first
 // (direct.go).
-func execEncoded(ctx context.Context, pc *pgx.Conn, st *Stmts, e *Encoded, s *scratch) (tag pgconn.CommandTag, pos lagmeter.LSN, err error) {
-	pe := fixed(st, InsertPositionSQL)
+func execEncoded(ctx context.Context, pc *pgx.Conn, st *Stmts, e *Encoded, s *scratch, posSQL string) (tag pgconn.CommandTag, pos lagmeter.LSN, err error) {
+	pe := fixed(st, posSQL)
 	if direct(ctx, pc.PgConn(), e, &pe) {
 		return execDirect(ctx, pc.PgConn(), s, e, &pe)
 	}
@@ -134,7 +159,21 @@ func finishPositioned(pl *pgconn.Pipeline, pe *Encoded, err error) (lagmeter.LSN
 // with the statement's outcome. wrap, when not nil, makes the error the
 // rows and done see from an error of the connection (see Rows.nextErr).
 func Query(ctx context.Context, pc *pgx.Conn, descs *Descs, st *Stmts, query string, args []driver.NamedValue, wrap func(error) error, done func(lagmeter.LSN, error)) (driver.Rows, error) {
-	p, err := StartQuery(ctx, pc, descs, st, query, args, false)
+	return queryWith(ctx, pc, descs, st, query, args, wrap, done, InsertPositionSQL)
+}
+
+// QueryRead is Query for a read (causal consistency): done gets the upper
+// bound of what the read saw (SawSQL, read in the same round trip once
+// its rows are closed; 0 when it could not be read) and the read's
+// outcome.
+func QueryRead(ctx context.Context, pc *pgx.Conn, descs *Descs, st *Stmts, query string, args []driver.NamedValue, done func(lagmeter.LSN, error)) (driver.Rows, error) {
+	return queryWith(ctx, pc, descs, st, query, args, nil, done, SawSQL)
+}
+
+// queryWith is Query with posSQL as the query read after the statement.
+func queryWith(ctx context.Context, pc *pgx.Conn, descs *Descs, st *Stmts, query string, args []driver.NamedValue, wrap func(error) error, done func(lagmeter.LSN, error), posSQL string) (driver.Rows, error) {
+	p := new(Pending)
+	err := p.start(ctx, pc, descs, st, query, args, false, posSQL)
 	if err != nil {
 		return nil, err
 	}
@@ -189,6 +228,17 @@ func StartQuery(ctx context.Context, pc *pgx.Conn, descs *Descs, st *Stmts, quer
 // Start is StartQuery into p, a zero Pending (one the caller holds inside
 // its own, say).
 func (p *Pending) Start(ctx context.Context, pc *pgx.Conn, descs *Descs, st *Stmts, query string, args []driver.NamedValue, pgxFormats bool) error {
+	return p.start(ctx, pc, descs, st, query, args, pgxFormats, InsertPositionSQL)
+}
+
+// StartRead is Start for a read (causal consistency): what Finish reads
+// after it is SawSQL's bound of what the read saw.
+func (p *Pending) StartRead(ctx context.Context, pc *pgx.Conn, descs *Descs, st *Stmts, query string, args []driver.NamedValue, pgxFormats bool) error {
+	return p.start(ctx, pc, descs, st, query, args, pgxFormats, SawSQL)
+}
+
+// start is Start with posSQL as the query read after the statement.
+func (p *Pending) start(ctx context.Context, pc *pgx.Conn, descs *Descs, st *Stmts, query string, args []driver.NamedValue, pgxFormats bool, posSQL string) error {
 	s := scratchOf(pc.PgConn())
 	results := stdlibRows
 	if pgxFormats {
@@ -198,7 +248,7 @@ func (p *Pending) Start(ctx context.Context, pc *pgx.Conn, descs *Descs, st *Stm
 	if err != nil {
 		return err
 	}
-	*p = Pending{ctx: ctx, pc: pc.PgConn(), pe: fixed(st, InsertPositionSQL), descs: descs, st: st, query: query}
+	*p = Pending{ctx: ctx, pc: pc.PgConn(), pe: fixed(st, posSQL), descs: descs, st: st, query: query}
 	if direct(ctx, p.pc, &e, &p.pe) {
 		p.RR, err = startDirect(ctx, p.pc, s, &e, &p.pe)
 		return err
@@ -259,7 +309,7 @@ func (p *Pending) Finish(rerr error) (pos lagmeter.LSN, sent bool, err error) {
 // connection left inside a transaction after an error is closed.
 func Commit(ctx context.Context, pc *pgx.Conn, descs *Descs, st *Stmts) (lagmeter.LSN, error) {
 	e := fixed(st, "COMMIT")
-	tag, pos, err := execEncoded(ctx, pc, st, &e, scratchOf(pc.PgConn()))
+	tag, pos, err := execEncoded(ctx, pc, st, &e, scratchOf(pc.PgConn()), InsertPositionSQL)
 	if err != nil {
 		if pc.PgConn().TxStatus() != 'I' {
 			_ = pc.Close(ctx)
