@@ -84,8 +84,11 @@ const (
 )
 
 // pass updates g with the lag l seen at now (unless dry) and says whether
-// a read may use the replica.
-func (g *budgetGate) pass(b *gateBudgets, l lagmeter.Lag, now time.Time, dry bool) gateState {
+// a read may use the replica. beyond is false when l's time bound is
+// [lagmeter.Unbounded] only for want of older samples (see
+// lagmeter.History.Spans): then the replica does not leave on it (the
+// read's own staleness check still skips it).
+func (g *budgetGate) pass(b *gateBudgets, l lagmeter.Lag, beyond bool, now time.Time, dry bool) gateState {
 	if b.leave.IsZero() {
 		return gateIn
 	}
@@ -102,7 +105,7 @@ func (g *budgetGate) pass(b *gateBudgets, l lagmeter.Lag, now time.Time, dry boo
 		g.back.Store(max(int64(now.Sub(gateBase)), 1))
 		g.turn.Store(0)
 		g.changes.Add(1)
-	} else if ok, why := b.leave.Allows(l); !ok && why == lagmeter.ReasonBehind {
+	} else if ok, why := b.leave.Allows(l); !ok && why == lagmeter.ReasonBehind && (beyond || l.BytesKnown && b.leave.MaxBytes > 0 && l.Bytes > b.leave.MaxBytes) {
 		if !dry && g.out.CompareAndSwap(false, true) {
 			g.changes.Add(1)
 		}

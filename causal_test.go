@@ -102,6 +102,7 @@ func runMonotonic(t *testing.T, ctx context.Context, face, mode string, want int
 		if face == "pool" {
 			p, _ := openPoolDSN(t, dsn, hook)
 			replicasReady(t, p.Connector())
+			lagsKnown(t, p.Connector())
 			reads[n] = func(ctx context.Context, i int) (int64, error) {
 				var v int64
 				if i%3 != 2 {
@@ -117,6 +118,7 @@ func runMonotonic(t *testing.T, ctx context.Context, face, mode string, want int
 		}
 		db, conn, _ := openDSN(t, dsn, hook)
 		replicasReady(t, conn)
+		lagsKnown(t, conn) // the delayed replica too: else the control may never read it
 		reads[n] = func(ctx context.Context, _ int) (int64, error) {
 			var v int64
 			err := db.QueryRowContext(ctx, causalRead).Scan(&v)

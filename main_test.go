@@ -176,6 +176,31 @@ func replicasReady(t testing.TB, conn *pgrouted.Connector) {
 	}
 }
 
+// lagsKnown waits until conn has bounded every standby's staleness
+// (HostInfo.LagBound): a connector just opened knows none of a replica
+// that replays behind every sample of its history (a delayed one), and
+// the staleness check skips it until its samples go back that far.
+func lagsKnown(t testing.TB, conn *pgrouted.Connector) {
+	t.Helper()
+	deadline := time.Now().Add(45 * time.Second)
+	for {
+		top := conn.Topology()
+		known := top.Primary != ""
+		for _, h := range top.Hosts {
+			if h.Name != top.Primary && h.LagBound == nil {
+				known = false
+			}
+		}
+		if known {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a standby's staleness is still unbounded after 45s: %+v", top.Hosts)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // nodeByPort maps inet_server_port() to a node.
 func nodeByPort(t testing.TB, port int) *testcluster.Node {
 	t.Helper()

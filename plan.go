@@ -438,7 +438,11 @@ func (c *Connector) pickReplica(v *view, rc *readCtx, advance bool, skip *host) 
 		gate := gateIn
 		if !rc.budget.IsZero() {
 			l := c.history.Lag(pos, rc.now)
-			gate = h.gate.pass(&c.gates, l, rc.now, !advance)
+			// Behind every sample kept is beyond the budget only when
+			// the samples go back that far (a connector just opened
+			// has a short history): else it is no reason to leave.
+			beyond := l.Time != lagmeter.Unbounded || c.history.Spans(c.gates.leave.MaxTime, rc.now)
+			gate = h.gate.pass(&c.gates, l, beyond, rc.now, !advance)
 			if ok, why := rc.budget.Allows(l); !ok {
 				unknown = unknown || why == lagmeter.ReasonPositionUnknown
 				continue

@@ -232,6 +232,17 @@ func (h *History) Append(s Sample) error {
 // Len returns the number of samples kept.
 func (h *History) Len() int { return len(h.load().samples) }
 
+// Spans reports whether the oldest sample kept was sent more than d
+// before now. A replica behind every sample kept ([Unbounded]) lacks what
+// the primary had written when that sample was read: when the history
+// spans d, it is known to be more than about d behind; when it does not
+// (a history just begun, or a short one), [Unbounded] says only that its
+// staleness is not bounded yet.
+func (h *History) Spans(d time.Duration, now time.Time) bool {
+	s := h.load().samples
+	return len(s) > 0 && now.Sub(s[0].sent) > d
+}
+
 // Newest returns the newest sample kept, or false when there is none.
 func (h *History) Newest() (Sample, bool) {
 	s := h.load().samples

@@ -447,3 +447,22 @@ func BenchmarkAppend(b *testing.B) {
 		h.Append(Sample{Sent: at(time.Duration(i) * time.Millisecond), LSN: LSN(i)})
 	}
 }
+
+// TestSpans: a history spans d once its oldest sample was sent more than d
+// before now.
+func TestSpans(t *testing.T) {
+	var h History
+	t0 := time.Unix(1000, 0)
+	if h.Spans(time.Second, t0) {
+		t.Fatal("an empty history spans a second")
+	}
+	if err := h.Append(Sample{Sent: t0, LSN: 100}); err != nil {
+		t.Fatal(err)
+	}
+	if h.Spans(time.Second, t0.Add(time.Second)) {
+		t.Error("a history whose oldest sample is a second old spans more than a second")
+	}
+	if !h.Spans(time.Second, t0.Add(time.Second+time.Millisecond)) {
+		t.Error("a history whose oldest sample is 1.001 s old does not span a second")
+	}
+}
