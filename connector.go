@@ -65,6 +65,10 @@ type Connector struct {
 	stopTerms chan struct{}
 	termsDone chan struct{}
 
+	// prim counts and checks the primary sessions of every connection
+	// (pgxpool's pool_ keys; primarysessions.go).
+	prim primarySessions
+
 	logDone chan struct{}
 	closeMu sync.Mutex
 	closed  bool
@@ -90,6 +94,7 @@ func NewConnector(cfg *Config) (*Connector, error) {
 		return nil, err
 	}
 	c := &Connector{cfg: own, funcs: newCatalog(read, write), classes: newClassCache(), log: printableLogger(own.Logger)}
+	c.prim.init(c)
 	c.rw.index = consistency.NewReadIndex(c.fetchPosition, positionTimeout)
 	c.rw.level = levelOf(own.Consistency)
 	if d, ok := own.MaxLag.Time(); ok {
@@ -142,6 +147,7 @@ func NewConnector(cfg *Config) (*Connector, error) {
 		c.followTerms(c.stopTerms)
 	}()
 	c.funcs.start(c.loadCatalog, c.pollCatalog, DefaultConnectTimeout+5*time.Second, own.ProbeInterval, own.ProbeInterval)
+	c.prim.start()
 	return c, nil
 }
 
@@ -242,6 +248,7 @@ func (c *Connector) Close() error {
 		return nil
 	}
 	c.closed = true
+	c.prim.stop()
 	c.funcs.close()
 	c.rw.index.Close()
 	if c.stopTerms != nil {
