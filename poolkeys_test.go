@@ -354,6 +354,10 @@ func TestPoolMaxConnLifetimePinned(t *testing.T) {
 			if err := sc.QueryRowContext(primary, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
 				t.Fatal(err)
 			}
+			var old any // the driver's connection
+			if err := sc.Raw(func(dc any) error { old = dc; return nil }); err != nil {
+				t.Fatal(err)
+			}
 			if when == "put back" {
 				time.Sleep(1500 * time.Millisecond) // past its lifetime, in use
 				sc.Close()
@@ -364,13 +368,28 @@ func TestPoolMaxConnLifetimePinned(t *testing.T) {
 				sc.Close()
 				time.Sleep(1500 * time.Millisecond) // past its lifetime, idle
 			}
+			sc, err = db.Conn(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sc.Close()
 			var to string
 			var next int32
-			if err := db.QueryRowContext(primary, "SELECT current_setting('statement_timeout'), pg_backend_pid()").Scan(&to, &next); err != nil {
+			if err := sc.QueryRowContext(primary, "SELECT current_setting('statement_timeout'), pg_backend_pid()").Scan(&to, &next); err != nil {
 				t.Fatal(err)
 			}
 			if to == "4321ms" || next == pid {
 				t.Fatalf("the next statement ran on server process %d (the old one %d) with statement_timeout %s: the session state outlived the session's lifetime", next, pid, to)
+			}
+			// Not the same connection with its session silently replaced
+			// (the SET lost under it): database/sql dropped it.
+			if err := sc.Raw(func(dc any) error {
+				if dc == old {
+					return errors.New("the connection whose session held state past its lifetime is in use again, on a new session")
+				}
+				return nil
+			}); err != nil {
+				t.Fatal(err)
 			}
 			w.waitFor(t, ctx, "the old session closed", func(pids []int32, _ int32) bool {
 				return !slices.Contains(pids, pid)
