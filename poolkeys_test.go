@@ -17,6 +17,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/pgrouted/pgrouted"
+	"go.uber.org/goleak"
 )
 
 // The tests of pgxpool's pool_ keys, which size and time the primary's
@@ -539,5 +540,65 @@ func TestPoolStatPrimary(t *testing.T) {
 	}
 	if primaries != 1 {
 		t.Errorf("%d hosts with primary figures in JSON, want 1: %s", primaries, b)
+	}
+}
+
+// TestPoolKeysNoLeakAfterClose: with the health check of the primary's
+// sessions running (and keeping sessions open), closing the *sql.DB or
+// the Pool stops every goroutine and closes every session.
+func TestPoolKeysNoLeakAfterClose(t *testing.T) {
+	for _, face := range []string{"sql", "pool"} {
+		t.Run(face, func(t *testing.T) {
+			defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+			ctx := testCtx(t)
+			app := "pk-leak-" + face
+			dsn := poolKeysDSN(app, "pool_min_conns=2", "pool_max_conns=3", "pool_max_conn_lifetime=1s", "pool_max_conn_lifetime_jitter=200ms", "pool_health_check_period=100ms")
+			cfg, err := pgrouted.ParseConfig(dsn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var exec func(context.Context, string) error
+			var closeIt func() error
+			if face == "sql" {
+				c, err := pgrouted.NewConnector(cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				db := sql.OpenDB(c)
+				exec = func(ctx context.Context, q string) error { _, err := db.ExecContext(ctx, q); return err }
+				closeIt = db.Close
+			} else {
+				p, err := pgrouted.NewPoolWithConfig(ctx, cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				exec = func(ctx context.Context, q string) error { _, err := p.Exec(ctx, q); return err }
+				closeIt = func() error { p.Close(); return nil }
+			}
+			deadline := time.Now().Add(1500 * time.Millisecond) // a lifetime and more: sessions renewed
+			for i := 0; time.Now().Before(deadline); i++ {
+				if err := exec(pgrouted.WithRoute(ctx, pgrouted.Primary), fmt.Sprintf("SELECT pg_sleep(0.01) /* leak %d */", i)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := closeIt(); err != nil {
+				t.Fatal(err)
+			}
+			n := cluster.Primary()
+			until := time.Now().Add(30 * time.Second)
+			for {
+				var left int
+				if err := n.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1", []any{app}, &left); err != nil {
+					t.Fatal(err)
+				}
+				if left == 0 {
+					break
+				}
+				if time.Now().After(until) {
+					t.Fatalf("%d sessions left on the primary after Close", left)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		})
 	}
 }
