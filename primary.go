@@ -68,10 +68,14 @@ func (cn *conn) primaryConn(ctx context.Context, op string) (*stdlib.Conn, error
 			deadline = time.Now().Add(cn.c.cfg.WriteTimeout)
 		}
 		h := t.host
-		// A slot among the primary's sessions (pool_max_conns), within
-		// the same wait.
-		if err := cn.c.prim.acquire(ctx, cn, deadline); err != nil {
+		// A slot among the primary's sessions (pool_max_conns), or an
+		// idle connection's session, within the same wait.
+		took, err := cn.c.prim.acquire(ctx, cn, t, deadline)
+		if err != nil {
 			return nil, withCause(err, lastErr)
+		}
+		if took {
+			continue // checked and used as its own, above
 		}
 		dctx, release := t.dialContext(ctx)
 		dc, err := h.sessions.Connect(dctx)

@@ -2,6 +2,7 @@ package pgrouted
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -23,10 +24,12 @@ import (
 // back (IsValid, which database/sql and a Pool call then) until it is taken
 // again (ResetSession, which they call then) or closed. While it is
 // parked, its session fields (primary, host, epoch, term, born, expires)
-// belong to primarySessions, under mu: another statement that needs a
-// session may take over its slot (reclaim: the session is closed, the
-// connection stays and opens a new one when it needs it), and the health
-// check may close it. A session with session state (the connection is
+// belong to primarySessions, under mu: a statement that needs a session
+// when pool_max_conns are open may take its session over (reclaim: the
+// session moves to the statement's connection, which saves a connect and
+// never has more sessions open than the cap, not even while one closes;
+// the parked connection stays and opens a new one when it needs it), and
+// the health check may close it. A session with session state (the connection is
 // pinned) or inside a transaction is never reclaimed nor closed for
 // idleness: past its lifetime its connection is dropped instead
 // (IsValid false, ResetSession driver.ErrBadConn), as database/sql's
@@ -128,41 +131,56 @@ type errPrimaryFull struct {
 }
 
 func (e *errPrimaryFull) Error() string {
-	return fmt.Sprintf("pgrouted: all %d primary sessions are in use (pool_max_conns=%d) and none was free within the wait (pgrouted_write_timeout, %s): the idle ones hold session state or a transaction", e.max, e.max, e.wait)
+	wait := "pgrouted_write_timeout=0: no wait"
+	if e.wait > 0 {
+		wait = "pgrouted_write_timeout, " + e.wait.String()
+	}
+	return fmt.Sprintf("pgrouted: all %d primary sessions are in use (pool_max_conns=%d) and none was free within the wait (%s): the idle ones hold session state or a transaction", e.max, e.max, wait)
 }
 
 // SafeToRetry reports that nothing was sent.
 func (e *errPrimaryFull) SafeToRetry() bool { return true }
 
-// acquire takes a slot for a session cn is about to open: a free one, or
-// the slot of a parked connection's reclaimable session, which it closes;
-// else it waits for one until ctx ends or deadline. A warming connection
-// (the health check's) neither waits nor reclaims. The caller reports the
-// outcome with opened or notOpened.
-func (ps *primarySessions) acquire(ctx context.Context, cn *conn, deadline time.Time) error {
+// acquire gets cn a session under pool_max_conns, for the term t: a free
+// slot for the session cn is about to open (then it reports false, and the
+// caller reports the outcome with opened or notOpened); or, when none is
+// free, the session of a parked connection that holds no session state,
+// which moves to cn, slot and all (then it reports true: cn holds a
+// session); else it waits for either until ctx ends or deadline. A parked
+// connection's session that broke, or whose term ended, is closed instead
+// and its slot passes to cn. A warming connection (the health check's)
+// neither waits nor takes a session.
+func (ps *primarySessions) acquire(ctx context.Context, cn *conn, t *term, deadline time.Time) (took bool, _ error) {
 	ps.mu.Lock()
 	for {
 		if ps.max == 0 || ps.open < ps.max {
 			ps.open++
 			ps.constructing++
 			ps.mu.Unlock()
-			return nil
+			return false, nil
 		}
 		if cn.warming {
 			ps.mu.Unlock()
-			return errNoRoom
+			return false, errNoRoom
 		}
 		if v := ps.reclaimableLocked(); v != nil {
-			sc, t := v.detachLocked()
+			if !v.sessionGone() && v.term == t {
+				cn.primary, cn.host, cn.epoch, cn.term = v.primary, v.host, v.epoch, v.term
+				cn.born, cn.expires = v.born, v.expires
+				v.detachLocked()
+				ps.mu.Unlock()
+				return true, nil
+			}
+			sc, vt := v.detachLocked()
 			ps.constructing++ // the slot passes to cn
 			ps.mu.Unlock()
-			closeSession(sc, t)
-			return nil
+			closeSession(sc, vt)
+			return false, nil
 		}
 		wait := time.Until(deadline)
 		if wait <= 0 {
 			ps.mu.Unlock()
-			return &errPrimaryFull{max: ps.max, wait: ps.c.cfg.WriteTimeout}
+			return false, &errPrimaryFull{max: ps.max, wait: ps.c.cfg.WriteTimeout}
 		}
 		freed := ps.freed
 		ps.waiting++
@@ -181,13 +199,13 @@ func (ps *primarySessions) acquire(ctx context.Context, cn *conn, deadline time.
 		if err != nil {
 			ps.canceled++
 			ps.mu.Unlock()
-			return err
+			return false, err
 		}
 	}
 }
 
 // errNoRoom: the health check found no slot for a session to keep warm.
-var errNoRoom = fmt.Errorf("pgrouted: no room for another primary session")
+var errNoRoom = errors.New("pgrouted: no room for another primary session")
 
 // reclaimableLocked returns the parked connection whose session a
 // statement may take over, the longest idle first: one with no session
@@ -199,8 +217,8 @@ func (ps *primarySessions) reclaimableLocked() *conn {
 		if cn.primary == nil {
 			continue
 		}
-		if cn.primary.Conn().IsClosed() {
-			cn.bad = cn.bad || cn.pinned
+		if cn.sessionGone() {
+			cn.bad = cn.bad || cn.holdsState()
 			return cn
 		}
 		if cn.pinned || cn.bad || cn.inSQLTx() {
@@ -275,6 +293,13 @@ func (ps *primarySessions) gotSession(d time.Duration, empty bool) {
 // expiredAt reports whether cn's session is past its lifetime at now.
 func (cn *conn) expiredAt(now time.Time) bool {
 	return cn.primary != nil && !cn.expires.IsZero() && now.After(cn.expires)
+}
+
+// sessionGone reports whether cn's session broke, or belongs to a term
+// that ended (whose end closed its network connection, unseen by pgx
+// until the session is used).
+func (cn *conn) sessionGone() bool {
+	return cn.primary.Conn().IsClosed() || (cn.term != nil && cn.term.ended())
 }
 
 // holdsState reports whether cn's session holds what a new one would not:
@@ -406,7 +431,7 @@ func (ps *primarySessions) check() {
 		}
 		held := cn.holdsState()
 		switch {
-		case cn.primary.Conn().IsClosed():
+		case cn.sessionGone():
 		case cn.expiredAt(now):
 			ps.lifetimeCloses++
 		case ps.idle > 0 && !held && now.Sub(cn.idleSince) > ps.idle && ps.open > ps.min:
@@ -449,7 +474,9 @@ func (ps *primarySessions) warm() {
 			// to give one to.
 			return
 		}
-		if !need || !room || !ps.warmOne() {
+		if !need || !room || ps.c.liveTerm() == nil || !ps.warmOne() {
+			// No primary now: the statements that need one ask the
+			// probes for it; the health check does not.
 			return
 		}
 	}
