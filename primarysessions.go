@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pgrouted/pgrouted/dsn"
 )
 
 // This file is the primary's sessions as one pool: pgxpool's pool_ keys
@@ -71,7 +72,10 @@ func (ps *primarySessions) init(c *Connector) {
 	ps.max, ps.min, ps.minIdle = cfg.PrimaryMaxConns, cfg.PrimaryMinConns, cfg.PrimaryMinIdleConns
 	ps.lifetime, ps.jitter, ps.idle = cfg.PrimaryMaxConnLifetime, cfg.PrimaryMaxConnLifetimeJitter, cfg.PrimaryMaxConnIdleTime
 	ps.period = cfg.PrimaryHealthCheckPeriod
-	ps.maintain = ps.lifetime > 0 || ps.idle > 0 || ps.min > 0 || ps.minIdle > 0
+	// Any pool_ key away from its default asks for the check; without
+	// one, the primary's sessions are as they were before the keys.
+	ps.maintain = ps.max > 0 || ps.lifetime > 0 || ps.idle > 0 || ps.min > 0 || ps.minIdle > 0 ||
+		ps.jitter > 0 || ps.period != dsn.DefaultHealthCheckPeriod
 	ps.freed = make(chan struct{})
 	ps.kick = make(chan struct{}, 1)
 }

@@ -427,9 +427,8 @@ type Config struct {
 	// primary sessions, which close the expired and broken ones and open
 	// the ones PrimaryMinConns and PrimaryMinIdleConns ask for
 	// (pool_health_check_period, pgxpool's HealthCheckPeriod; default
-	// [DefaultHealthCheckPeriod]). The checks run only when one of those
-	// or PrimaryMaxConnLifetime or PrimaryMaxConnIdleTime is set. From
-	// 100ms to 1h.
+	// [DefaultHealthCheckPeriod]). The checks run only when one of the
+	// Primary fields is away from its default. From 100ms to 1h.
 	PrimaryHealthCheckPeriod time.Duration
 
 	// CircuitFailures is the number of failures in a row that open a host's	// CircuitFailures is the number of failures in a row that open a host's
