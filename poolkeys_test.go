@@ -605,3 +605,35 @@ func TestPoolKeysNoLeakAfterClose(t *testing.T) {
 		})
 	}
 }
+
+// TestPoolMinIdleConns: a Pool keeps pool_min_idle_conns primary sessions
+// idle, beside the ones in use.
+func TestPoolMinIdleConns(t *testing.T) {
+	ctx := testCtx(t)
+	const app = "pk-min-idle"
+	p, _ := openPoolDSN(t, poolKeysDSN(app, "pool_min_idle_conns=2", "pool_health_check_period=100ms"), nil)
+	w := watchSessions(t, ctx, app, p.Connector())
+	held, err := p.Acquire(ctx) // one session in use
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release()
+	var pid int32
+	if err := held.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	w.waitFor(t, ctx, "two idle sessions beside the acquired one", func(pids []int32, pool int32) bool {
+		return slices.Contains(pids, pid) && len(pids)-int(pool) >= 3
+	})
+	deadline := time.Now().Add(time.Minute)
+	for {
+		st := primaryStat(t, p)
+		if st.IdleConns >= 2 && st.AcquiredConns >= 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Stat: %+v, want 2 idle sessions and the acquired one", st)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
