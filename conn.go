@@ -222,6 +222,7 @@ func (cn *conn) inSQLTx() bool {
 // the primary path (primary.go, primaryrun.go) or the replica path
 // (replica.go) executes, and the RouteEvent says what happened.
 func (cn *conn) run(ctx context.Context, cl *call) (err error) {
+	cn.used()
 	if cn.bad {
 		return driver.ErrBadConn
 	}
@@ -301,6 +302,7 @@ func (cn *conn) catalogChanged() {
 // description is kept for the executions on that host; each execution is
 // then routed like any statement (stmt.go).
 func (cn *conn) PrepareContext(ctx context.Context, query string) (driver.Stmt, error) {
+	cn.used()
 	if cn.bad {
 		return nil, driver.ErrBadConn
 	}

@@ -107,7 +107,8 @@ type HostPool struct {
 	// MaxConns is 0 without pool_max_conns (no cap). An acquire is a
 	// statement getting its connection's primary session; an empty
 	// one had to open it (waiting for a slot under pool_max_conns
-	// included). nil, and left out of JSON, on the other hosts.
+	// included). nil, and left out of JSON, on the other hosts, and on
+	// every host while there is no primary.
 	Primary *PoolInfo `json:"primary,omitempty"`
 }
 

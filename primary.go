@@ -23,6 +23,7 @@ import (
 // is closed, and a dial under it is abandoned (nothing was sent) for the
 // next primary.
 func (cn *conn) primaryConn(ctx context.Context, op string) (*stdlib.Conn, error) {
+	cn.used()
 	if cn.bad {
 		return nil, driver.ErrBadConn
 	}

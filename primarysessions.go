@@ -375,6 +375,18 @@ func (ps *primarySessions) unpark(cn *conn) bool {
 	return ok
 }
 
+// used makes sure cn, in use, is not parked. Its pool takes it again with
+// ResetSession, which unparks it, but for one case: database/sql hands
+// out a connection it never used without ResetSession, and one such may
+// have been put back (and parked) by a request whose context ended as it
+// was handed the connection. Only the connection's user parks and unparks
+// it, so its own read of parked needs no lock.
+func (cn *conn) used() {
+	if cn.parked {
+		cn.c.prim.unpark(cn)
+	}
+}
+
 // forget records that cn is being closed: it is no longer parked.
 func (ps *primarySessions) forget(cn *conn) {
 	ps.mu.Lock()
