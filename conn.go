@@ -40,6 +40,19 @@ type conn struct {
 	descs *pgpipe.Descs
 
 	ownsConnector bool // opened by Driver.Open: Close closes the Connector
+
+	// The primary session's place among the Connector's
+	// (primarysessions.go): when it opened and when its lifetime ends
+	// (zero: never), and whether the connection is parked (put back
+	// unused by its pool, since idleSince), in the list of parked ones.
+	// While it is parked these and the session fields are the
+	// Connector's primarySessions', under its lock.
+	born, expires, idleSince time.Time
+	parked                   bool
+	parkPrev, parkNext       *conn
+	// warming: the connection is the health check's, opening a session
+	// to keep (it neither waits for a slot nor counts as an acquire).
+	warming bool
 }
 
 // pipelineUse is what a call would be sent in a pgconn pipeline for.
@@ -214,6 +227,7 @@ func (cn *conn) inSQLTx() bool {
 // the primary path (primary.go, primaryrun.go) or the replica path
 // (replica.go) executes, and the RouteEvent says what happened.
 func (cn *conn) run(ctx context.Context, cl *call) (err error) {
+	cn.used()
 	if cn.bad {
 		return driver.ErrBadConn
 	}
@@ -300,6 +314,7 @@ func (cn *conn) catalogChanged() {
 // description is kept for the executions on that host; each execution is
 // then routed like any statement (stmt.go).
 func (cn *conn) PrepareContext(ctx context.Context, query string) (driver.Stmt, error) {
+	cn.used()
 	if cn.bad {
 		return nil, driver.ErrBadConn
 	}
@@ -348,8 +363,14 @@ func (cn *conn) epochChanged() bool {
 }
 
 // ResetSession implements driver.SessionResetter: database/sql calls it
-// before reusing the connection.
+// before reusing the connection (and a Pool, before reusing an idle one).
+// The connection is no longer parked (primarysessions.go); one whose
+// session state was lost (its session closed past its lifetime) is
+// dropped.
 func (cn *conn) ResetSession(ctx context.Context) error {
+	if !cn.c.prim.unpark(cn) {
+		return driver.ErrBadConn
+	}
 	if cn.bad || cn.epochChanged() {
 		return driver.ErrBadConn
 	}
@@ -365,13 +386,17 @@ func (cn *conn) ResetSession(ctx context.Context) error {
 }
 
 // IsValid implements driver.Validator: a connection whose primary session
-// belongs to an older primary epoch, or that failed, is not reused.
+// belongs to an older primary epoch, or that failed, or whose session
+// holds session state past its lifetime (pool_max_conn_lifetime), is not
+// reused. database/sql (and a Pool) call it when the connection is put
+// back: a valid one is parked from then on (primarysessions.go).
 func (cn *conn) IsValid() bool {
-	return !cn.bad && !cn.epochChanged()
+	return !cn.bad && !cn.epochChanged() && cn.c.prim.park(cn)
 }
 
 // Close implements driver.Conn.
 func (cn *conn) Close() error {
+	cn.c.prim.forget(cn)
 	if cn.tx != nil {
 		cn.tx.release()
 	}

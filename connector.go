@@ -69,6 +69,10 @@ type Connector struct {
 	stopTerms chan struct{}
 	termsDone chan struct{}
 
+	// prim counts and checks the primary sessions of every connection
+	// (pgxpool's pool_ keys; primarysessions.go).
+	prim primarySessions
+
 	logDone chan struct{}
 	closeMu sync.Mutex
 	closed  bool
@@ -94,6 +98,7 @@ func NewConnector(cfg *Config) (*Connector, error) {
 		return nil, err
 	}
 	c := &Connector{cfg: own, funcs: newCatalog(read, write), classes: newClassCache(), log: printableLogger(own.Logger)}
+	c.prim.init(c)
 	c.rw.index = consistency.NewReadIndex(c.fetchPosition, positionTimeout)
 	c.rw.level = levelOf(own.Consistency)
 	c.reads.limit = int64(own.PrimaryReadLimit)
@@ -148,6 +153,7 @@ func NewConnector(cfg *Config) (*Connector, error) {
 		c.followTerms(c.stopTerms)
 	}()
 	c.funcs.start(c.loadCatalog, c.pollCatalog, DefaultConnectTimeout+5*time.Second, own.ProbeInterval, own.ProbeInterval)
+	c.prim.start()
 	return c, nil
 }
 
@@ -248,6 +254,7 @@ func (c *Connector) Close() error {
 		return nil
 	}
 	c.closed = true
+	c.prim.stop()
 	c.funcs.close()
 	c.rw.index.Close()
 	if c.stopTerms != nil {

@@ -68,8 +68,14 @@ func NewPoolWithConfig(ctx context.Context, cfg *Config) (*Pool, error) {
 		}
 	}
 	// Keep as many primary sessions idle as a host's pool holds
-	// connections (pgxpool's MaxConns, or pgrouted_replica_max_conns).
-	return &Pool{c: c, conns: poolConns{c: c, maxIdle: int(c.hosts.all()[0].maxConns)}}, nil
+	// connections (pgrouted_replica_max_conns), or as pool_max_conns,
+	// pool_min_conns or pool_min_idle_conns ask for when more.
+	maxIdle := max(c.hosts.all()[0].maxConns, int64(c.cfg.PrimaryMaxConns), int64(c.cfg.PrimaryMinConns), int64(c.cfg.PrimaryMinIdleConns))
+	p := &Pool{c: c, conns: poolConns{c: c, maxIdle: int(maxIdle)}}
+	// The primary sessions that pool_min_conns and pool_min_idle_conns
+	// keep open wait in the Pool's idle connections, as in pgxpool.
+	c.prim.keepIn(p.conns.keep)
+	return p, nil
 }
 
 // Connector returns the Connector the Pool runs on: [Connector.Explain],
@@ -95,19 +101,35 @@ type HostPool struct {
 	// and the primary's pgrouted's own reads (function catalog, WAL
 	// positions).
 	Replica PoolInfo `json:"replica"`
+	// Primary is set on the primary's entry (the topology's primary
+	// now): the primary sessions of the Pool's Connector, sized and
+	// timed by pgxpool's pool_ keys, with pgxpool.Stat's figures. Its
+	// MaxConns is 0 without pool_max_conns (no cap). An acquire is a
+	// statement getting its connection's primary session; an empty
+	// one had to open it (waiting for a slot under pool_max_conns
+	// included). nil, and left out of JSON, on the other hosts, and on
+	// every host while there is no primary.
+	Primary *PoolInfo `json:"primary,omitempty"`
 }
 
 // Stat returns the figures of each host's pool, in DSN order (discovered
-// hosts after): pgxpool.Stat's, all of them (see [PoolInfo]). Like
+// hosts after): pgxpool.Stat's, all of them (see [PoolInfo]), for its
+// replica pool and, on the primary, for the primary sessions. Like
 // pgxpool's Stat, it takes no connection and sends nothing.
 func (p *Pool) Stat() []HostPool {
+	v := p.c.view()
 	hosts := p.c.hosts.all()
 	out := make([]HostPool, 0, len(hosts))
 	for _, h := range hosts {
 		if h.removed.Load() {
 			continue
 		}
-		out = append(out, HostPool{Name: h.Name, Replica: poolInfo(h.pool.Stat())})
+		hp := HostPool{Name: h.Name, Replica: poolInfo(h.pool.Stat())}
+		if v.isPrimary(h) {
+			info := p.c.prim.info()
+			hp.Primary = &info
+		}
+		out = append(out, hp)
 	}
 	return out
 }

@@ -80,6 +80,23 @@ func (pc *poolConns) put(cn *conn, reuse bool) {
 	_ = cn.Close()
 }
 
+// keep keeps cn, a connection the Connector's health check opened a
+// primary session on (pool_min_conns), idle, while fewer than maxIdle
+// are; it reports whether it did. It is not counted in use.
+func (pc *poolConns) keep(cn *conn) bool {
+	if !cn.IsValid() { // parked from now on
+		return false
+	}
+	pc.mu.Lock()
+	if pc.closed || len(pc.idle) >= pc.maxIdle {
+		pc.mu.Unlock()
+		return false
+	}
+	pc.idle = append(pc.idle, cn)
+	pc.mu.Unlock()
+	return true
+}
+
 // close closes the idle connections; the ones in use are closed when put
 // back, and take fails from now on. It reports false when it had run
 // already.

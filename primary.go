@@ -23,16 +23,19 @@ import (
 // is closed, and a dial under it is abandoned (nothing was sent) for the
 // next primary.
 func (cn *conn) primaryConn(ctx context.Context, op string) (*stdlib.Conn, error) {
+	cn.used()
 	if cn.bad {
 		return nil, driver.ErrBadConn
 	}
 	if cn.inSQLTx() {
 		// A transaction opened with SQL: stay on its session whatever
 		// happens; the server will tell.
+		cn.c.prim.gotSession(0, false)
 		return cn.primary, nil
 	}
 	var deadline time.Time // set by the first wait (waitPrimary) or dial: the write timeout from then
 	var lastErr error
+	var began time.Time // when it first had to open a session
 	for {
 		t, err := cn.c.waitPrimary(ctx, op, &deadline)
 		if err != nil {
@@ -52,12 +55,29 @@ func (cn *conn) primaryConn(ctx context.Context, op string) (*stdlib.Conn, error
 				// The session failed: a new one, as above.
 				continue
 			}
+			if began.IsZero() {
+				cn.c.prim.gotSession(0, false)
+			} else {
+				cn.c.prim.gotSession(time.Since(began), true)
+			}
 			return cn.primary, nil
+		}
+		if began.IsZero() {
+			began = time.Now()
 		}
 		if deadline.IsZero() {
 			deadline = time.Now().Add(cn.c.cfg.WriteTimeout)
 		}
 		h := t.host
+		// A slot among the primary's sessions (pool_max_conns), or an
+		// idle connection's session, within the same wait.
+		took, err := cn.c.prim.acquire(ctx, cn, t, deadline)
+		if err != nil {
+			return nil, withCause(err, lastErr)
+		}
+		if took {
+			continue // checked and used as its own, above
+		}
 		dctx, release := t.dialContext(ctx)
 		dc, err := h.sessions.Connect(dctx)
 		release()
@@ -77,12 +97,14 @@ func (cn *conn) primaryConn(ctx context.Context, op string) (*stdlib.Conn, error
 			case t.join(sc):
 				cn.c.syncStatements(ctx, sc.Conn(), h, cn.pinned) // new: nothing to drop
 				cn.primary, cn.host, cn.epoch, cn.term = sc, h, t.epoch, t
+				cn.c.prim.opened(cn, time.Since(began))
 				return sc, nil
 			default:
 				err = errNotPrimary
 			}
 			sc.Close()
 		}
+		cn.c.prim.notOpened()
 		if ctx.Err() != nil {
 			return nil, err
 		}
@@ -114,13 +136,13 @@ func withCause(err, cause error) error {
 	return err
 }
 
+// closePrimary closes the primary session, if any, and gives back its slot
+// among the primary's sessions.
 func (cn *conn) closePrimary() {
 	if cn.primary != nil {
-		if cn.term != nil {
-			cn.term.leave(cn.primary)
-		}
-		cn.primary.Close()
-		cn.primary = nil
+		sc, t := cn.detachLocked() // not parked: the connection's own
+		closeSession(sc, t)
+		cn.c.prim.closed()
 	}
 	cn.term = nil
 	cn.descs = nil

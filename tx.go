@@ -66,6 +66,7 @@ func (cn *conn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, 
 // begin opens the transaction of cl (BEGIN) where the connector decides:
 // BeginTx's, and the pgx-native API's (pool_tx.go).
 func (cn *conn) begin(ctx context.Context, readOnly, serializable bool, cl *call) (_ *tx, err error) {
+	cn.used()
 	began := cn.c.began(ctx, cl.query)
 	var p plan
 	cn.c.plan(ctx, &request{begin: true, readOnly: readOnly, serializable: serializable, pinned: cn.pinned, inTx: cn.inSQLTx()}, true, &p)

@@ -160,7 +160,10 @@ const (
 	// DefaultHealthCheckPeriod are pgxpool's defaults, and the defaults
 	// of pgrouted_replica_max_conn_lifetime,
 	// pgrouted_replica_max_conn_idle_time and
-	// pgrouted_replica_health_check_period.
+	// pgrouted_replica_health_check_period. DefaultHealthCheckPeriod is
+	// pool_health_check_period's too; the primary's sessions have no
+	// lifetime or idle time unless pool_max_conn_lifetime or
+	// pool_max_conn_idle_time sets one.
 	DefaultMaxConnLifetime   = time.Hour
 	DefaultMaxConnIdleTime   = 30 * time.Minute
 	DefaultHealthCheckPeriod = time.Minute
@@ -406,6 +409,47 @@ type Config struct {
 	// to 1h.
 	ReplicaHealthCheckPeriod time.Duration
 
+	// The primary's sessions, read from pgxpool's own pool_ keys. They
+	// hold across the Connector, whichever face opened a session (a
+	// database/sql connection's, or a Pool's), and their zero values keep
+	// the primary's sessions as they were before these keys: no cap, none
+	// kept open, none closed for its age or idleness.
+
+	// PrimaryMaxConns is the most primary sessions open at once
+	// (pool_max_conns, pgxpool's MaxConns; default 0, no cap). A
+	// statement that needs a session when this many are open takes the
+	// session of an idle connection that holds no session state, or waits
+	// for one to be closed, within its context and WriteTimeout. 0, or
+	// from 1 to 10000.
+	PrimaryMaxConns int32
+	// PrimaryMinConns is the fewest primary sessions kept open
+	// (pool_min_conns, pgxpool's MinConns; default 0). From 0 to
+	// PrimaryMaxConns when that is set, else to 10000.
+	PrimaryMinConns int32
+	// PrimaryMinIdleConns is the fewest idle primary sessions kept open
+	// (pool_min_idle_conns, pgxpool's MinIdleConns; default 0). Bounded
+	// as PrimaryMinConns.
+	PrimaryMinIdleConns int32
+	// PrimaryMaxConnLifetime is how long a primary session is kept from
+	// its opening (pool_max_conn_lifetime, pgxpool's MaxConnLifetime;
+	// default 0, no limit). 0, or from 1s to 24h.
+	PrimaryMaxConnLifetime time.Duration
+	// PrimaryMaxConnLifetimeJitter is the most added, at random, to each
+	// primary session's lifetime (pool_max_conn_lifetime_jitter, pgxpool's
+	// MaxConnLifetimeJitter; default 0, none). 0, or 1ms to 24h.
+	PrimaryMaxConnLifetimeJitter time.Duration
+	// PrimaryMaxConnIdleTime is how long a primary session that holds no
+	// session state is kept idle (pool_max_conn_idle_time, pgxpool's
+	// MaxConnIdleTime; default 0, no limit). 0, or from 1s to 24h.
+	PrimaryMaxConnIdleTime time.Duration
+	// PrimaryHealthCheckPeriod is the time between two checks of the idle
+	// primary sessions, which close the expired and broken ones and open
+	// the ones PrimaryMinConns and PrimaryMinIdleConns ask for
+	// (pool_health_check_period, pgxpool's HealthCheckPeriod; default
+	// [DefaultHealthCheckPeriod]). The checks run only when one of the
+	// Primary fields is away from its default. From 100ms to 1h.
+	PrimaryHealthCheckPeriod time.Duration
+
 	// CircuitFailures is the number of failures in a row that open a host's	// CircuitFailures is the number of failures in a row that open a host's
 	// circuit (pgrouted_circuit_failures, default [DefaultCircuitFailures]).
 	// From 1 to 1000.
@@ -495,7 +539,8 @@ func defaultConfig() *Config {
 // ProbeInterval when that is longer. The fields whose
 // default is zero or false (PinAfterWrite, ReplicaWait, StrictBoot,
 // Discover, the function lists, ReplicaMinConns, ReplicaMinIdleConns,
-// ReplicaMaxConnLifetimeJitter) are left as they are.
+// ReplicaMaxConnLifetimeJitter, and the Primary pool fields but
+// PrimaryHealthCheckPeriod) are left as they are.
 func (c *Config) SetDefaults() {
 	setDefault(&c.Consistency, DefaultConsistency)
 	setDefault(&c.ProbeInterval, DefaultProbeInterval)
@@ -509,6 +554,7 @@ func (c *Config) SetDefaults() {
 	setDefault(&c.ReplicaMaxConnLifetime, DefaultMaxConnLifetime)
 	setDefault(&c.ReplicaMaxConnIdleTime, DefaultMaxConnIdleTime)
 	setDefault(&c.ReplicaHealthCheckPeriod, DefaultHealthCheckPeriod)
+	setDefault(&c.PrimaryHealthCheckPeriod, DefaultHealthCheckPeriod)
 	setDefault(&c.CircuitFailures, DefaultCircuitFailures)
 	setDefault(&c.CircuitMaxBackoff, defaultCircuitMaxBackoff(c.ProbeInterval))
 	setDefault(&c.Topology, DefaultTopology)

@@ -16,7 +16,13 @@
 // pgx and libpq, and the string is accepted or refused exactly as pgx
 // accepts or refuses it. pgx keeps every key it does not know as a
 // run-time parameter; Parse lifts the pgrouted_ keys out of those, as
-// pgxpool lifts its pool_ keys, so that none is sent to the server. Then it
+// pgxpool lifts its pool_ keys, so that none is sent to the server. It
+// lifts pgxpool's pool_ keys too (pool_max_conns, pool_min_conns,
+// pool_min_idle_conns, pool_max_conn_lifetime,
+// pool_max_conn_lifetime_jitter, pool_max_conn_idle_time,
+// pool_health_check_period), which set the primary's sessions
+// ([Config.PrimaryMaxConns] ...), and refuses the pool_ keys pgrouted does
+// not read (pool_ping_timeout), which the server would refuse. Then it
 // splits pgx's one configuration into one [Host] per server: pgx lists a
 // connection attempt per host, or two under sslmode=prefer and allow (with
 // and without TLS, same host and port), in Host/Port/TLSConfig and

@@ -34,6 +34,7 @@ func TestEveryDurationKeyTakesGoSyntax(t *testing.T) {
 	keys := durationKeys()
 	want := []string{keyMaxLag, keyProbeInterval, keyLatencyWindow, keyPinAfterWrite, keyWriteTimeout, keyLease,
 		keyReplicaMaxConnLifetime, keyReplicaMaxConnLifetimeJitter, keyReplicaMaxConnIdleTime, keyReplicaHealthCheckPeriod,
+		keyPrimaryMaxConnLifetime, keyPrimaryMaxConnLifetimeJitter, keyPrimaryMaxConnIdleTime, keyPrimaryHealthCheckPeriod,
 		keyCircuitMaxBackoff, keyPatroniTimeout, keyReplicaWait}
 	if strings.Join(keys, " ") != strings.Join(want, " ") {
 		t.Errorf("duration keys %v, want %v", keys, want)
@@ -80,11 +81,11 @@ func docFiles(t *testing.T) []string {
 }
 
 var (
-	docKeyValue = regexp.MustCompile("pgrouted_[a-z_]+=[^&\\s`'\")|]*")
+	docKeyValue = regexp.MustCompile("(?:pgrouted_|pool_(?:max|min|health)_)[a-z_]+=[^&\\s`'\")|]*")
 	docURL      = regexp.MustCompile("postgres(?:ql)?://[^\\s`'\"]+")
 	// docTableRow is a row of README's DSN table: key, values, default,
 	// bounds.
-	docTableRow = regexp.MustCompile("^\\| `(pgrouted_[a-z_]+)` \\|[^|]*\\|([^|]*)\\|([^|]*)\\|$")
+	docTableRow = regexp.MustCompile("^\\| `((?:pgrouted|pool)_[a-z_]+)` \\|[^|]*\\|([^|]*)\\|([^|]*)\\|$")
 	docNumber   = regexp.MustCompile(`\d[0-9.]*\s?[a-zA-Zµμ]+`)
 	docBacktick = regexp.MustCompile("`([^`]+)`")
 )

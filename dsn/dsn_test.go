@@ -354,7 +354,9 @@ var cases = []dsnCase{
 		"&pgrouted_replica_max_conns=20&pgrouted_circuit_failures=3&pgrouted_circuit_max_backoff=2m&pgrouted_strict_boot=yes" +
 		"&pgrouted_topology=patroni&pgrouted_patroni_endpoints=http://db1:8008,https://db2:8008&pgrouted_patroni_timeout=1s&pgrouted_discover=true&pgrouted_discover_max=32" +
 		"&pgrouted_replica_min_conns=2&pgrouted_replica_min_idle_conns=1&pgrouted_replica_max_conn_lifetime=2h&pgrouted_replica_max_conn_lifetime_jitter=5m" +
-		"&pgrouted_replica_max_conn_idle_time=10m&pgrouted_replica_health_check_period=30s",
+		"&pgrouted_replica_max_conn_idle_time=10m&pgrouted_replica_health_check_period=30s" +
+		"&pool_max_conns=8&pool_min_conns=2&pool_min_idle_conns=1&pool_max_conn_lifetime=1h&pool_max_conn_lifetime_jitter=1m" +
+		"&pool_max_conn_idle_time=5m&pool_health_check_period=10s",
 		hosts: []hostWant{
 			{name: "a", addr: "db1:5432", weight: 3},
 			{name: "b", addr: "db2:5433", weight: 2},
@@ -369,6 +371,8 @@ var cases = []dsnCase{
 			c.DiscoverMax = 32
 			c.ReplicaMinConns, c.ReplicaMinIdleConns, c.ReplicaMaxConnLifetime = 2, 1, 2*time.Hour
 			c.ReplicaMaxConnLifetimeJitter, c.ReplicaMaxConnIdleTime, c.ReplicaHealthCheckPeriod = 5*time.Minute, 10*time.Minute, 30*time.Second
+			c.PrimaryMaxConns, c.PrimaryMinConns, c.PrimaryMinIdleConns, c.PrimaryMaxConnLifetime = 8, 2, 1, time.Hour
+			c.PrimaryMaxConnLifetimeJitter, c.PrimaryMaxConnIdleTime, c.PrimaryHealthCheckPeriod = time.Minute, 5*time.Minute, 10*time.Second
 		}},
 
 	// Unknown keys.
@@ -494,12 +498,50 @@ var cases = []dsnCase{
 		err: "target_session_attrs (standby) must be any or left out", key: "target_session_attrs"},
 	{name: "target_session_attrs any", dsn: "host=db1 target_session_attrs=any sslmode=disable",
 		hosts: plain("db1:5432")},
-	{name: "pgxpool key", dsn: "postgres://u:" + marker + "@db1,db2/app?pool_max_conns=10",
-		err: "pool_max_conns is a pgxpool setting", key: "pool_max_conns"},
-	{name: "pgxpool key keyword form", dsn: "host=db1 password=" + marker + " pool_min_conns=2 pool_max_conn_lifetime=1h",
-		err: "pool_max_conn_lifetime is a pgxpool setting, not a PostgreSQL one: pgrouted's replica pools take it as pgrouted_replica_max_conn_lifetime", key: "pool_max_conn_lifetime"},
-	{name: "pgxpool key without a twin", dsn: "host=db1 pool_ping_timeout=1s",
-		err: "pool_ping_timeout is a pgxpool setting, not a PostgreSQL one: pgrouted's replica pools have no such setting", key: "pool_ping_timeout"},
+	{name: "pgxpool key without pgrouted's reading", dsn: "postgres://u:" + marker + "@db1,db2/app?pool_ping_timeout=1s",
+		err: "pool_ping_timeout is not a pgxpool setting pgrouted takes (it takes pool_max_conns, pool_min_conns, pool_min_idle_conns, pool_max_conn_lifetime, pool_max_conn_lifetime_jitter, pool_max_conn_idle_time, pool_health_check_period), nor a PostgreSQL one", key: "pool_ping_timeout"},
+	{name: "pgxpool key unknown in keyword form", dsn: "host=db1 password=" + marker + " pool_min_conns=2 pool_max_conn_lifetime=1h pool_bogus=1",
+		err: "pool_bogus is not a pgxpool setting pgrouted takes", key: "pool_bogus"},
+
+	// pgxpool's keys, for the primary's sessions.
+	{name: "primary pool keys", dsn: "postgres://u:" + marker + "@db1/app?sslmode=disable&pool_max_conns=4&pool_min_conns=2&pool_min_idle_conns=1" +
+		"&pool_max_conn_lifetime=1m30s&pool_max_conn_lifetime_jitter=250ms&pool_max_conn_idle_time=1.5s&pool_health_check_period=100ms",
+		hosts: plain("db1:5432"), set: func(c *Config) {
+			c.PrimaryMaxConns, c.PrimaryMinConns, c.PrimaryMinIdleConns = 4, 2, 1
+			c.PrimaryMaxConnLifetime, c.PrimaryMaxConnLifetimeJitter = 90*time.Second, 250*time.Millisecond
+			c.PrimaryMaxConnIdleTime, c.PrimaryHealthCheckPeriod = 1500*time.Millisecond, 100*time.Millisecond
+		}},
+	{name: "primary pool keys keyword form at their bounds", dsn: "host=db1 sslmode=disable pool_max_conns=10000 pool_min_conns=10000 pool_min_idle_conns=0" +
+		" pool_max_conn_lifetime=24h pool_max_conn_lifetime_jitter=1ms pool_max_conn_idle_time=1s pool_health_check_period=1h",
+		hosts: plain("db1:5432"), set: func(c *Config) {
+			c.PrimaryMaxConns, c.PrimaryMinConns = 10000, 10000
+			c.PrimaryMaxConnLifetime, c.PrimaryMaxConnLifetimeJitter = 24*time.Hour, time.Millisecond
+			c.PrimaryMaxConnIdleTime, c.PrimaryHealthCheckPeriod = time.Second, time.Hour
+		}},
+	{name: "primary pool lifetimes of 0 are none", dsn: "host=db1 sslmode=disable pool_max_conn_lifetime=0 pool_max_conn_idle_time=0s pool_min_conns=3",
+		hosts: plain("db1:5432"), set: func(c *Config) { c.PrimaryMinConns = 3 }},
+	{name: "bad pool_max_conns zero", dsn: "postgres://u:" + marker + "@db1/app?pool_max_conns=0",
+		err: "pool_max_conns (0) must be a whole number from 1 to 10000 (leave the key out for no cap)", key: keyPrimaryMaxConns},
+	{name: "bad pool_max_conns too many", dsn: "host=db1 password=" + marker + " pool_max_conns=10001",
+		err: "pool_max_conns (10001) must be a whole number from 1 to 10000", key: keyPrimaryMaxConns},
+	{name: "bad pool_min_conns above pool_max_conns", dsn: "postgres://u:" + marker + "@db1/app?pool_max_conns=2&pool_min_conns=3",
+		err: "pool_min_conns (3) must be at most pool_max_conns (2)", key: keyPrimaryMinConns},
+	{name: "bad pool_min_idle_conns above pool_max_conns", dsn: "host=db1 password=" + marker + " pool_max_conns=2 pool_min_idle_conns=5",
+		err: "pool_min_idle_conns (5) must be at most pool_max_conns (2)", key: keyPrimaryMinIdleConns},
+	{name: "bad pool_min_conns negative", dsn: "host=db1 pool_min_conns=-1",
+		err: "pool_min_conns (-1) must be a whole number from 0 to 10000", key: keyPrimaryMinConns},
+	{name: "bad pool_max_conn_lifetime below its minimum", dsn: "postgres://u:" + marker + "@db1/app?pool_max_conn_lifetime=999ms",
+		err: "pool_max_conn_lifetime (999ms) must be at least 1s (or 0: none)", key: keyPrimaryMaxConnLifetime},
+	{name: "bad pool_max_conn_lifetime without a unit", dsn: "host=db1 password=" + marker + " pool_max_conn_lifetime=3600",
+		err: "pool_max_conn_lifetime (3600) has no unit: add one, e.g. 3600ms", key: keyPrimaryMaxConnLifetime},
+	{name: "bad pool_max_conn_lifetime_jitter above its maximum", dsn: "host=db1 pool_max_conn_lifetime_jitter=25h",
+		err: "pool_max_conn_lifetime_jitter (25h) must be at most 24h", key: keyPrimaryMaxConnLifetimeJitter},
+	{name: "bad pool_max_conn_idle_time negative", dsn: "host=db1 pool_max_conn_idle_time=-1s",
+		err: "pool_max_conn_idle_time (-1s)", key: keyPrimaryMaxConnIdleTime},
+	{name: "bad pool_health_check_period below its minimum", dsn: "postgres://u:" + marker + "@db1/app?pool_health_check_period=10ms",
+		err: "pool_health_check_period (10ms) must be at least 100ms", key: keyPrimaryHealthCheckPeriod},
+	{name: "bad pool_health_check_period zero", dsn: "host=db1 pool_health_check_period=0",
+		err: "pool_health_check_period (0) must be greater than 0", key: keyPrimaryHealthCheckPeriod},
 
 	// pgx's own errors, with the password about.
 	{name: "pgx bad port", dsn: "postgres://u:" + marker + "@db1:notaport/db", err: "invalid port"},
@@ -857,7 +899,7 @@ func checkNoRoutingParams(t *testing.T, cfg *Config, dsn string) {
 	t.Helper()
 	for _, h := range cfg.Hosts {
 		for k := range h.ConnConfig.RuntimeParams {
-			if isRoutingKey(k) {
+			if isRoutingKey(k) || isPoolKey(k) {
 				t.Errorf("%s: runtime parameter %s would reach the server", h.Name, k)
 			}
 		}
@@ -998,7 +1040,7 @@ func diffPgx(dsn string, cfg *Config) string {
 		return fmt.Sprintf("pgx rejects what Parse accepts: %v", err)
 	}
 	for k := range whole.RuntimeParams {
-		if isRoutingKey(k) {
+		if isRoutingKey(k) || isPoolKey(k) {
 			delete(whole.RuntimeParams, k)
 		}
 	}

@@ -53,6 +53,26 @@ const (
 	keyReplicaHealthCheckPeriod     = "pgrouted_replica_health_check_period"
 )
 
+// pgxpool's own pool_ keys, which pgrouted reads for the primary's
+// sessions (the replicas' pools take the pgrouted_replica_ twins above).
+const (
+	keyPrimaryMaxConns              = "pool_max_conns"
+	keyPrimaryMinConns              = "pool_min_conns"
+	keyPrimaryMinIdleConns          = "pool_min_idle_conns"
+	keyPrimaryMaxConnLifetime       = "pool_max_conn_lifetime"
+	keyPrimaryMaxConnLifetimeJitter = "pool_max_conn_lifetime_jitter"
+	keyPrimaryMaxConnIdleTime       = "pool_max_conn_idle_time"
+	keyPrimaryHealthCheckPeriod     = "pool_health_check_period"
+)
+
+// poolPrefix starts pgxpool's keys. pgxpool matches them as written, and
+// so does Parse.
+const poolPrefix = "pool_"
+
+// isPoolKey reports whether k is one of pgxpool's pool_ keys, known to
+// pgrouted or not: none may reach the server.
+func isPoolKey(k string) bool { return strings.HasPrefix(k, poolPrefix) }
+
 // keySpec is how one pgrouted key is read, written and checked.
 type keySpec struct {
 	key string
@@ -209,6 +229,38 @@ var specs = []keySpec{
 	durationSpec(keyReplicaMaxConnIdleTime, func(c *Config) *time.Duration { return &c.ReplicaMaxConnIdleTime },
 		durationBounds{min: minConnLifetime, max: maxConnLifetime}),
 	durationSpec(keyReplicaHealthCheckPeriod, func(c *Config) *time.Duration { return &c.ReplicaHealthCheckPeriod },
+		durationBounds{min: minHealthCheckPeriod, max: maxHealthCheckPeriod}),
+	// pgxpool's keys, for the primary's sessions: the bounds of their
+	// pgrouted_replica_ twins, but 0, their default, is no cap and no
+	// limit (the primary's sessions had none before these keys).
+	{key: keyPrimaryMaxConns,
+		set: func(c *Config, v string) string {
+			n, err := strconv.ParseInt(v, 10, 32)
+			if err != nil || n < 1 || n > maxReplicaMaxConns {
+				return ruleReplicaMaxConns + " (leave the key out for no cap)"
+			}
+			c.PrimaryMaxConns = int32(n)
+			return ""
+		},
+		get: func(c *Config) string { return strconv.FormatInt(int64(c.PrimaryMaxConns), 10) },
+		check: func(c *Config) string {
+			switch n := c.PrimaryMaxConns; {
+			case n < 0:
+				return "must not be negative (0 means no cap)"
+			case n > maxReplicaMaxConns:
+				return ruleReplicaMaxConns
+			}
+			return ""
+		}},
+	countSpec(keyPrimaryMinConns, func(c *Config) *int32 { return &c.PrimaryMinConns }, 0, maxReplicaMaxConns),
+	countSpec(keyPrimaryMinIdleConns, func(c *Config) *int32 { return &c.PrimaryMinIdleConns }, 0, maxReplicaMaxConns),
+	durationSpec(keyPrimaryMaxConnLifetime, func(c *Config) *time.Duration { return &c.PrimaryMaxConnLifetime },
+		durationBounds{min: minConnLifetime, max: maxConnLifetime, zero: "none"}),
+	durationSpec(keyPrimaryMaxConnLifetimeJitter, func(c *Config) *time.Duration { return &c.PrimaryMaxConnLifetimeJitter },
+		durationBounds{min: minWait, max: maxConnLifetime, zero: "none"}),
+	durationSpec(keyPrimaryMaxConnIdleTime, func(c *Config) *time.Duration { return &c.PrimaryMaxConnIdleTime },
+		durationBounds{min: minConnLifetime, max: maxConnLifetime, zero: "none"}),
+	durationSpec(keyPrimaryHealthCheckPeriod, func(c *Config) *time.Duration { return &c.PrimaryHealthCheckPeriod },
 		durationBounds{min: minHealthCheckPeriod, max: maxHealthCheckPeriod}),
 	{key: keyCircuitFailures,
 		set: func(c *Config, v string) string {
@@ -430,6 +482,17 @@ func lookupSpec(key string) *keySpec {
 	return nil
 }
 
+// poolKeyNames returns pgxpool's keys that pgrouted reads, in table order.
+func poolKeyNames() []string {
+	var out []string
+	for _, s := range specs {
+		if isPoolKey(s.key) {
+			out = append(out, s.key)
+		}
+	}
+	return out
+}
+
 // specIndex returns the index of key in specs, or -1.
 func specIndex(key string) int {
 	for i := range specs {
@@ -487,7 +550,9 @@ func nearestKey(key string) string {
 // application_name and runtime parameters all mean what they mean to pgx
 // and libpq. pgx keeps the keys it does not know as run-time parameters;
 // Parse takes every pgrouted_ key out of them (as pgxpool takes out its
-// pool_ keys), so pgrouted_ keys found in a service file apply where the
+// pool_ keys; and pgxpool's pool_ keys listed below, which set the
+// primary's sessions as the pgrouted_replica_ keys set the replicas'
+// pools; another pool_ key is an error), so pgrouted_ keys found in a service file apply where the
 // connection string does not set them, and like libpq the last of a
 // repeated key wins. When several keys are wrong, the error is about an
 // unknown key first, then about the first key in the order of the table
@@ -516,6 +581,13 @@ func nearestKey(key string) string {
 //	pgrouted_replica_max_conn_lifetime_jitter  duration, 0 is none        0
 //	pgrouted_replica_max_conn_idle_time        duration                   30m
 //	pgrouted_replica_health_check_period       duration                   1m
+//	pool_max_conns                whole number, the primary's sessions     no cap
+//	pool_min_conns                whole number, the primary's sessions     0
+//	pool_min_idle_conns           whole number, the primary's sessions     0
+//	pool_max_conn_lifetime        duration, 0 is none                      0 (none)
+//	pool_max_conn_lifetime_jitter duration, 0 is none                      0
+//	pool_max_conn_idle_time       duration, 0 is none                      0 (none)
+//	pool_health_check_period      duration                                 1m
 //	pgrouted_circuit_failures     whole number                             2
 //	pgrouted_circuit_max_backoff  duration                                 30s (the probe interval
 //	                                                                       when that is longer)
@@ -551,6 +623,13 @@ func nearestKey(key string) string {
 //	                              0, or 1ms to 24h
 //	pgrouted_replica_health_check_period
 //	                              100ms to 1h
+//	pool_max_conns                1 to 10000
+//	pool_min_conns, pool_min_idle_conns
+//	                              0 to pool_max_conns (10000 without it)
+//	pool_max_conn_lifetime, pool_max_conn_idle_time
+//	                              0, or 1s to 24h
+//	pool_max_conn_lifetime_jitter 0, or 1ms to 24h
+//	pool_health_check_period      100ms to 1h
 //	pgrouted_circuit_failures     1 to 1000
 //	pgrouted_circuit_max_backoff  pgrouted_probe_interval (at least 10ms) to 1h
 //	pgrouted_patroni_timeout      10ms to 1m, and less than pgrouted_lease
@@ -614,7 +693,7 @@ func Parse(connString string) (*Config, error) {
 	// pgxpool lifts its pool_ keys, so that none reaches the server.
 	routing := make([]setting, 0, len(cc.RuntimeParams))
 	for k, v := range cc.RuntimeParams {
-		if isRoutingKey(k) {
+		if isRoutingKey(k) || (isPoolKey(k) && lookupSpec(k) != nil) {
 			delete(cc.RuntimeParams, k)
 			routing = append(routing, setting{k, v})
 		}
@@ -630,22 +709,20 @@ func Parse(connString string) (*Config, error) {
 	})
 
 	// pgxpool's own keys are not PostgreSQL's: pgx would send them to the
-	// server as run-time parameters, which it refuses at connect.
+	// server as run-time parameters, which it refuses at connect. The
+	// ones pgrouted reads were lifted out with its own; the others are
+	// refused.
 	poolKeys := make([]string, 0, 1)
 	for k := range cc.RuntimeParams {
-		if strings.HasPrefix(k, "pool_") {
+		if isPoolKey(k) {
 			poolKeys = append(poolKeys, k)
 		}
 	}
 	if len(poolKeys) > 0 {
 		slices.Sort(poolKeys)
 		k := poolKeys[0]
-		replicas := "pgrouted's replica pools have no such setting"
-		if twin := "pgrouted_replica_" + strings.TrimPrefix(k, "pool_"); lookupSpec(twin) != nil {
-			replicas = "pgrouted's replica pools take it as " + twin
-		}
 		return nil, newError(sec, k, fmt.Sprintf(
-			"%s is a pgxpool setting, not a PostgreSQL one: %s, and the primary's sessions are pooled by database/sql ((*sql.DB).SetMaxOpenConns, SetConnMaxLifetime, ...)", k, replicas), nil)
+			"%s is not a pgxpool setting pgrouted takes (it takes %s), nor a PostgreSQL one", k, strings.Join(poolKeyNames(), ", ")), nil)
 	}
 
 	if cc.ValidateConnect != nil {

@@ -14,7 +14,9 @@ import (
 // every routing setting inside its bounds (listed in the documentation of
 // [Parse]); a time budget in MaxLag and the Lease greater than the
 // ProbeInterval, the CircuitMaxBackoff at least the ProbeInterval,
-// ReplicaMinConns and ReplicaMinIdleConns at most ReplicaMaxConns. A zero
+// ReplicaMinConns and ReplicaMinIdleConns at most ReplicaMaxConns,
+// PrimaryMinConns and PrimaryMinIdleConns at most PrimaryMaxConns when that
+// is set. A zero
 // field is checked as its default (see
 // [Config.SetDefaults]); c is not changed. The error is a [*ParseError]
 // naming the key of the first rule broken.
@@ -113,6 +115,16 @@ func (c *Config) validate(sec secrets) *ParseError {
 	}{{keyReplicaMinConns, c.ReplicaMinConns}, {keyReplicaMinIdleConns, c.ReplicaMinIdleConns}} {
 		if n.n > c.ReplicaMaxConns {
 			return fail(n.key, "%s (%d) must be at most %s (%d): a pool holds no more than that", n.key, n.n, keyReplicaMaxConns, c.ReplicaMaxConns)
+		}
+	}
+	if c.PrimaryMaxConns > 0 {
+		for _, n := range []struct {
+			key string
+			n   int32
+		}{{keyPrimaryMinConns, c.PrimaryMinConns}, {keyPrimaryMinIdleConns, c.PrimaryMinIdleConns}} {
+			if n.n > c.PrimaryMaxConns {
+				return fail(n.key, "%s (%d) must be at most %s (%d): no more primary sessions are opened", n.key, n.n, keyPrimaryMaxConns, c.PrimaryMaxConns)
+			}
 		}
 	}
 	if d, ok := c.MaxLag.Time(); ok && d <= c.ProbeInterval {
