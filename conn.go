@@ -49,6 +49,7 @@ type conn struct {
 	// Connector's primarySessions', under its lock.
 	born, expires, idleSince time.Time
 	parked                   bool
+	parkedIdle               bool // parked with a session, counted in idleFree (when nothing is maintained)
 	parkPrev, parkNext       *conn
 	// warming: the connection is the health check's, opening a session
 	// to keep (it neither waits for a slot nor counts as an acquire).

@@ -472,11 +472,22 @@ func primaryStat(t *testing.T, p *pgrouted.Pool) pgrouted.PoolInfo {
 // sessions, as pgxpool.Stat has them, its durations in nanoseconds in
 // JSON; the other hosts' entries have none.
 func TestPoolStatPrimary(t *testing.T) {
+	// With a pool_ key the sessions are maintained (a list of the idle
+	// ones, under a lock); without one, only counted (primarysessions.go).
+	t.Run("maintained", func(t *testing.T) { testPoolStatPrimary(t, "pool_max_conns=3", 3) })
+	t.Run("counted", func(t *testing.T) { testPoolStatPrimary(t, "", 0) })
+}
+
+func testPoolStatPrimary(t *testing.T, key string, max int32) {
 	ctx := testCtx(t)
-	p, _ := openPool(t, nil, "pool_max_conns=3", "application_name=pk-stat")
+	extra := []string{"application_name=pk-stat"}
+	if key != "" {
+		extra = append(extra, key)
+	}
+	p, _ := openPool(t, nil, extra...)
 	before := primaryStat(t, p)
-	if before.MaxConns != 3 {
-		t.Fatalf("MaxConns %d, want 3 (pool_max_conns)", before.MaxConns)
+	if before.MaxConns != max {
+		t.Fatalf("MaxConns %d, want %d (pool_max_conns)", before.MaxConns, max)
 	}
 	// Three statements at once on the primary (their rows open), then
 	// one more.

@@ -52,6 +52,11 @@ type primarySessions struct {
 	acquires, acquireNanos   atomic.Int64 // every time a statement got its session
 	emptyAcquires, emptyWait atomic.Int64 // the ones that had to open one, and how long that took
 
+	// idleFree counts the parked connections holding a session when
+	// nothing is maintained (!maintain): then parking is only this count,
+	// no lock and no list (see park).
+	idleFree atomic.Int32
+
 	mu           sync.Mutex
 	open         int32         // sessions open or being opened: the slots taken
 	constructing int32         // sessions being opened
@@ -316,6 +321,18 @@ func (cn *conn) holdsState() bool {
 // when cn must not be kept: its session, past its lifetime, holds session
 // state. An expired session without is closed, and cn kept.
 func (ps *primarySessions) park(cn *conn) bool {
+	if !ps.maintain {
+		// No cap, no age, no check: nothing takes a parked session
+		// or closes it, so parking is only counted, for Stat; every
+		// statement passes here, and pays no Connector-wide lock.
+		if !cn.parked {
+			cn.parked, cn.parkedIdle = true, cn.primary != nil
+			if cn.parkedIdle {
+				ps.idleFree.Add(1)
+			}
+		}
+		return true
+	}
 	now := time.Now()
 	var sc *stdlib.Conn
 	var t *term
@@ -354,6 +371,10 @@ func (ps *primarySessions) park(cn *conn) bool {
 // session state, or that session is past its lifetime. An expired session
 // without session state is closed, and cn kept.
 func (ps *primarySessions) unpark(cn *conn) bool {
+	if !ps.maintain {
+		ps.unparkFree(cn)
+		return !cn.bad
+	}
 	var sc *stdlib.Conn
 	var t *term
 	ps.mu.Lock()
@@ -387,8 +408,20 @@ func (cn *conn) used() {
 	}
 }
 
+// unparkFree is unpark when nothing is maintained (see park).
+func (ps *primarySessions) unparkFree(cn *conn) {
+	if cn.parkedIdle {
+		ps.idleFree.Add(-1)
+	}
+	cn.parked, cn.parkedIdle = false, false
+}
+
 // forget records that cn is being closed: it is no longer parked.
 func (ps *primarySessions) forget(cn *conn) {
+	if !ps.maintain {
+		ps.unparkFree(cn)
+		return
+	}
 	ps.mu.Lock()
 	ps.unlinkLocked(cn)
 	ps.mu.Unlock()
@@ -533,6 +566,7 @@ func (ps *primarySessions) warmOne() bool {
 // countsLocked returns the sessions held by connections in use and by
 // parked ones.
 func (ps *primarySessions) countsLocked() (acquired, idle int32) {
+	idle = ps.idleFree.Load() // 0 when maintained
 	for cn := ps.parked; cn != nil; cn = cn.parkNext {
 		if cn.primary != nil {
 			idle++
