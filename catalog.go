@@ -44,14 +44,21 @@ type catalog struct {
 	read, write []sqlclass.FuncName // pgrouted_read_functions, pgrouted_write_functions
 	interval    time.Duration       // catalogInterval when it was made
 
-	fns     atomic.Pointer[sqlclass.Functions]
-	loads   atomic.Uint64 // successful loads
-	wake    chan struct{} // a reload is wanted (buffered: one pending)
-	loaded  chan struct{} // closed after the first successful load
-	ctx     context.Context
-	cancel  context.CancelFunc // stops the goroutine
-	done    chan struct{}      // closed when it returned
-	started bool
+	fns   atomic.Pointer[sqlclass.Functions]
+	loads atomic.Uint64 // successful loads
+	// gen counts the statements through the Connector that changed the
+	// catalog (changed); fresh is gen when the load of the current
+	// snapshot began. While fresh < gen the snapshot may not know what
+	// such a statement made (a foreign key that cascades into another
+	// table, a trigger, a rule, a view, a partition): see stale.
+	gen, fresh atomic.Uint64
+	hold       atomic.Pointer[chan struct{}] // tests: loads wait until it is closed
+	wake       chan struct{}                 // a reload is wanted (buffered: one pending)
+	loaded     chan struct{}                 // closed after the first successful load
+	ctx        context.Context
+	cancel     context.CancelFunc // stops the goroutine
+	done       chan struct{}      // closed when it returned
+	started    bool
 }
 
 // newCatalog returns a catalog that knows no function yet: until its first
@@ -103,6 +110,23 @@ func (k *catalog) waitLoaded(ctx context.Context, d time.Duration) bool {
 	}
 	return k.isLoaded()
 }
+
+// changed records a statement through the Connector that changed the
+// catalog, before the statement returns to its caller: from then on the
+// snapshot is stale until a load that began after it, which it asks for.
+func (k *catalog) changed() {
+	k.gen.Add(1)
+	k.invalidate()
+}
+
+// stale reports whether the current snapshot was read before the last
+// catalog change made through the Connector: the relations it knows may
+// have changed since (a table it knows now referenced by a cascading
+// foreign key, given a trigger or a rule), so a write's and a read's
+// relations cannot be told from it. fresh is read before the snapshot a
+// caller reads after it, and stored after that snapshot: a snapshot read
+// after a fresh that is not stale is at least that load's.
+func (k *catalog) stale() bool { return k.fresh.Load() < k.gen.Load() }
 
 // invalidate asks for a new snapshot soon. It never blocks.
 func (k *catalog) invalidate() {
@@ -197,6 +221,14 @@ func (k *catalog) run(load catalogLoader, poll catalogPoller, timeout, retry, ti
 	var cs catalogSession
 	defer cs.close()
 	for {
+		if h := k.hold.Load(); h != nil {
+			select {
+			case <-*h:
+			case <-k.ctx.Done():
+				return
+			}
+		}
+		gen := k.gen.Load() // before the load: what it may not see
 		lctx, lcancel := context.WithTimeout(k.ctx, timeout)
 		defs, err := load(lctx, &cs)
 		lcancel()
@@ -207,6 +239,7 @@ func (k *catalog) run(load catalogLoader, poll catalogPoller, timeout, retry, ti
 			continue
 		}
 		k.fns.Store(k.snapshot(defs))
+		k.fresh.Store(gen)
 		if k.loads.Add(1) == 1 {
 			close(k.loaded)
 		}

@@ -79,6 +79,12 @@ func (cc *classCache) put(query string, fns *sqlclass.Functions, r sqlclass.Resu
 // loaded snapshot are cached (classcache.go); those made before the first
 // load are not, so that the next run of the same text waits for it again.
 func (c *Connector) classify(ctx context.Context, query string, dst *sqlclass.Result) {
+	if c.funcs.stale() {
+		// A catalog change of the Connector's own is not in the
+		// snapshot yet: the relations a statement writes and reads
+		// cannot be told from it (catalog.stale).
+		defer func() { dst.Reads, dst.Writes = sqlclass.AllRelations, sqlclass.AllRelations }()
+	}
 	fns := c.funcs.functions()
 	if c.classes.get(query, fns, dst) {
 		return

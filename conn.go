@@ -297,7 +297,7 @@ func (cn *conn) catalogChanged() {
 		return
 	}
 	cn.catalogPending = false
-	cn.c.funcs.invalidate()
+	cn.c.funcs.changed()
 	cn.c.schemaChanged()
 	// The schema may have changed too: describe statements again (a
 	// change made elsewhere is met by the recovery of stale.go).

@@ -3,6 +3,7 @@ package pgrouted
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -86,4 +87,18 @@ func SetCatalogInterval(d time.Duration) func() {
 	old := catalogInterval
 	catalogInterval = d
 	return func() { catalogInterval = old }
+}
+
+// HoldCatalogLoads makes c's catalog loads wait until release is called:
+// the snapshot stays the one read before.
+func HoldCatalogLoads(c *Connector) (release func()) {
+	ch := make(chan struct{})
+	c.funcs.hold.Store(&ch)
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			c.funcs.hold.Store(nil)
+			close(ch)
+		})
+	}
 }
