@@ -137,7 +137,8 @@ func TestReadYourWritesStateHasOneOwner(t *testing.T) {
 // of that type, or a name declared in that package (the module's own, or
 // the standard library's database/sql and database/sql/driver); a name
 // ending in * (`raise*`) is the prefix of one; a path is a directory of the
-// module; a pgrouted_ key is one the dsn package knows. The page is the one
+// module; a pgrouted_ or pool_ key (or key=value, or a prefix ending in _)
+// is one the dsn package knows. The page is the one
 // place a maintainer learns the layout: a name renamed or removed in the
 // code and left in the page fails here.
 func TestArchitectureNamesExist(t *testing.T) {
@@ -166,8 +167,14 @@ func TestArchitectureNamesExist(t *testing.T) {
 		switch {
 		case strings.HasPrefix(name, `"`), strings.HasPrefix(name, "**"):
 			continue // a string or file name; files: TestArchitectureNamesEveryFile
-		case strings.HasPrefix(name, "pgrouted_"):
-			ok = strings.Contains(dsnSrc, `"`+name+`"`)
+		case strings.HasPrefix(name, "pgrouted_"), strings.HasPrefix(name, "pool_"):
+			// A key, a key=value, or a prefix of keys (pool_).
+			key, _, _ := strings.Cut(name, "=")
+			if strings.HasSuffix(key, "_") {
+				ok = strings.Contains(dsnSrc, `"`+key)
+			} else {
+				ok = strings.Contains(dsnSrc, `"`+key+`"`)
+			}
 		case strings.Contains(name, "/"):
 			st, err := os.Stat(name)
 			ok = err == nil && st.IsDir()
