@@ -244,7 +244,11 @@ func TestOrdinaryRoleStandbyTimeline(t *testing.T) {
 	if _, err := db.ExecContext(sctx, "INSERT INTO priv_tl VALUES (1)"); err != nil {
 		t.Fatal(err)
 	}
-	replicated(t, ctx)
+	// Every WAL the Session's position (the insert position after the
+	// write) counts reaches the standbys before the failover: else the
+	// position may lie past the new timeline's switch point and the write
+	// be taken for lost (a fresh-clone run saw "lost true" under load).
+	replicatedInserted(t, ctx)
 	failOver(t, ctx, conn, false)
 	top := conn.Topology()
 	t.Logf("after the failover: node1 timeline %d, node2 (followed, not rebuilt) timeline %d", top.Hosts[1].Timeline, top.Hosts[2].Timeline)
