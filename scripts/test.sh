@@ -42,7 +42,8 @@ shard1=(
 	TestWeightedOverThreeReplicas TestReplicaReadAllocations
 	TestKilledReplicaCostsNoRead TestPooledFailover
 	TestTermEndsDuringReturningRows TestGlobalWithAPausedReplica
-	TestSelectionPolicies
+	TestSelectionPolicies TestReadYourWritesUnderDelay
+	TestCausalMonotonicReads TestDeferredPositionReadWhenItPays
 )
 shard2=(
 	TestOrdinaryRoleFailover TestGlobalThroughFailover
