@@ -5,7 +5,6 @@ package pgrouted_test
 import (
 	"context"
 	"database/sql"
-	"sync"
 	"testing"
 	"time"
 
@@ -32,27 +31,8 @@ func writeWhile(t *testing.T, ctx context.Context) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		tick := time.NewTicker(10 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-tick.C:
-				db.ExecContext(ctx, "INSERT INTO gate_ticks VALUES (now())")
-			}
-		}
-	}()
-	t.Cleanup(func() {
-		close(stop)
-		wg.Wait()
-		db.Close()
-	})
+	t.Cleanup(func() { db.Close() }) // after the writes stop: cleanups run last first
+	every(t, 10*time.Millisecond, func() { db.ExecContext(ctx, "INSERT INTO gate_ticks VALUES (now())") })
 }
 
 // TestBudgetGateHysteresisAndRamp: a replica beyond the staleness budget

@@ -217,26 +217,13 @@ func TestCausalMonotonicReads(t *testing.T) {
 	delayReplica(t, ctx, reps[1], 150*time.Millisecond)
 
 	writer, _, _ := open(t)
-	stop := make(chan struct{})
 	var bumps atomic.Int64
-	var wwg sync.WaitGroup
-	wwg.Add(1)
-	go func() {
-		defer wwg.Done()
-		tick := time.NewTicker(2 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-tick.C:
-			}
-			if _, err := writer.ExecContext(ctx, "UPDATE causalc SET v = v + 1 WHERE id = 1"); err == nil {
-				bumps.Add(1)
-			}
+	stop := every(t, 2*time.Millisecond, func() {
+		if _, err := writer.ExecContext(ctx, "UPDATE causalc SET v = v + 1 WHERE id = 1"); err == nil {
+			bumps.Add(1)
 		}
-	}()
-	defer func() { close(stop); wwg.Wait() }()
+	})
+	defer stop()
 
 	t.Run("sql", func(t *testing.T) { checkMonotonic(t, ctx, "sql", 2000, 2000) })
 	// Through the Pool: its own paths (pgx's rows, read-only

@@ -176,6 +176,31 @@ func replicasReady(t testing.TB, conn *pgrouted.Connector) {
 	}
 }
 
+// every runs f every d in a goroutine of its own until stop, which waits
+// for it (and which the test's cleanup calls too).
+func every(t testing.TB, d time.Duration, f func()) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(d)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+				f()
+			}
+		}
+	}()
+	var once sync.Once
+	stop = func() { once.Do(func() { close(done); wg.Wait() }) }
+	t.Cleanup(stop)
+	return stop
+}
+
 // lagsKnown waits until conn has bounded every standby's staleness
 // (HostInfo.LagBound): a connector just opened knows none of a replica
 // that replays behind every sample of its history (a delayed one), and
