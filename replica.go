@@ -344,17 +344,6 @@ func (cn *conn) borrow(ctx context.Context, h *host, b *borrowed, check bool, wm
 // caller's writes.
 var errNotCaughtUp = pgpipe.ErrBehind
 
-// mayReach reports whether a position on h can hold wm at all: the same
-// system, and wm's timeline in the replica's history. h nil (a host its
-// view does not name) cannot.
-func (h *hostView) mayReach(wm lagmeter.Watermark) bool {
-	if h == nil {
-		return false
-	}
-	ok, _ := wm.ReachedBy(lagmeter.Position{SystemID: h.probe.SystemID, Timeline: h.probe.Timeline, Replay: ^lagmeter.LSN(0)}, h.v.switchPoint(wm.Timeline))
-	return ok
-}
-
 // checkReplica checks on b, alone, that the replica has replayed up to wm
 // (waiting up to wait for it, adding the wait to cl's; pgpipe.Check), and
 // returns errNotCaughtUp when it has not.
