@@ -450,3 +450,32 @@ func (cn *conn) readChecked(ctx context.Context, b *borrowed, wm lagmeter.Waterm
 	cl.px.rows = pr
 	return nil
 }
+
+// beginOnReplica opens the read-only transaction of cl on a connection
+// borrowed from h's pool, after the position check at asks for.
+func (cn *conn) beginOnReplica(ctx context.Context, h *host, at target, cl *call) error {
+	b := new(borrowed)
+	if err := cn.borrow(ctx, h, b, at.check, at.wm, at.wait, cl); err != nil {
+		return err
+	}
+	inner, err := cl.beginOn(ctx, b.sc)
+	if err != nil {
+		b.giveBack()
+		return err
+	}
+	cn.tx = &tx{cn: cn, ctx: ctx, inner: inner, replica: b, host: h, begin: cl.begin}
+	return nil
+}
+
+// describeOnReplica is the replica path of describe: cl.query described on
+// a connection borrowed from h's pool, after the check at asks for.
+func (cn *conn) describeOnReplica(ctx context.Context, h *host, at target, cl *call) error {
+	var b borrowed
+	if err := cn.borrow(ctx, h, &b, at.check, at.wm, at.wait, cl); err != nil {
+		return err
+	}
+	defer b.giveBack()
+	var err error
+	cl.sd, err = prepareOn(ctx, b.conn(), cl.query, &h.descs)
+	return err
+}

@@ -105,31 +105,6 @@ func (cn *conn) beginOnPrimary(ctx context.Context, p *plan, cl *call, readOnly 
 	return cn.tx, nil
 }
 
-// beginOnReplica opens the read-only transaction of cl on a connection
-// borrowed from h's pool, after the position check at asks for.
-func (cn *conn) beginOnReplica(ctx context.Context, h *host, at target, cl *call) error {
-	b := new(borrowed)
-	if err := cn.borrow(ctx, h, b, at.check, at.wm, at.wait, cl); err != nil {
-		return err
-	}
-	inner, err := cl.beginOn(ctx, b.sc)
-	if err != nil {
-		b.giveBack()
-		return err
-	}
-	cn.tx = &tx{cn: cn, ctx: ctx, inner: inner, replica: b, host: h, begin: cl.begin}
-	return nil
-}
-
-// beginOn begins cl's transaction on sc: with pgx's BeginTx for the
-// pgx-native API (pgxcall.go), else with stdlib's.
-func (cl *call) beginOn(ctx context.Context, sc *stdlib.Conn) (driver.Tx, error) {
-	if cl.px != nil {
-		return cl.px.beginOn(ctx, sc.Conn())
-	}
-	return sc.BeginTx(ctx, *cl.begin)
-}
-
 // run runs a statement inside the transaction, on its connection.
 func (t *tx) run(ctx context.Context, r sqlclass.Result, cl *call, began started) error {
 	cn := t.cn
