@@ -13,6 +13,14 @@ import (
 // reaches a watermark (hostView.mayReach), and whether checking it inline
 // is worth it (worthChecking, recordCheck).
 
+// servesReads reports whether h is a standby its snapshot lets serve
+// reads: not the primary, and not one the topology provider lets serve
+// none (NoReads). Its circuit, its pool and its position are the pick's
+// to judge (pickReplica).
+func (h *hostView) servesReads() bool {
+	return h.probe.Role == topology.RoleStandby && h != h.v.primary && !h.probe.NoReads
+}
+
 // mayServeGlobal reports whether a replica might serve a read of rc once
 // its position is known: a standby that may serve reads, whose circuit is
 // closed and whose pool is not exhausted (pickReplica's first conditions;
@@ -20,7 +28,7 @@ import (
 func (c *Connector) mayServeGlobal(v *view, rc *readCtx) bool {
 	for i := range v.hosts {
 		h := &v.hosts[i]
-		if h.probe.Role != topology.RoleStandby || h == v.primary || h.probe.NoReads {
+		if !h.servesReads() {
 			continue
 		}
 		if h.breaker.Allow() && (rc.forced || h.inflight() < h.maxConns) {
@@ -72,6 +80,6 @@ func (h *hostView) mayReach(wm lagmeter.Watermark) bool {
 	if h == nil {
 		return false
 	}
-	ok, _ := wm.ReachedBy(lagmeter.Position{SystemID: h.probe.SystemID, Timeline: h.probe.Timeline, Replay: ^lagmeter.LSN(0)}, h.v.switchPoint(wm.Timeline))
+	ok, _ := wm.ReachedBy(h.positionAt(^lagmeter.LSN(0)), h.v.switchPoint(wm.Timeline))
 	return ok
 }

@@ -140,8 +140,7 @@ func (c *Connector) resolveDeferred(ctx context.Context, v *view, rc *readCtx, p
 	h := pk.host
 	pk.check = true
 	if h.probe.Healthy {
-		pos := lagmeter.Position{SystemID: h.probe.SystemID, Timeline: h.probe.Timeline, Replay: h.replay()}
-		if ok, _ := pk.wm.ReachedBy(pos, v.switchPoint(pk.wm.Timeline)); ok {
+		if ok, _ := pk.wm.ReachedBy(h.position(), v.switchPoint(pk.wm.Timeline)); ok {
 			pk.check, pk.wrote = false, time.Time{}
 		}
 	}
@@ -187,7 +186,7 @@ func (c *Connector) fetchPosition(ctx context.Context) (lagmeter.Watermark, erro
 	if err != nil || lsn == 0 {
 		return lagmeter.Watermark{}, fmt.Errorf("pgrouted: %s: position %q", dsn.Printable(st.Name), text)
 	}
-	return lagmeter.Watermark{SystemID: st.SystemID, Timeline: st.Timeline, LSN: st.Layout.RecordEnd(lsn)}, nil
+	return v.primary.insertWatermark(lsn), nil
 }
 
 // positionRead offers the read index w, a position of the primary host

@@ -29,9 +29,7 @@ func (c *Connector) raise(in *consistency.Intent, ws sqlclass.Scope, host *host,
 	}
 	var w lagmeter.Watermark
 	if hv := c.view().of(host); lsn != 0 && hv != nil {
-		if h := hv.probe; h.SystemID != 0 && h.Timeline != 0 {
-			w = lagmeter.Watermark{SystemID: h.SystemID, Timeline: h.Timeline, LSN: h.Layout.RecordEnd(lsn)}
-		}
+		w = hv.insertWatermark(lsn)
 	}
 	c.positionRead(host, w, sent)
 	now := time.Now()
@@ -76,9 +74,7 @@ func (c *Connector) raiseDeferred(in *consistency.Intent, ws sqlclass.Scope, hos
 	}
 	var on lagmeter.Watermark
 	if hv := c.view().of(host); hv != nil {
-		if h := hv.probe; h.SystemID != 0 && h.Timeline != 0 {
-			on = lagmeter.Watermark{SystemID: h.SystemID, Timeline: h.Timeline}
-		}
+		on = hv.watermark(0)
 	}
 	c.rw.writes.WroteDeferred(ws.Named, ws.Keys[:ws.N], on, consistency.Now())
 }

@@ -129,8 +129,8 @@ func (t *tx) run(ctx context.Context, r sqlclass.Result, cl *call, began started
 		// A stale statement of pgx's path aborted the transaction: its
 		// descriptions are dropped, and the error returned.
 		cn.runAgain(err, cl)
-		if t.replica == nil && cn.termEnded(sc) {
-			err = outcomeUnknown(opOf(r.Class), err)
+		if t.replica == nil {
+			err = termEndedErr(opOf(r.Class), err, cn.term, sc)
 		}
 	}
 	err = withPoolerHint(err)
@@ -161,8 +161,8 @@ func (t *tx) Commit() error {
 	cn := t.cn
 	if !t.wrote || cn.primary == nil || !t.in.Positioned() {
 		err := t.inner.Commit()
-		if err != nil && t.replica == nil && cn.primary != nil && cn.termEnded(cn.primary) {
-			err = outcomeUnknown(OpTx, err)
+		if t.replica == nil {
+			err = termEndedErr(OpTx, err, cn.term, cn.primary)
 		}
 		if !t.wrote {
 			t.sawAfter()
@@ -182,11 +182,9 @@ func (t *tx) Commit() error {
 	sc := cn.primary
 	sent := consistency.Now()
 	pos, err := cn.commitPositioned(t.ctx)
-	if err != nil && cn.termEnded(sc) {
-		// The primary was replaced before it answered: the transaction
-		// may have committed there.
-		err = outcomeUnknown(OpTx, err)
-	}
+	// The primary was replaced before it answered: the transaction may
+	// have committed there.
+	err = termEndedErr(OpTx, err, cn.term, sc)
 	t.end(began, "COMMIT", err)
 	cn.c.raiseOutcome(&t.in, t.writes, t.host, pos, sent, err)
 	return err
