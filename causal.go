@@ -69,12 +69,11 @@ func (s *sawBy) record(lsn lagmeter.LSN) {
 	}
 	var w lagmeter.Watermark
 	if hv := s.c.view().of(s.h); lsn != 0 && hv != nil {
-		if p := hv.probe; p.SystemID != 0 && p.Timeline != 0 {
-			if s.primary {
-				// The insert position, as raise reads it after a write.
-				lsn = p.Layout.RecordEnd(lsn)
-			}
-			w = lagmeter.Watermark{SystemID: p.SystemID, Timeline: p.Timeline, LSN: lsn}
+		if s.primary {
+			// The insert position, as raise reads it after a write.
+			w = hv.insertWatermark(lsn)
+		} else {
+			w = hv.watermark(lsn)
 		}
 	}
 	named := s.reads.Named && !s.session

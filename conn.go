@@ -5,7 +5,6 @@ import (
 	"database/sql/driver"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pgrouted/pgrouted/internal/consistency"
 	"github.com/pgrouted/pgrouted/internal/pgpipe"
@@ -56,141 +55,6 @@ type conn struct {
 	warming bool
 }
 
-// pipelineUse is what a call would be sent in a pgconn pipeline for.
-type pipelineUse uint8
-
-const (
-	// pipeChecked: a replica read after the check of the replica's
-	// position, in one round trip (conn.readChecked).
-	pipeChecked pipelineUse = iota
-	// pipePositioned: an autocommit write with the read of the position
-	// after its commit (conn.positioned).
-	pipePositioned
-	// pipeTx: a statement in a transaction, between a savepoint and its
-	// release (tx.exec).
-	pipeTx
-)
-
-// pipelines reports whether cl may be sent on host in a pgconn pipeline
-// for use: the one rule for every pipelined path. The call must have the
-// shape the path reads back (pipeChecked: one statement returning rows, a
-// database/sql query or a pgx Query of the Pool; pipePositioned: an Exec
-// or a Query, whose command tag or rows the pipeline gives, not pgx's
-// batches or copies; pipeTx: one database/sql statement, a query or one
-// with arguments: a pgx call in a transaction gets pgx's own rows, and a
-// stale refusal aborts the transaction as it does in pgx), and pgx must
-// allow it (pgpipe.OK: not in the exec modes the user chose instead of
-// pgx's default ones, nor under a pgx QueryTracer). The callers check
-// what the statement is (a read, a write, a plain statement in a
-// transaction).
-func (c *Connector) pipelines(host *host, cl *call, use pipelineUse) bool {
-	switch use {
-	case pipeChecked:
-		if !cl.isQuery || !cl.single || (cl.px != nil && cl.px.kind != pxQuery) {
-			return false
-		}
-	case pipePositioned:
-		if !cl.px.positionable() {
-			return false
-		}
-	case pipeTx:
-		if !cl.single || cl.px != nil || (!cl.isQuery && len(cl.args) == 0) {
-			return false
-		}
-	}
-	cl.px.nameArgs(cl)
-	return pgpipe.OK(host.ConnConfig, cl.args)
-}
-
-// call is one statement to run (a query or an exec), the BEGIN of a
-// transaction or the describe of a Prepare, and its outcome. Its parts
-// are by role, each carried by every path that runs a call: what runs
-// (callText), what it returned (callResults) and what became of it on the
-// way (callOutcome), which its RouteEvent reports (Connector.report) and
-// nothing decides on; px is the pgx side of a call of the pgx-native API.
-type call struct {
-	callText
-	callResults
-	callOutcome
-
-	// px is set for a call of the pgx-native API (pool.go): pgx runs it,
-	// and its results are pgx's (pgxcall.go).
-	px *pgxCall
-	// saw is set for a read under causal consistency (not one of a
-	// transaction begun with BeginTx): what it records once it ended
-	// (causal.go).
-	saw *sawBy
-}
-
-// callKind is what a call runs.
-type callKind uint8
-
-const (
-	callStatement callKind = iota // a query or an exec
-	callBegin                     // BeginTx: the transaction's BEGIN
-	callDescribe                  // PrepareContext: describe it (stmt.go)
-)
-
-// callText is what a call runs.
-type callText struct {
-	kind    callKind
-	query   string
-	args    []driver.NamedValue
-	isQuery bool
-	single  bool              // one statement (see sqlclass.Result.Statements)
-	begin   *driver.TxOptions // callBegin: the transaction's options
-
-	// class is query's classification when classified is set (the Pool
-	// classifies a statement before it runs: Pool.refuseSessionState).
-	class      sqlclass.Result
-	classified bool
-}
-
-// callResults is what a call returned to the driver's face: a query's
-// rows, an exec's result, a describe's description (a transaction begun
-// is its conn's).
-type callResults struct {
-	rows driver.Rows
-	res  driver.Result
-	sd   *pgconn.StatementDescription
-}
-
-// callOutcome is what became of a call on the way.
-type callOutcome struct {
-	ran     *host // the host that ran it, or was tried last; nil for none
-	primary bool  // ran is the primary
-	retried bool  // it ran again, elsewhere or on another connection (RouteEvent.Retried)
-	reruns  int   // the runs after a stale statement (stale.go)
-	// replicaFailed: a replica's connection failed under it and it ran
-	// elsewhere (Stats.ReplicaRetries).
-	replicaFailed bool
-	waited        time.Duration // how long it waited on replicas for their replay (replicawait.go)
-	wrote         time.Time     // the caller's last write, when a replica's check of it is worth recording (consistency.CatchUp)
-	sent          time.Time     // (consistency.Now) before it was sent to the primary, and the position read after it
-	// unanswered: it failed before the server answered it (no row, no
-	// command tag), as far as the path that ran it can tell (see
-	// endedUnanswered).
-	unanswered bool
-}
-
-// on runs cl through pgx on sc with args (cl.args, or them after an exec
-// mode option: see Connector.statementArgs).
-func (cl *call) on(ctx context.Context, sc *stdlib.Conn, args []driver.NamedValue) error {
-	if cl.px != nil {
-		return cl.px.on(ctx, cl, sc.Conn(), args)
-	}
-	if cl.isQuery {
-		var err error
-		cl.rows, err = sc.QueryContext(ctx, cl.query, args)
-		return err
-	}
-	// stdlib's ExecContext, keeping the command tag an error came with.
-	tag, err := pgpipe.ExecPlain(ctx, sc.Conn(), cl.query, args)
-	cl.res = driver.RowsAffected(tag.RowsAffected())
-	cl.unanswered = err != nil && tag.String() == ""
-	return err
-}
-
 // ExecContext implements driver.ExecerContext.
 func (cn *conn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
 	cl := call{callText: callText{query: query, args: args}}
@@ -204,24 +68,6 @@ func (cn *conn) QueryContext(ctx context.Context, query string, args []driver.Na
 	cl := call{callText: callText{query: query, args: args, isQuery: true}}
 	err := cn.run(ctx, &cl)
 	return cl.rows, err
-}
-
-// pin pins the connection to its primary session: a statement changed
-// session state (or may have: a function the catalog cannot vouch for, a
-// read a replica refused), which a replica session would not have, so
-// everything runs on the primary session from then on (plan: ReasonPinned).
-func (cn *conn) pin() {
-	if cn.pinned {
-		return
-	}
-	cn.pinned = true
-	cn.c.warnPinnedBehindPooler(cn.host)
-}
-
-// inSQLTx reports whether the primary session is inside a transaction that
-// was opened with SQL (BEGIN) rather than with BeginTx.
-func (cn *conn) inSQLTx() bool {
-	return cn.primary != nil && cn.primary.Conn().PgConn().TxStatus() != 'I'
 }
 
 // run routes one statement and runs it: the connector decides (plan.go),
@@ -287,50 +133,6 @@ func (cn *conn) execute(ctx context.Context, p *plan, r *sqlclass.Result, cl *ca
 	return cn.runOnPrimary(ctx, p, r, cl)
 }
 
-// catalogChanged asks for a new snapshot of the function catalog, and
-// forgets the statement descriptions, after a statement that may have
-// changed them, once no transaction hides the change
-// from other sessions.
-func (cn *conn) catalogChanged() {
-	if cn.tx != nil || cn.inSQLTx() {
-		cn.catalogPending = true
-		return
-	}
-	cn.catalogPending = false
-	cn.c.funcs.changed()
-	cn.c.schemaChanged()
-	// The schema may have changed too: describe statements again (a
-	// change made elsewhere is met by the recovery of stale.go).
-	for _, h := range cn.c.hosts.all() {
-		h.descs.Reset()
-	}
-	if cn.descs != nil {
-		cn.descs.Reset()
-	}
-}
-
-// PrepareContext implements driver.ConnPrepareContext. The statement is
-// checked on the server, parsed and described in one round trip as pgx
-// does (an invalid one fails here with the server's error), and its
-// description is kept for the executions on that host; each execution is
-// then routed like any statement (stmt.go).
-func (cn *conn) PrepareContext(ctx context.Context, query string) (driver.Stmt, error) {
-	cn.used()
-	if cn.bad {
-		return nil, driver.ErrBadConn
-	}
-	sd, err := cn.describe(ctx, query)
-	if err != nil {
-		return nil, err
-	}
-	return &stmt{cn: cn, query: query, numInput: len(sd.ParamOIDs)}, nil
-}
-
-// Prepare implements driver.Conn.
-func (cn *conn) Prepare(query string) (driver.Stmt, error) {
-	return cn.PrepareContext(context.Background(), query)
-}
-
 // Begin implements driver.Conn.
 func (cn *conn) Begin() (driver.Tx, error) {
 	return cn.BeginTx(context.Background(), driver.TxOptions{})
@@ -355,12 +157,6 @@ func (cn *conn) Ping(ctx context.Context) error {
 		return driver.ErrBadConn
 	}
 	return nil
-}
-
-// epochChanged reports whether the primary session belongs to an older
-// primary than the topology's current one, or to a term that ended.
-func (cn *conn) epochChanged() bool {
-	return cn.primary != nil && (cn.c.top.Snapshot().Epoch != cn.epoch || cn.term == nil || cn.term.ended())
 }
 
 // ResetSession implements driver.SessionResetter: database/sql calls it

@@ -38,7 +38,7 @@ type Connector struct {
 	// be opened before (pgrouted_replica_min_conns), and asks wire.
 	started atomic.Bool
 
-	// rw is read-your-writes' shared state (consistency.go).
+	// rw is read-your-writes' shared state (intent.go).
 	rw readYourWrites
 	// booted is set once every host answered (pgrouted_strict_boot).
 	booted atomic.Bool

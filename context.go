@@ -12,7 +12,7 @@ import (
 // read-your-writes Session (WithSession) and the replica wait
 // (WithReplicaWait) and the consistency (WithConsistency). A statement
 // reads them once, into its plan: the route, and the read-your-writes
-// Intent (Connector.setIntent, consistency.go).
+// Intent (Connector.setIntent, intent.go).
 //
 // They are kept together in one options value under one context key: each
 // With* copies the options it finds and changes its own field, so the

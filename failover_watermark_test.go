@@ -164,7 +164,7 @@ func testWriteThatSurvivedAFailover(t *testing.T, open dsnOpener) {
 		t.Fatalf("first read after the failover: %+v (lost %v): the history shows the write survived", ev.Decision, ev.WriteLost)
 	}
 	untilReplica(t, sctx, db, rec, "SELECT count(*) FROM survived", 1)
-	// The lines about writes (consistency.go), not the topology's
+	// The lines about writes (loss.go), not the topology's
 	// primary-lost event, which a failover may log.
 	if st := conn.Stats(); st.LostWrites != 0 || st.TimelineResets != 0 || strings.Contains(logs.String(), "been lost") || strings.Contains(logs.String(), "lost with the old primary") {
 		t.Fatalf("a write that survived was reported: stats %+v, logs %q", st, logs.String())

@@ -478,7 +478,7 @@ type counters struct {
 
 	timelineResets atomic.Uint64
 	lostWrites     atomic.Uint64
-	deferredReads  atomic.Uint64 // reads that read a deferred write's position (consistency.go)
+	deferredReads  atomic.Uint64 // reads that read a deferred write's position (position.go)
 
 	catalogRouted atomic.Uint64 // statements sent to the primary by a function verdict
 	functionPins  atomic.Uint64 // connections pinned by a function verdict or a refused read

@@ -37,8 +37,8 @@ type plan struct {
 	writeLost   bool      // the caller's last write was found lost in a failover
 	pin         bool      // the connection stays on the primary after it (beyond a Session class)
 	fn          string    // the function that decided (see Decision.Function)
-	global      indexRead // the primary's position under global consistency (consistency.go)
-	deferred    indexRead // the position of the caller's deferred writes (consistency.go)
+	global      indexRead // the primary's position under global consistency (position.go)
+	deferred    indexRead // the position of the caller's deferred writes (position.go)
 	// in is the statement's read-your-writes intent, resolved once from
 	// its context: its reads and the raise of the marks after its writes
 	// (or its transaction's commit) use it.

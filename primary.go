@@ -148,17 +148,20 @@ func (cn *conn) closePrimary() {
 	cn.descs = nil
 }
 
-// termEnded reports whether the primary session sc broke because its term
-// ended (term.go): the host stopped being the primary while a statement
-// ran.
-func (cn *conn) termEnded(sc *stdlib.Conn) bool {
-	return sessionTermEnded(cn.term, sc)
-}
-
-// sessionTermEnded reports whether sc, a primary session opened under term
-// t, broke because t ended.
-func sessionTermEnded(t *term, sc *stdlib.Conn) bool {
-	return t != nil && t.ended() && sc.Conn().IsClosed()
+// termEndedErr is the one rule for a statement whose primary stopped being
+// one under it: the error of op, sent on sc, a primary session opened
+// under term t (sc nil: none, the statement ran elsewhere), that failed
+// with err. When sc broke because t ended (term.go: the host stopped
+// being the primary before it answered), the statement may have run
+// there, and its outcome is unknown (outcomeUnknown); otherwise err stays
+// as it is. Every site that ran something on a primary session goes
+// through it: a statement (primaryFailed), a statement of a transaction,
+// a COMMIT (tx.go), a write's results (resultErr).
+func termEndedErr(op string, err error, t *term, sc *stdlib.Conn) error {
+	if err == nil || sc == nil || t == nil || !t.ended() || !sc.Conn().IsClosed() {
+		return err
+	}
+	return outcomeUnknown(op, err)
 }
 
 // outcomeUnknown is the error of a statement that was sent to a primary
@@ -181,10 +184,10 @@ func outcomeUnknown(op string, err error) error {
 // end) and t ended: then the write's outcome is unknown. It is the one
 // rule for every face's results.
 func resultErr(err error, t *term, sc *stdlib.Conn) error {
-	if err == nil || err == io.EOF || pgpipe.IsPgError(err) || sc == nil || !sessionTermEnded(t, sc) {
+	if err == io.EOF || pgpipe.IsPgError(err) {
 		return err
 	}
-	return outcomeUnknown(OpWrite, err)
+	return termEndedErr(OpWrite, err, t, sc)
 }
 
 // descsOf returns the statement descriptions valid on the primary

@@ -201,15 +201,11 @@ func (cn *conn) primaryFailed(ctx context.Context, p *plan, sc *stdlib.Conn, err
 		// looked at the host; a write that may have run may not. When
 		// the host stopped being the primary before it answered (its
 		// term ended), the error says the outcome is unknown.
-		ended := cn.termEnded(sc)
+		// A statement that stopped in the middle is nobody's fault but
+		// the topology's: its outcome is unknown, whatever pgx said.
+		err = termEndedErr(p.op, err, cn.term, sc)
 		cn.closePrimary()
 		first := cn.c.probeNow(host)
-		if ended {
-			// A statement that stopped in the middle is nobody's fault
-			// but the topology's: its outcome is unknown, whatever pgx
-			// said.
-			err = outcomeUnknown(p.op, err)
-		}
 		if cn.pinned || inTx {
 			cn.bad = true
 			return false, true, err

@@ -344,17 +344,6 @@ func (cn *conn) borrow(ctx context.Context, h *host, b *borrowed, check bool, wm
 // caller's writes.
 var errNotCaughtUp = pgpipe.ErrBehind
 
-// mayReach reports whether a position on h can hold wm at all: the same
-// system, and wm's timeline in the replica's history. h nil (a host its
-// view does not name) cannot.
-func (h *hostView) mayReach(wm lagmeter.Watermark) bool {
-	if h == nil {
-		return false
-	}
-	ok, _ := wm.ReachedBy(lagmeter.Position{SystemID: h.probe.SystemID, Timeline: h.probe.Timeline, Replay: ^lagmeter.LSN(0)}, h.v.switchPoint(wm.Timeline))
-	return ok
-}
-
 // checkReplica checks on b, alone, that the replica has replayed up to wm
 // (waiting up to wait for it, adding the wait to cl's; pgpipe.Check), and
 // returns errNotCaughtUp when it has not.
@@ -460,4 +449,33 @@ func (cn *conn) readChecked(ctx context.Context, b *borrowed, wm lagmeter.Waterm
 	pr.saw = cl.saw
 	cl.px.rows = pr
 	return nil
+}
+
+// beginOnReplica opens the read-only transaction of cl on a connection
+// borrowed from h's pool, after the position check at asks for.
+func (cn *conn) beginOnReplica(ctx context.Context, h *host, at target, cl *call) error {
+	b := new(borrowed)
+	if err := cn.borrow(ctx, h, b, at.check, at.wm, at.wait, cl); err != nil {
+		return err
+	}
+	inner, err := cl.beginOn(ctx, b.sc)
+	if err != nil {
+		b.giveBack()
+		return err
+	}
+	cn.tx = &tx{cn: cn, ctx: ctx, inner: inner, replica: b, host: h, begin: cl.begin}
+	return nil
+}
+
+// describeOnReplica is the replica path of describe: cl.query described on
+// a connection borrowed from h's pool, after the check at asks for.
+func (cn *conn) describeOnReplica(ctx context.Context, h *host, at target, cl *call) error {
+	var b borrowed
+	if err := cn.borrow(ctx, h, &b, at.check, at.wm, at.wait, cl); err != nil {
+		return err
+	}
+	defer b.giveBack()
+	var err error
+	cl.sd, err = prepareOn(ctx, b.conn(), cl.query, &h.descs)
+	return err
 }

@@ -4,9 +4,7 @@ import (
 	"context"
 	"database/sql/driver"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/pgrouted/pgrouted/internal/pgpipe"
 	"github.com/pgrouted/pgrouted/internal/sqlclass"
 )
 
@@ -70,38 +68,6 @@ func (cn *conn) describe(ctx context.Context, query string) (*pgconn.StatementDe
 	return prepareOn(ctx, sc.Conn(), query, descs)
 }
 
-// describeOnReplica is the replica path of describe: cl.query described on
-// a connection borrowed from h's pool, after the check at asks for.
-func (cn *conn) describeOnReplica(ctx context.Context, h *host, at target, cl *call) error {
-	var b borrowed
-	if err := cn.borrow(ctx, h, &b, at.check, at.wm, at.wait, cl); err != nil {
-		return err
-	}
-	defer b.giveBack()
-	var err error
-	cl.sd, err = prepareOn(ctx, b.conn(), cl.query, &h.descs)
-	return err
-}
-
-// prepareOn describes query on pc and, with descs, keeps the description
-// there.
-func prepareOn(ctx context.Context, pc *pgx.Conn, query string, descs *pgpipe.Descs) (*pgconn.StatementDescription, error) {
-	if pc.IsClosed() {
-		return nil, driver.ErrBadConn
-	}
-	sd, err := pc.PgConn().Prepare(ctx, "", query, nil)
-	if err != nil {
-		if pgconn.SafeToRetry(err) {
-			return nil, driver.ErrBadConn
-		}
-		return nil, err
-	}
-	if descs != nil {
-		descs.Put(query, sd)
-	}
-	return sd, nil
-}
-
 // Exec implements driver.Stmt.
 func (s *stmt) Exec(args []driver.Value) (driver.Result, error) {
 	return s.cn.ExecContext(context.Background(), s.query, named(args))
@@ -139,3 +105,25 @@ var (
 	_ driver.StmtQueryContext  = (*stmt)(nil)
 	_ driver.NamedValueChecker = (*stmt)(nil)
 )
+
+// PrepareContext implements driver.ConnPrepareContext. The statement is
+// checked on the server, parsed and described in one round trip as pgx
+// does (an invalid one fails here with the server's error), and its
+// description is kept for the executions on that host; each execution is
+// then routed like any statement (stmt.go).
+func (cn *conn) PrepareContext(ctx context.Context, query string) (driver.Stmt, error) {
+	cn.used()
+	if cn.bad {
+		return nil, driver.ErrBadConn
+	}
+	sd, err := cn.describe(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	return &stmt{cn: cn, query: query, numInput: len(sd.ParamOIDs)}, nil
+}
+
+// Prepare implements driver.Conn.
+func (cn *conn) Prepare(query string) (driver.Stmt, error) {
+	return cn.PrepareContext(context.Background(), query)
+}

@@ -135,7 +135,7 @@ func (c *Connector) moveTerm(v *view, now time.Time) *term {
 // tracker publishes a snapshot after every probe and re-evaluates leases on
 // a tick, so this also sees a lease run out. Each snapshot's probe of the
 // primary read its position: it is offered to the read index
-// (consistency.go), where global reads may wait for one.
+// (position.go), where global reads may wait for one.
 func (c *Connector) followTerms(stop <-chan struct{}) {
 	for {
 		changed := c.top.Changed()

@@ -105,31 +105,6 @@ func (cn *conn) beginOnPrimary(ctx context.Context, p *plan, cl *call, readOnly 
 	return cn.tx, nil
 }
 
-// beginOnReplica opens the read-only transaction of cl on a connection
-// borrowed from h's pool, after the position check at asks for.
-func (cn *conn) beginOnReplica(ctx context.Context, h *host, at target, cl *call) error {
-	b := new(borrowed)
-	if err := cn.borrow(ctx, h, b, at.check, at.wm, at.wait, cl); err != nil {
-		return err
-	}
-	inner, err := cl.beginOn(ctx, b.sc)
-	if err != nil {
-		b.giveBack()
-		return err
-	}
-	cn.tx = &tx{cn: cn, ctx: ctx, inner: inner, replica: b, host: h, begin: cl.begin}
-	return nil
-}
-
-// beginOn begins cl's transaction on sc: with pgx's BeginTx for the
-// pgx-native API (pgxcall.go), else with stdlib's.
-func (cl *call) beginOn(ctx context.Context, sc *stdlib.Conn) (driver.Tx, error) {
-	if cl.px != nil {
-		return cl.px.beginOn(ctx, sc.Conn())
-	}
-	return sc.BeginTx(ctx, *cl.begin)
-}
-
 // run runs a statement inside the transaction, on its connection.
 func (t *tx) run(ctx context.Context, r sqlclass.Result, cl *call, began started) error {
 	cn := t.cn
@@ -154,8 +129,8 @@ func (t *tx) run(ctx context.Context, r sqlclass.Result, cl *call, began started
 		// A stale statement of pgx's path aborted the transaction: its
 		// descriptions are dropped, and the error returned.
 		cn.runAgain(err, cl)
-		if t.replica == nil && cn.termEnded(sc) {
-			err = outcomeUnknown(opOf(r.Class), err)
+		if t.replica == nil {
+			err = termEndedErr(opOf(r.Class), err, cn.term, sc)
 		}
 	}
 	err = withPoolerHint(err)
@@ -186,8 +161,8 @@ func (t *tx) Commit() error {
 	cn := t.cn
 	if !t.wrote || cn.primary == nil || !t.in.Positioned() {
 		err := t.inner.Commit()
-		if err != nil && t.replica == nil && cn.primary != nil && cn.termEnded(cn.primary) {
-			err = outcomeUnknown(OpTx, err)
+		if t.replica == nil {
+			err = termEndedErr(OpTx, err, cn.term, cn.primary)
 		}
 		if !t.wrote {
 			t.sawAfter()
@@ -207,11 +182,9 @@ func (t *tx) Commit() error {
 	sc := cn.primary
 	sent := consistency.Now()
 	pos, err := cn.commitPositioned(t.ctx)
-	if err != nil && cn.termEnded(sc) {
-		// The primary was replaced before it answered: the transaction
-		// may have committed there.
-		err = outcomeUnknown(OpTx, err)
-	}
+	// The primary was replaced before it answered: the transaction may
+	// have committed there.
+	err = termEndedErr(OpTx, err, cn.term, sc)
 	t.end(began, "COMMIT", err)
 	cn.c.raiseOutcome(&t.in, t.writes, t.host, pos, sent, err)
 	return err

@@ -45,6 +45,34 @@ type hostView struct {
 // replay is what is known of the standby's replay position (host.replay).
 func (h *hostView) replay() lagmeter.LSN { return h.host.replay(h.probe) }
 
+// position is the standby's position: its system and timeline as its last
+// probe read them, and what is known of its replay position (replay).
+func (h *hostView) position() lagmeter.Position { return h.positionAt(h.replay()) }
+
+// positionAt is the standby's position had it replayed up to replay: the
+// one place a standby's position is built.
+func (h *hostView) positionAt(replay lagmeter.LSN) lagmeter.Position {
+	return lagmeter.Position{SystemID: h.probe.SystemID, Timeline: h.probe.Timeline, Replay: replay}
+}
+
+// watermark is lsn on h's history: its system and timeline as its last
+// probe read them; zero when either is unknown.
+func (h *hostView) watermark(lsn lagmeter.LSN) lagmeter.Watermark {
+	if p := h.probe; p.SystemID != 0 && p.Timeline != 0 {
+		return lagmeter.Watermark{SystemID: p.SystemID, Timeline: p.Timeline, LSN: lsn}
+	}
+	return lagmeter.Watermark{}
+}
+
+// insertWatermark is the watermark of insert, a WAL insert position read
+// on h, a primary: the end of the last record inserted before it
+// (lagmeter.WALLayout.RecordEnd). It is the one way a position read on the
+// primary becomes a watermark: after a write (raise), in a fetch of the
+// read index (fetchPosition), after a causal read (sawBy.record).
+func (h *hostView) insertWatermark(insert lagmeter.LSN) lagmeter.Watermark {
+	return h.watermark(h.probe.Layout.RecordEnd(insert))
+}
+
 // byteLag is how many WAL bytes the standby lacks of the primary's WAL at
 // its last probe (view.walEnd), and false when either is unknown. It is the
 // one reading of byte lag: Config.Select's candidates and Topology report

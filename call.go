@@ -1,0 +1,181 @@
+package pgrouted
+
+import (
+	"context"
+	"database/sql/driver"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pgrouted/pgrouted/internal/pgpipe"
+	"github.com/pgrouted/pgrouted/internal/sqlclass"
+)
+
+// This file is what a statement's path carries: the call (what runs, what
+// it returned, what became of it), how it runs on a session (call.on,
+// call.beginOn, prepareOn), and the one pipelining predicate
+// (Connector.pipelines).
+
+// pipelineUse is what a call would be sent in a pgconn pipeline for.
+type pipelineUse uint8
+
+const (
+	// pipeChecked: a replica read after the check of the replica's
+	// position, in one round trip (conn.readChecked).
+	pipeChecked pipelineUse = iota
+	// pipePositioned: an autocommit write with the read of the position
+	// after its commit (conn.positioned).
+	pipePositioned
+	// pipeTx: a statement in a transaction, between a savepoint and its
+	// release (tx.exec).
+	pipeTx
+)
+
+// pipelines reports whether cl may be sent on host in a pgconn pipeline
+// for use: the one rule for every pipelined path. The call must have the
+// shape the path reads back (pipeChecked: one statement returning rows, a
+// database/sql query or a pgx Query of the Pool; pipePositioned: an Exec
+// or a Query, whose command tag or rows the pipeline gives, not pgx's
+// batches or copies; pipeTx: one database/sql statement, a query or one
+// with arguments: a pgx call in a transaction gets pgx's own rows, and a
+// stale refusal aborts the transaction as it does in pgx), and pgx must
+// allow it (pgpipe.OK: not in the exec modes the user chose instead of
+// pgx's default ones, nor under a pgx QueryTracer). The callers check
+// what the statement is (a read, a write, a plain statement in a
+// transaction).
+func (c *Connector) pipelines(host *host, cl *call, use pipelineUse) bool {
+	switch use {
+	case pipeChecked:
+		if !cl.isQuery || !cl.single || (cl.px != nil && cl.px.kind != pxQuery) {
+			return false
+		}
+	case pipePositioned:
+		if !cl.px.positionable() {
+			return false
+		}
+	case pipeTx:
+		if !cl.single || cl.px != nil || (!cl.isQuery && len(cl.args) == 0) {
+			return false
+		}
+	}
+	cl.px.nameArgs(cl)
+	return pgpipe.OK(host.ConnConfig, cl.args)
+}
+
+// call is one statement to run (a query or an exec), the BEGIN of a
+// transaction or the describe of a Prepare, and its outcome. Its parts
+// are by role, each carried by every path that runs a call: what runs
+// (callText), what it returned (callResults) and what became of it on the
+// way (callOutcome), which its RouteEvent reports (Connector.report) and
+// nothing decides on; px is the pgx side of a call of the pgx-native API.
+type call struct {
+	callText
+	callResults
+	callOutcome
+
+	// px is set for a call of the pgx-native API (pool.go): pgx runs it,
+	// and its results are pgx's (pgxcall.go).
+	px *pgxCall
+	// saw is set for a read under causal consistency (not one of a
+	// transaction begun with BeginTx): what it records once it ended
+	// (causal.go).
+	saw *sawBy
+}
+
+// callKind is what a call runs.
+type callKind uint8
+
+const (
+	callStatement callKind = iota // a query or an exec
+	callBegin                     // BeginTx: the transaction's BEGIN
+	callDescribe                  // PrepareContext: describe it (stmt.go)
+)
+
+// callText is what a call runs.
+type callText struct {
+	kind    callKind
+	query   string
+	args    []driver.NamedValue
+	isQuery bool
+	single  bool              // one statement (see sqlclass.Result.Statements)
+	begin   *driver.TxOptions // callBegin: the transaction's options
+
+	// class is query's classification when classified is set (the Pool
+	// classifies a statement before it runs: Pool.refuseSessionState).
+	class      sqlclass.Result
+	classified bool
+}
+
+// callResults is what a call returned to the driver's face: a query's
+// rows, an exec's result, a describe's description (a transaction begun
+// is its conn's).
+type callResults struct {
+	rows driver.Rows
+	res  driver.Result
+	sd   *pgconn.StatementDescription
+}
+
+// callOutcome is what became of a call on the way.
+type callOutcome struct {
+	ran     *host // the host that ran it, or was tried last; nil for none
+	primary bool  // ran is the primary
+	retried bool  // it ran again, elsewhere or on another connection (RouteEvent.Retried)
+	reruns  int   // the runs after a stale statement (stale.go)
+	// replicaFailed: a replica's connection failed under it and it ran
+	// elsewhere (Stats.ReplicaRetries).
+	replicaFailed bool
+	waited        time.Duration // how long it waited on replicas for their replay (replicawait.go)
+	wrote         time.Time     // the caller's last write, when a replica's check of it is worth recording (consistency.CatchUp)
+	sent          time.Time     // (consistency.Now) before it was sent to the primary, and the position read after it
+	// unanswered: it failed before the server answered it (no row, no
+	// command tag), as far as the path that ran it can tell (see
+	// endedUnanswered).
+	unanswered bool
+}
+
+// on runs cl through pgx on sc with args (cl.args, or them after an exec
+// mode option: see Connector.statementArgs).
+func (cl *call) on(ctx context.Context, sc *stdlib.Conn, args []driver.NamedValue) error {
+	if cl.px != nil {
+		return cl.px.on(ctx, cl, sc.Conn(), args)
+	}
+	if cl.isQuery {
+		var err error
+		cl.rows, err = sc.QueryContext(ctx, cl.query, args)
+		return err
+	}
+	// stdlib's ExecContext, keeping the command tag an error came with.
+	tag, err := pgpipe.ExecPlain(ctx, sc.Conn(), cl.query, args)
+	cl.res = driver.RowsAffected(tag.RowsAffected())
+	cl.unanswered = err != nil && tag.String() == ""
+	return err
+}
+
+// beginOn begins cl's transaction on sc: with pgx's BeginTx for the
+// pgx-native API (pgxcall.go), else with stdlib's.
+func (cl *call) beginOn(ctx context.Context, sc *stdlib.Conn) (driver.Tx, error) {
+	if cl.px != nil {
+		return cl.px.beginOn(ctx, sc.Conn())
+	}
+	return sc.BeginTx(ctx, *cl.begin)
+}
+
+// prepareOn describes query on pc and, with descs, keeps the description
+// there.
+func prepareOn(ctx context.Context, pc *pgx.Conn, query string, descs *pgpipe.Descs) (*pgconn.StatementDescription, error) {
+	if pc.IsClosed() {
+		return nil, driver.ErrBadConn
+	}
+	sd, err := pc.PgConn().Prepare(ctx, "", query, nil)
+	if err != nil {
+		if pgconn.SafeToRetry(err) {
+			return nil, driver.ErrBadConn
+		}
+		return nil, err
+	}
+	if descs != nil {
+		descs.Put(query, sd)
+	}
+	return sd, nil
+}
