@@ -11,7 +11,6 @@ import (
 	"github.com/pgrouted/pgrouted/internal/consistency"
 	"github.com/pgrouted/pgrouted/internal/sqlclass"
 	"github.com/pgrouted/pgrouted/lagmeter"
-	"github.com/pgrouted/pgrouted/topology"
 )
 
 // plan is the routing decision for one statement or one BEGIN: the host,
@@ -410,8 +409,7 @@ func (c *Connector) pickReplica(v *view, rc *readCtx, advance bool, skip *host) 
 	for i := range v.hosts {
 		h := &v.hosts[i]
 		st := h.probe
-		if st.Role != topology.RoleStandby || h == v.primary || st.NoReads {
-			// NoReads: the topology provider lets it serve no reads.
+		if !h.servesReads() {
 			continue
 		}
 		standbys++
@@ -426,11 +424,12 @@ func (c *Connector) pickReplica(v *view, rc *readCtx, advance bool, skip *host) 
 			saturated++
 			continue
 		}
-		pos := lagmeter.Position{SystemID: st.SystemID, Timeline: st.Timeline}
+		// A failed probe leaves the position unknown: the server may
+		// have restarted and gone back to its minimum recovery point.
+		pos := h.positionAt(0)
 		if st.Healthy {
-			// A failed probe leaves the position unknown: the server may
-			// have restarted and gone back to its minimum recovery point.
-			pos.Replay, pos.Xmin = h.replay(), st.SnapshotXmin
+			pos = h.position()
+			pos.Xmin = st.SnapshotXmin
 		}
 		// The read's staleness check, and the replica's budget gate
 		// (budgetgate.go): out beyond the budget until it is back under
