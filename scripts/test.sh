@@ -166,17 +166,31 @@ grpcfull() { (cd pgroutedgrpc && fulltest ./... "$@"); }
 # the vet), which lane 5 ran after the examples' and otelroute's: lane 5
 # ended last (1,417 s in a fresh-clone run on a slow 2-core machine).
 #
-# scripts/lint.sh (make lint): staticcheck of every module in lane 4
-# before its fuzzing, go mod tidy -diff and govulncheck at the end of lane
-# 3, the root package's shortest shard (lane 1 holds the modules' vet and
-# pgroutedgrpc's tests already; the whole of it in lane 4 made that lane
-# the last to end, 16 minutes in a fresh-clone run). staticcheck
+# scripts/lint.sh (make lint): staticcheck of every module at the end of
+# lane 4, go mod tidy -diff and govulncheck at the end of lane 5 (after
+# its fuzzing; at the end of lane 3 they made it the last to end, 16
+# minutes in a fresh-clone run of 6 December, with lane 4's fuzzing half
+# at its end: that half now ends lane 3). staticcheck
 # takes the compiled dependencies vet left in the build cache but analyses
 # every package itself, GORM's, ent's and gRPC's too. On empty build and
 # staticcheck caches, after the vet above, it took 125 s and 148 s of CPU
 # time (user and system) on a 2-core machine under a load of 7, 90 s of
 # it building staticcheck and govulncheck (the latter with Go 1.27.3) and
 # checking the library; alone, with no vet before it, 290 s of CPU time.
+# The library builds for windows and darwin (a build, no tests).
+# Unix-only (//go:build unix): testcluster, the test files of the packages
+# whose tests start a cluster (GOOS=windows go vet ./... compiles them),
+# cmd/pgrouted's demo and cluster. In lane 2, after its shards (and the
+# compatibility subset): on an empty build cache each system's standard
+# library is compiled, a minute of CPU that lanes waiting on servers
+# leave free, where before make test it delayed every lane.
+crossbuild() {
+	local rc=0 goos
+	for goos in windows darwin; do
+		GOOS=$goos go build ./... || rc=1
+	done
+	return $rc
+}
 vetmodules() {
 	local rc=0 m
 	for m in examples otelroute promcollector pgroutedgrpc; do
@@ -207,7 +221,7 @@ targets=$(grep -rH --include='*_test.go' -E '^func Fuzz[A-Za-z0-9_]*\(' . |
 # Such a run is run once more; a target fails when it writes a failing
 # input, or fails in any other way, or fails so twice.
 fuzzcorpus() { ls "$1/testdata/fuzz/$2" 2>/dev/null | sort || true; }
-# fuzzall K N fuzzes every Nth target from the Kth (0 to N-1): lanes 4
+# fuzzall K N fuzzes every Nth target from the Kth (0 to N-1): lanes 3
 # and 5 each fuzz half of them when their tests end (one lane fuzzing
 # them all was the suite's last to end).
 fuzzall() {
@@ -293,10 +307,13 @@ for i in "${!shardnames[@]}"; do
 			job "race: ${shardnames[i]}" roottest race "${shardflags[i]#-}" "${shardpatterns[i]}"
 			job "no race: ${shardnames[i]}" roottest norace "${shardflags[i]#-}" "${shardpatterns[i]}"
 			if [ "$i" -eq 2 ]; then
-				job "lint: go mod tidy -diff, govulncheck (every module)" ./scripts/lint.sh tidy govulncheck
+				job "fuzzing, $fuzztime a target (half of them)" fuzzall 0 2
 			fi
 			if [ "$i" -eq 1 ] && [ ${#versions[@]} -gt 0 ]; then
 				job "compatibility subset on PostgreSQL ${versions[*]}" ./scripts/test-versions.sh "${versions[@]}"
+			fi
+			if [ "$i" -eq 1 ]; then
+				job "build: windows, darwin" crossbuild
 			fi
 			if [ "$i" -eq 0 ]; then
 				job "vet: examples, otelroute, promcollector, pgroutedgrpc" vetmodules
@@ -315,18 +332,18 @@ for i in "${!shardnames[@]}"; do
 	lanes+=($!)
 done
 # Lane 4: the library's other packages with -race, then those that wait on
-# servers without it, then half of the fuzz targets.
+# servers without it, then staticcheck.
 lane=4 jobseq=0
 # shellcheck disable=SC2086 # $others is a list of packages
 (
 	job "race: other packages" racetest $others "$@"
 	job "no race: testcluster, topology, cmd" fulltest ./testcluster/... ./topology/ ./cmd/... "$@"
 	job "lint: staticcheck (every module)" ./scripts/lint.sh staticcheck
-	job "fuzzing, $fuzztime a target (half of them)" fuzzall 0 2
 ) &
 lanes+=($!)
 # Lane 5: the modules beside the library but pgroutedgrpc (lane 1's),
-# then the other half of the fuzz targets.
+# then the other half of the fuzz targets, then go mod tidy -diff and
+# govulncheck.
 lane=5 jobseq=0
 (
 	job "race: examples" examples "$@"
@@ -334,6 +351,7 @@ lane=5 jobseq=0
 	job "race: promcollector" promcollector "$@"
 	job "vet: bench" benchvet
 	job "fuzzing, $fuzztime a target (the other half)" fuzzall 1 2
+	job "lint: go mod tidy -diff, govulncheck (every module)" ./scripts/lint.sh tidy govulncheck
 ) &
 lanes+=($!)
 wait "${lanes[@]}" || status=1
