@@ -180,17 +180,12 @@ grpcfull() { (cd pgroutedgrpc && fulltest ./... "$@"); }
 # The library builds for windows and darwin (a build, no tests).
 # Unix-only (//go:build unix): testcluster, the test files of the packages
 # whose tests start a cluster (GOOS=windows go vet ./... compiles them),
-# cmd/pgrouted's demo and cluster. In lane 2, after its shards (and the
-# compatibility subset): on an empty build cache each system's standard
-# library is compiled, a minute of CPU that lanes waiting on servers
-# leave free, where before make test it delayed every lane.
-crossbuild() {
-	local rc=0 goos
-	for goos in windows darwin; do
-		GOOS=$goos go build ./... || rc=1
-	done
-	return $rc
-}
+# cmd/pgrouted's demo and cluster. Windows at the end of lane 2 (after its
+# shards and the compatibility subset), darwin at the end of lane 3 (after
+# its fuzzing): on an empty build cache each compiles its system's
+# standard library, a minute of CPU, which before make test delayed every
+# lane, and both at the end of lane 2 made it the last to end (15:27).
+crossbuild() { GOOS=$1 go build ./...; }
 vetmodules() {
 	local rc=0 m
 	for m in examples otelroute promcollector pgroutedgrpc; do
@@ -200,16 +195,17 @@ vetmodules() {
 }
 
 # Fuzzing. The tests run every fuzz target on its seeds only; here each
-# target is also fuzzed for a bounded time, $FUZZTIME (default 12s), with
+# target is also fuzzed for a bounded time, $FUZZTIME (default 8s), with
 # $FUZZWORKERS workers (default 1). go test -fuzz takes one target per run
 # and its pattern must match exactly one, hence '^Name$'. When fuzzing
 # finds an input that makes the target fail, go test stops, fails, and
 # writes the input to <package>/testdata/fuzz/<Name>/: from then on it is a
 # seed that every `go test` of the package runs. Fix the bug and commit
 # that file with the fix. The other lanes mostly wait on servers: one
-# worker leaves the other CPU to them, and twice the time gives each target
-# as many executions as two workers for 6s did.
-fuzztime=${FUZZTIME:-12s}
+# worker leaves the other CPU to them. 8s (12s until 7 December) keeps a
+# fresh-clone run within 15 minutes on a slow 2-core machine; make chaos
+# and a longer FUZZTIME are for a longer look.
+fuzztime=${FUZZTIME:-8s}
 fuzzworkers=${FUZZWORKERS:-1}
 targets=$(grep -rH --include='*_test.go' -E '^func Fuzz[A-Za-z0-9_]*\(' . |
 	grep -v -e '^\./examples/' -e '^\./otelroute/' -e '^\./promcollector/' -e '^\./pgroutedgrpc/' |
@@ -308,12 +304,13 @@ for i in "${!shardnames[@]}"; do
 			job "no race: ${shardnames[i]}" roottest norace "${shardflags[i]#-}" "${shardpatterns[i]}"
 			if [ "$i" -eq 2 ]; then
 				job "fuzzing, $fuzztime a target (half of them)" fuzzall 0 2
+				job "build: darwin" crossbuild darwin
 			fi
 			if [ "$i" -eq 1 ] && [ ${#versions[@]} -gt 0 ]; then
 				job "compatibility subset on PostgreSQL ${versions[*]}" ./scripts/test-versions.sh "${versions[@]}"
 			fi
 			if [ "$i" -eq 1 ]; then
-				job "build: windows, darwin" crossbuild
+				job "build: windows" crossbuild windows
 			fi
 			if [ "$i" -eq 0 ]; then
 				job "vet: examples, otelroute, promcollector, pgroutedgrpc" vetmodules
@@ -332,13 +329,14 @@ for i in "${!shardnames[@]}"; do
 	lanes+=($!)
 done
 # Lane 4: the library's other packages with -race, then those that wait on
-# servers without it, then staticcheck.
+# servers without it, then staticcheck and the vet of bench.
 lane=4 jobseq=0
 # shellcheck disable=SC2086 # $others is a list of packages
 (
 	job "race: other packages" racetest $others "$@"
 	job "no race: testcluster, topology, cmd" fulltest ./testcluster/... ./topology/ ./cmd/... "$@"
 	job "lint: staticcheck (every module)" ./scripts/lint.sh staticcheck
+	job "vet: bench" benchvet
 ) &
 lanes+=($!)
 # Lane 5: the modules beside the library but pgroutedgrpc (lane 1's),
@@ -349,7 +347,6 @@ lane=5 jobseq=0
 	job "race: examples" examples "$@"
 	job "race: otelroute" otelroute "$@"
 	job "race: promcollector" promcollector "$@"
-	job "vet: bench" benchvet
 	job "fuzzing, $fuzztime a target (the other half)" fuzzall 1 2
 	job "lint: go mod tidy -diff, govulncheck (every module)" ./scripts/lint.sh tidy govulncheck
 ) &
