@@ -233,9 +233,26 @@ func TestReplicaWaitSkipsStalledReplica(t *testing.T) {
 	if err := stalled.PauseReplay(ctx); err != nil {
 		t.Fatal(err)
 	}
-	// 5 probes of the paused replica (100 ms apart), each seen by a view.
-	for end := time.Now().Add(500 * time.Millisecond); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
-		conn.Topology()
+	// 5 probes of the paused replica since the pause (each measures its
+	// round trip anew), each seen by a view: counted, not timed, so that
+	// a slow machine waits longer.
+	rtt := func() time.Duration {
+		for _, h := range conn.Topology().Hosts {
+			if h.Name == stalled.Name() {
+				return h.RTT
+			}
+		}
+		t.Fatalf("no host %s in the topology", stalled.Name())
+		return 0
+	}
+	last, probes := rtt(), 0
+	for deadline := time.Now().Add(60 * time.Second); probes < 5; time.Sleep(5 * time.Millisecond) {
+		if r := rtt(); r != last {
+			last, probes = r, probes+1
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d probes of %s seen in 60 s, want 5", probes, stalled.Name())
+		}
 	}
 	const wait = 5 * time.Second
 	before := conn.Stats()
