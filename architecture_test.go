@@ -245,23 +245,8 @@ func declaredNames(t *testing.T) declared {
 					member(pkg, d.Name.Name)
 					continue
 				}
-				typ := d.Recv.List[0].Type
-				for {
-					switch x := typ.(type) {
-					case *ast.StarExpr:
-						typ = x.X
-						continue
-					case *ast.IndexExpr:
-						typ = x.X
-						continue
-					case *ast.IndexListExpr:
-						typ = x.X
-						continue
-					}
-					break
-				}
-				if id, ok := typ.(*ast.Ident); ok {
-					member(id.Name, d.Name.Name)
+				if recv := typeName(d.Recv.List[0].Type); recv != "" {
+					member(recv, d.Name.Name)
 				}
 			case *ast.GenDecl:
 				for _, s := range d.Specs {
