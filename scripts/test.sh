@@ -140,14 +140,21 @@ roottest() {
 	fi
 }
 others=$(go list ./... | grep -vx "$root")
-# The modules beside the library, each a job of lane 5 (the summary gives
-# each one's time): the ORM examples (GORM, sqlx and ent stay out of the
-# library's go.mod), otelroute (go.opentelemetry.io stays out of it too),
-# promcollector (Prometheus's client stays out of it too),
-# and the benchmarks (GORM, dbresolver: make test only compiles and vets
-# them, make bench runs them). pgroutedgrpc (google.golang.org/grpc stays
-# out of the library's go.mod too) runs in lane 1, see below.
-examples() { (cd examples && racetest ./... "$@"); }
+# The modules beside the library, each a job of lane 1 or 5 (the summary
+# gives each one's time): the ORM examples (GORM, sqlx and ent stay out of
+# the library's go.mod), otelroute (go.opentelemetry.io stays out of it
+# too), promcollector (Prometheus's client stays out of it too),
+# pgroutedgrpc (google.golang.org/grpc too), and the benchmarks (GORM,
+# dbresolver: make test only compiles and vets them, make bench runs them).
+#
+# The examples run without -race, after the vet of the modules in the same
+# lane (lane 1): their dependencies (GORM, ent, sqlx, sqlc's code) are then
+# the ones the vet just compiled, where -race compiled them all once more:
+# 111 s of CPU time of a fresh-clone run that was bound by CPU time (14:53
+# to 15:22 on a 2-core machine). What the race detector watches there is
+# the library's code, which the root package's tests and those of its
+# other packages run with -race; the examples are its callers' code.
+examples() { (cd examples && fulltest -v ./... "$@"); }
 otelroute() { (cd otelroute && racetest ./... "$@"); }
 promcollector() { (cd promcollector && racetest ./... "$@"); }
 benchvet() { (cd bench && go vet ./...); }
@@ -157,14 +164,11 @@ grpcrace() { (cd pgroutedgrpc && racetest ./... "$@"); }
 grpcfull() { (cd pgroutedgrpc && fulltest ./... "$@"); }
 
 # go vet of the modules beside the library (examples, otelroute,
-# promcollector, pgroutedgrpc), at the end of lane 1 (which
-# ends first without TEST_VERSIONS, second with it): the library's own is
-# .ci/run's first step, and a developer's make vet. Their dependencies
-# (GORM, ent, OpenTelemetry, gRPC) are compiled for it without -race, on
-# CPU time the lanes waiting on servers leave. Lane 1 then runs
-# pgroutedgrpc's tests (its dependencies without -race just compiled for
-# the vet), which lane 5 ran after the examples' and otelroute's: lane 5
-# ended last (1,417 s in a fresh-clone run on a slow 2-core machine).
+# promcollector, pgroutedgrpc), at the end of lane 1, then the examples'
+# tests (see above): the library's own vet is .ci/run's first step, and a
+# developer's make vet. Their dependencies (GORM, ent, OpenTelemetry,
+# gRPC) are compiled for it without -race, on CPU time the lanes waiting
+# on servers leave. pgroutedgrpc's tests run in lane 5.
 #
 # scripts/lint.sh (make lint): staticcheck of every module at the end of
 # lane 4, go mod tidy -diff and govulncheck at the end of lane 5 (after
@@ -314,15 +318,13 @@ for i in "${!shardnames[@]}"; do
 			fi
 			if [ "$i" -eq 0 ]; then
 				job "vet: examples, otelroute, promcollector, pgroutedgrpc" vetmodules
-				job "race: pgroutedgrpc" grpcrace
-				job "no race: pgroutedgrpc" grpcfull
+				job "no race: examples" examples
 			fi
 		else
 			job "race: ${shardnames[i]}" racetest "${shardargs[@]}" . "$@"
 			job "no race: ${shardnames[i]}" fulltest "${shardargs[@]}" . "$@"
 			if [ "$i" -eq 0 ]; then
-				job "race: pgroutedgrpc" grpcrace "$@"
-				job "no race: pgroutedgrpc" grpcfull "$@"
+				job "no race: examples" examples "$@"
 			fi
 		fi
 	) &
@@ -339,14 +341,15 @@ lane=4 jobseq=0
 	job "vet: bench" benchvet
 ) &
 lanes+=($!)
-# Lane 5: the modules beside the library but pgroutedgrpc (lane 1's),
+# Lane 5: the modules beside the library but the examples (lane 1's),
 # then the other half of the fuzz targets, then go mod tidy -diff and
 # govulncheck.
 lane=5 jobseq=0
 (
-	job "race: examples" examples "$@"
 	job "race: otelroute" otelroute "$@"
 	job "race: promcollector" promcollector "$@"
+	job "race: pgroutedgrpc" grpcrace "$@"
+	job "no race: pgroutedgrpc" grpcfull "$@"
 	job "fuzzing, $fuzztime a target (the other half)" fuzzall 1 2
 	job "lint: go mod tidy -diff, govulncheck (every module)" ./scripts/lint.sh tidy govulncheck
 ) &
