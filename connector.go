@@ -89,6 +89,24 @@ func NewConnector(cfg *Config) (*Connector, error) {
 	if err := own.Config.Validate(); err != nil {
 		return nil, err
 	}
+	c, err := newConnector(own)
+	if err != nil {
+		return nil, err
+	}
+	th, err := c.openHosts()
+	if err == nil {
+		err = c.startTopology(th)
+	}
+	if err != nil {
+		c.closePools()
+		return nil, err
+	}
+	c.startWorkers()
+	return c, nil
+}
+
+// newConnector is a Connector of the valid own, its hosts not open yet.
+func newConnector(own Config) (*Connector, error) {
 	read, err := parseFuncNames("pgrouted_read_functions", own.ReadFunctions)
 	if err != nil {
 		return nil, err
@@ -108,30 +126,41 @@ func NewConnector(cfg *Config) (*Connector, error) {
 		c.budget.MaxBytes = uint64(n)
 	}
 	c.gates = newGateBudgets(c.budget, own.ProbeInterval)
-	th := make([]topology.Host, len(own.Hosts))
-	for i, h := range own.Hosts {
-		hs, err := newHost(i, h, &own.Config, c.circuitChanged, c.wire)
+	// The Config.Select hook goes in front of the pgrouted_select policy.
+	c.picker = newPicker(own.SelectPolicy, own.LatencyWindow, own.Select, c.log)
+	return c, nil
+}
+
+// openHosts adds the DSN's hosts to the host table (their pools open
+// their connections on demand), and returns them as the topology probes
+// them.
+func (c *Connector) openHosts() ([]topology.Host, error) {
+	th := make([]topology.Host, len(c.cfg.Hosts))
+	for i, h := range c.cfg.Hosts {
+		hs, err := newHost(i, h, &c.cfg.Config, c.circuitChanged, c.wire)
 		if err != nil {
-			c.closePools()
 			return nil, err
 		}
 		c.hosts.add(hs)
 		th[i] = c.topologyHost(hs, &h.ConnConfig.Config)
 	}
-	// The Config.Select hook goes in front of the pgrouted_select policy.
-	c.picker = newPicker(own.SelectPolicy, own.LatencyWindow, own.Select, c.log)
-	prov, err := newProvider(&own)
+	return th, nil
+}
+
+// startTopology starts probing th, with the topology provider the Config
+// asks for (and discovery, under pgrouted_discover).
+func (c *Connector) startTopology(th []topology.Host) error {
+	prov, err := newProvider(&c.cfg)
 	if err != nil {
-		c.closePools()
-		return nil, err
+		return err
 	}
-	if p, ok := prov.(*topology.Patroni); ok && own.Provider == nil {
+	if p, ok := prov.(*topology.Patroni); ok && c.cfg.Provider == nil {
 		c.patroni = p
 	}
 	opts := topology.Options{
 		Provider: prov,
-		Interval: own.ProbeInterval,
-		Lease:    own.Lease,
+		Interval: c.cfg.ProbeInterval,
+		Lease:    c.cfg.Lease,
 		// Subscribed before the first probe: the boot's events are
 		// logged too.
 		EventBuffer: 64,
@@ -139,22 +168,27 @@ func NewConnector(cfg *Config) (*Connector, error) {
 	c.discovery(&opts) // hosts.go
 	top, err := topology.New(th, opts)
 	if err != nil {
-		c.closePools()
-		return nil, fmt.Errorf("pgrouted: %w", err)
+		return fmt.Errorf("pgrouted: %w", err)
 	}
 	c.top = top
 	c.history = top.History()
 	c.started.Store(true)
+	return nil
+}
+
+// startWorkers starts what runs beside the statements until Close: the
+// log of topology events, the primary's terms, the function catalog's
+// loads and the primary sessions' upkeep (pool_ keys).
+func (c *Connector) startWorkers() {
 	c.logDone = make(chan struct{})
-	go c.watch(top.Events())
+	go c.watch(c.top.Events())
 	c.stopTerms, c.termsDone = make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(c.termsDone)
 		c.followTerms(c.stopTerms)
 	}()
-	c.funcs.start(c.loadCatalog, c.pollCatalog, DefaultConnectTimeout+5*time.Second, own.ProbeInterval, own.ProbeInterval)
+	c.funcs.start(c.loadCatalog, c.pollCatalog, DefaultConnectTimeout+5*time.Second, c.cfg.ProbeInterval, c.cfg.ProbeInterval)
 	c.prim.start()
-	return c, nil
 }
 
 // newProvider returns the topology provider cfg asks for: Patroni's under

@@ -104,15 +104,23 @@ func TestPooledFreshWhileWALIsUnflushed(t *testing.T) {
 		}
 		return n
 	}
-	// Reads must go to a replica while that WAL is still unflushed. The
-	// background writer may flush it while the connector opens (once in
-	// 15 s): then this attempt proves nothing, and another runs, on a
-	// table of its own (the first one's hint bits are set).
+	// Reads must go to a replica while that WAL is still unflushed. Each
+	// attempt begins right after the background writer's standby snapshot
+	// (waitStandbySnapshot), which would flush it, so that the next is
+	// up to 15 s away; when something else flushes it while the connector
+	// opens (a commit of autovacuum's), this attempt proves nothing, and
+	// another runs, on a table of its own (the first one's hint bits are
+	// set).
 	for attempt := 1; ; attempt++ {
 		table := fmt.Sprintf("pgb_unflushed%d", attempt)
 		mustExec(t, ctx, primary, "DROP TABLE IF EXISTS "+table+"; CREATE TABLE "+table+" AS SELECT i FROM generate_series(1, 2000) AS i")
 		t.Cleanup(func() { primary.Exec(context.Background(), "DROP TABLE IF EXISTS "+table) })
+		var created string
+		if err := c.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn()::text").Scan(&created); err != nil {
+			t.Fatal(err)
+		}
 		replicated(t, ctx)
+		waitStandbySnapshot(t, ctx, c, created)
 		// After a checkpoint, the first read of each page logs the page
 		// to set its hint bits (wal_log_hints); the read rolls back, so
 		// nothing asks for that WAL to be flushed.
@@ -161,6 +169,34 @@ func TestPooledFreshWhileWALIsUnflushed(t *testing.T) {
 			t.Fatalf("in 3 attempts, reads went to a replica only once the primary had flushed its WAL (the last after %s)", took)
 		}
 		db.Close()
+	}
+}
+
+// waitStandbySnapshot waits until the primary (c) flushed WAL past after,
+// a position just after a commit: the background writer's standby snapshot
+// (a RUNNING_XACTS record, which the WAL writer flushes within
+// wal_writer_delay). The background writer logs one at most once in 15 s,
+// and only after WAL that counts since its last (the commit's table): once
+// it logged it, WAL a read inserts then stays unflushed for up to 15 s,
+// where right after an idle period it would be flushed within a few
+// hundred milliseconds, before a connector opening on a loaded machine
+// could prove anything. It gives up after 40 s (another attempt follows).
+func waitStandbySnapshot(t *testing.T, ctx context.Context, c *pgx.Conn, after string) {
+	t.Helper()
+	deadline := time.Now().Add(40 * time.Second)
+	for {
+		var flushed bool
+		if err := c.QueryRow(ctx, "SELECT pg_current_wal_flush_lsn() > $1::text::pg_lsn", after).Scan(&flushed); err != nil {
+			t.Fatal(err)
+		}
+		if flushed {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Logf("no WAL flushed past %s within 40 s: no standby snapshot seen", after)
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 

@@ -1,10 +1,8 @@
 package pgrouted
 
 import (
-	"cmp"
 	"context"
 	"errors"
-	"slices"
 	"time"
 
 	"github.com/pgrouted/pgrouted/dsn"
@@ -147,24 +145,7 @@ func (c *Connector) plan(ctx context.Context, q *request, advance bool, p *plan)
 			return
 		}
 		p.primary = true
-		switch {
-		case q.refused && q.r.Class == sqlclass.Read:
-			p.reason, p.pin = ReasonRefused, true
-		case q.r.Func == sqlclass.FuncVolatile:
-			p.reason, p.fn = ReasonVolatileFunction, q.fn
-		case q.r.Func == sqlclass.FuncHidden:
-			p.reason, p.fn = ReasonHiddenCode, q.fn
-		case q.r.Func == sqlclass.FuncUnknown:
-			p.reason, p.fn = ReasonUnknownFunction, q.fn
-		case q.r.Func == sqlclass.FuncWrite:
-			p.reason, p.fn = ReasonWriteFunction, q.fn
-		case class == sqlclass.Session:
-			p.reason = ReasonSessionState
-		case class == sqlclass.Tx:
-			p.reason = ReasonInTx
-		default:
-			p.reason = ReasonWrite
-		}
+		p.primaryReason(q)
 		return
 	}
 	switch {
@@ -179,6 +160,30 @@ func (c *Connector) plan(ctx context.Context, q *request, advance bool, p *plan)
 		return
 	}
 	c.planReplica(ctx, p, advance)
+}
+
+// primaryReason sets p's reason for running q, which is no plain read, on
+// the primary (and the function that decided, or the pin after a read a
+// replica refused).
+func (p *plan) primaryReason(q *request) {
+	switch {
+	case q.refused && q.r.Class == sqlclass.Read:
+		p.reason, p.pin = ReasonRefused, true
+	case q.r.Func == sqlclass.FuncVolatile:
+		p.reason, p.fn = ReasonVolatileFunction, q.fn
+	case q.r.Func == sqlclass.FuncHidden:
+		p.reason, p.fn = ReasonHiddenCode, q.fn
+	case q.r.Func == sqlclass.FuncUnknown:
+		p.reason, p.fn = ReasonUnknownFunction, q.fn
+	case q.r.Func == sqlclass.FuncWrite:
+		p.reason, p.fn = ReasonWriteFunction, q.fn
+	case p.class == sqlclass.Session:
+		p.reason = ReasonSessionState
+	case p.class == sqlclass.Tx:
+		p.reason = ReasonInTx
+	default:
+		p.reason = ReasonWrite
+	}
 }
 
 // planTx is plan for BeginTx (p holds only its intent).
@@ -332,198 +337,6 @@ func (p *plan) decision(c *Connector) Decision {
 		d.Endpoint = v.primary.Name
 	}
 	return d
-}
-
-// maxStackCandidates bounds the hosts whose candidates are kept on the
-// stack.
-const maxStackCandidates = 32
-
-// pick is a replica choice: host, or nil and reason; check asks the read to
-// verify the replica's replay position on its connection first, because the
-// last probe cannot prove it holds the caller's writes.
-type pick struct {
-	host   *hostView
-	reason Reason
-	check  bool
-	wm     lagmeter.Watermark
-	wrote  time.Time // see target.wrote
-	// pending: the caller's position is deferred (consistency.DeferredUse);
-	// host must check it once it is read (Connector.resolveDeferred).
-	pending bool
-}
-
-// pickReplica chooses a replica for a read in v, skipping host skip (nil:
-// none). Proven replicas (holding the caller's writes and within the
-// staleness budget by the last probe) come first; when there are none, a
-// healthy one within the budget that may have caught up since is returned
-// with check set. advance moves the round-robin position; Explain does not.
-//
-// It is one pass over the hosts: what does not depend on the host (the
-// switch point of the caller's timeline, the primary's lease) is worked
-// out once, before it.
-func (c *Connector) pickReplica(v *view, rc *readCtx, advance bool, skip *host) pick {
-	// The proven candidates fill buf from its start, the maybe ones from
-	// its end: together they are at most the hosts but the primary.
-	var stack [maxStackCandidates]*hostView
-	buf := stack[:]
-	if n := len(v.hosts); n > maxStackCandidates && (v.primary == nil || n-1 > maxStackCandidates) {
-		buf = make([]*hostView, n)
-	}
-	nCand, maybeAt := 0, len(buf)
-	standbys, healthy, saturated := 0, 0, 0
-	unknown := false
-	level := rc.level
-	session := level != consistency.Eventual // session, causal or global: a position to reach
-	wm := rc.st.Watermark()
-	if !session {
-		wm = lagmeter.Watermark{}
-	}
-	// A deferred position: no replica is proven to hold it until it is
-	// read, which only the pick's replica needs.
-	pending := session && rc.st.Pending()
-	sp := v.switchPoint(wm.Timeline)
-	lastWrite := rc.st.LastWrite()
-	pinned := level.Marks() && c.cfg.PinAfterWrite > 0 && rc.now.Sub(lastWrite) < c.cfg.PinAfterWrite
-	// recent: the caller's position is its own last write, whose age
-	// tells how likely a replica that must check is to hold it
-	// (consistency.CatchUp), and whose position, when deferred, is worth
-	// reading only when such reads serve more than one read
-	// (consistency.DeferredUse), unless the read may wait for it.
-	var age time.Duration
-	// A read that may not fall back to the primary checks in any case.
-	// A position a read saw (causal consistency) is not the last write's:
-	// its age says nothing.
-	recent := level.Marks() && !lastWrite.IsZero() && (!wm.IsZero() || pending) && !rc.st.Seen() &&
-		!rc.forced && c.cfg.Fallback != dsn.FallbackError
-	if recent {
-		age = rc.now.Sub(lastWrite)
-		// A deferred position read already under way is shared: a read
-		// that joins it costs the primary nothing more.
-		recent = rc.wait <= 0 && !(pending && c.rw.index.Waiting())
-	}
-	// The replicas skipped for their ramp (budgetgate.go): the first
-	// proven one and the first that may hold the position.
-	var rampProven, rampMaybe *hostView
-	// Byte lag does not grow while the primary is not probed.
-	byteLease := rc.budget.MaxBytes == 0 || v.snap.LeaseValid(rc.now)
-	for i := range v.hosts {
-		h := &v.hosts[i]
-		st := h.probe
-		if !h.servesReads() {
-			continue
-		}
-		standbys++
-		if !h.breaker.Allow() || h.host == skip {
-			continue
-		}
-		healthy++
-		if pinned {
-			continue
-		}
-		if !rc.forced && h.inflight() >= h.maxConns {
-			saturated++
-			continue
-		}
-		// A failed probe leaves the position unknown: the server may
-		// have restarted and gone back to its minimum recovery point.
-		pos := h.positionAt(0)
-		if st.Healthy {
-			pos = h.position()
-			pos.Xmin = st.SnapshotXmin
-		}
-		// The read's staleness check, and the replica's budget gate
-		// (budgetgate.go): out beyond the budget until it is back under
-		// the return threshold, then ramping back to its whole share.
-		gate := gateIn
-		if !rc.budget.IsZero() {
-			l := c.history.Lag(pos, rc.now)
-			// Behind every sample kept is beyond the budget only when
-			// the samples go back that far (a connector just opened
-			// has a short history): else it is no reason to leave.
-			beyond := l.Time != lagmeter.Unbounded || c.history.Spans(c.gates.leave.MaxTime, rc.now)
-			gate = h.gate.pass(&c.gates, l, beyond, rc.now, !advance)
-			if ok, why := rc.budget.Allows(l); !ok {
-				unknown = unknown || why == lagmeter.ReasonPositionUnknown
-				continue
-			}
-			if gate == gateOut {
-				continue
-			}
-		}
-		if !byteLease || (session && rc.st.Unknown()) {
-			unknown = true
-			continue
-		}
-		ok, why := wm.ReachedBy(pos, sp)
-		if pending && ok {
-			ok, why = false, lagmeter.ReasonBehind
-		}
-		switch {
-		case ok && gate == gateSkipped:
-			rampProven = cmp.Or(rampProven, h)
-		case ok:
-			buf[nCand] = h
-			nCand++
-		case why == lagmeter.ReasonBehind && st.SystemID != 0 && gate == gateSkipped:
-			rampMaybe = cmp.Or(rampMaybe, h)
-		case why == lagmeter.ReasonBehind && st.SystemID != 0:
-			maybeAt--
-			buf[maybeAt] = h
-		default:
-			unknown = true
-		}
-	}
-	// A replica ramping back whose turn it was not still serves a read
-	// that no other replica can: the ramp is between replicas.
-	switch {
-	case nCand == 0 && rampProven != nil:
-		buf[0] = rampProven
-		nCand = 1
-	case nCand == 0 && maybeAt == len(buf) && rampMaybe != nil:
-		maybeAt--
-		buf[maybeAt] = rampMaybe
-	}
-	cand, checking := buf[:nCand], false
-	catchingUp, deferred := false, false
-	if nCand == 0 && maybeAt < len(buf) {
-		// The maybe ones, in the hosts' order.
-		cand, checking = buf[maybeAt:], true
-		slices.Reverse(cand)
-		if recent {
-			cand = c.worthChecking(cand, age, rc.now, advance)
-			catchingUp = len(cand) == 0
-			// A deferred position read for this read alone would cost the
-			// primary what the read does (consistency.DeferredUse).
-			if pending && !catchingUp && !c.rw.deferredUse.Worth(rc.now) {
-				cand, deferred = nil, true
-				if advance {
-					c.rw.deferredUse.Skip(rc.st, rc.now)
-				}
-			}
-		}
-	}
-	if len(cand) == 0 {
-		switch {
-		case standbys == 0:
-			return pick{reason: ReasonNoReplicas}
-		case healthy == 0:
-			return pick{reason: ReasonUnhealthy}
-		case saturated == healthy:
-			return pick{reason: ReasonSaturated}
-		case unknown:
-			return pick{reason: ReasonPositionUnknown}
-		case catchingUp:
-			return pick{reason: ReasonCatchingUp}
-		case deferred:
-			return pick{reason: ReasonDeferred}
-		}
-		return pick{reason: ReasonBehind}
-	}
-	pk := pick{host: c.choose(rc.ctx, cand, advance), check: checking, wm: wm, pending: pending}
-	if checking && recent {
-		pk.wrote = lastWrite
-	}
-	return pk
 }
 
 // Explain returns where query would run now, and why, without running it:

@@ -158,17 +158,19 @@ examples() { (cd examples && fulltest -v ./... "$@"); }
 otelroute() { (cd otelroute && racetest ./... "$@"); }
 promcollector() { (cd promcollector && racetest ./... "$@"); }
 benchvet() { (cd bench && go vet ./...); }
-# pgroutedgrpc's two-process test waits on servers, so it runs once more
-# without -race.
-grpcrace() { (cd pgroutedgrpc && racetest ./... "$@"); }
-grpcfull() { (cd pgroutedgrpc && fulltest ./... "$@"); }
+# pgroutedgrpc, the same way: its interceptors carry a Session's token in
+# a request's metadata and back, with no state shared between goroutines
+# but the Session's (the library's, tested with -race); its two-process
+# test waits on servers, which a run without -race tests the better. Its
+# dependencies (gRPC, protobuf) are then the vet's too.
+grpcfull() { (cd pgroutedgrpc && fulltest -v ./... "$@"); }
 
 # go vet of the modules beside the library (examples, otelroute,
 # promcollector, pgroutedgrpc), at the end of lane 1, then the examples'
 # tests (see above): the library's own vet is .ci/run's first step, and a
 # developer's make vet. Their dependencies (GORM, ent, OpenTelemetry,
 # gRPC) are compiled for it without -race, on CPU time the lanes waiting
-# on servers leave. pgroutedgrpc's tests run in lane 5.
+# on servers leave; the examples' and pgroutedgrpc's tests follow it.
 #
 # scripts/lint.sh (make lint): staticcheck of every module at the end of
 # lane 4, go mod tidy -diff and govulncheck at the end of lane 5 (after
@@ -199,17 +201,17 @@ vetmodules() {
 }
 
 # Fuzzing. The tests run every fuzz target on its seeds only; here each
-# target is also fuzzed for a bounded time, $FUZZTIME (default 8s), with
+# target is also fuzzed for a bounded time, $FUZZTIME (default 5s), with
 # $FUZZWORKERS workers (default 1). go test -fuzz takes one target per run
 # and its pattern must match exactly one, hence '^Name$'. When fuzzing
 # finds an input that makes the target fail, go test stops, fails, and
 # writes the input to <package>/testdata/fuzz/<Name>/: from then on it is a
 # seed that every `go test` of the package runs. Fix the bug and commit
 # that file with the fix. The other lanes mostly wait on servers: one
-# worker leaves the other CPU to them. 8s (12s until 7 December) keeps a
+# worker leaves the other CPU to them. 5s (12s, then 8s, until 7 December) keeps a
 # fresh-clone run within 15 minutes on a slow 2-core machine; make chaos
 # and a longer FUZZTIME are for a longer look.
-fuzztime=${FUZZTIME:-8s}
+fuzztime=${FUZZTIME:-5s}
 fuzzworkers=${FUZZWORKERS:-1}
 targets=$(grep -rH --include='*_test.go' -E '^func Fuzz[A-Za-z0-9_]*\(' . |
 	grep -v -e '^\./examples/' -e '^\./otelroute/' -e '^\./promcollector/' -e '^\./pgroutedgrpc/' |
@@ -319,12 +321,14 @@ for i in "${!shardnames[@]}"; do
 			if [ "$i" -eq 0 ]; then
 				job "vet: examples, otelroute, promcollector, pgroutedgrpc" vetmodules
 				job "no race: examples" examples
+				job "no race: pgroutedgrpc" grpcfull
 			fi
 		else
 			job "race: ${shardnames[i]}" racetest "${shardargs[@]}" . "$@"
 			job "no race: ${shardnames[i]}" fulltest "${shardargs[@]}" . "$@"
 			if [ "$i" -eq 0 ]; then
 				job "no race: examples" examples "$@"
+				job "no race: pgroutedgrpc" grpcfull "$@"
 			fi
 		fi
 	) &
@@ -341,15 +345,14 @@ lane=4 jobseq=0
 	job "vet: bench" benchvet
 ) &
 lanes+=($!)
-# Lane 5: the modules beside the library but the examples (lane 1's),
+# Lane 5: otelroute and promcollector (the examples and pgroutedgrpc are
+# lane 1's),
 # then the other half of the fuzz targets, then go mod tidy -diff and
 # govulncheck.
 lane=5 jobseq=0
 (
 	job "race: otelroute" otelroute "$@"
 	job "race: promcollector" promcollector "$@"
-	job "race: pgroutedgrpc" grpcrace "$@"
-	job "no race: pgroutedgrpc" grpcfull "$@"
 	job "fuzzing, $fuzztime a target (the other half)" fuzzall 1 2
 	job "lint: go mod tidy -diff, govulncheck (every module)" ./scripts/lint.sh tidy govulncheck
 ) &
