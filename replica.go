@@ -81,53 +81,67 @@ func (cn *conn) runOnReplicas(ctx context.Context, p *plan, cl *call) (replicaOu
 		if circuit.Classify(ctx, err) == circuit.Failure {
 			h.breaker.ReportFailure()
 		}
-		if errors.Is(err, errNotCaughtUp) {
-			// It lacked the position (behind more than the wait, paused):
-			// another replica that holds it serves it before the primary,
-			// after a check of its own if its probe cannot prove it, which
-			// waits only when this one did not (a replica known to lag
-			// more than the wait is not waited on): a read waits once at
-			// most.
-			if attempt == 0 && ctx.Err() == nil {
-				if next, ok := cn.c.replan(ctx, p, h, at.wait > 0); ok {
-					at = next
-					continue
-				}
-			}
-			if ferr := p.fallback(ReasonBehind, nil); ferr != nil {
-				return replicaOutcome{}, ferr
-			}
-			return replicaOutcome{fallback: true, reason: ReasonBehind}, nil
+		o, retry, err := cn.replicaFailed(ctx, p, &at, cl, err, attempt)
+		if !retry {
+			return o, err
 		}
-		if readOnly25006(err) {
-			// It wrote, through something the text and the catalog did not
-			// show: the same text goes to the primary first from now on.
-			cn.c.refused.add(cl.query)
-			if ferr := p.fallback(ReasonRetry25006, err); ferr != nil {
-				return replicaOutcome{}, ferr
-			}
-			cl.retried = true
-			return replicaOutcome{fallback: true, reason: ReasonRetry25006, refused: true}, nil
-		}
-		if ctx.Err() != nil || (!replicaRetryable(err) && !h.removed.Load()) {
-			// A host removed from the provider's view (pgrouted_discover)
-			// closes its pool, which cancels the dials in progress: that
-			// read ran nowhere, it runs elsewhere too.
-			return replicaOutcome{}, err
-		}
-		cn.c.top.ProbeNow(h.idx)
-		cl.retried, cl.replicaFailed = true, true
-		if attempt == 0 {
-			if next, ok := cn.c.replan(ctx, p, h, false); ok {
-				at = next
-				continue
-			}
-		}
-		if ferr := p.fallback(ReasonUnhealthy, err); ferr != nil {
-			return replicaOutcome{}, ferr
-		}
-		return replicaOutcome{fallback: true, reason: ReasonReplicaFailed}, nil
 	}
+}
+
+// replicaFailed handles err, the failure of attempt to run cl on the
+// replica *at (not a client error: see clientError), as primaryFailed
+// does on the primary. retry: cl runs again
+// on another eligible replica, now in *at. Otherwise the outcome is
+// final: a fallback to the primary that the plan p allows, with its
+// reason, or the error (the plan's, or err).
+func (cn *conn) replicaFailed(ctx context.Context, p *plan, at *target, cl *call, err error, attempt int) (_ replicaOutcome, retry bool, _ error) {
+	h := at.host.host
+	if errors.Is(err, errNotCaughtUp) {
+		// It lacked the position (behind more than the wait, paused):
+		// another replica that holds it serves it before the primary,
+		// after a check of its own if its probe cannot prove it, which
+		// waits only when this one did not (a replica known to lag
+		// more than the wait is not waited on): a read waits once at
+		// most.
+		if attempt == 0 && ctx.Err() == nil {
+			if next, ok := cn.c.replan(ctx, p, h, at.wait > 0); ok {
+				*at = next
+				return replicaOutcome{}, true, nil
+			}
+		}
+		if ferr := p.fallback(ReasonBehind, nil); ferr != nil {
+			return replicaOutcome{}, false, ferr
+		}
+		return replicaOutcome{fallback: true, reason: ReasonBehind}, false, nil
+	}
+	if readOnly25006(err) {
+		// It wrote, through something the text and the catalog did not
+		// show: the same text goes to the primary first from now on.
+		cn.c.refused.add(cl.query)
+		if ferr := p.fallback(ReasonRetry25006, err); ferr != nil {
+			return replicaOutcome{}, false, ferr
+		}
+		cl.retried = true
+		return replicaOutcome{fallback: true, reason: ReasonRetry25006, refused: true}, false, nil
+	}
+	if ctx.Err() != nil || (!replicaRetryable(err) && !h.removed.Load()) {
+		// A host removed from the provider's view (pgrouted_discover)
+		// closes its pool, which cancels the dials in progress: that
+		// read ran nowhere, it runs elsewhere too.
+		return replicaOutcome{}, false, err
+	}
+	cn.c.top.ProbeNow(h.idx)
+	cl.retried, cl.replicaFailed = true, true
+	if attempt == 0 {
+		if next, ok := cn.c.replan(ctx, p, h, false); ok {
+			*at = next
+			return replicaOutcome{}, true, nil
+		}
+	}
+	if ferr := p.fallback(ReasonUnhealthy, err); ferr != nil {
+		return replicaOutcome{}, false, ferr
+	}
+	return replicaOutcome{fallback: true, reason: ReasonReplicaFailed}, false, nil
 }
 
 // runOnReplica borrows a connection from h's pool and runs cl on it: a
