@@ -478,6 +478,17 @@ func (cn *conn) readChecked(ctx context.Context, b *borrowed, wm lagmeter.Waterm
 	if err != nil {
 		return err
 	}
+	return openChecked(pc, c, cr, pr, cl)
+}
+
+// openChecked opens the rows of a checked read on pc whose check passed
+// (c, read: the read's result is next) and makes them cl's, with the
+// bound to record when they are closed under causal consistency:
+// database/sql's, cr (cl.rows), or, when pr is not nil, pgx's own over
+// the read's result reader with their first row read (cl.px.rows). On
+// error the pipeline was finished: the error is finishing's, if that
+// failed, else the rows'.
+func openChecked(pc *pgx.Conn, c *pgpipe.Checked, cr *checkedRows, pr *poolRows, cl *call) error {
 	if pr == nil {
 		cr.saw = cl.saw
 		if err := cr.Rows.Open(pc.TypeMap(), c.RR, nil); err != nil {
