@@ -577,22 +577,7 @@ func (c *Connector) Stats() Stats {
 	if e := c.top.Snapshot().Epoch; e > 1 {
 		st.Failovers = e - 1
 	}
-	for _, h := range c.hosts.all() {
-		m := map[string]uint64{}
-		for j, op := range opNames {
-			if n := h.statements[j].Load(); n > 0 {
-				m[op] = n
-			}
-		}
-		if prev, ok := st.Statements[h.Name]; ok {
-			// A discovered host that left and came back: one name.
-			for op, n := range m {
-				prev[op] += n
-			}
-			continue
-		}
-		st.Statements[h.Name] = m
-	}
+	c.addStatements(st.Statements)
 	for i, r := range reasonNames {
 		if n := k.fallbacks[i].Load(); n > 0 {
 			st.Fallbacks[r] = n
@@ -602,4 +587,25 @@ func (c *Connector) Stats() Stats {
 		}
 	}
 	return st
+}
+
+// addStatements adds to byHost (Stats.Statements) the statements run on
+// each host, by the host's name and op; ops that ran none are left out.
+func (c *Connector) addStatements(byHost map[string]map[string]uint64) {
+	for _, h := range c.hosts.all() {
+		m := map[string]uint64{}
+		for j, op := range opNames {
+			if n := h.statements[j].Load(); n > 0 {
+				m[op] = n
+			}
+		}
+		if prev, ok := byHost[h.Name]; ok {
+			// A discovered host that left and came back: one name.
+			for op, n := range m {
+				prev[op] += n
+			}
+			continue
+		}
+		byHost[h.Name] = m
+	}
 }
