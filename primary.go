@@ -332,7 +332,7 @@ func (c *Connector) waitChange(ctx context.Context, h *host, epoch uint64, first
 // each probe that failed: the first one after a demotion often does, on
 // the probe connection that the host's restart broke, so a new probe alone
 // is not an answer (as it is for waitChange). Before PostgreSQL 14, which
-// reports no in_hot_standby at connect (see primaryConn), and behind a
+// reports no in_hot_standby at connect (see dialPrimary), and behind a
 // pooler, this is how a write that reached a demoted primary finds the new
 // one.
 func (c *Connector) waitDemoted(ctx context.Context, h *host, epoch uint64, op string, deadline time.Time) error {
