@@ -90,10 +90,10 @@ func (cn *conn) runOnReplicas(ctx context.Context, p *plan, cl *call) (replicaOu
 
 // replicaFailed handles err, the failure of attempt to run cl on the
 // replica *at (not a client error: see clientError), as primaryFailed
-// does on the primary. retry: cl runs again
-// on another eligible replica, now in *at. Otherwise the outcome is
-// final: a fallback to the primary that the plan p allows, with its
-// reason, or the error (the plan's, or err).
+// does on the primary. retry: cl runs again on another eligible replica,
+// now in *at. Otherwise the outcome is final: a fallback to the primary
+// that the plan p allows, with its reason, or the error (the plan's, or
+// err).
 func (cn *conn) replicaFailed(ctx context.Context, p *plan, at *target, cl *call, err error, attempt int) (_ replicaOutcome, retry bool, _ error) {
 	h := at.host.host
 	if errors.Is(err, errNotCaughtUp) {
@@ -199,7 +199,7 @@ type replicaSend struct {
 // replicaSendOf returns how cl goes to h (check: the plan asks for the
 // replica's position to be checked first): pipelined with the check when
 // it may be, with a causal read's bound read after it when it may be, and
-// the holder of the connection it will borrow, zero.
+// the holder of the connection it will borrow (a zero borrowed).
 func (cn *conn) replicaSendOf(h *host, check bool, cl *call) replicaSend {
 	var s replicaSend
 	s.pipelined = check && cn.c.pipelines(h, cl, pipeChecked)
