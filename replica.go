@@ -81,20 +81,20 @@ func (cn *conn) runOnReplicas(ctx context.Context, p *plan, cl *call) (replicaOu
 		if circuit.Classify(ctx, err) == circuit.Failure {
 			h.breaker.ReportFailure()
 		}
-		o, retry, err := cn.replicaFailed(ctx, p, &at, cl, err, attempt)
+		o, retry, err := cn.replicaFailure(ctx, p, &at, cl, err, attempt)
 		if !retry {
 			return o, err
 		}
 	}
 }
 
-// replicaFailed handles err, the failure of attempt to run cl on the
+// replicaFailure handles err, the failure of attempt to run cl on the
 // replica *at (not a client error: see clientError), as primaryFailed
 // does on the primary. retry: cl runs again on another eligible replica,
 // now in *at. Otherwise the outcome is final: a fallback to the primary
 // that the plan p allows, with its reason, or the error (the plan's, or
 // err).
-func (cn *conn) replicaFailed(ctx context.Context, p *plan, at *target, cl *call, err error, attempt int) (_ replicaOutcome, retry bool, _ error) {
+func (cn *conn) replicaFailure(ctx context.Context, p *plan, at *target, cl *call, err error, attempt int) (_ replicaOutcome, retry bool, _ error) {
 	h := at.host.host
 	if errors.Is(err, errNotCaughtUp) {
 		// It lacked the position (behind more than the wait, paused):
