@@ -117,16 +117,33 @@ func newHost(i int, h dsn.Host, cfg *dsn.Config, onChange func(circuit.Change), 
 	if err != nil {
 		return nil, fmt.Errorf("pgrouted: circuit for %s: %w", dsn.Printable(h.Name), err)
 	}
+	hs.sessions = sessionConnector(hs, pc.ConnConfig, sizeCaches)
+	pc.BeforeConnect = sizeCaches
+	guardReplicaDials(hs, pc)
+	hs.pool, err = pgxpool.NewWithConfig(context.Background(), pc)
+	if err != nil {
+		return nil, fmt.Errorf("pgrouted: pool for %s: %w", dsn.Printable(h.Name), err)
+	}
+	hs.replicas = stdlib.GetPoolConnector(hs.pool)
+	return hs, nil
+}
+
+// sessionConnector returns the connector that opens hs's primary
+// sessions on a copy of cc, the host's connection configuration (taken
+// before guardReplicaDials wraps the replica pool's dial), with their
+// caches sized by sizeCaches. It dials only while hs is the primary of the
+// current term, and never pings a session it reuses.
+func sessionConnector(hs *host, cc *pgx.ConnConfig, sizeCaches func(context.Context, *pgx.ConnConfig) error) driver.Connector {
 	// A primary session may be needed the moment the host answers again:
 	// it dials whatever the circuit says, while the host is the primary of
 	// the current term (term.go). Once it is not, pgx's cancel request
 	// after a session was interrupted is not sent: the host may not
 	// answer it.
-	sc := pc.ConnConfig.Copy()
-	sdial := sc.DialFunc
+	sc := cc.Copy()
+	sdial, name := sc.DialFunc, hs.Name
 	sc.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
 		if !hs.leads.Load() {
-			return nil, fmt.Errorf("%w: %s", errNotPrimary, dsn.Printable(h.Name))
+			return nil, fmt.Errorf("%w: %s", errNotPrimary, dsn.Printable(name))
 		}
 		return sdial(ctx, network, addr)
 	}
@@ -137,8 +154,14 @@ func newHost(i int, h dsn.Host, cfg *dsn.Config, onChange func(circuit.Change), 
 	// lasts. The statement that uses the session finds it broken instead:
 	// the term's end closes it (term.go), and a statement on a session
 	// the server ended runs again on a new one (primaryFailed).
-	hs.sessions = stdlib.GetConnector(*sc, stdlib.OptionBeforeConnect(sizeCaches),
+	return stdlib.GetConnector(*sc, stdlib.OptionBeforeConnect(sizeCaches),
 		stdlib.OptionShouldPing(func(context.Context, stdlib.ShouldPingParams) bool { return false }))
+}
+
+// guardReplicaDials makes pc, the configuration of hs's replica pool, dial
+// only while hs's circuit is closed, and track each connection being
+// opened in hs's flight until pgx has finished opening it.
+func guardReplicaDials(hs *host, pc *pgxpool.Config) {
 	// No replica connection, nor pgx's cancel request after a broken read,
 	// dials a host whose circuit is open: it would only wait for a host
 	// known not to answer.
@@ -146,7 +169,7 @@ func newHost(i int, h dsn.Host, cfg *dsn.Config, onChange func(circuit.Change), 
 	// it, so that a read waiting for that (on a host that accepts
 	// connections and then answers nothing) is released too when the
 	// circuit opens.
-	dial, b, name := pc.ConnConfig.DialFunc, hs.breaker, dsn.Printable(h.Name)
+	dial, b, name := pc.ConnConfig.DialFunc, hs.breaker, dsn.Printable(hs.Name)
 	pc.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
 		if !b.Allow() {
 			return nil, fmt.Errorf("pgrouted: %s: circuit open", name)
@@ -157,17 +180,10 @@ func newHost(i int, h dsn.Host, cfg *dsn.Config, onChange func(circuit.Change), 
 		}
 		return hs.flight.opening(c), nil
 	}
-	pc.BeforeConnect = sizeCaches
 	pc.AfterConnect = func(_ context.Context, conn *pgx.Conn) error {
 		hs.flight.opened(conn.PgConn().Conn())
 		return nil
 	}
-	hs.pool, err = pgxpool.NewWithConfig(context.Background(), pc)
-	if err != nil {
-		return nil, fmt.Errorf("pgrouted: pool for %s: %w", dsn.Printable(h.Name), err)
-	}
-	hs.replicas = stdlib.GetPoolConnector(hs.pool)
-	return hs, nil
 }
 
 // replicaPool gives pc, a host's replica pool's configuration, the

@@ -241,56 +241,65 @@ func (c *Connector) Topology() Snapshot {
 	}
 	for i := range v.hosts {
 		hv := &v.hosts[i]
-		h, hs := hv.probe, hv.host
-		if h.Removed {
+		if hv.probe.Removed {
 			// A discovered host that left: gone, once drained.
 			continue
 		}
-		hi := HostInfo{
-			Name:          pr(h.Name),
-			Address:       pr(h.Addr),
-			Role:          h.Role.String(),
-			Healthy:       h.Healthy,
-			Circuit:       hs.breaker.State().String(),
-			RTT:           h.RTT,
-			Timeline:      h.Timeline,
-			SyncState:     h.SyncState,
-			InflightReads: hs.inflight(),
-			BudgetChanges: hs.gate.changes.Load(),
-			Pool:          poolInfo(hs.pool.Stat()),
-			LastError:     printableLine(h.LastError),
-			Member:        pr(h.Member),
-			MemberRole:    pr(h.MemberRole),
-			MemberState:   pr(h.MemberState),
-			NoLoadBalance: h.NoLoadBalance,
-			NoReads:       h.NoReads,
-			Discovered:    h.Discovered,
-			Untrusted:     pr(h.Untrusted),
-		}
-		hi.Pooler, hi.BackendSwitched = h.Pooler, h.BackendSwitched
-		hi.MissingPrivileges = h.Missing
-		if h.Role.String() == "standby" {
-			hi.Budget = hs.gate.state(&c.gates, consistency.Now())
-			replay := hv.replay()
-			if replay != 0 {
-				hi.ReplayLSN = replay.String()
-			}
-			if h.Healthy {
-				if n, ok := hv.byteLag(); ok {
-					hi.ByteLag = &n
-				}
-				// The gate's bound (History.Lag), positions and
-				// transaction IDs both.
-				pos := lagmeter.Position{SystemID: h.SystemID, Timeline: h.Timeline, Replay: replay, Xmin: h.SnapshotXmin}
-				if l := c.history.Lag(pos, now); l.TimeKnown && l.Time != lagmeter.Unbounded {
-					v := l.Time
-					hi.LagBound = &v
-				}
-			}
-		}
-		out.Hosts = append(out.Hosts, hi)
+		out.Hosts = append(out.Hosts, c.hostInfo(hv, now))
 	}
 	return out
+}
+
+// hostInfo returns what the Topology shows of the host hv at now: its
+// probe's findings, its breaker, reads and pool and, for a standby, its
+// budget state, its replay position and, while it is healthy, its lag.
+// Names and texts go through dsn.Printable, as Topology says.
+func (c *Connector) hostInfo(hv *hostView, now time.Time) HostInfo {
+	pr := dsn.Printable
+	h, hs := hv.probe, hv.host
+	hi := HostInfo{
+		Name:          pr(h.Name),
+		Address:       pr(h.Addr),
+		Role:          h.Role.String(),
+		Healthy:       h.Healthy,
+		Circuit:       hs.breaker.State().String(),
+		RTT:           h.RTT,
+		Timeline:      h.Timeline,
+		SyncState:     h.SyncState,
+		InflightReads: hs.inflight(),
+		BudgetChanges: hs.gate.changes.Load(),
+		Pool:          poolInfo(hs.pool.Stat()),
+		LastError:     printableLine(h.LastError),
+		Member:        pr(h.Member),
+		MemberRole:    pr(h.MemberRole),
+		MemberState:   pr(h.MemberState),
+		NoLoadBalance: h.NoLoadBalance,
+		NoReads:       h.NoReads,
+		Discovered:    h.Discovered,
+		Untrusted:     pr(h.Untrusted),
+	}
+	hi.Pooler, hi.BackendSwitched = h.Pooler, h.BackendSwitched
+	hi.MissingPrivileges = h.Missing
+	if h.Role.String() == "standby" {
+		hi.Budget = hs.gate.state(&c.gates, consistency.Now())
+		replay := hv.replay()
+		if replay != 0 {
+			hi.ReplayLSN = replay.String()
+		}
+		if h.Healthy {
+			if n, ok := hv.byteLag(); ok {
+				hi.ByteLag = &n
+			}
+			// The gate's bound (History.Lag), positions and
+			// transaction IDs both.
+			pos := lagmeter.Position{SystemID: h.SystemID, Timeline: h.Timeline, Replay: replay, Xmin: h.SnapshotXmin}
+			if l := c.history.Lag(pos, now); l.TimeKnown && l.Time != lagmeter.Unbounded {
+				v := l.Time
+				hi.LagBound = &v
+			}
+		}
+	}
+	return hi
 }
 
 // printableLine is an error's text as the Topology shows it: on one line
@@ -568,22 +577,7 @@ func (c *Connector) Stats() Stats {
 	if e := c.top.Snapshot().Epoch; e > 1 {
 		st.Failovers = e - 1
 	}
-	for _, h := range c.hosts.all() {
-		m := map[string]uint64{}
-		for j, op := range opNames {
-			if n := h.statements[j].Load(); n > 0 {
-				m[op] = n
-			}
-		}
-		if prev, ok := st.Statements[h.Name]; ok {
-			// A discovered host that left and came back: one name.
-			for op, n := range m {
-				prev[op] += n
-			}
-			continue
-		}
-		st.Statements[h.Name] = m
-	}
+	c.addStatements(st.Statements)
 	for i, r := range reasonNames {
 		if n := k.fallbacks[i].Load(); n > 0 {
 			st.Fallbacks[r] = n
@@ -593,4 +587,25 @@ func (c *Connector) Stats() Stats {
 		}
 	}
 	return st
+}
+
+// addStatements adds to byHost (Stats.Statements) the statements run on
+// each host, by the host's name and op; ops that ran none are left out.
+func (c *Connector) addStatements(byHost map[string]map[string]uint64) {
+	for _, h := range c.hosts.all() {
+		m := map[string]uint64{}
+		for j, op := range opNames {
+			if n := h.statements[j].Load(); n > 0 {
+				m[op] = n
+			}
+		}
+		if prev, ok := byHost[h.Name]; ok {
+			// A discovered host that left and came back: one name.
+			for op, n := range m {
+				prev[op] += n
+			}
+			continue
+		}
+		byHost[h.Name] = m
+	}
 }

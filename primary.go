@@ -41,24 +41,12 @@ func (cn *conn) primaryConn(ctx context.Context, op string) (*stdlib.Conn, error
 		if err != nil {
 			return nil, withCause(err, lastErr)
 		}
-		if cn.primary != nil && (t != cn.term || cn.primary.Conn().IsClosed()) {
-			cn.closePrimary()
-			if cn.pinned {
-				// The session state is gone with the old primary. Nothing
-				// was sent: database/sql may retry on a new connection.
-				cn.bad = true
-				return nil, driver.ErrBadConn
-			}
+		if err := cn.dropOldSession(t); err != nil {
+			return nil, err
 		}
 		if cn.primary != nil {
-			if err := cn.c.syncStatements(ctx, cn.primary.Conn(), cn.host, cn.pinned); err != nil {
-				// The session failed: a new one, as above.
-				continue
-			}
-			if began.IsZero() {
-				cn.c.prim.gotSession(0, false)
-			} else {
-				cn.c.prim.gotSession(time.Since(began), true)
+			if !cn.keepSession(ctx, began) {
+				continue // the session failed: a new one, as above
 			}
 			return cn.primary, nil
 		}
@@ -68,7 +56,6 @@ func (cn *conn) primaryConn(ctx context.Context, op string) (*stdlib.Conn, error
 		if deadline.IsZero() {
 			deadline = time.Now().Add(cn.c.cfg.WriteTimeout)
 		}
-		h := t.host
 		// A slot among the primary's sessions (pool_max_conns), or an
 		// idle connection's session, within the same wait.
 		took, err := cn.c.prim.acquire(ctx, cn, t, deadline)
@@ -78,53 +65,114 @@ func (cn *conn) primaryConn(ctx context.Context, op string) (*stdlib.Conn, error
 		if took {
 			continue // checked and used as its own, above
 		}
-		dctx, release := t.dialContext(ctx)
-		dc, err := h.sessions.Connect(dctx)
-		release()
+		sc, err := cn.dialPrimary(ctx, t, began)
 		if err == nil {
-			sc := dc.(*stdlib.Conn)
-			// PostgreSQL 14+ reports in_hot_standby at connect: a standby
-			// is not the primary, whatever the last probe said. Not
-			// behind a pooler: PgBouncer hands every client the
-			// parameters the server reported to its first server
-			// connection, and a promotion does not change them (a
-			// standby promoted behind its pooler still says "on"). There
-			// the probes decide, and a demoted primary's 25006 refusal
-			// is the safety net, as on PostgreSQL before 14.
-			switch {
-			case sc.Conn().PgConn().ParameterStatus("in_hot_standby") == "on" && !cn.c.behindPooler(h):
-				err = errors.New("pgrouted: " + h.Name + " is a hot standby (in_hot_standby=on)")
-			case t.join(sc):
-				cn.c.syncStatements(ctx, sc.Conn(), h, cn.pinned) // new: nothing to drop
-				cn.primary, cn.host, cn.epoch, cn.term = sc, h, t.epoch, t
-				cn.c.prim.opened(cn, time.Since(began))
-				return sc, nil
-			default:
-				err = errNotPrimary
-			}
-			sc.Close()
+			return sc, nil
 		}
-		cn.c.prim.notOpened()
 		if ctx.Err() != nil {
 			return nil, err
 		}
 		lastErr = err
-		if t.ended() {
-			// The topology moved on during the dial: the next primary,
-			// or the wait for one.
-			continue
-		}
-		// The primary may be failing over: probe it at once and wait for
-		// the topology to move, within the write timeout.
-		werr := cn.c.waitChange(ctx, h, t.epoch, cn.c.probeNow(h), op, deadline)
-		if werr == nil {
-			// Do not hammer a host that is down while its lease runs.
-			werr = sleepCtx(ctx, min(50*time.Millisecond, max(time.Until(deadline), 0)))
-		}
-		if werr != nil {
+		if werr := cn.c.awaitNextPrimary(ctx, t, op, deadline); werr != nil {
 			return nil, withCause(werr, lastErr)
 		}
 	}
+}
+
+// dropOldSession closes the primary session when it no longer belongs to t,
+// the current primary's term: it was opened under an older term, or the
+// server closed it. It returns driver.ErrBadConn (and marks the connection
+// bad) when that lost a pinned connection's session state; else nil.
+func (cn *conn) dropOldSession(t *term) error {
+	if cn.primary != nil && (t != cn.term || cn.primary.Conn().IsClosed()) {
+		cn.closePrimary()
+		if cn.pinned {
+			// The session state is gone with the old primary. Nothing
+			// was sent: database/sql may retry on a new connection.
+			cn.bad = true
+			return driver.ErrBadConn
+		}
+	}
+	return nil
+}
+
+// keepSession readies the primary session the connection holds for the
+// statement (its prepared statements in step with the schema:
+// syncStatements) and counts the statement's getting it: kept, or, when
+// began is not zero, taken from an idle connection after a wait since
+// began. It reports false when the session failed (syncStatements closed
+// it): the caller drops it and opens another.
+func (cn *conn) keepSession(ctx context.Context, began time.Time) bool {
+	if err := cn.c.syncStatements(ctx, cn.primary.Conn(), cn.host, cn.pinned); err != nil {
+		return false
+	}
+	if began.IsZero() {
+		cn.c.prim.gotSession(0, false)
+	} else {
+		cn.c.prim.gotSession(time.Since(began), true)
+	}
+	return true
+}
+
+// dialPrimary opens a session on the host of term t, with the slot
+// acquire gave, and makes it the connection's primary session when the
+// server is not a hot standby and t still holds (term.join); began is when
+// the statement first had to open one. It returns the session, or the
+// error of the dial or of that check (the session is then closed and its
+// slot given back).
+func (cn *conn) dialPrimary(ctx context.Context, t *term, began time.Time) (*stdlib.Conn, error) {
+	h := t.host
+	dctx, release := t.dialContext(ctx)
+	dc, err := h.sessions.Connect(dctx)
+	release()
+	if err == nil {
+		sc := dc.(*stdlib.Conn)
+		// PostgreSQL 14+ reports in_hot_standby at connect: a standby
+		// is not the primary, whatever the last probe said. Not
+		// behind a pooler: PgBouncer hands every client the
+		// parameters the server reported to its first server
+		// connection, and a promotion does not change them (a
+		// standby promoted behind its pooler still says "on"). There
+		// the probes decide, and a demoted primary's 25006 refusal
+		// is the safety net, as on PostgreSQL before 14.
+		switch {
+		case sc.Conn().PgConn().ParameterStatus("in_hot_standby") == "on" && !cn.c.behindPooler(h):
+			err = errors.New("pgrouted: " + h.Name + " is a hot standby (in_hot_standby=on)")
+		case t.join(sc):
+			cn.c.syncStatements(ctx, sc.Conn(), h, cn.pinned) // new: nothing to drop
+			cn.primary, cn.host, cn.epoch, cn.term = sc, h, t.epoch, t
+			cn.c.prim.opened(cn, time.Since(began))
+			return sc, nil
+		default:
+			err = errNotPrimary
+		}
+		sc.Close()
+	}
+	cn.c.prim.notOpened()
+	return nil, err
+}
+
+// awaitNextPrimary waits, after a session could not be opened on the
+// primary of term t, until it is worth trying again, within deadline: at
+// once when t ended meanwhile; otherwise until the topology has news of
+// the host (probed at once) or moved on, and a short pause after that. It
+// returns nil to try again, or the wait's error (ctx's, or no primary by
+// deadline).
+func (c *Connector) awaitNextPrimary(ctx context.Context, t *term, op string, deadline time.Time) error {
+	if t.ended() {
+		// The topology moved on during the dial: the next primary,
+		// or the wait for one.
+		return nil
+	}
+	// The primary may be failing over: probe it at once and wait for
+	// the topology to move, within the write timeout.
+	h := t.host
+	err := c.waitChange(ctx, h, t.epoch, c.probeNow(h), op, deadline)
+	if err == nil {
+		// Do not hammer a host that is down while its lease runs.
+		err = sleepCtx(ctx, min(50*time.Millisecond, max(time.Until(deadline), 0)))
+	}
+	return err
 }
 
 // withCause attaches the last connection error to a RouteError.
@@ -284,7 +332,7 @@ func (c *Connector) waitChange(ctx context.Context, h *host, epoch uint64, first
 // each probe that failed: the first one after a demotion often does, on
 // the probe connection that the host's restart broke, so a new probe alone
 // is not an answer (as it is for waitChange). Before PostgreSQL 14, which
-// reports no in_hot_standby at connect (see primaryConn), and behind a
+// reports no in_hot_standby at connect (see dialPrimary), and behind a
 // pooler, this is how a write that reached a demoted primary finds the new
 // one.
 func (c *Connector) waitDemoted(ctx context.Context, h *host, epoch uint64, op string, deadline time.Time) error {

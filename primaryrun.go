@@ -41,25 +41,8 @@ func (cn *conn) runOnPrimary(ctx context.Context, p *plan, r *sqlclass.Result, c
 		}
 		cl.ran, cl.primary = cn.host, true
 		inTx := cn.inSQLTx()
-		if (r.Has(sqlclass.Session) || p.pin) && !cl.px.unpinned() {
-			// Pin before running: even a failed string may have changed
-			// session state with its first statements.
-			if !cn.pinned && (p.fn != "" || p.pin) {
-				cn.c.counters.functionPins.Add(1)
-			}
-			cn.pin()
-		}
-		positioned := cn.positioned(&p.in, r, cl)
-		// A read under causal consistency reads the insert position after
-		// it the same way: an upper bound of what it saw (causal.go). Not
-		// inside a transaction opened with SQL, where a stale statement is
-		// run as pgx runs it (txstale.go): its bound is left unknown.
-		sawPiped := false
-		if cl.saw != nil {
-			cl.saw.on(cn.host, true)
-			sawPiped = !inTx && cl.single && cn.c.pipelines(cn.host, cl, pipePositioned)
-			positioned = positioned || sawPiped
-		}
+		cn.pinBefore(p, r, cl)
+		positioned, sawPiped := cn.pipelinedOnPrimary(&p.in, r, cl, inTx)
 		// writes: the marks are raised after it (raiseAfterStatement).
 		writes := p.class != sqlclass.Read && !inTx
 		cl.unanswered = false
@@ -96,15 +79,60 @@ func (cn *conn) runOnPrimary(ctx context.Context, p *plan, r *sqlclass.Result, c
 		if p.class != sqlclass.Read && !cn.inSQLTx() {
 			cn.raiseAfterStatement(ctx, &p.in, p.writes, positioned, pos, cl, err)
 		}
-		switch {
-		case cl.saw == nil || err != nil:
-		case !sawPiped:
-			cl.saw.recordUnknown(cl)
-		case !cl.isQuery:
-			cl.saw.record(pos)
-			// A query's rows record it when they are closed.
-		}
+		sawOnPrimary(cl, sawPiped, pos, err)
 		return err
+	}
+}
+
+// pinBefore pins the connection to its primary session before cl runs
+// there when the statement (r) changes session state or the plan p keeps
+// the connection on the primary after it (p.pin), unless cl is a pgx call
+// that leaves it unpinned (pgxCall.unpinned); a new pin that a function
+// decided is counted.
+func (cn *conn) pinBefore(p *plan, r *sqlclass.Result, cl *call) {
+	if (r.Has(sqlclass.Session) || p.pin) && !cl.px.unpinned() {
+		// Pin before running: even a failed string may have changed
+		// session state with its first statements.
+		if !cn.pinned && (p.fn != "" || p.pin) {
+			cn.c.counters.functionPins.Add(1)
+		}
+		cn.pin()
+	}
+}
+
+// pipelinedOnPrimary reports how cl, classified r, with intent in, is
+// sent on the primary session (inTx: inside a transaction opened with
+// SQL): positioned, pipelined with the read of the WAL position after it
+// (see positioned); sawPiped, a read under causal consistency whose bound
+// is that position (then positioned too). It starts cl's causal record on
+// the primary.
+func (cn *conn) pipelinedOnPrimary(in *consistency.Intent, r *sqlclass.Result, cl *call, inTx bool) (positioned, sawPiped bool) {
+	positioned = cn.positioned(in, r, cl)
+	// A read under causal consistency reads the insert position after
+	// it the same way: an upper bound of what it saw (causal.go). Not
+	// inside a transaction opened with SQL, where a stale statement is
+	// run as pgx runs it (txstale.go): its bound is left unknown.
+	if cl.saw != nil {
+		cl.saw.on(cn.host, true)
+		sawPiped = !inTx && cl.single && cn.c.pipelines(cn.host, cl, pipePositioned)
+		positioned = positioned || sawPiped
+	}
+	return positioned, sawPiped
+}
+
+// sawOnPrimary records, under causal consistency, the bound of what cl
+// saw after it ran on the primary session with outcome err: pos, the
+// position read after it when it was sent so (sawPiped), else unknown.
+// A query's rows record it when they are closed; a statement that failed
+// records nothing here.
+func sawOnPrimary(cl *call, sawPiped bool, pos lagmeter.LSN, err error) {
+	switch {
+	case cl.saw == nil || err != nil:
+	case !sawPiped:
+		cl.saw.recordUnknown(cl)
+	case !cl.isQuery:
+		cl.saw.record(pos)
+		// A query's rows record it when they are closed.
 	}
 }
 

@@ -81,53 +81,67 @@ func (cn *conn) runOnReplicas(ctx context.Context, p *plan, cl *call) (replicaOu
 		if circuit.Classify(ctx, err) == circuit.Failure {
 			h.breaker.ReportFailure()
 		}
-		if errors.Is(err, errNotCaughtUp) {
-			// It lacked the position (behind more than the wait, paused):
-			// another replica that holds it serves it before the primary,
-			// after a check of its own if its probe cannot prove it, which
-			// waits only when this one did not (a replica known to lag
-			// more than the wait is not waited on): a read waits once at
-			// most.
-			if attempt == 0 && ctx.Err() == nil {
-				if next, ok := cn.c.replan(ctx, p, h, at.wait > 0); ok {
-					at = next
-					continue
-				}
-			}
-			if ferr := p.fallback(ReasonBehind, nil); ferr != nil {
-				return replicaOutcome{}, ferr
-			}
-			return replicaOutcome{fallback: true, reason: ReasonBehind}, nil
+		o, retry, err := cn.replicaFailure(ctx, p, &at, cl, err, attempt)
+		if !retry {
+			return o, err
 		}
-		if readOnly25006(err) {
-			// It wrote, through something the text and the catalog did not
-			// show: the same text goes to the primary first from now on.
-			cn.c.refused.add(cl.query)
-			if ferr := p.fallback(ReasonRetry25006, err); ferr != nil {
-				return replicaOutcome{}, ferr
-			}
-			cl.retried = true
-			return replicaOutcome{fallback: true, reason: ReasonRetry25006, refused: true}, nil
-		}
-		if ctx.Err() != nil || (!replicaRetryable(err) && !h.removed.Load()) {
-			// A host removed from the provider's view (pgrouted_discover)
-			// closes its pool, which cancels the dials in progress: that
-			// read ran nowhere, it runs elsewhere too.
-			return replicaOutcome{}, err
-		}
-		cn.c.top.ProbeNow(h.idx)
-		cl.retried, cl.replicaFailed = true, true
-		if attempt == 0 {
-			if next, ok := cn.c.replan(ctx, p, h, false); ok {
-				at = next
-				continue
-			}
-		}
-		if ferr := p.fallback(ReasonUnhealthy, err); ferr != nil {
-			return replicaOutcome{}, ferr
-		}
-		return replicaOutcome{fallback: true, reason: ReasonReplicaFailed}, nil
 	}
+}
+
+// replicaFailure handles err, the failure of attempt to run cl on the
+// replica *at (not a client error: see clientError), as primaryFailed
+// does on the primary. retry: cl runs again on another eligible replica,
+// now in *at. Otherwise the outcome is final: a fallback to the primary
+// that the plan p allows, with its reason, or the error (the plan's, or
+// err).
+func (cn *conn) replicaFailure(ctx context.Context, p *plan, at *target, cl *call, err error, attempt int) (_ replicaOutcome, retry bool, _ error) {
+	h := at.host.host
+	if errors.Is(err, errNotCaughtUp) {
+		// It lacked the position (behind more than the wait, paused):
+		// another replica that holds it serves it before the primary,
+		// after a check of its own if its probe cannot prove it, which
+		// waits only when this one did not (a replica known to lag
+		// more than the wait is not waited on): a read waits once at
+		// most.
+		if attempt == 0 && ctx.Err() == nil {
+			if next, ok := cn.c.replan(ctx, p, h, at.wait > 0); ok {
+				*at = next
+				return replicaOutcome{}, true, nil
+			}
+		}
+		if ferr := p.fallback(ReasonBehind, nil); ferr != nil {
+			return replicaOutcome{}, false, ferr
+		}
+		return replicaOutcome{fallback: true, reason: ReasonBehind}, false, nil
+	}
+	if readOnly25006(err) {
+		// It wrote, through something the text and the catalog did not
+		// show: the same text goes to the primary first from now on.
+		cn.c.refused.add(cl.query)
+		if ferr := p.fallback(ReasonRetry25006, err); ferr != nil {
+			return replicaOutcome{}, false, ferr
+		}
+		cl.retried = true
+		return replicaOutcome{fallback: true, reason: ReasonRetry25006, refused: true}, false, nil
+	}
+	if ctx.Err() != nil || (!replicaRetryable(err) && !h.removed.Load()) {
+		// A host removed from the provider's view (pgrouted_discover)
+		// closes its pool, which cancels the dials in progress: that
+		// read ran nowhere, it runs elsewhere too.
+		return replicaOutcome{}, false, err
+	}
+	cn.c.top.ProbeNow(h.idx)
+	cl.retried, cl.replicaFailed = true, true
+	if attempt == 0 {
+		if next, ok := cn.c.replan(ctx, p, h, false); ok {
+			*at = next
+			return replicaOutcome{}, true, nil
+		}
+	}
+	if ferr := p.fallback(ReasonUnhealthy, err); ferr != nil {
+		return replicaOutcome{}, false, ferr
+	}
+	return replicaOutcome{fallback: true, reason: ReasonReplicaFailed}, false, nil
 }
 
 // runOnReplica borrows a connection from h's pool and runs cl on it: a
@@ -141,76 +155,15 @@ func (cn *conn) runOnReplica(ctx context.Context, h *host, at target, cl *call) 
 		return cn.describeOnReplica(ctx, h, at, cl)
 	}
 	cl.wrote = at.wrote
-	pipelined := at.check && cn.c.pipelines(h, cl, pipeChecked)
-	// Under causal consistency, the bound of what the read saw is read
-	// after it in the same round trip (causal.go): with the check when
-	// there is one, else after the read alone; a read that cannot be
-	// sent so leaves it unknown.
-	saw, sawPiped := cl.saw, false
-	if saw != nil {
-		saw.on(h, false)
-		sawPiped = pipelined || (cl.single && cn.c.pipelines(h, cl, pipePositioned))
-	}
-	// A database/sql query's rows hold the borrowed connection, a pgx
-	// Query's call does: one allocation for both.
-	var rows *replicaRows
-	var checked *checkedRows
-	var b *borrowed
-	switch {
-	case cl.isQuery && cl.px == nil && pipelined:
-		checked = new(checkedRows)
-		b = &checked.b
-	case cl.isQuery && cl.px == nil && sawPiped:
-		b = new(borrowed)
-	case cl.isQuery && cl.px == nil:
-		rows = replicaRowsPool.Get().(*replicaRows)
-		b = &rows.b
-	case cl.px != nil && cl.px.replicaBuf != nil:
-		b = cl.px.replicaBuf
-		*b = borrowed{} // one given back by an attempt on another host
-	default:
-		b = new(borrowed)
-	}
-	err := cn.borrow(ctx, h, b, at.check && !pipelined, at.wm, at.wait, cl)
+	s := cn.replicaSendOf(h, at.check, cl)
+	b := s.b
+	err := cn.borrow(ctx, h, b, at.check && !s.pipelined, at.wm, at.wait, cl)
 	if err != nil {
-		rows.recycle()
+		s.rows.recycle()
 		return err
 	}
 	for {
-		switch {
-		case pipelined:
-			err = cn.readChecked(ctx, b, at.wm, at.wait, cl, checked)
-		case sawPiped && cl.px != nil && cl.px.kind == pxQuery:
-			err = cn.readSawPgx(ctx, b, cl)
-		case sawPiped && cl.isQuery && cl.px == nil:
-			err = cn.readSaw(ctx, b, cl)
-		case sawPiped && !cl.isQuery:
-			// An Exec of a read (database/sql's, or the Pool's).
-			var pos lagmeter.LSN
-			var tag pgconn.CommandTag
-			if tag, pos, err = pgpipe.ExecRead(ctx, b.conn(), &h.descs, cn.c.stmtsOf(h, b.conn()), cl.query, cl.args); err == nil {
-				cl.res = driver.RowsAffected(tag.RowsAffected())
-				cl.px.setTag(tag)
-				saw.record(pos)
-			} else if pgconn.SafeToRetry(err) {
-				err = driver.ErrBadConn
-			}
-		case cl.px != nil:
-			err = cl.px.on(ctx, cl, b.conn(), cn.c.statementArgs(h, cl.args))
-			if err == nil && saw != nil {
-				saw.recordUnknown(cl)
-			}
-		case rows != nil:
-			rows.Rows = pgpipe.Rows{} // a stale statement's second run
-			if err = rows.Query(ctx, b.conn(), cl.query, cn.c.statementArgs(h, cl.args), nil); err == nil {
-				cl.rows = rows
-			}
-		default:
-			cl.res, err = stdlibExec(ctx, b.conn(), cl.query, cn.c.statementArgs(h, cl.args))
-		}
-		if err == nil && saw != nil && !sawPiped && cl.px == nil {
-			saw.recordUnknown(cl)
-		}
+		err = cn.sendRead(ctx, h, &at, cl, &s)
 		if err == nil {
 			if cl.rows == nil && !cl.px.holds(b) {
 				b.giveBack()
@@ -227,9 +180,110 @@ func (cn *conn) runOnReplica(ctx context.Context, h *host, at target, cl *call) 
 			err = &clientError{err}
 		}
 		b.giveBack()
-		rows.recycle()
+		s.rows.recycle()
 		return err
 	}
+}
+
+// replicaSend is how runOnReplica sends a statement to a replica: what
+// goes in the read's round trip, and what holds the connection it
+// borrows. It lives on runOnReplica's stack.
+type replicaSend struct {
+	pipelined bool         // the position check goes first in the read's round trip (readChecked)
+	sawPiped  bool         // a causal read's bound (SawSQL) is read after it in the same round trip
+	b         *borrowed    // the borrowed connection: in rows, checked, cl.px's buffer, or alone
+	rows      *replicaRows // a database/sql query's rows (replicaRowsPool), else nil
+	checked   *checkedRows // a checked database/sql query's rows, else nil
+}
+
+// replicaSendOf returns how cl goes to h (check: the plan asks for the
+// replica's position to be checked first): pipelined with the check when
+// it may be, with a causal read's bound read after it when it may be, and
+// the holder of the connection it will borrow (a zero borrowed).
+func (cn *conn) replicaSendOf(h *host, check bool, cl *call) replicaSend {
+	var s replicaSend
+	s.pipelined = check && cn.c.pipelines(h, cl, pipeChecked)
+	// Under causal consistency, the bound of what the read saw is read
+	// after it in the same round trip (causal.go): with the check when
+	// there is one, else after the read alone; a read that cannot be
+	// sent so leaves it unknown.
+	if cl.saw != nil {
+		cl.saw.on(h, false)
+		s.sawPiped = s.pipelined || (cl.single && cn.c.pipelines(h, cl, pipePositioned))
+	}
+	// A database/sql query's rows hold the borrowed connection, a pgx
+	// Query's call does: one allocation for both.
+	switch {
+	case cl.isQuery && cl.px == nil && s.pipelined:
+		s.checked = new(checkedRows)
+		s.b = &s.checked.b
+	case cl.isQuery && cl.px == nil && s.sawPiped:
+		s.b = new(borrowed)
+	case cl.isQuery && cl.px == nil:
+		s.rows = replicaRowsPool.Get().(*replicaRows)
+		s.b = &s.rows.b
+	case cl.px != nil && cl.px.replicaBuf != nil:
+		s.b = cl.px.replicaBuf
+		*s.b = borrowed{} // one given back by an attempt on another host
+	default:
+		s.b = new(borrowed)
+	}
+	return s
+}
+
+// sendRead runs cl once, as s says, on the connection s.b borrowed from
+// h, checked against at's watermark when s is pipelined. On success cl
+// holds the rows or the result; the error is the statement's, for
+// runOnReplica to judge (run again, or give the connection back).
+func (cn *conn) sendRead(ctx context.Context, h *host, at *target, cl *call, s *replicaSend) error {
+	var err error
+	b := s.b
+	switch {
+	case s.pipelined:
+		err = cn.readChecked(ctx, b, at.wm, at.wait, cl, s.checked)
+	case s.sawPiped && cl.px != nil && cl.px.kind == pxQuery:
+		err = cn.readSawPgx(ctx, b, cl)
+	case s.sawPiped && cl.isQuery && cl.px == nil:
+		err = cn.readSaw(ctx, b, cl)
+	case s.sawPiped && !cl.isQuery:
+		// An Exec of a read (database/sql's, or the Pool's).
+		err = cn.execSaw(ctx, b, cl)
+	case cl.px != nil:
+		err = cl.px.on(ctx, cl, b.conn(), cn.c.statementArgs(h, cl.args))
+		if err == nil && cl.saw != nil {
+			cl.saw.recordUnknown(cl)
+		}
+	case s.rows != nil:
+		s.rows.Rows = pgpipe.Rows{} // a stale statement's second run
+		if err = s.rows.Query(ctx, b.conn(), cl.query, cn.c.statementArgs(h, cl.args), nil); err == nil {
+			cl.rows = s.rows
+		}
+	default:
+		cl.res, err = stdlibExec(ctx, b.conn(), cl.query, cn.c.statementArgs(h, cl.args))
+	}
+	if err == nil && cl.saw != nil && !s.sawPiped && cl.px == nil {
+		cl.saw.recordUnknown(cl)
+	}
+	return err
+}
+
+// execSaw runs cl, an Exec of a read (database/sql's, or the Pool's)
+// under causal consistency, on b, a borrowed replica connection, with
+// SawSQL after it in the same round trip (pgpipe.ExecRead), and records
+// the bound it read. It returns driver.ErrBadConn when nothing was sent.
+func (cn *conn) execSaw(ctx context.Context, b *borrowed, cl *call) error {
+	h := b.h
+	tag, pos, err := pgpipe.ExecRead(ctx, b.conn(), &h.descs, cn.c.stmtsOf(h, b.conn()), cl.query, cl.args)
+	if err != nil {
+		if pgconn.SafeToRetry(err) {
+			return driver.ErrBadConn
+		}
+		return err
+	}
+	cl.res = driver.RowsAffected(tag.RowsAffected())
+	cl.px.setTag(tag)
+	cl.saw.record(pos)
+	return nil
 }
 
 // stdlibExec runs query, which returns no rows to the caller, on pc as
@@ -424,6 +478,17 @@ func (cn *conn) readChecked(ctx context.Context, b *borrowed, wm lagmeter.Waterm
 	if err != nil {
 		return err
 	}
+	return openChecked(pc, c, cr, pr, cl)
+}
+
+// openChecked opens the rows of a checked read on pc whose check passed
+// (c, read: the read's result is next) and makes them cl's, with the
+// bound to record when they are closed under causal consistency:
+// database/sql's, cr (cl.rows), or, when pr is not nil, pgx's own over
+// the read's result reader with their first row read (cl.px.rows). On
+// error the pipeline was finished: the error is finishing's, if that
+// failed, else the rows'.
+func openChecked(pc *pgx.Conn, c *pgpipe.Checked, cr *checkedRows, pr *poolRows, cl *call) error {
 	if pr == nil {
 		cr.saw = cl.saw
 		if err := cr.Rows.Open(pc.TypeMap(), c.RR, nil); err != nil {
