@@ -142,6 +142,9 @@ func (g *budgetGate) share(b *gateBudgets, now time.Time) (float64, bool) {
 	}
 	d := now.Sub(gateBase) - time.Duration(back)
 	if d >= b.ramp {
+		// The ramp is over: forget when it began, so that the reads
+		// after it read no clock here (unless it came back again since).
+		g.back.CompareAndSwap(back, 0)
 		return 1, true
 	}
 	return max(float64(d), 0) / float64(b.ramp), false

@@ -40,7 +40,7 @@ func sessionRead(t *testing.T, c *Connector, v *view) *readCtx {
 func pickDeferred(t *testing.T, c *Connector, v *view) (pick, *readCtx) {
 	t.Helper()
 	rc := sessionRead(t, c, v)
-	pk := c.pickReplica(v, rc, true, nil)
+	pk := pickOf(c, v, rc, nil)
 	if pk.host == nil || !pk.pending || !pk.check {
 		t.Fatalf("a read after a deferred write: pick %+v, want a replica to check once the position is read", pk)
 	}
@@ -129,7 +129,7 @@ func TestDeferredPositionSettledByProbe(t *testing.T) {
 	if st := c.rw.writes.Every().Load(); st.Pending() || st.Watermark().LSN != 1<<29 {
 		t.Fatalf("mark %+v, want it settled at the probe's position", st)
 	}
-	if pk := c.pickReplica(v, rc, true, nil); pk.host == nil || pk.pending || pk.check {
+	if pk := pickOf(c, v, rc, nil); pk.host == nil || pk.pending || pk.check {
 		t.Fatalf("pick %+v, want a replica proven by its probe", pk)
 	}
 
@@ -164,7 +164,7 @@ func TestDeferredReadJoinsARunningPositionRead(t *testing.T) {
 	}
 	// The first reads that find no replica worth checking do not explore
 	// (consistency.Explore: one in several does).
-	if pk := c.pickReplica(v, rc, true, nil); pk.host != nil || pk.reason != ReasonCatchingUp {
+	if pk := pickOf(c, v, rc, nil); pk.host != nil || pk.reason != ReasonCatchingUp {
 		t.Fatalf("alone: pick %+v, want none for %s", pk, ReasonCatchingUp)
 	}
 	// A position read under way: a read that blocks the index's fetch.
@@ -179,7 +179,7 @@ func TestDeferredReadJoinsARunningPositionRead(t *testing.T) {
 	for !c.rw.index.Waiting() {
 		time.Sleep(time.Millisecond)
 	}
-	if pk := c.pickReplica(v, rc, true, nil); pk.host == nil || !pk.pending || !pk.check {
+	if pk := pickOf(c, v, rc, nil); pk.host == nil || !pk.pending || !pk.check {
 		t.Fatalf("with a position read under way: pick %+v, want a replica to check", pk)
 	}
 }

@@ -20,8 +20,12 @@ import (
 // servesReads reports whether h is a standby its snapshot lets serve
 // reads: not the primary, and not one the topology provider lets serve
 // none (NoReads). Its circuit, its pool and its position are the pick's
-// to judge (pickReplica).
-func (h *hostView) servesReads() bool {
+// to judge (pickReplica). newView works it out once per view
+// (standbyForReads).
+func (h *hostView) servesReads() bool { return h.reads }
+
+// standbyForReads is servesReads, from h's probe and its view's primary.
+func (h *hostView) standbyForReads() bool {
 	return h.probe.Role == topology.RoleStandby && h != h.v.primary && !h.probe.NoReads
 }
 
@@ -89,7 +93,7 @@ func (h *hostView) mayReach(wm lagmeter.Watermark) bool {
 }
 
 // maxStackCandidates bounds the hosts whose candidates are kept on the
-// stack.
+// stack (TestPickReplicaAllocatesNothing picks among 32).
 const maxStackCandidates = 32
 
 // pick is a replica choice: host, or nil and reason; check asks the read to
@@ -114,8 +118,10 @@ type pick struct {
 //
 // It is one pass over the hosts (scanReplica): what does not depend on the
 // host (the read's position, the switch point of its timeline, the
-// primary's lease) is worked out once, before it (needsOf).
-func (c *Connector) pickReplica(v *view, rc *readCtx, advance bool, skip *host) pick {
+// primary's lease) is worked out once, before it (needsOf). The choice is
+// written to pk, which the caller zeroed (a pick is too large to return
+// on every read).
+func (c *Connector) pickReplica(v *view, rc *readCtx, advance bool, skip *host, pk *pick) {
 	// The proven candidates fill buf from its start, the maybe ones from
 	// its end: together they are at most the hosts but the primary.
 	// (Not a field of replicaScan: what its methods store there would
@@ -133,13 +139,13 @@ func (c *Connector) pickReplica(v *view, rc *readCtx, advance bool, skip *host) 
 	}
 	cand, checking, why := c.candidates(buf, &s, rc, &need, advance)
 	if len(cand) == 0 {
-		return pick{reason: s.reason(why)}
+		pk.reason = s.reason(why)
+		return
 	}
-	pk := pick{host: c.choose(rc.ctx, cand, advance), check: checking, wm: need.wm, pending: need.pending}
+	pk.host, pk.check, pk.wm, pk.pending = c.choose(rc.ctx, cand, advance), checking, need.wm, need.pending
 	if checking && need.recent {
 		pk.wrote = need.lastWrite
 	}
-	return pk
 }
 
 // readNeeds is what a read needs of any replica, worked out once per pick.
@@ -159,9 +165,11 @@ type readNeeds struct {
 	// (consistency.DeferredUse), unless the read may wait for it.
 	recent bool
 	age    time.Duration
-	// byteLease: byte lag is known (it does not grow while the primary is
-	// not probed), or the budget has no byte bound.
-	byteLease bool
+	// unknown: no replica's position can be judged against the read's:
+	// under a byte budget, byte lag is not known beyond the primary's
+	// lease (it does not grow only while the primary is probed); or the
+	// read's own position is not known (consistency.State.Unknown).
+	unknown bool
 }
 
 // needsOf works out n, what a read of rc in v needs of any replica.
@@ -186,7 +194,7 @@ func (c *Connector) needsOf(v *view, rc *readCtx, n *readNeeds) {
 		// that joins it costs the primary nothing more.
 		n.recent = rc.wait <= 0 && !(n.pending && c.rw.index.Waiting())
 	}
-	n.byteLease = rc.budget.MaxBytes == 0 || v.snap.LeaseValid(rc.now)
+	n.unknown = (rc.budget.MaxBytes != 0 && !v.snap.LeaseValid(rc.now)) || (n.session && rc.st.Unknown())
 }
 
 // replicaScan is what pickReplica's pass over the hosts found, beside the
@@ -235,7 +243,7 @@ func (c *Connector) scanReplica(h *hostView, rc *readCtx, need *readNeeds, advan
 	if !ok {
 		return
 	}
-	if !need.byteLease || (need.session && rc.st.Unknown()) {
+	if need.unknown {
 		s.unknown = true
 		return
 	}

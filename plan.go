@@ -228,7 +228,8 @@ func (c *Connector) planReplica(ctx context.Context, p *plan, advance bool) {
 	}
 	c.globalPosition(ctx, v, &rc, &p.global, advance)
 	p.writeLost = rc.lost
-	pk := c.pickReplica(v, &rc, advance, nil)
+	var pk pick
+	c.pickReplica(v, &rc, advance, nil, &pk)
 	switch {
 	case !advance:
 	case pk.pending:
@@ -309,7 +310,8 @@ func (c *Connector) replan(ctx context.Context, p *plan, skip *host, noWait bool
 	}
 	g := p.global
 	c.globalPosition(ctx, v, &rc, &g, true) // the plan's position
-	next := c.pickReplica(v, &rc, true, skip)
+	var next pick
+	c.pickReplica(v, &rc, true, skip, &next)
 	if next.pending {
 		d := p.deferred
 		next = c.resolveDeferred(ctx, v, &rc, next, &d)
@@ -330,11 +332,13 @@ func (p *plan) decision(c *Connector) Decision {
 	if p.err != nil {
 		return d
 	}
-	switch v := c.view(); {
+	switch {
 	case !p.primary:
 		d.Endpoint = p.replica.host.Name
-	case v.primary != nil:
-		d.Endpoint = v.primary.Name
+	default:
+		if v := c.view(); v.primary != nil {
+			d.Endpoint = v.primary.Name
+		}
 	}
 	return d
 }

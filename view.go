@@ -40,6 +40,9 @@ type hostView struct {
 	*host
 	probe *topology.HostState
 	v     *view
+	// reads: a standby the snapshot lets serve reads (servesReads),
+	// worked out once per view.
+	reads bool
 }
 
 // replay is what is known of the standby's replay position (host.replay).
@@ -112,6 +115,9 @@ func newView(s *topology.Snapshot, hosts []*host) *view {
 		v.primary = &v.hosts[s.Primary]
 		v.walEnd = v.primary.probe.Layout.RecordEnd(v.primary.probe.InsertLSN)
 		v.setPrimaryState()
+	}
+	for i := range v.hosts {
+		v.hosts[i].reads = v.hosts[i].standbyForReads()
 	}
 	return v
 }

@@ -110,13 +110,17 @@ func (h *History) Lag(p Position, now time.Time) Lag {
 	if p.Replay == 0 || len(st.samples) == 0 || !st.origin.follows(p) {
 		return Lag{}
 	}
-	newest := st.samples[len(st.samples)-1]
+	last := len(st.samples) - 1
+	newest := &st.samples[last]
 	l := Lag{Bytes: newest.end.Sub(p.Replay), BytesKnown: true, TimeKnown: true, Time: Unbounded}
-	i := newestAtOrBefore(st.samples, p.Replay)
+	i := last // a replica that replayed all the newest sample shows: most reads
+	if p.Replay < newest.end {
+		i = newestAtOrBefore(st.samples, p.Replay)
+	}
 	if i >= 0 {
 		l.Time = since(now, st.samples[i].sent)
 	}
-	if i == len(st.samples)-1 || p.Xmin == 0 {
+	if i == last || p.Xmin == 0 {
 		// The newest sample bounds it (no xmax proves more), or its
 		// snapshot is unknown.
 		return l

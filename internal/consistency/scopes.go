@@ -272,7 +272,10 @@ type Read struct {
 // Begin makes r the read of the relations keys (named), or of unknown
 // relations, in s.
 func (r *Read) Begin(s *Scopes, named bool, keys []uint32) {
-	r.s, r.n, r.sts = s, 0, [maxReadMarks]*State{}
+	// Only sts[:n] is ever set: clearing it leaves every entry nil (a
+	// Read on its reader's stack, new, clears nothing).
+	clear(r.sts[:r.n])
+	r.s, r.n = s, 0
 	if !named || len(keys) >= maxReadMarks {
 		r.marks[0], r.n = &s.every, 1
 		return
