@@ -693,3 +693,42 @@ func slicesContains(s []string, v string) bool {
 	}
 	return false
 }
+
+// maxFuncLines is the longest a function of the root package may be, from
+// its func line to its closing brace: the routing core reads as named
+// steps, each short enough to hold in mind (docs/architecture.md).
+const maxFuncLines = 60
+
+// TestArchitectureShortFunctions: no function or method of the root
+// package (its files but the tests) is longer than maxFuncLines. Split a
+// long one along its steps, each a function that says what it does.
+func TestArchitectureShortFunctions(t *testing.T) {
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fset := token.NewFileSet()
+	for _, path := range files {
+		if strings.HasSuffix(path, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range f.Decls {
+			fd, ok := d.(*ast.FuncDecl)
+			if !ok || fd.Body == nil {
+				continue
+			}
+			from, to := fset.Position(fd.Pos()).Line, fset.Position(fd.End()).Line
+			if n := to - from + 1; n > maxFuncLines {
+				name := fd.Name.Name
+				if fd.Recv != nil && len(fd.Recv.List) == 1 {
+					name = typeName(fd.Recv.List[0].Type) + "." + name
+				}
+				t.Errorf("%s:%d: %s is %d lines long, more than %d: split it along its steps", path, from, name, n, maxFuncLines)
+			}
+		}
+	}
+}
