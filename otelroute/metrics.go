@@ -159,8 +159,8 @@ func RegisterMetrics(src Source, opts ...Option) (metric.Registration, error) {
 		lagBytes  = gauge("pgrouted.replica.lag", "By", "WAL bytes a standby has yet to replay to reach the primary's last probed position; absent while unknown.")
 		lagBound  = gauge("pgrouted.replica.lag_bound", "s", "Upper bound on a standby's staleness, from the primary's WAL position history (no clock synchronisation needed); absent while unknown.")
 		inflight  = gauge("pgrouted.host.inflight_reads", "{read}", "Reads running on the host now through this Connector.")
-		poolConns = updown("db.client.connection.count", "{connection}", "Connections of the host's replica pool, per state (idle, used).")
-		poolMax   = updown("db.client.connection.max", "{connection}", "Size of the host's replica pool: the most connections it opens.")
+		poolConns = updown("db.client.connection.count", "{connection}", "Connections of the pool (a host's replica pool, or the primary sessions), per state (idle, used).")
+		poolMax   = updown("db.client.connection.max", "{connection}", "Size of the pool: the most connections it opens (the primary sessions' only under pool_max_conns).")
 
 		readsPeak       = gauge("pgrouted.primary.reads_peak", "{read}", "The most fallback reads the primary ran at once under pgrouted_primary_read_limit (0 without a limit).")
 		timeline        = gauge("pgrouted.host.timeline", "1", "The timeline the host writes or replays; absent while unknown.")
@@ -200,10 +200,10 @@ func RegisterMetrics(src Source, opts ...Option) (metric.Registration, error) {
 		// pool reports one pool, p, of the host named host: its size
 		// only when withMax.
 		pool := func(p *pgrouted.PoolInfo, host, kind, name string, withMax bool) {
-			ep := AttrEndpoint.String(host)
-			attrs := metric.WithAttributes(semconv.DBClientConnectionPoolName(name), ep, AttrPool.String(kind))
-			ob.ObserveInt64(poolConns, int64(p.IdleConns), metric.WithAttributes(semconv.DBClientConnectionPoolName(name), semconv.DBClientConnectionStateIdle, ep, AttrPool.String(kind)))
-			ob.ObserveInt64(poolConns, int64(p.AcquiredConns), metric.WithAttributes(semconv.DBClientConnectionPoolName(name), semconv.DBClientConnectionStateUsed, ep, AttrPool.String(kind)))
+			pn, ep, pk := semconv.DBClientConnectionPoolName(name), AttrEndpoint.String(host), AttrPool.String(kind)
+			attrs := metric.WithAttributes(pn, ep, pk)
+			ob.ObserveInt64(poolConns, int64(p.IdleConns), metric.WithAttributes(pn, semconv.DBClientConnectionStateIdle, ep, pk))
+			ob.ObserveInt64(poolConns, int64(p.AcquiredConns), metric.WithAttributes(pn, semconv.DBClientConnectionStateUsed, ep, pk))
 			if withMax {
 				ob.ObserveInt64(poolMax, int64(p.MaxConns), attrs)
 			}
