@@ -136,10 +136,10 @@
 // The pools, under the semantic conventions' names for connection pools
 // where they have one (up-down counters, per
 // db.client.connection.pool.name, beside pgrouted.endpoint and
-// pgrouted.pool): each host's replica pool (pgrouted.pool replica, pool
+// pgrouted.pool.kind): each host's replica pool (pgrouted.pool.kind replica, pool
 // name the host's) and, when the Source is a [PoolSource] (a
 // *pgrouted.Pool: RegisterMetrics(pool)), the primary sessions
-// (Pool.Stat's Primary; pgrouted.pool primary, pool name the primary's
+// (Pool.Stat's Primary; pgrouted.pool.kind primary, pool name the primary's
 // followed by "/primary"; their size only under pool_max_conns). Every
 // figure of pgxpool.Stat (pgrouted.PoolInfo) but TotalConns, the sum of
 // connections counted and those being opened:

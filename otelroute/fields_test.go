@@ -18,8 +18,8 @@ import (
 // metricOf names the metric of each figure, by the field's path from its
 // type: the fields of pgrouted.Stats, of pgrouted.HostInfo (a host in the
 // Topology) and of pgrouted.PoolInfo (a pool: a host's replica pool in the
-// Topology, pgrouted.pool replica, and the primary sessions, Pool.Stat's
-// Primary, pgrouted.pool primary). A map of counters is one figure, its
+// Topology, pgrouted.pool.kind replica, and the primary sessions, Pool.Stat's
+// Primary, pgrouted.pool.kind primary). A map of counters is one figure, its
 // keys the metric's attributes.
 var metricOf = map[string]string{
 	"Stats.Statements":            "pgrouted.statements",
@@ -162,7 +162,7 @@ func TestEveryStatsFieldIsAMetric(t *testing.T) {
 		checkMoved(t, p, name, want, "", base, marked)
 		if typ == "PoolInfo" {
 			// The same figure of the primary sessions, on the primary.
-			checkMoved(t, p+" (primary sessions)", name, want, "pgrouted.pool=primary", base, marked)
+			checkMoved(t, p+" (primary sessions)", name, want, "pgrouted.pool.kind=primary", base, marked)
 		}
 	}
 }

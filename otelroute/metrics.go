@@ -68,7 +68,7 @@ const (
 // (the host's replica pool, db.client.connection.pool.name the host's
 // name) or primary (the primary sessions, from a [PoolSource], pool name
 // the host's name followed by "/primary").
-const AttrPool = attribute.Key("pgrouted.pool")
+const AttrPool = attribute.Key("pgrouted.pool.kind")
 
 // The replica pools' metrics follow OpenTelemetry's semantic conventions
 // for database client connection pools: db.client.connection.count, per
