@@ -99,6 +99,8 @@
 //	pgrouted.catalog_reads                                reads of the function catalog
 //	pgrouted.replica_waits                                reads that waited on a replica for the caller's position (pgrouted_replica_wait)
 //	pgrouted.replica_wait_timeouts                        waits that ended without the position
+//	pgrouted.replica_wait_time (s)                        the time reads waited on replicas (one round trip included per wait)
+//	pgrouted.replica_waits_skipped                        reads that did not wait: their replica's replay pace would not reach their position in time
 //	pgrouted.position_fetches                             reads of the primary's WAL position for global consistency and after writes without a Session (shared by concurrent reads)
 //	pgrouted.position_fetch_errors                        position fetches that failed (their reads ran on the primary)
 //	pgrouted.global_reads                                 reads served a primary position read after they began (global consistency)
@@ -106,6 +108,9 @@
 //	pgrouted.process_scope_reads                          reads without a Session held to the whole process's writes
 //	pgrouted.forged_tokens                                unsigned Session tokens whose position the primary had not written
 //	pgrouted.positions_shared                             positions read anyway (after a write, by a probe) that served global reads in place of a fetch
+//	pgrouted.global_wait_time (s)                         the time global reads waited for their position
+//	pgrouted.primary_read_waits                           fallback reads that waited at pgrouted_primary_read_limit (those whose wait ran out: primary-busy)
+//	pgrouted.replica.budget_changes{pgrouted.endpoint}    times a standby left the staleness budget or came back within it
 //
 // Gauges, now, per host (pgrouted.endpoint):
 //
@@ -118,13 +123,38 @@
 //	pgrouted.replica.lag (By)                WAL bytes a standby is behind (absent while unknown)
 //	pgrouted.replica.lag_bound (s)           upper bound on a standby's staleness (absent while unknown)
 //	pgrouted.host.inflight_reads             reads running on the host now
+//	pgrouted.primary.reads_peak              the most fallback reads the primary ran at once (pgrouted_primary_read_limit; not per host)
+//	pgrouted.host.timeline                   the timeline the host writes or replays (absent while unknown)
+//	pgrouted.replica.sync_state{pgrouted.sync_state}  1 for a standby's sync_state on the primary (async, potential, quorum, sync)
+//	pgrouted.host.pooler                     1 when the host's probes run through a connection pooler
+//	pgrouted.host.pooler_backend_switched    1 when its probe connection met two server processes
+//	pgrouted.host.discovered                 1 for a host the topology provider reported that the DSN does not name
+//	pgrouted.host.untrusted                  1 while such a host serves nothing, not yet trusted
+//	pgrouted.replica.budget_state{pgrouted.budget.state}  1 for a standby's state against the staleness budget (in, out, ramp)
+//	pgrouted.host.no_reads                   1 when the topology provider lets the host serve no reads (only with a provider)
 //
-// The replica pools, under the semantic conventions' names for connection
-// pools (up-down counters, per db.client.connection.pool.name, the host's
-// name, beside pgrouted.endpoint):
+// The pools, under the semantic conventions' names for connection pools
+// where they have one (up-down counters, per
+// db.client.connection.pool.name, beside pgrouted.endpoint and
+// pgrouted.pool.kind): each host's replica pool (pgrouted.pool.kind replica, pool
+// name the host's) and, when the Source is a [PoolSource] (a
+// *pgrouted.Pool: RegisterMetrics(pool)), the primary sessions
+// (Pool.Stat's Primary; pgrouted.pool.kind primary, pool name the primary's
+// followed by "/primary"; their size only under pool_max_conns). Every
+// figure of pgxpool.Stat (pgrouted.PoolInfo) but TotalConns, the sum of
+// connections counted and those being opened:
 //
 //	db.client.connection.count{db.client.connection.state}  the pool's idle and used connections
+//	pgrouted.pool.constructing_connections                   its connections being opened now
 //	db.client.connection.max                                 the pool's size
+//	pgrouted.pool.acquires                                   successful acquires (counter)
+//	pgrouted.pool.acquire_time (s)                           their total time (counter)
+//	pgrouted.pool.canceled_acquires                          acquires canceled by their context (counter)
+//	pgrouted.pool.empty_acquires                             successful acquires that waited, none idle (counter)
+//	pgrouted.pool.empty_acquire_wait_time (s)                the time they waited (counter)
+//	pgrouted.pool.new_connections                            connections opened (counter)
+//	pgrouted.pool.max_lifetime_destroys                      connections closed past their lifetime (counter)
+//	pgrouted.pool.max_idle_destroys                          connections closed idle past their idle time (counter)
 //
 // Every op and known reason is reported from the start, at 0. The names of
 // the same figures in Prometheus (package promcollector) are in one table

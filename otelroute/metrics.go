@@ -4,6 +4,7 @@ import (
 	"context"
 	"maps"
 	"slices"
+	"time"
 
 	"github.com/pgrouted/pgrouted"
 	"go.opentelemetry.io/otel/attribute"
@@ -20,6 +21,17 @@ type Source interface {
 
 var _ Source = (*pgrouted.Connector)(nil)
 
+// PoolSource is a Source that also gives its pools' figures, as
+// *pgrouted.Pool does ([pgrouted.Pool.Stat]). Over one, [RegisterMetrics]
+// reports the primary sessions' pool (HostPool.Primary) too; the replica
+// pools' figures come from the Topology, whatever the Source.
+type PoolSource interface {
+	Source
+	Stat() []pgrouted.HostPool
+}
+
+var _ PoolSource = (*pgrouted.Pool)(nil)
+
 // ops, fallbackReasons, errorReasons and roles are reported from the start,
 // at 0, as package promcollector does.
 var (
@@ -27,17 +39,36 @@ var (
 	fallbackReasons = []pgrouted.Reason{
 		pgrouted.ReasonNoReplicas, pgrouted.ReasonUnhealthy, pgrouted.ReasonBehind,
 		pgrouted.ReasonSaturated, pgrouted.ReasonPositionUnknown, pgrouted.ReasonReplicaFailed,
+		pgrouted.ReasonCatchingUp, pgrouted.ReasonDeferred,
 	}
 	errorReasons = []pgrouted.Reason{
 		pgrouted.ReasonNoReplicas, pgrouted.ReasonUnhealthy, pgrouted.ReasonBehind,
 		pgrouted.ReasonSaturated, pgrouted.ReasonPositionUnknown, pgrouted.ReasonWriteOnReplica, pgrouted.ReasonNoPrimary,
+		pgrouted.ReasonPrimaryLost, pgrouted.ReasonPrimaryBusy,
 	}
-	hostRoles = []string{"primary", "standby", "unknown"}
+	hostRoles    = []string{"primary", "standby", "unknown"}
+	budgetStates = []string{"in", "out", "ramp"}
+	syncStates   = []string{"async", "potential", "quorum", "sync"}
 )
 
 // AttrHostRole is the role a host's last successful probe saw: primary,
 // standby or unknown, on the gauge pgrouted.host.role.
 const AttrHostRole = attribute.Key("pgrouted.probe.role")
+
+// AttrBudgetState is a standby's state against the staleness budget (in,
+// out, ramp), on the gauge pgrouted.replica.budget_state; AttrSyncState its
+// sync_state on the primary (async, potential, quorum, sync), on
+// pgrouted.replica.sync_state.
+const (
+	AttrBudgetState = attribute.Key("pgrouted.budget.state")
+	AttrSyncState   = attribute.Key("pgrouted.sync_state")
+)
+
+// AttrPool tells a host's two pools apart on the pool metrics: replica
+// (the host's replica pool, db.client.connection.pool.name the host's
+// name) or primary (the primary sessions, from a [PoolSource], pool name
+// the host's name followed by "/primary").
+const AttrPool = attribute.Key("pgrouted.pool.kind")
 
 // The replica pools' metrics follow OpenTelemetry's semantic conventions
 // for database client connection pools: db.client.connection.count, per
@@ -74,6 +105,14 @@ func RegisterMetrics(src Source, opts ...Option) (metric.Registration, error) {
 		inst = append(inst, c)
 		return c
 	}
+	seconds := func(name, desc string) metric.Float64ObservableCounter {
+		c, e := m.Float64ObservableCounter(name, metric.WithUnit("s"), metric.WithDescription(desc))
+		if e != nil && err == nil {
+			err = e
+		}
+		inst = append(inst, c)
+		return c
+	}
 	gauge := func(name, unit, desc string) metric.Float64ObservableGauge {
 		g, e := m.Float64ObservableGauge(name, metric.WithUnit(unit), metric.WithDescription(desc))
 		if e != nil && err == nil {
@@ -104,6 +143,11 @@ func RegisterMetrics(src Source, opts ...Option) (metric.Registration, error) {
 		forgedTokens    = counter("pgrouted.forged_tokens", "{session}", "Session tokens restored without a signature whose position the primary had not written: their reads ran as reads without a token.")
 		scopeReads      = counter("pgrouted.process_scope_reads", "{read}", "Reads without a Session that ran on the primary, or waited on a replica, because the replicas lacked the process's latest writes (of any request) to what they read.")
 		posShared       = counter("pgrouted.positions_shared", "{position}", "Positions read anyway (after a write's commit, by a probe) that served waiting global reads in place of a fetch.")
+		waitsSkipped    = counter("pgrouted.replica_waits_skipped", "{read}", "Reads that did not wait on their replica because its replay pace said it would not reach their position within the wait: they went elsewhere at once.")
+		waitTime        = seconds("pgrouted.replica_wait_time", "Total time reads waited on replicas for their replay (one round trip included per wait).")
+		globalWaitTime  = seconds("pgrouted.global_wait_time", "Total time global reads waited for their primary position.")
+		primaryWaits    = counter("pgrouted.primary_read_waits", "{read}", "Fallback reads that found pgrouted_primary_read_limit reached and waited for a slot on the primary or a replica (those whose wait ran out are route errors of reason primary-busy).")
+		budgetChanges   = counter("pgrouted.replica.budget_changes", "{change}", "Times the host, a standby, left the staleness budget or came back within it.")
 
 		epoch     = gauge("pgrouted.primary.epoch", "1", "Primary epoch: increments each time the primary becomes another host.")
 		lease     = gauge("pgrouted.primary.lease_remaining", "s", "How long the current primary stays trusted without a new successful probe; 0 when there is no trusted primary.")
@@ -115,8 +159,28 @@ func RegisterMetrics(src Source, opts ...Option) (metric.Registration, error) {
 		lagBytes  = gauge("pgrouted.replica.lag", "By", "WAL bytes a standby has yet to replay to reach the primary's last probed position; absent while unknown.")
 		lagBound  = gauge("pgrouted.replica.lag_bound", "s", "Upper bound on a standby's staleness, from the primary's WAL position history (no clock synchronisation needed); absent while unknown.")
 		inflight  = gauge("pgrouted.host.inflight_reads", "{read}", "Reads running on the host now through this Connector.")
-		poolConns = updown("db.client.connection.count", "{connection}", "Connections of the host's replica pool, per state (idle, used).")
-		poolMax   = updown("db.client.connection.max", "{connection}", "Size of the host's replica pool: the most connections it opens.")
+		poolConns = updown("db.client.connection.count", "{connection}", "Connections of the pool (a host's replica pool, or the primary sessions), per state (idle, used).")
+		poolMax   = updown("db.client.connection.max", "{connection}", "Size of the pool: the most connections it opens (the primary sessions' only under pool_max_conns).")
+
+		readsPeak       = gauge("pgrouted.primary.reads_peak", "{read}", "The most fallback reads the primary ran at once under pgrouted_primary_read_limit (0 without a limit).")
+		timeline        = gauge("pgrouted.host.timeline", "1", "The timeline the host writes or replays; absent while unknown.")
+		syncState       = gauge("pgrouted.replica.sync_state", "1", "1 for a standby's sync_state on the primary (async, potential, quorum, sync), 0 for the others; absent while unknown.")
+		pooler          = gauge("pgrouted.host.pooler", "1", "1 when the host's probes run through a connection pooler (PgBouncer) in front of it, else 0.")
+		backendSwitched = gauge("pgrouted.host.pooler_backend_switched", "1", "1 when the host's probe connection met two server processes (the pooler hands out server sessions per transaction), else 0.")
+		discovered      = gauge("pgrouted.host.discovered", "1", "1 for a host the topology provider reported that the DSN does not name (pgrouted_discover), else 0.")
+		untrusted       = gauge("pgrouted.host.untrusted", "1", "1 while a discovered host serves nothing because its probe has not shown it a standby of the DSN hosts' system, else 0.")
+		budgetState     = gauge("pgrouted.replica.budget_state", "1", "1 for a standby's state against the staleness budget (in; out: beyond it, not yet back under the return threshold; ramp: back, its share of the reads growing), 0 for the others; standbys only.")
+		noReads         = gauge("pgrouted.host.no_reads", "1", "1 when the topology provider lets the host serve no reads (not listed, not running or streaming, or tagged noloadbalance), else 0; only with a provider.")
+
+		poolConstructing = updown("pgrouted.pool.constructing_connections", "{connection}", "Connections of the pool being opened now.")
+		poolAcquires     = counter("pgrouted.pool.acquires", "{acquire}", "Successful acquires of a connection of the pool.")
+		poolAcquireTime  = seconds("pgrouted.pool.acquire_time", "Total time of the successful acquires of a connection of the pool.")
+		poolCanceled     = counter("pgrouted.pool.canceled_acquires", "{acquire}", "Acquires of a connection of the pool canceled by their context.")
+		poolEmpty        = counter("pgrouted.pool.empty_acquires", "{acquire}", "Successful acquires that waited for a connection of the pool because none was idle.")
+		poolEmptyWait    = seconds("pgrouted.pool.empty_acquire_wait_time", "Total time the acquires of a connection of the pool waited because none was idle.")
+		poolNew          = counter("pgrouted.pool.new_connections", "{connection}", "Connections the pool opened.")
+		poolLifetime     = counter("pgrouted.pool.max_lifetime_destroys", "{connection}", "Connections of the pool closed past their lifetime.")
+		poolIdle         = counter("pgrouted.pool.max_idle_destroys", "{connection}", "Connections of the pool closed idle past their idle time.")
 	)
 	if err != nil {
 		return nil, err
@@ -129,6 +193,29 @@ func RegisterMetrics(src Source, opts ...Option) (metric.Registration, error) {
 		}
 		set := func(g metric.Float64ObservableGauge, v float64, kv ...attribute.KeyValue) {
 			ob.ObserveFloat64(g, v, metric.WithAttributes(kv...))
+		}
+		secs := func(c metric.Float64ObservableCounter, v time.Duration, kv ...attribute.KeyValue) {
+			ob.ObserveFloat64(c, v.Seconds(), metric.WithAttributes(kv...))
+		}
+		// pool reports one pool, p, of the host named host: its size
+		// only when withMax.
+		pool := func(p *pgrouted.PoolInfo, host, kind, name string, withMax bool) {
+			pn, ep, pk := semconv.DBClientConnectionPoolName(name), AttrEndpoint.String(host), AttrPool.String(kind)
+			attrs := metric.WithAttributes(pn, ep, pk)
+			ob.ObserveInt64(poolConns, int64(p.IdleConns), metric.WithAttributes(pn, semconv.DBClientConnectionStateIdle, ep, pk))
+			ob.ObserveInt64(poolConns, int64(p.AcquiredConns), metric.WithAttributes(pn, semconv.DBClientConnectionStateUsed, ep, pk))
+			if withMax {
+				ob.ObserveInt64(poolMax, int64(p.MaxConns), attrs)
+			}
+			ob.ObserveInt64(poolConstructing, int64(p.ConstructingConns), attrs)
+			ob.ObserveInt64(poolAcquires, p.AcquireCount, attrs)
+			ob.ObserveFloat64(poolAcquireTime, p.AcquireDuration.Seconds(), attrs)
+			ob.ObserveInt64(poolCanceled, p.CanceledAcquireCount, attrs)
+			ob.ObserveInt64(poolEmpty, p.EmptyAcquireCount, attrs)
+			ob.ObserveFloat64(poolEmptyWait, p.EmptyAcquireWaitTime.Seconds(), attrs)
+			ob.ObserveInt64(poolNew, p.NewConnsCount, attrs)
+			ob.ObserveInt64(poolLifetime, p.MaxLifetimeDestroyCount, attrs)
+			ob.ObserveInt64(poolIdle, p.MaxIdleDestroyCount, attrs)
 		}
 
 		endpoints := make([]string, 0, len(top.Hosts))
@@ -175,6 +262,11 @@ func RegisterMetrics(src Source, opts ...Option) (metric.Registration, error) {
 		count(posShared, st.PositionsShared)
 		count(forgedTokens, st.ForgedTokens)
 		count(scopeReads, st.ProcessScopeReads)
+		count(waitsSkipped, st.ReplicaWaitsSkipped)
+		secs(waitTime, st.ReplicaWaitTime)
+		secs(globalWaitTime, st.GlobalWaitTime)
+		count(primaryWaits, st.PrimaryReadWaits)
+		set(readsPeak, float64(st.PrimaryReadsPeak))
 		set(epoch, float64(top.Epoch))
 		set(lease, top.LeaseRemaining.Seconds())
 
@@ -196,10 +288,35 @@ func RegisterMetrics(src Source, opts ...Option) (metric.Registration, error) {
 				set(lagBound, h.LagBound.Seconds(), ep)
 			}
 			set(inflight, float64(h.InflightReads), ep)
-			pool := semconv.DBClientConnectionPoolName(h.Name)
-			ob.ObserveInt64(poolConns, int64(h.Pool.IdleConns), metric.WithAttributes(pool, semconv.DBClientConnectionStateIdle, ep))
-			ob.ObserveInt64(poolConns, int64(h.Pool.AcquiredConns), metric.WithAttributes(pool, semconv.DBClientConnectionStateUsed, ep))
-			ob.ObserveInt64(poolMax, int64(h.Pool.MaxConns), metric.WithAttributes(pool, ep))
+			if h.Timeline != 0 {
+				set(timeline, float64(h.Timeline), ep)
+			}
+			if h.SyncState != "" {
+				for _, s := range withExtra(syncStates, map[string]uint64{h.SyncState: 1}) {
+					set(syncState, boolf(h.SyncState == s), ep, AttrSyncState.String(s))
+				}
+			}
+			set(pooler, boolf(h.Pooler), ep)
+			set(backendSwitched, boolf(h.BackendSwitched), ep)
+			set(discovered, boolf(h.Discovered), ep)
+			set(untrusted, boolf(h.Untrusted != ""), ep)
+			if h.Budget != "" {
+				for _, s := range withExtra(budgetStates, map[string]uint64{h.Budget: 1}) {
+					set(budgetState, boolf(h.Budget == s), ep, AttrBudgetState.String(s))
+				}
+			}
+			count(budgetChanges, h.BudgetChanges, ep)
+			if top.Provider != nil {
+				set(noReads, boolf(h.NoReads), ep)
+			}
+			pool(&h.Pool, h.Name, "replica", h.Name, true)
+		}
+		if ps, ok := src.(PoolSource); ok {
+			for _, hp := range ps.Stat() {
+				if hp.Primary != nil {
+					pool(hp.Primary, hp.Name, "primary", hp.Name+"/primary", hp.Primary.MaxConns > 0)
+				}
+			}
 		}
 		return nil
 	}, inst...)

@@ -17,6 +17,18 @@ type Source interface {
 
 var _ Source = (*pgrouted.Connector)(nil)
 
+// PoolSource is a Source that also gives its pools' figures, as
+// *pgrouted.Pool does ([pgrouted.Pool.Stat]). A Collector over one exports
+// the primary sessions' pool (HostPool.Primary) too, as the
+// pgrouted_primary_pool_ series; the replica pools' figures come from the
+// Topology, whatever the Source.
+type PoolSource interface {
+	Source
+	Stat() []pgrouted.HostPool
+}
+
+var _ PoolSource = (*pgrouted.Pool)(nil)
+
 // Option configures a [Collector].
 type Option func(*options)
 
@@ -39,7 +51,12 @@ type Collector struct {
 	failovers, conflicts, timelineResets, lostWrites, epoch, lease         *prometheus.Desc
 	functionRouted, functionPins, processScopeReads, forgedTokens          *prometheus.Desc
 	role, current, healthy, circuitOpen, rtt, lagBytes, lagBound, inflight *prometheus.Desc
-	poolConns, poolMax                                                     *prometheus.Desc
+	timeline, syncState, pooler, backendSwitched, discovered, untrusted    *prometheus.Desc
+	budgetState, budgetChanges                                             *prometheus.Desc
+
+	// The pools: each host's replica pool (from the Topology) and, from a
+	// PoolSource, the primary sessions (Pool.Stat's Primary).
+	replicaPool, primaryPool poolDescs
 
 	// The topology provider's (pgrouted_topology=patroni, Config.Provider):
 	// exported only when there is one.
@@ -47,6 +64,37 @@ type Collector struct {
 	replicaWaits, replicaWaitSeconds, replicaWaitTimeouts                       *prometheus.Desc
 	positionFetches, positionFetchErrors, globalReads, deferredReads, posShared *prometheus.Desc
 	globalWaitSeconds                                                           *prometheus.Desc
+	replicaWaitsSkipped, catalogReads, primaryReadWaits, primaryReadsPeak       *prometheus.Desc
+}
+
+// poolDescs are the series of one kind of pool: every figure of
+// pgrouted.PoolInfo but TotalConns, the sum of the connections' states.
+type poolDescs struct {
+	conns, max, acquires, acquireSeconds, canceledAcquires, emptyAcquires *prometheus.Desc
+	emptyWaitSeconds, newConns, lifetimeDestroys, idleDestroys            *prometheus.Desc
+}
+
+func (p *poolDescs) all() []*prometheus.Desc {
+	return []*prometheus.Desc{p.conns, p.max, p.acquires, p.acquireSeconds, p.canceledAcquires, p.emptyAcquires,
+		p.emptyWaitSeconds, p.newConns, p.lifetimeDestroys, p.idleDestroys}
+}
+
+// newPoolDescs returns the series named pgrouted_<kind>_pool_…, the pool
+// described as whose in their help.
+func newPoolDescs(d func(name, help string, labels ...string) *prometheus.Desc, kind, whose, maxHelp string) poolDescs {
+	n := kind + "_pool_"
+	return poolDescs{
+		conns:            d(n+"connections", "Connections of "+whose+", per state (idle, acquired, constructing).", "endpoint", "state"),
+		max:              d(n+"max_connections", maxHelp, "endpoint"),
+		acquires:         d(n+"acquires_total", "Successful acquires of a connection of "+whose+".", "endpoint"),
+		acquireSeconds:   d(n+"acquire_seconds_total", "Total time of the successful acquires of a connection of "+whose+".", "endpoint"),
+		canceledAcquires: d(n+"canceled_acquires_total", "Acquires of a connection of "+whose+" canceled by their context.", "endpoint"),
+		emptyAcquires:    d(n+"empty_acquires_total", "Successful acquires of a connection of "+whose+" that waited for one because none was idle.", "endpoint"),
+		emptyWaitSeconds: d(n+"empty_acquire_wait_seconds_total", "Total time the acquires of a connection of "+whose+" waited because none was idle.", "endpoint"),
+		newConns:         d(n+"new_connections_total", "Connections "+whose+" opened.", "endpoint"),
+		lifetimeDestroys: d(n+"max_lifetime_destroys_total", "Connections of "+whose+" closed past their lifetime.", "endpoint"),
+		idleDestroys:     d(n+"max_idle_destroys_total", "Connections of "+whose+" closed idle past their idle time.", "endpoint"),
+	}
 }
 
 var _ prometheus.Collector = (*Collector)(nil)
@@ -66,8 +114,14 @@ var fallbackReasons = []pgrouted.Reason{
 // they happen.
 var errorReasons = append(append([]pgrouted.Reason(nil), fallbackReasons[:5]...), pgrouted.ReasonWriteOnReplica, pgrouted.ReasonNoPrimary, pgrouted.ReasonPrimaryLost, pgrouted.ReasonPrimaryBusy)
 
-// roles are the values of HostInfo.Role.
-var roles = []string{"primary", "standby", "unknown"}
+// roles are the values of HostInfo.Role, budgetStates those of
+// HostInfo.Budget and syncStates PostgreSQL's sync_state values
+// (HostInfo.SyncState).
+var (
+	roles        = []string{"primary", "standby", "unknown"}
+	budgetStates = []string{"in", "out", "ramp"}
+	syncStates   = []string{"async", "potential", "quorum", "sync"}
+)
 
 // New returns a Collector over src, usually a *pgrouted.Connector. Register
 // it with prometheus.MustRegister or a prometheus.Registry.
@@ -104,8 +158,6 @@ func New(src Source, opts ...Option) *Collector {
 		lagBytes:          d("replica_lag_bytes", "WAL bytes a standby has yet to replay to reach the primary's last probed position; absent while unknown.", "endpoint"),
 		lagBound:          d("replica_lag_bound_seconds", "Upper bound on a standby's staleness, from the primary's WAL position history (no clock synchronisation needed); absent while unknown.", "endpoint"),
 		inflight:          d("inflight_reads", "Reads running on the host now through this Connector.", "endpoint"),
-		poolConns:         d("replica_pool_connections", "Connections of the host's replica pool, per state (idle, acquired).", "endpoint", "state"),
-		poolMax:           d("replica_pool_max_connections", "Size of the host's replica pool.", "endpoint"),
 		provider:          d("topology_provider_info", "1, labelled with the topology provider (patroni, manual, ...) and the endpoint of its last answer (password redacted).", "provider", "source"),
 		providerUp:        d("topology_provider_up", "1 when the topology provider's last request was answered, else 0.", "provider"),
 		providerLease:     d("topology_provider_lease_remaining_seconds", "How long the topology provider's last answer stays authoritative; 0 once pgrouted_lease passed without one (no primary: writes wait, then fail).", "provider"),
@@ -122,6 +174,23 @@ func New(src Source, opts ...Option) *Collector {
 		deferredReads:       d("deferred_position_reads_total", "Reads after writes without a Session that read those writes' position (one position read serves every write before it)."),
 		globalWaitSeconds:   d("global_wait_seconds_total", "Total time global reads waited for their primary position."),
 		posShared:           d("positions_shared_total", "Positions of the primary read anyway (after a write's commit or a COMMIT, by a probe) that served waiting global reads in place of a fetch."),
+		replicaWaitsSkipped: d("replica_waits_skipped_total", "Reads that did not wait on their replica because its replay pace said it would not reach their position within the wait: they went elsewhere at once."),
+		catalogReads:        d("catalog_reads_total", "Reads of the function catalog (at start, after a statement that may change it, after a change of primary, every 30 s)."),
+		primaryReadWaits:    d("primary_read_waits_total", "Fallback reads that found pgrouted_primary_read_limit reached and waited for a slot on the primary or a replica (those whose wait ran out are route errors of reason primary-busy)."),
+		primaryReadsPeak:    d("primary_reads_peak", "The most fallback reads the primary ran at once under pgrouted_primary_read_limit (0 without a limit)."),
+
+		timeline:        d("timeline", "The timeline the host writes or replays; absent while unknown.", "endpoint"),
+		syncState:       d("sync_state", "1 for a standby's sync_state on the primary (async, potential, quorum, sync), 0 for the others; absent while unknown.", "endpoint", "state"),
+		pooler:          d("pooler", "1 when the host's probes run through a connection pooler (PgBouncer) in front of it, else 0.", "endpoint"),
+		backendSwitched: d("pooler_backend_switched", "1 when the host's probe connection met two server processes (the pooler hands out server sessions per transaction), else 0.", "endpoint"),
+		discovered:      d("discovered", "1 for a host the topology provider reported that the DSN does not name (pgrouted_discover), else 0.", "endpoint"),
+		untrusted:       d("untrusted", "1 while a discovered host serves nothing because its probe has not shown it a standby of the DSN hosts' system, else 0.", "endpoint"),
+		budgetState:     d("budget_state", "1 for a standby's state against the staleness budget (in; out: beyond it, not yet back under the return threshold; ramp: back, its share of the reads growing), 0 for the others; standbys only.", "endpoint", "state"),
+		budgetChanges:   d("budget_changes_total", "Times the host, a standby, left the staleness budget or came back within it.", "endpoint"),
+		replicaPool: newPoolDescs(d, "replica", "the host's replica pool",
+			"Size of the host's replica pool."),
+		primaryPool: newPoolDescs(d, "primary", "the primary sessions (Pool.Stat's Primary, on the primary's endpoint)",
+			"The most primary sessions open at once (pool_max_conns); absent without a cap."),
 	}
 }
 
@@ -132,12 +201,22 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 		c.failovers, c.conflicts, c.timelineResets, c.lostWrites, c.epoch, c.lease,
 		c.functionRouted, c.functionPins, c.processScopeReads, c.forgedTokens,
 		c.role, c.current, c.healthy, c.circuitOpen, c.rtt, c.lagBytes, c.lagBound, c.inflight,
-		c.poolConns, c.poolMax,
+		c.timeline, c.syncState, c.pooler, c.backendSwitched, c.discovered, c.untrusted,
+		c.budgetState, c.budgetChanges,
 		c.provider, c.providerUp, c.providerLease, c.leaderTimeline, c.noReads,
 		c.replicaWaits, c.replicaWaitSeconds, c.replicaWaitTimeouts,
 		c.positionFetches, c.positionFetchErrors, c.globalReads, c.deferredReads, c.globalWaitSeconds, c.posShared,
+		c.replicaWaitsSkipped, c.catalogReads, c.primaryReadWaits, c.primaryReadsPeak,
 	} {
 		ch <- d
+	}
+	for _, d := range c.replicaPool.all() {
+		ch <- d
+	}
+	if _, ok := c.src.(PoolSource); ok {
+		for _, d := range c.primaryPool.all() {
+			ch <- d
+		}
 	}
 }
 
@@ -216,6 +295,10 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.deferredReads, st.DeferredPositionReads)
 	send(c.globalWaitSeconds, prometheus.CounterValue, st.GlobalWaitTime.Seconds())
 	counter(c.posShared, st.PositionsShared)
+	counter(c.replicaWaitsSkipped, st.ReplicaWaitsSkipped)
+	counter(c.catalogReads, st.CatalogReads)
+	counter(c.primaryReadWaits, st.PrimaryReadWaits)
+	gauge(c.primaryReadsPeak, float64(st.PrimaryReadsPeak))
 	gauge(c.epoch, float64(top.Epoch))
 	gauge(c.lease, top.LeaseRemaining.Seconds())
 
@@ -236,9 +319,32 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			gauge(c.lagBound, h.LagBound.Seconds(), h.Name)
 		}
 		gauge(c.inflight, float64(h.InflightReads), h.Name)
-		gauge(c.poolConns, float64(h.Pool.IdleConns), h.Name, "idle")
-		gauge(c.poolConns, float64(h.Pool.AcquiredConns), h.Name, "acquired")
-		gauge(c.poolMax, float64(h.Pool.MaxConns), h.Name)
+		if h.Timeline != 0 {
+			gauge(c.timeline, float64(h.Timeline), h.Name)
+		}
+		if h.SyncState != "" {
+			for _, s := range withExtra(syncStates, map[string]uint64{h.SyncState: 1}) {
+				gauge(c.syncState, boolf(h.SyncState == s), h.Name, s)
+			}
+		}
+		gauge(c.pooler, boolf(h.Pooler), h.Name)
+		gauge(c.backendSwitched, boolf(h.BackendSwitched), h.Name)
+		gauge(c.discovered, boolf(h.Discovered), h.Name)
+		gauge(c.untrusted, boolf(h.Untrusted != ""), h.Name)
+		if h.Budget != "" {
+			for _, s := range withExtra(budgetStates, map[string]uint64{h.Budget: 1}) {
+				gauge(c.budgetState, boolf(h.Budget == s), h.Name, s)
+			}
+		}
+		counter(c.budgetChanges, h.BudgetChanges, h.Name)
+		c.pool(send, &c.replicaPool, &h.Pool, h.Name, true)
+	}
+	if ps, ok := c.src.(PoolSource); ok {
+		for _, hp := range ps.Stat() {
+			if hp.Primary != nil {
+				c.pool(send, &c.primaryPool, hp.Primary, hp.Name, hp.Primary.MaxConns > 0)
+			}
+		}
 	}
 
 	if p := top.Provider; p != nil {
@@ -252,6 +358,26 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			gauge(c.noReads, boolf(h.NoReads), h.Name)
 		}
 	}
+}
+
+// pool sends the series of one pool, p, of the endpoint: its size only
+// when withMax.
+func (c *Collector) pool(send func(*prometheus.Desc, prometheus.ValueType, float64, ...string), d *poolDescs, p *pgrouted.PoolInfo, endpoint string, withMax bool) {
+	g, n := prometheus.GaugeValue, prometheus.CounterValue
+	send(d.conns, g, float64(p.IdleConns), endpoint, "idle")
+	send(d.conns, g, float64(p.AcquiredConns), endpoint, "acquired")
+	send(d.conns, g, float64(p.ConstructingConns), endpoint, "constructing")
+	if withMax {
+		send(d.max, g, float64(p.MaxConns), endpoint)
+	}
+	send(d.acquires, n, float64(p.AcquireCount), endpoint)
+	send(d.acquireSeconds, n, p.AcquireDuration.Seconds(), endpoint)
+	send(d.canceledAcquires, n, float64(p.CanceledAcquireCount), endpoint)
+	send(d.emptyAcquires, n, float64(p.EmptyAcquireCount), endpoint)
+	send(d.emptyWaitSeconds, n, p.EmptyAcquireWaitTime.Seconds(), endpoint)
+	send(d.newConns, n, float64(p.NewConnsCount), endpoint)
+	send(d.lifetimeDestroys, n, float64(p.MaxLifetimeDestroyCount), endpoint)
+	send(d.idleDestroys, n, float64(p.MaxIdleDestroyCount), endpoint)
 }
 
 func boolf(b bool) float64 {

@@ -13,14 +13,16 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
-// fake is a Source with fixed answers.
+// fake is a Source, and a PoolSource, with fixed answers.
 type fake struct {
-	st  pgrouted.Stats
-	top pgrouted.Snapshot
+	st    pgrouted.Stats
+	top   pgrouted.Snapshot
+	pools []pgrouted.HostPool
 }
 
 func (f *fake) Stats() pgrouted.Stats       { return f.st }
 func (f *fake) Topology() pgrouted.Snapshot { return f.top }
+func (f *fake) Stat() []pgrouted.HostPool   { return f.pools }
 
 func u64(v uint64) *uint64               { return &v }
 func dur(v time.Duration) *time.Duration { return &v }
@@ -55,6 +57,11 @@ func fixed() *fake {
 			DeferredPositionReads: 15,
 			GlobalWaitTime:        250 * time.Millisecond,
 			PositionsShared:       9,
+
+			CatalogReads:        16,
+			ReplicaWaitsSkipped: 17,
+			PrimaryReadWaits:    18,
+			PrimaryReadsPeak:    5,
 		},
 		top: pgrouted.Snapshot{
 			Primary:              "east",
@@ -63,12 +70,23 @@ func fixed() *fake {
 			ConflictingPrimaries: 6,
 			Hosts: []pgrouted.HostInfo{
 				{Name: "east", Address: "10.0.0.1:5432", Role: "primary", Healthy: true, Circuit: "closed", RTT: 2 * time.Millisecond,
-					Pool: pgrouted.PoolInfo{TotalConns: 0, MaxConns: 4}},
+					Timeline: 3, BudgetChanges: 1, Pool: pgrouted.PoolInfo{TotalConns: 0, MaxConns: 4}},
 				{Name: "west", Address: "10.0.0.2:5432", Role: "standby", Healthy: true, Circuit: "closed", RTT: 250 * time.Millisecond,
 					ByteLag: u64(8192), LagBound: dur(1250 * time.Millisecond), InflightReads: 3,
-					Pool: pgrouted.PoolInfo{TotalConns: 3, IdleConns: 1, AcquiredConns: 2, MaxConns: 4}},
-				{Name: "south", Address: "10.0.0.3:5432", Role: "unknown", Circuit: "open", LastError: "connection refused"},
+					Timeline: 3, SyncState: "async", Budget: "ramp", BudgetChanges: 2, Pooler: true,
+					Pool: pgrouted.PoolInfo{TotalConns: 4, IdleConns: 1, AcquiredConns: 2, ConstructingConns: 1, MaxConns: 4,
+						AcquireCount: 100, AcquireDuration: 2 * time.Second, CanceledAcquireCount: 1, EmptyAcquireCount: 4,
+						EmptyAcquireWaitTime: 500 * time.Millisecond, NewConnsCount: 5, MaxLifetimeDestroyCount: 1, MaxIdleDestroyCount: 2}},
+				{Name: "south", Address: "10.0.0.3:5432", Role: "unknown", Circuit: "open", LastError: "connection refused",
+					Discovered: true, Untrusted: "not seen replicating"},
 			},
+		},
+		pools: []pgrouted.HostPool{
+			{Name: "east", Primary: &pgrouted.PoolInfo{TotalConns: 3, IdleConns: 2, AcquiredConns: 1, MaxConns: 10,
+				AcquireCount: 60, AcquireDuration: 1500 * time.Millisecond, EmptyAcquireCount: 3,
+				EmptyAcquireWaitTime: 250 * time.Millisecond, NewConnsCount: 3, MaxIdleDestroyCount: 1}},
+			{Name: "west"},
+			{Name: "south"},
 		},
 	}
 }
@@ -133,19 +151,6 @@ pgrouted_replica_lag_bound_seconds{endpoint="west"} 1.25
 # HELP pgrouted_replica_lag_bytes WAL bytes a standby has yet to replay to reach the primary's last probed position; absent while unknown.
 # TYPE pgrouted_replica_lag_bytes gauge
 pgrouted_replica_lag_bytes{endpoint="west"} 8192
-# HELP pgrouted_replica_pool_connections Connections of the host's replica pool, per state (idle, acquired).
-# TYPE pgrouted_replica_pool_connections gauge
-pgrouted_replica_pool_connections{endpoint="east",state="acquired"} 0
-pgrouted_replica_pool_connections{endpoint="east",state="idle"} 0
-pgrouted_replica_pool_connections{endpoint="south",state="acquired"} 0
-pgrouted_replica_pool_connections{endpoint="south",state="idle"} 0
-pgrouted_replica_pool_connections{endpoint="west",state="acquired"} 2
-pgrouted_replica_pool_connections{endpoint="west",state="idle"} 1
-# HELP pgrouted_replica_pool_max_connections Size of the host's replica pool.
-# TYPE pgrouted_replica_pool_max_connections gauge
-pgrouted_replica_pool_max_connections{endpoint="east"} 4
-pgrouted_replica_pool_max_connections{endpoint="south"} 0
-pgrouted_replica_pool_max_connections{endpoint="west"} 4
 # HELP pgrouted_replica_retries_total Reads that ran on another host after their replica's connection failed before any row.
 # TYPE pgrouted_replica_retries_total counter
 pgrouted_replica_retries_total 5
@@ -231,6 +236,146 @@ pgrouted_statements_total{endpoint="west",op="lock"} 0
 pgrouted_statements_total{endpoint="west",op="read"} 40
 pgrouted_statements_total{endpoint="west",op="tx"} 0
 pgrouted_statements_total{endpoint="west",op="write"} 0
+# HELP pgrouted_catalog_reads_total Reads of the function catalog (at start, after a statement that may change it, after a change of primary, every 30 s).
+# TYPE pgrouted_catalog_reads_total counter
+pgrouted_catalog_reads_total 16
+# HELP pgrouted_replica_waits_skipped_total Reads that did not wait on their replica because its replay pace said it would not reach their position within the wait: they went elsewhere at once.
+# TYPE pgrouted_replica_waits_skipped_total counter
+pgrouted_replica_waits_skipped_total 17
+# HELP pgrouted_primary_read_waits_total Fallback reads that found pgrouted_primary_read_limit reached and waited for a slot on the primary or a replica (those whose wait ran out are route errors of reason primary-busy).
+# TYPE pgrouted_primary_read_waits_total counter
+pgrouted_primary_read_waits_total 18
+# HELP pgrouted_primary_reads_peak The most fallback reads the primary ran at once under pgrouted_primary_read_limit (0 without a limit).
+# TYPE pgrouted_primary_reads_peak gauge
+pgrouted_primary_reads_peak 5
+# HELP pgrouted_timeline The timeline the host writes or replays; absent while unknown.
+# TYPE pgrouted_timeline gauge
+pgrouted_timeline{endpoint="east"} 3
+pgrouted_timeline{endpoint="west"} 3
+# HELP pgrouted_sync_state 1 for a standby's sync_state on the primary (async, potential, quorum, sync), 0 for the others; absent while unknown.
+# TYPE pgrouted_sync_state gauge
+pgrouted_sync_state{endpoint="west",state="async"} 1
+pgrouted_sync_state{endpoint="west",state="potential"} 0
+pgrouted_sync_state{endpoint="west",state="quorum"} 0
+pgrouted_sync_state{endpoint="west",state="sync"} 0
+# HELP pgrouted_pooler 1 when the host's probes run through a connection pooler (PgBouncer) in front of it, else 0.
+# TYPE pgrouted_pooler gauge
+pgrouted_pooler{endpoint="east"} 0
+pgrouted_pooler{endpoint="south"} 0
+pgrouted_pooler{endpoint="west"} 1
+# HELP pgrouted_pooler_backend_switched 1 when the host's probe connection met two server processes (the pooler hands out server sessions per transaction), else 0.
+# TYPE pgrouted_pooler_backend_switched gauge
+pgrouted_pooler_backend_switched{endpoint="east"} 0
+pgrouted_pooler_backend_switched{endpoint="south"} 0
+pgrouted_pooler_backend_switched{endpoint="west"} 0
+# HELP pgrouted_discovered 1 for a host the topology provider reported that the DSN does not name (pgrouted_discover), else 0.
+# TYPE pgrouted_discovered gauge
+pgrouted_discovered{endpoint="east"} 0
+pgrouted_discovered{endpoint="south"} 1
+pgrouted_discovered{endpoint="west"} 0
+# HELP pgrouted_untrusted 1 while a discovered host serves nothing because its probe has not shown it a standby of the DSN hosts' system, else 0.
+# TYPE pgrouted_untrusted gauge
+pgrouted_untrusted{endpoint="east"} 0
+pgrouted_untrusted{endpoint="south"} 1
+pgrouted_untrusted{endpoint="west"} 0
+# HELP pgrouted_budget_state 1 for a standby's state against the staleness budget (in; out: beyond it, not yet back under the return threshold; ramp: back, its share of the reads growing), 0 for the others; standbys only.
+# TYPE pgrouted_budget_state gauge
+pgrouted_budget_state{endpoint="west",state="in"} 0
+pgrouted_budget_state{endpoint="west",state="out"} 0
+pgrouted_budget_state{endpoint="west",state="ramp"} 1
+# HELP pgrouted_budget_changes_total Times the host, a standby, left the staleness budget or came back within it.
+# TYPE pgrouted_budget_changes_total counter
+pgrouted_budget_changes_total{endpoint="east"} 1
+pgrouted_budget_changes_total{endpoint="south"} 0
+pgrouted_budget_changes_total{endpoint="west"} 2
+# HELP pgrouted_replica_pool_connections Connections of the host's replica pool, per state (idle, acquired, constructing).
+# TYPE pgrouted_replica_pool_connections gauge
+pgrouted_replica_pool_connections{endpoint="east",state="acquired"} 0
+pgrouted_replica_pool_connections{endpoint="east",state="constructing"} 0
+pgrouted_replica_pool_connections{endpoint="east",state="idle"} 0
+pgrouted_replica_pool_connections{endpoint="south",state="acquired"} 0
+pgrouted_replica_pool_connections{endpoint="south",state="constructing"} 0
+pgrouted_replica_pool_connections{endpoint="south",state="idle"} 0
+pgrouted_replica_pool_connections{endpoint="west",state="acquired"} 2
+pgrouted_replica_pool_connections{endpoint="west",state="constructing"} 1
+pgrouted_replica_pool_connections{endpoint="west",state="idle"} 1
+# HELP pgrouted_replica_pool_max_connections Size of the host's replica pool.
+# TYPE pgrouted_replica_pool_max_connections gauge
+pgrouted_replica_pool_max_connections{endpoint="east"} 4
+pgrouted_replica_pool_max_connections{endpoint="south"} 0
+pgrouted_replica_pool_max_connections{endpoint="west"} 4
+# HELP pgrouted_replica_pool_acquires_total Successful acquires of a connection of the host's replica pool.
+# TYPE pgrouted_replica_pool_acquires_total counter
+pgrouted_replica_pool_acquires_total{endpoint="east"} 0
+pgrouted_replica_pool_acquires_total{endpoint="south"} 0
+pgrouted_replica_pool_acquires_total{endpoint="west"} 100
+# HELP pgrouted_replica_pool_acquire_seconds_total Total time of the successful acquires of a connection of the host's replica pool.
+# TYPE pgrouted_replica_pool_acquire_seconds_total counter
+pgrouted_replica_pool_acquire_seconds_total{endpoint="east"} 0
+pgrouted_replica_pool_acquire_seconds_total{endpoint="south"} 0
+pgrouted_replica_pool_acquire_seconds_total{endpoint="west"} 2
+# HELP pgrouted_replica_pool_canceled_acquires_total Acquires of a connection of the host's replica pool canceled by their context.
+# TYPE pgrouted_replica_pool_canceled_acquires_total counter
+pgrouted_replica_pool_canceled_acquires_total{endpoint="east"} 0
+pgrouted_replica_pool_canceled_acquires_total{endpoint="south"} 0
+pgrouted_replica_pool_canceled_acquires_total{endpoint="west"} 1
+# HELP pgrouted_replica_pool_empty_acquires_total Successful acquires of a connection of the host's replica pool that waited for one because none was idle.
+# TYPE pgrouted_replica_pool_empty_acquires_total counter
+pgrouted_replica_pool_empty_acquires_total{endpoint="east"} 0
+pgrouted_replica_pool_empty_acquires_total{endpoint="south"} 0
+pgrouted_replica_pool_empty_acquires_total{endpoint="west"} 4
+# HELP pgrouted_replica_pool_empty_acquire_wait_seconds_total Total time the acquires of a connection of the host's replica pool waited because none was idle.
+# TYPE pgrouted_replica_pool_empty_acquire_wait_seconds_total counter
+pgrouted_replica_pool_empty_acquire_wait_seconds_total{endpoint="east"} 0
+pgrouted_replica_pool_empty_acquire_wait_seconds_total{endpoint="south"} 0
+pgrouted_replica_pool_empty_acquire_wait_seconds_total{endpoint="west"} 0.5
+# HELP pgrouted_replica_pool_new_connections_total Connections the host's replica pool opened.
+# TYPE pgrouted_replica_pool_new_connections_total counter
+pgrouted_replica_pool_new_connections_total{endpoint="east"} 0
+pgrouted_replica_pool_new_connections_total{endpoint="south"} 0
+pgrouted_replica_pool_new_connections_total{endpoint="west"} 5
+# HELP pgrouted_replica_pool_max_lifetime_destroys_total Connections of the host's replica pool closed past their lifetime.
+# TYPE pgrouted_replica_pool_max_lifetime_destroys_total counter
+pgrouted_replica_pool_max_lifetime_destroys_total{endpoint="east"} 0
+pgrouted_replica_pool_max_lifetime_destroys_total{endpoint="south"} 0
+pgrouted_replica_pool_max_lifetime_destroys_total{endpoint="west"} 1
+# HELP pgrouted_replica_pool_max_idle_destroys_total Connections of the host's replica pool closed idle past their idle time.
+# TYPE pgrouted_replica_pool_max_idle_destroys_total counter
+pgrouted_replica_pool_max_idle_destroys_total{endpoint="east"} 0
+pgrouted_replica_pool_max_idle_destroys_total{endpoint="south"} 0
+pgrouted_replica_pool_max_idle_destroys_total{endpoint="west"} 2
+# HELP pgrouted_primary_pool_connections Connections of the primary sessions (Pool.Stat's Primary, on the primary's endpoint), per state (idle, acquired, constructing).
+# TYPE pgrouted_primary_pool_connections gauge
+pgrouted_primary_pool_connections{endpoint="east",state="acquired"} 1
+pgrouted_primary_pool_connections{endpoint="east",state="constructing"} 0
+pgrouted_primary_pool_connections{endpoint="east",state="idle"} 2
+# HELP pgrouted_primary_pool_max_connections The most primary sessions open at once (pool_max_conns); absent without a cap.
+# TYPE pgrouted_primary_pool_max_connections gauge
+pgrouted_primary_pool_max_connections{endpoint="east"} 10
+# HELP pgrouted_primary_pool_acquires_total Successful acquires of a connection of the primary sessions (Pool.Stat's Primary, on the primary's endpoint).
+# TYPE pgrouted_primary_pool_acquires_total counter
+pgrouted_primary_pool_acquires_total{endpoint="east"} 60
+# HELP pgrouted_primary_pool_acquire_seconds_total Total time of the successful acquires of a connection of the primary sessions (Pool.Stat's Primary, on the primary's endpoint).
+# TYPE pgrouted_primary_pool_acquire_seconds_total counter
+pgrouted_primary_pool_acquire_seconds_total{endpoint="east"} 1.5
+# HELP pgrouted_primary_pool_canceled_acquires_total Acquires of a connection of the primary sessions (Pool.Stat's Primary, on the primary's endpoint) canceled by their context.
+# TYPE pgrouted_primary_pool_canceled_acquires_total counter
+pgrouted_primary_pool_canceled_acquires_total{endpoint="east"} 0
+# HELP pgrouted_primary_pool_empty_acquires_total Successful acquires of a connection of the primary sessions (Pool.Stat's Primary, on the primary's endpoint) that waited for one because none was idle.
+# TYPE pgrouted_primary_pool_empty_acquires_total counter
+pgrouted_primary_pool_empty_acquires_total{endpoint="east"} 3
+# HELP pgrouted_primary_pool_empty_acquire_wait_seconds_total Total time the acquires of a connection of the primary sessions (Pool.Stat's Primary, on the primary's endpoint) waited because none was idle.
+# TYPE pgrouted_primary_pool_empty_acquire_wait_seconds_total counter
+pgrouted_primary_pool_empty_acquire_wait_seconds_total{endpoint="east"} 0.25
+# HELP pgrouted_primary_pool_new_connections_total Connections the primary sessions (Pool.Stat's Primary, on the primary's endpoint) opened.
+# TYPE pgrouted_primary_pool_new_connections_total counter
+pgrouted_primary_pool_new_connections_total{endpoint="east"} 3
+# HELP pgrouted_primary_pool_max_lifetime_destroys_total Connections of the primary sessions (Pool.Stat's Primary, on the primary's endpoint) closed past their lifetime.
+# TYPE pgrouted_primary_pool_max_lifetime_destroys_total counter
+pgrouted_primary_pool_max_lifetime_destroys_total{endpoint="east"} 0
+# HELP pgrouted_primary_pool_max_idle_destroys_total Connections of the primary sessions (Pool.Stat's Primary, on the primary's endpoint) closed idle past their idle time.
+# TYPE pgrouted_primary_pool_max_idle_destroys_total counter
+pgrouted_primary_pool_max_idle_destroys_total{endpoint="east"} 1
 `
 	if err := testutil.CollectAndCompare(c, strings.NewReader(want)); err != nil {
 		t.Fatal(err)

@@ -38,12 +38,16 @@
 //	pgrouted_replica_waits_total                reads that waited on a replica for the caller's position (pgrouted_replica_wait)
 //	pgrouted_replica_wait_seconds_total         the time those reads waited (one round trip included per wait)
 //	pgrouted_replica_wait_timeouts_total        waits that ended without the position (the read ran where it would have)
+//	pgrouted_replica_waits_skipped_total        reads that did not wait: their replica's replay pace would not reach their position in time
+//	pgrouted_catalog_reads_total                reads of the function catalog
+//	pgrouted_primary_read_waits_total           fallback reads that waited at pgrouted_primary_read_limit (those whose wait ran out: primary-busy)
 //	pgrouted_position_fetches_total             reads of the primary's WAL position for global consistency and after writes without a Session (shared by concurrent reads)
 //	pgrouted_position_fetch_errors_total        position fetches that failed (their reads ran where a read of unknown position runs)
 //	pgrouted_global_reads_total                 reads served a primary position read after they began (global consistency)
 //	pgrouted_deferred_position_reads_total      reads after writes without a Session that read those writes' position
 //	pgrouted_global_wait_seconds_total          the time global reads waited for their position
 //	pgrouted_positions_shared_total             positions read anyway (after a write, by a probe) that served global reads in place of a fetch
+//	pgrouted_budget_changes_total{endpoint}     times a standby left the staleness budget or came back within it
 //
 // Gauges, now:
 //
@@ -57,8 +61,37 @@
 //	pgrouted_replica_lag_bytes{endpoint}        WAL bytes a standby is behind the primary (absent while unknown)
 //	pgrouted_replica_lag_bound_seconds{endpoint} upper bound on a standby's staleness (absent while unknown)
 //	pgrouted_inflight_reads{endpoint}           reads running on the host now
-//	pgrouted_replica_pool_connections{endpoint,state}  the host's replica pool: state = idle, acquired
-//	pgrouted_replica_pool_max_connections{endpoint}    the replica pool's size
+//	pgrouted_primary_reads_peak                 the most fallback reads the primary ran at once (pgrouted_primary_read_limit)
+//	pgrouted_timeline{endpoint}                 the timeline the host writes or replays (absent while unknown)
+//	pgrouted_sync_state{endpoint,state}         1 for a standby's sync_state on the primary: async, potential, quorum, sync
+//	pgrouted_pooler{endpoint}                   1 when the host's probes run through a connection pooler
+//	pgrouted_pooler_backend_switched{endpoint}  1 when its probe connection met two server processes
+//	pgrouted_discovered{endpoint}               1 for a host the topology provider reported that the DSN does not name
+//	pgrouted_untrusted{endpoint}                1 while such a host serves nothing, not yet trusted
+//	pgrouted_budget_state{endpoint,state}       1 for a standby's state against the staleness budget: in, out, ramp
+//
+// Each pool's figures, pgxpool.Stat's (pgrouted.PoolInfo), per endpoint:
+// pgrouted_replica_pool_… for each host's replica pool, from the Topology;
+// pgrouted_primary_pool_… for the primary sessions (Pool.Stat's Primary),
+// on the primary's endpoint, only when the Source is a [PoolSource] (a
+// *pgrouted.Pool: promcollector.New(pool)). TotalConns is the sum of the
+// connections' states.
+//
+//	pgrouted_replica_pool_connections{endpoint,state}          gauge: state = idle, acquired, constructing
+//	pgrouted_replica_pool_max_connections{endpoint}            gauge: the pool's size
+//	pgrouted_replica_pool_acquires_total{endpoint}             successful acquires
+//	pgrouted_replica_pool_acquire_seconds_total{endpoint}      their total time
+//	pgrouted_replica_pool_canceled_acquires_total{endpoint}    acquires canceled by their context
+//	pgrouted_replica_pool_empty_acquires_total{endpoint}       successful acquires that waited, none idle
+//	pgrouted_replica_pool_empty_acquire_wait_seconds_total{endpoint}  the time they waited
+//	pgrouted_replica_pool_new_connections_total{endpoint}      connections opened
+//	pgrouted_replica_pool_max_lifetime_destroys_total{endpoint}  connections closed past their lifetime
+//	pgrouted_replica_pool_max_idle_destroys_total{endpoint}    connections closed idle past their idle time
+//	pgrouted_primary_pool_connections{endpoint,state}, pgrouted_primary_pool_max_connections{endpoint} (absent without pool_max_conns),
+//	pgrouted_primary_pool_acquires_total, pgrouted_primary_pool_acquire_seconds_total, pgrouted_primary_pool_canceled_acquires_total,
+//	pgrouted_primary_pool_empty_acquires_total, pgrouted_primary_pool_empty_acquire_wait_seconds_total,
+//	pgrouted_primary_pool_new_connections_total, pgrouted_primary_pool_max_lifetime_destroys_total,
+//	pgrouted_primary_pool_max_idle_destroys_total                the same for the primary sessions
 //
 // Gauges of the topology provider, only when there is one
 // (pgrouted_topology=patroni, Config.Provider):
@@ -69,8 +102,9 @@
 //	pgrouted_topology_provider_leader_timeline{provider}        the timeline of the leader it names (absent while it names none)
 //	pgrouted_topology_provider_no_reads{endpoint}               1 when the provider lets the host serve no reads
 //
-// Stats().CatalogReads is not exported here (otelroute exports it as
-// pgrouted.catalog_reads).
+// Every figure of Stats, of a host in the Topology and of a pool has its
+// series, but for a few fields that are not figures (names, addresses,
+// texts): TestEveryStatsFieldIsAMetric lists them, each with why.
 //
 // A host that stops answering keeps the role it was last seen in, with
 // pgrouted_healthy 0: an old primary that was stopped still shows role

@@ -369,3 +369,57 @@ func TestExpositionHasNoPassword(t *testing.T) {
 		t.Fatalf("pgrouted_healthy: %d series, %v", n, err)
 	}
 }
+
+// TestPoolMetricsLive: a Collector over a *pgrouted.Pool exports the
+// primary sessions' figures (Pool.Stat's Primary) on the primary's
+// endpoint, under pool_max_conns, beside the replica pools', each between
+// what Pool.Stat said before and after the scrape.
+func TestPoolMetricsLive(t *testing.T) {
+	ctx := testCtx(t)
+	primary := cluster.Primary().Name()
+	names := []string{primary}
+	for _, r := range cluster.Replicas() {
+		names = append(names, r.Name())
+	}
+	pool, err := pgrouted.NewPool(ctx, cluster.DSN()+"&pool_max_conns=5&pgrouted_probe_interval=100ms&pgrouted_names="+strings.Join(names, ","))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	waitFor(t, 45*time.Second, "the primary known", func() bool { return pool.Topology().Primary == primary })
+	for i := 0; i < 3; i++ {
+		if _, err := pool.Exec(ctx, "SELECT pg_catalog.txid_current()"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(promcollector.New(pool))
+	primaryOf := func(st []pgrouted.HostPool) *pgrouted.PoolInfo {
+		for _, hp := range st {
+			if hp.Primary != nil {
+				return hp.Primary
+			}
+		}
+		t.Fatalf("Pool.Stat gives no primary sessions: %+v", st)
+		return nil
+	}
+	before := primaryOf(pool.Stat())
+	acquires := mustValue(t, reg, "pgrouted_primary_pool_acquires_total", "endpoint", primary)
+	newConns := mustValue(t, reg, "pgrouted_primary_pool_new_connections_total", "endpoint", primary)
+	after := primaryOf(pool.Stat())
+	if acquires < float64(before.AcquireCount) || acquires > float64(after.AcquireCount) || acquires < 3 {
+		t.Errorf("pgrouted_primary_pool_acquires_total = %v; Pool.Stat said %d, then %d", acquires, before.AcquireCount, after.AcquireCount)
+	}
+	if newConns < float64(before.NewConnsCount) || newConns > float64(after.NewConnsCount) || newConns < 1 {
+		t.Errorf("pgrouted_primary_pool_new_connections_total = %v; Pool.Stat said %d, then %d", newConns, before.NewConnsCount, after.NewConnsCount)
+	}
+	if v := mustValue(t, reg, "pgrouted_primary_pool_max_connections", "endpoint", primary); v != 5 {
+		t.Errorf("pgrouted_primary_pool_max_connections = %v, want pool_max_conns 5", v)
+	}
+	if n, err := testutil.GatherAndCount(reg, "pgrouted_primary_pool_connections"); err != nil || n != 3 {
+		t.Errorf("pgrouted_primary_pool_connections: %d series (want idle, acquired, constructing of the primary), %v", n, err)
+	}
+	if n, err := testutil.GatherAndCount(reg, "pgrouted_replica_pool_acquires_total"); err != nil || n != len(names) {
+		t.Errorf("pgrouted_replica_pool_acquires_total: %d series (want one per host), %v", n, err)
+	}
+}

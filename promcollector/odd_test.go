@@ -26,6 +26,7 @@ func oddSource() *fake {
 	f := fixed()
 	f.top.Hosts[0].Name = "east\xff"
 	f.top.Primary = "east\xff"
+	f.pools[0].Name = "east\xff"
 	f.top.Hosts[2].Name = "\u202etsae"
 	f.top.Hosts[1].Name = "we\x1b[2Jst"
 	f.st.Statements["gone\xfe"] = map[string]uint64{"read": 1}
