@@ -211,13 +211,20 @@ func (p *linProcess) fail(what string, err error) {
 // opTimeout bounds one operation: longer than any fault of the schedule.
 const opTimeout = 15 * time.Second
 
-// write writes v to key with Session s, as client.
+// write writes v to key with Session s, as client. The key keeps the
+// larger of its value and v (greatest): a write whose outcome is unknown
+// (its connection failed under it) may still be running on the server when
+// its writer's next write commits, and would otherwise set the key back to
+// its older value after that one, a history no checker of this file could
+// tell from a stale read. With greatest, a write applied that late changes
+// nothing, as one never applied; every acknowledged write is larger than
+// the key's value (one writer per key, writing 1, 2, 3, ...).
 func (p *linProcess) write(ctx context.Context, s *pgrouted.Session, client, key int, v int64) bool {
 	ctx, cancel := context.WithTimeout(pgrouted.WithSession(ctx, s), opTimeout)
 	defer cancel()
 	op := linOp{Client: client, Session: client, Key: key, Write: true, Value: v}
 	op.Call = monoNow()
-	res, err := p.db.ExecContext(ctx, "UPDATE linz SET v = $1 WHERE k = $2", v, key)
+	res, err := p.db.ExecContext(ctx, "UPDATE linz SET v = greatest(v, $1) WHERE k = $2", v, key)
 	op.Return = monoNow()
 	if err == nil {
 		if n, _ := res.RowsAffected(); n != 1 {

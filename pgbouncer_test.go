@@ -111,6 +111,7 @@ func TestPooledFreshWhileWALIsUnflushed(t *testing.T) {
 	// opens (a commit of autovacuum's), this attempt proves nothing, and
 	// another runs, on a table of its own (the first one's hint bits are
 	// set).
+	const attempts = 5
 	for attempt := 1; ; attempt++ {
 		table := fmt.Sprintf("pgb_unflushed%d", attempt)
 		mustExec(t, ctx, primary, "DROP TABLE IF EXISTS "+table+"; CREATE TABLE "+table+" AS SELECT i FROM generate_series(1, 2000) AS i")
@@ -134,7 +135,13 @@ func TestPooledFreshWhileWALIsUnflushed(t *testing.T) {
 			t.Fatal(err)
 		}
 		if n := unflushed(insert); n < 64 {
-			t.Fatalf("the rolled-back read left %d bytes of WAL unflushed before %s: the test proves nothing", n, insert)
+			// Flushed already (a commit of autovacuum's, a standby
+			// snapshot after all): this attempt proves nothing.
+			t.Logf("attempt %d: the rolled-back read left %d bytes of WAL unflushed before %s: another attempt", attempt, n, insert)
+			if attempt == attempts {
+				t.Fatalf("in %d attempts, the primary flushed the read's WAL before a connector could open: the test proved nothing", attempts)
+			}
+			continue
 		}
 		// A connector on the default budget, measured until reads go to
 		// a replica (waitReplicaRoute), not until the rest of what
@@ -165,8 +172,8 @@ func TestPooledFreshWhileWALIsUnflushed(t *testing.T) {
 			db.Close()
 			return
 		}
-		if attempt == 3 {
-			t.Fatalf("in 3 attempts, reads went to a replica only once the primary had flushed its WAL (the last after %s)", took)
+		if attempt == attempts {
+			t.Fatalf("in %d attempts, reads went to a replica only once the primary had flushed its WAL (the last after %s)", attempts, took)
 		}
 		db.Close()
 	}
