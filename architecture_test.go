@@ -414,11 +414,7 @@ type fileCalls struct {
 // fileCalls.
 func callGraph(t *testing.T) fileCalls {
 	t.Helper()
-	files, err := filepath.Glob("*.go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	fset := token.NewFileSet()
+	_, parsed, names := parseRootFiles(t)
 	type fn struct {
 		file    string
 		results []ast.Expr
@@ -427,18 +423,8 @@ func callGraph(t *testing.T) fileCalls {
 	methods := map[string]fn{}                 // Type.method -> its declaration
 	byName := map[string]map[string]bool{}     // method -> the files declaring one of that name
 	fields := map[string]map[string]ast.Expr{} // Type -> field -> its type
-	var parsed []*ast.File
-	names := map[*ast.File]string{}
-	for _, path := range files {
-		if strings.HasSuffix(path, "_test.go") {
-			continue
-		}
-		f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
-		if err != nil {
-			t.Fatal(err)
-		}
-		parsed = append(parsed, f)
-		names[f] = path
+	for _, f := range parsed {
+		path := names[f]
 		for _, d := range f.Decls {
 			switch d := d.(type) {
 			case *ast.FuncDecl:
@@ -703,19 +689,9 @@ const maxFuncLines = 60
 // package (its files but the tests) is longer than maxFuncLines. Split a
 // long one along its steps, each a function that says what it does.
 func TestArchitectureShortFunctions(t *testing.T) {
-	files, err := filepath.Glob("*.go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	fset := token.NewFileSet()
-	for _, path := range files {
-		if strings.HasSuffix(path, "_test.go") {
-			continue
-		}
-		f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
-		if err != nil {
-			t.Fatal(err)
-		}
+	fset, parsed, names := parseRootFiles(t)
+	for _, f := range parsed {
+		path := names[f]
 		for _, d := range f.Decls {
 			fd, ok := d.(*ast.FuncDecl)
 			if !ok || fd.Body == nil {
@@ -731,4 +707,29 @@ func TestArchitectureShortFunctions(t *testing.T) {
 			}
 		}
 	}
+}
+
+// parseRootFiles parses the root package's files but its tests, in the
+// order of their names, and returns them with their names.
+func parseRootFiles(t *testing.T) (*token.FileSet, []*ast.File, map[*ast.File]string) {
+	t.Helper()
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fset := token.NewFileSet()
+	var parsed []*ast.File
+	names := map[*ast.File]string{}
+	for _, path := range files {
+		if strings.HasSuffix(path, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
+		if err != nil {
+			t.Fatal(err)
+		}
+		parsed = append(parsed, f)
+		names[f] = path
+	}
+	return fset, parsed, names
 }
