@@ -302,7 +302,7 @@ func points(t *testing.T, src otelroute.Source) map[string][]string {
 		add := func(set attribute.Set, v float64) {
 			var kv []string
 			for _, a := range set.ToSlice() {
-				kv = append(kv, string(a.Key)+"="+a.Value.Emit())
+				kv = append(kv, string(a.Key)+"="+a.Value.String())
 			}
 			out[name] = append(out[name], strings.Join(kv, ",")+" "+strconv.FormatFloat(v, 'g', -1, 64))
 		}

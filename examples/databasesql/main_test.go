@@ -88,15 +88,7 @@ func TestOpenByDriverName(t *testing.T) {
 	defer db.Close()
 	// The first probes have to learn the roles: until then reads go to
 	// the primary.
-	for i := 0; ; i++ {
-		node, rec := where(t, db.QueryRowContext(ctx, whereSQL))
-		if rec && clustertest.IsReplica(node) {
-			break
-		}
-		if i == 500 {
-			t.Fatalf("reads through sql.Open(\"pgrouted\") never reached a replica; last on %s", node)
-		}
-	}
+	clustertest.UntilReplica(t, `reads through sql.Open("pgrouted")`, func() (string, bool) { return where(t, db.QueryRowContext(ctx, whereSQL)) })
 	if node, rec := where(t, db.QueryRowContext(ctx, "/* pgrouted:primary */ "+whereSQL)); rec || node != "node0" {
 		t.Errorf("a read forced to the primary ran on %s", node)
 	}

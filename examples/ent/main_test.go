@@ -109,15 +109,7 @@ func TestOpenByDriverName(t *testing.T) {
 	}
 	got, err := client.User.Get(ctx, u.ID)
 	clustertest.Fresh(t, err == nil && got.Name == u.Name, "read after create: %v, %v", got, err)
-	for i := 0; ; i++ {
-		node, rec := where(t, ctx, client)
-		if rec && clustertest.IsReplica(node) {
-			break
-		}
-		if i == 1000 {
-			t.Fatalf("reads through sql.Open(\"pgrouted\") under ent never reached a replica; last on %s", node)
-		}
-	}
+	clustertest.UntilReplica(t, `reads through sql.Open("pgrouted") under ent`, func() (string, bool) { return where(t, ctx, client) })
 	if node, rec := where(t, pgrouted.WithRoute(ctx, pgrouted.Primary), client); rec || node != "node0" {
 		t.Errorf("a read forced to the primary ran on %s", node)
 	}

@@ -129,15 +129,7 @@ func TestOpenByDriverName(t *testing.T) {
 	}
 	clustertest.Fresh(t, got.Name == u.Name, "read after create by driver name: %q", got.Name)
 	// Once the probes see the replicas hold the write, reads go there.
-	for i := 0; ; i++ {
-		node, rec := where(t, db.WithContext(ctx))
-		if rec && clustertest.IsReplica(node) {
-			break
-		}
-		if i == 1000 {
-			t.Fatalf("reads through DriverName \"pgrouted\" never reached a replica; last on %s", node)
-		}
-	}
+	clustertest.UntilReplica(t, `reads through DriverName "pgrouted"`, func() (string, bool) { return where(t, db.WithContext(ctx)) })
 	var port int
 	if err := db.WithContext(ctx).Raw(`UPDATE users SET balance = balance + 1 WHERE id = ? RETURNING inet_server_port()`, u.ID).Scan(&port).Error; err != nil {
 		t.Fatal(err)

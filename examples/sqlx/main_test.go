@@ -108,15 +108,9 @@ func TestOpenByDriverName(t *testing.T) {
 		t.Fatal(err)
 	}
 	clustertest.Fresh(t, u.Name == "named", "read after named insert: %+v", u)
-	for i := 0; ; i++ {
-		node, rec := where(t, func(d any, q string, a ...any) error { return db.GetContext(ctx, d, q, a...) })
-		if rec && clustertest.IsReplica(node) {
-			break
-		}
-		if i == 1000 {
-			t.Fatalf("reads through sqlx.Open(\"pgrouted\") never reached a replica; last on %s", node)
-		}
-	}
+	clustertest.UntilReplica(t, `reads through sqlx.Open("pgrouted")`, func() (string, bool) {
+		return where(t, func(d any, q string, a ...any) error { return db.GetContext(ctx, d, q, a...) })
+	})
 	if node, rec := where(t, func(d any, q string, a ...any) error {
 		return db.GetContext(pgrouted.WithRoute(ctx, pgrouted.Primary), d, q, a...)
 	}); rec || node != "node0" {

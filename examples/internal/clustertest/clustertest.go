@@ -291,6 +291,26 @@ func WaitReplicaRoute(t testing.TB, conn *pgrouted.Connector) {
 	}
 }
 
+// UntilReplica runs read until it reports that it ran on a replica (it
+// returns the endpoint it ran on and whether the route was recorded), or
+// fails the test, saying what, after 45 s of reads 5 ms apart: a deadline,
+// not a count of reads, which a machine without the race detector runs
+// before the probes have seen the replicas hold the caller's write.
+func UntilReplica(t testing.TB, what string, read func() (endpoint string, recorded bool)) {
+	t.Helper()
+	deadline := time.Now().Add(45 * time.Second)
+	for {
+		node, rec := read()
+		if rec && IsReplica(node) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never reached a replica in 45s; last on %s", what, node)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 // Fresh records one freshness check: ok is false when a read missed the
 // test's own earlier write. A stale read fails the test and the suite.
 func Fresh(t testing.TB, ok bool, format string, args ...any) {
