@@ -6,7 +6,6 @@ import (
 	"database/sql"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/pgrouted/pgrouted"
 	"github.com/pgrouted/pgrouted/examples/internal/clustertest"
@@ -46,9 +45,9 @@ type statement struct {
 }
 
 // traceRequest writes a row and reads it back (a freshness check), then,
-// once the replicas hold it, reads it three more times, all in one
+// once the driver would send a read to a replica, reads it three more times, all in one
 // request span; every statement returns inet_server_port().
-func traceRequest(t *testing.T, db *sql.DB, tel *telemetry) (trace.Span, []statement) {
+func traceRequest(t *testing.T, db *sql.DB, conn *pgrouted.Connector, tel *telemetry) (trace.Span, []statement) {
 	t.Helper()
 	ctx := clustertest.Ctx(t)
 	if _, err := db.ExecContext(ctx, "CREATE TABLE IF NOT EXISTS otel_items (id bigserial PRIMARY KEY, v text NOT NULL)"); err != nil {
@@ -70,22 +69,18 @@ func traceRequest(t *testing.T, db *sql.DB, tel *telemetry) (trace.Span, []state
 	var v string
 	one("SELECT v, inet_server_port() FROM otel_items WHERE id = $1", []any{id}, &v)
 	clustertest.Fresh(t, v == "traced", "read back %q, want %q", v, "traced")
-	if err := clustertest.Cluster.WaitReplicated(ctx); err != nil {
-		t.Fatal(err)
-	}
-	// At least 3 reads, until one ran on a replica: the replicas hold the
-	// row, but the driver may send reads of it to the primary until its
-	// probes see that (a count of reads alone is over before that on a
-	// machine without the race detector).
-	deadline := time.Now().Add(45 * time.Second)
-	for i := 0; i < 3 || !clustertest.IsReplica(done[len(done)-1].node); i++ {
-		if time.Now().After(deadline) {
-			t.Fatalf("no read of the row ran on a replica in 45s (%d reads)", i)
-		}
-		if i >= 3 {
-			time.Sleep(5 * time.Millisecond)
-		}
+	// Once the driver's probes have seen the replicas hold the row,
+	// three reads, then, should the route have changed meanwhile, reads
+	// until one runs on a replica.
+	clustertest.WaitReplicaRoute(t, conn)
+	for range 3 {
 		one("SELECT v, inet_server_port() FROM otel_items WHERE id = $1", []any{id}, &v)
+	}
+	if !clustertest.IsReplica(done[len(done)-1].node) {
+		clustertest.UntilReplica(t, "a read of the traced row", func() (string, bool) {
+			one("SELECT v, inet_server_port() FROM otel_items WHERE id = $1", []any{id}, &v)
+			return done[len(done)-1].node, true
+		})
 	}
 	return span, done
 }
@@ -145,7 +140,7 @@ func wantServers(t *testing.T, spans []sdktrace.ReadOnlySpan, done []statement) 
 func TestWithoutWrapper(t *testing.T) {
 	defer clustertest.Guard(t)
 	db, conn, tel, _ := openTraced(t, false)
-	request, done := traceRequest(t, db, tel)
+	request, done := traceRequest(t, db, conn, tel)
 	var spans []sdktrace.ReadOnlySpan
 	for _, s := range routed(tel) {
 		summary := ""
@@ -171,7 +166,7 @@ func TestWithoutWrapper(t *testing.T) {
 func TestWithOtelsql(t *testing.T) {
 	defer clustertest.Guard(t)
 	db, conn, tel, _ := openTraced(t, true)
-	_, done := traceRequest(t, db, tel)
+	_, done := traceRequest(t, db, conn, tel)
 	var queries []sdktrace.ReadOnlySpan
 	for _, s := range tel.Spans.Ended() {
 		if s.InstrumentationScope().Name == otelroute.ScopeName {
