@@ -18,26 +18,28 @@
 #
 # The root package is the longest: its tests run one after the other on one
 # shared cluster (many break and restore it), several minutes with -race.
-# It runs as three shards, three processes of its test binary (built once,
+# It runs as four shards, four processes of its test binary (built once,
 # see buildroot below), each with its own cluster
 # (testcluster picks free ports and a new directory, and starts a server
-# again on other ports when another process took one first): shards 1 and
-# 2 run the tests named in $shard1 and $shard2 below (-run), shard 3 every
-# other one (-skip on both patterns), so a new test runs in shard 3 and
-# every test in exactly one.
+# again on other ports when another process took one first): shards 1, 2
+# and 4 run the tests named in $shard1, $shard2 and $shard4 below (-run),
+# shard 3 every other one (-skip on the three patterns), so a new test runs
+# in shard 3 and every test in exactly one. Shards 1 to 3 are lanes 1 to
+# 3; shard 4, short, begins lane 5, whose other jobs are short too.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
 
 # The root package's shards 1 and 2: its longest tests, each list about a
 # third of the package's time with -race (the "--- PASS: TestX (12.3s)"
-# lines of a -v run); shard 3 runs the rest. When one shard's lane ends
-# much later than the others' (see the summary), move a long test from one
-# to another; a test listed here must exist and be listed once (checked
-# below).
+# lines of a -v run); shard 3 runs the rest; shard 4, three tests of about
+# 40 s with -race taken from the other three, evens the lanes' ends. When
+# one lane ends much later than the others (see the summary), move a long
+# test from one shard to another; a test listed here must exist and be
+# listed once (checked below).
 shard1=(
 	TestCheckedReadAllocations TestPatroni
-	TestWatermarkAcrossFailoverWithoutHistory TestRoutingTable
+	TestWatermarkAcrossFailoverWithoutHistory
 	TestWriteToADemotedPrimary TestGlobalAcrossProcesses
 	TestWeightedOverThreeReplicas TestReplicaReadAllocations
 	TestKilledReplicaCostsNoRead TestPooledFailover
@@ -47,27 +49,31 @@ shard1=(
 )
 shard2=(
 	TestOrdinaryRoleFailover TestGlobalThroughFailover
-	TestLostWriteIsReported TestFrozenPrimary TestDeferredWriteAcrossFailover
+	TestLostWriteIsReported TestDeferredWriteAcrossFailover
 	TestWriteThatSurvivedAFailover TestWriteAllocations
 	TestWritesWaitForAPrimary TestConsistencyUnderFaults
+)
+shard4=(
+	TestRoutingTable TestFrozenPrimary TestPooledFreshWhileWALIsUnflushed
 )
 pattern() {
 	local IFS='|'
 	echo "^($*)\$"
 }
-for name in "${shard1[@]}" "${shard2[@]}"; do
+for name in "${shard1[@]}" "${shard2[@]}" "${shard4[@]}"; do
 	if ! grep -q "^func $name(t \*testing.T)" ./*_test.go; then
 		echo "FAIL: scripts/test.sh: a shard lists $name, which is no test of the root package" >&2
 		exit 1
 	fi
 done
-if dup=$(printf '%s\n' "${shard1[@]}" "${shard2[@]}" | sort | uniq -d | grep .); then
+if dup=$(printf '%s\n' "${shard1[@]}" "${shard2[@]}" "${shard4[@]}" | sort | uniq -d | grep .); then
 	echo "FAIL: scripts/test.sh: listed in two shards: $dup" >&2
 	exit 1
 fi
-shardnames=("root package, shard 1" "root package, shard 2" "root package, shard 3")
-shardflags=(-run -run -skip)
-shardpatterns=("$(pattern "${shard1[@]}")" "$(pattern "${shard2[@]}")" "$(pattern "${shard1[@]}" "${shard2[@]}")")
+shardnames=("root package, shard 1" "root package, shard 2" "root package, shard 3" "root package, shard 4")
+shardflags=(-run -run -skip -run)
+shardpatterns=("$(pattern "${shard1[@]}")" "$(pattern "${shard2[@]}")"
+	"$(pattern "${shard1[@]}" "${shard2[@]}" "${shard4[@]}")" "$(pattern "${shard4[@]}")")
 for a in "$@"; do
 	case $a in
 	-run | -run=* | --run | --run=*) shardnames=("root package") shardflags=("") ;;
@@ -300,8 +306,10 @@ echo "warm: $(($(date +%s) - began))s"
 # packages that wait on servers, probes and failovers (the root package,
 # testcluster, topology, cmd) run once with it and once at full speed.
 #
-# Lanes 1 to 3: the root package's shards, with -race, then without.
+# Lanes 1 to 3: the root package's shards 1 to 3 (or, with a -run among
+# the flags, the whole package in lane 1), with -race, then without.
 for i in "${!shardnames[@]}"; do
+	[ "$i" -lt 3 ] || break
 	lane=$((i + 1)) jobseq=0
 	shardargs=()
 	[ -z "${shardflags[i]}" ] || shardargs=("${shardflags[i]}" "${shardpatterns[i]}")
@@ -354,13 +362,24 @@ lane=4 jobseq=0
 	job "vet: bench" benchvet
 ) &
 lanes+=($!)
-# Lane 5: otelroute and promcollector (the examples and pgroutedgrpc are
-# lane 1's),
-# then the other half of the fuzz targets, then go mod tidy -diff and
-# govulncheck.
+# Lane 5: otelroute with -race (while lane 1 builds the root package's
+# test binaries), the root package's shard 4 with -race, then without
+# (when the package is sharded), promcollector with -race (the examples and
+# pgroutedgrpc are lane 1's), then the other half of the fuzz targets, then
+# go mod tidy -diff and govulncheck.
 lane=5 jobseq=0
 (
 	job "race: otelroute" otelroute "$@"
+	if [ ${#shardnames[@]} -gt 3 ]; then
+		if [ $# -eq 0 ]; then
+			waitroot
+			job "race: ${shardnames[3]}" roottest race run "${shardpatterns[3]}"
+			job "no race: ${shardnames[3]}" roottest norace run "${shardpatterns[3]}"
+		else
+			job "race: ${shardnames[3]}" racetest -run "${shardpatterns[3]}" . "$@"
+			job "no race: ${shardnames[3]}" fulltest -run "${shardpatterns[3]}" . "$@"
+		fi
+	fi
 	job "race: promcollector" promcollector "$@"
 	job "fuzzing, $fuzztime a target (the other half)" fuzzall 1 2
 	job "lint: go mod tidy -diff, govulncheck (every module)" ./scripts/lint.sh tidy govulncheck
