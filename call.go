@@ -126,7 +126,7 @@ type callOutcome struct {
 	// elsewhere (Stats.ReplicaRetries).
 	replicaFailed bool
 	waited        time.Duration // how long it waited on replicas for their replay (replicawait.go)
-	wrote         time.Time     // the caller's last write, when a replica's check of it is worth recording (consistency.CatchUp)
+	checkAge      time.Duration // see target.checkAge
 	sent          time.Time     // (consistency.Now) before it was sent to the primary, and the position read after it
 	// unanswered: it failed before the server answered it (no row, no
 	// command tag), as far as the path that ran it can tell (see

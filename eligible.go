@@ -66,18 +66,19 @@ func (c *Connector) worthChecking(cand []*hostView, age time.Duration, now time.
 }
 
 // recordCheck adds the outcome of a position check sent at sent on h for
-// a read whose caller wrote at wrote (zero: not recorded; see
-// target.wrote), when the check did not wait: err is the check's (nil:
-// found; errNotCaughtUp: not found; anything else tells nothing).
-func (h *host) recordCheck(wrote time.Time, wait time.Duration, sent time.Time, err error) {
-	if wrote.IsZero() || wait > 0 {
+// a read planned when its caller's last write was age old (zero: not
+// recorded; see target.checkAge), when the check did not wait: err is the
+// check's (nil: found; errNotCaughtUp: not found; anything else tells
+// nothing).
+func (h *host) recordCheck(age, wait time.Duration, sent time.Time, err error) {
+	if age <= 0 || wait > 0 {
 		return
 	}
 	switch {
 	case err == nil:
-		h.catchUp.Record(sent.Sub(wrote), sent, true)
+		h.catchUp.Record(age, sent, true)
 	case errors.Is(err, errNotCaughtUp):
-		h.catchUp.Record(sent.Sub(wrote), sent, false)
+		h.catchUp.Record(age, sent, false)
 	}
 }
 
@@ -100,11 +101,11 @@ const maxStackCandidates = 32
 // verify the replica's replay position on its connection first, because the
 // last probe cannot prove it holds the caller's writes.
 type pick struct {
-	host   *hostView
-	reason Reason
-	check  bool
-	wm     lagmeter.Watermark
-	wrote  time.Time // see target.wrote
+	host     *hostView
+	reason   Reason
+	check    bool
+	wm       lagmeter.Watermark
+	checkAge time.Duration // see target.checkAge
 	// pending: the caller's position is deferred (consistency.DeferredUse);
 	// host must check it once it is read (Connector.resolveDeferred).
 	pending bool
@@ -144,7 +145,10 @@ func (c *Connector) pickReplica(v *view, rc *readCtx, advance bool, skip *host, 
 	}
 	pk.host, pk.check, pk.wm, pk.pending = c.choose(rc.ctx, cand, advance), checking, need.wm, need.pending
 	if checking && need.recent {
-		pk.wrote = need.lastWrite
+		// Keyed by the age the record was asked at (worthChecking),
+		// not the age when the check is sent: a deferred position is
+		// read on the primary in between.
+		pk.checkAge = max(need.age, 1)
 	}
 }
 

@@ -54,7 +54,10 @@ type target struct {
 	check bool               // verify the replica's position before reading
 	wm    lagmeter.Watermark // what the check must find
 	wait  time.Duration      // how long the check may wait for it (replicawait.go)
-	wrote time.Time          // when the caller wrote at wm, for the replica's record of its checks (consistency.CatchUp); zero when not known
+	// checkAge is the age of the caller's write at wm when the read was
+	// planned, for the replica's record of its checks (consistency.CatchUp,
+	// which is asked at that age); zero when not recorded.
+	checkAge time.Duration
 }
 
 // request is what a decision is asked about.
@@ -241,7 +244,7 @@ func (c *Connector) planReplica(ctx context.Context, p *plan, advance bool) {
 	if pk.host != nil {
 		p.replica.host, p.replica.check, p.replica.wm = pk.host, pk.check, pk.wm
 		if pk.check {
-			p.replica.wait, p.replica.wrote = c.waitFor(&p.in, pk), pk.wrote
+			p.replica.wait, p.replica.checkAge = c.waitFor(&p.in, pk), pk.checkAge
 		}
 		switch {
 		case p.forced == Replica:
@@ -319,7 +322,7 @@ func (c *Connector) replan(ctx context.Context, p *plan, skip *host, noWait bool
 	if next.host == nil {
 		return target{}, false
 	}
-	t := target{host: next.host, check: next.check, wm: next.wm, wrote: next.wrote}
+	t := target{host: next.host, check: next.check, wm: next.wm, checkAge: next.checkAge}
 	if !noWait {
 		t.wait = c.waitFor(&p.in, next)
 	}

@@ -141,7 +141,7 @@ func (c *Connector) resolveDeferred(ctx context.Context, v *view, rc *readCtx, p
 	pk.check = true
 	if h.probe.Healthy {
 		if ok, _ := pk.wm.ReachedBy(h.position(), v.switchPoint(pk.wm.Timeline)); ok {
-			pk.check, pk.wrote = false, time.Time{}
+			pk.check, pk.checkAge = false, 0
 		}
 	}
 	return pk

@@ -154,7 +154,7 @@ func (cn *conn) runOnReplica(ctx context.Context, h *host, at target, cl *call) 
 	case callDescribe:
 		return cn.describeOnReplica(ctx, h, at, cl)
 	}
-	cl.wrote = at.wrote
+	cl.checkAge = at.checkAge
 	s := cn.replicaSendOf(h, at.check, cl)
 	b := s.b
 	err := cn.borrow(ctx, h, b, at.check && !s.pipelined, at.wm, at.wait, cl)
@@ -423,7 +423,7 @@ func (cn *conn) noteCheck(b *borrowed, hv *hostView, wm lagmeter.Watermark, wait
 		b.h.noteReplay(hv.probe.Conn, replay)
 	}
 	cl.waited += cn.c.waited(b.h, hv.probe.Conn, wm, wait, sent, err)
-	b.h.recordCheck(cl.wrote, wait, sent, err)
+	b.h.recordCheck(cl.checkAge, wait, sent, err)
 }
 
 // readChecked runs a read on a borrowed replica connection after checking,

@@ -80,13 +80,20 @@ func (c *CatchUp) Worth(age time.Duration, now time.Time) bool {
 	return b.missed.Load() <= catchUpMaxMissed || since(b.at.Load(), now) > catchUpRecheck
 }
 
-// Record adds the outcome of a check sent at sent when the caller's last
-// write was age old: found when the replica had replayed it. Replay goes
-// in WAL order, so the outcome holds beyond its own age: a replica that
-// lacked a write lacked every younger one then (a later position), and
-// one that held it held every older one. A check that found the write
-// counts for its age and all older ones, one that did not for its age and
-// all younger ones.
+// Record adds the outcome of a check sent at sent for a read planned when
+// the caller's last write was age old: found when the replica had replayed
+// it. age is the age Worth was asked at, not the age when the check was
+// sent: a read whose position is deferred reads it on the primary first
+// and sends its check a round trip later (two behind a connection
+// pooler), and a record by that later age never counts a check that found
+// the write at the age reads ask about, only those that missed (they count
+// for younger ages too, below), so the record of the first read after a
+// write said "mostly missed" whatever the replica did. Replay goes in WAL
+// order, and a read planned later sends its check later, so the outcome
+// holds beyond its own age: a replica that lacked a write lacked every
+// younger one then (a later position), and one that held it held every
+// older one. A check that found the write counts for its age and all older
+// ones, one that did not for its age and all younger ones.
 func (c *CatchUp) Record(age time.Duration, sent time.Time, found bool) {
 	i, at := catchUpBucketOf(age), nanos(sent)
 	if found {
