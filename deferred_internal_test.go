@@ -183,3 +183,50 @@ func TestDeferredReadJoinsARunningPositionRead(t *testing.T) {
 		t.Fatalf("with a position read under way: pick %+v, want a replica to check", pk)
 	}
 }
+
+// TestExploringReadReadsADeferredPosition: of the reads right after a
+// deferred write whose replicas' checks at that age mostly missed, the one
+// in consistency.ExploreEvery that explores checks a replica, reading the
+// position for it, even when the deferred-position record says such reads
+// do not pay: the catch-up records learn from its check alone (the reads
+// they sent to the primary never counted in the deferred record). When the
+// deferred record skipped the explorers too, no check was sent, and a
+// connector whose first checks missed sent every read after a write to the
+// primary until its records were a second old.
+func TestExploringReadReadsADeferredPosition(t *testing.T) {
+	c, v := deferredConnector(t, func(context.Context) (lagmeter.Watermark, error) {
+		return lagmeter.Watermark{SystemID: 7, Timeline: 1, LSN: 1<<30 + 100}, nil
+	})
+	rc := sessionRead(t, c, v)
+	now := rc.now
+	for i := range v.hosts {
+		for range 8 {
+			v.hosts[i].catchUp.Record(now.Sub(rc.st.LastWrite()), now, false)
+		}
+	}
+	// Eight position reads that served one read each, just now: not worth
+	// another.
+	for range 8 {
+		c.rw.deferredUse.Served(true, now)
+	}
+	if c.rw.deferredUse.Worth(now) {
+		t.Fatal("the deferred record says a position read pays; want it not to")
+	}
+	reasons := map[Reason]int{}
+	explored := 0
+	for range 8 * consistency.ExploreEvery {
+		pk := pickOf(c, v, rc, nil)
+		switch {
+		case pk.host != nil && pk.pending && pk.check:
+			explored++
+		case pk.host == nil:
+			reasons[pk.reason]++
+		default:
+			t.Fatalf("pick %+v, want a replica to check once the position is read, or the primary", pk)
+		}
+	}
+	if explored != 8 || reasons[ReasonCatchingUp] != 8*(consistency.ExploreEvery-1) {
+		t.Fatalf("%d reads explored (want 8, one in %d), the others on the primary by reason %v (want %s)",
+			explored, consistency.ExploreEvery, reasons, ReasonCatchingUp)
+	}
+}

@@ -213,20 +213,20 @@ func TestWorthChecking(t *testing.T) {
 		a.catchUp.Record(age, now, false)
 	}
 	cand := func() []*hostView { return []*hostView{{host: a}, {host: b}} }
-	if got := c.worthChecking(cand(), age, now, true); len(got) != 1 || got[0].host != b {
+	if got, explores := c.worthChecking(cand(), age, now, true); len(got) != 1 || got[0].host != b || explores {
 		t.Fatalf("kept %d replicas, want the one whose checks succeed", len(got))
 	}
 	for range 3 {
 		b.catchUp.Record(age, now, false)
 	}
 	for range 100 {
-		if got := c.worthChecking(cand(), age, now, false); len(got) != 0 {
+		if got, _ := c.worthChecking(cand(), age, now, false); len(got) != 0 {
 			t.Fatal("Explain explored")
 		}
 	}
 	explored := 0
 	for range 8 * consistency.ExploreEvery {
-		if got := c.worthChecking(cand(), age, now, true); len(got) == 2 {
+		if got, explores := c.worthChecking(cand(), age, now, true); len(got) == 2 && explores {
 			explored++
 		} else if len(got) != 0 {
 			t.Fatalf("kept %d replicas, want all or none", len(got))
