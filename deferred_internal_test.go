@@ -145,23 +145,30 @@ func TestDeferredPositionSettledByProbe(t *testing.T) {
 	}
 }
 
+// catchingUpRead is a session read right after a deferred write whose
+// position the connector can read, on replicas whose checks at that write's
+// age all failed (the write was made when the connector was, some
+// microseconds before: the read's bucket).
+func catchingUpRead(t *testing.T) (*Connector, *view, *readCtx) {
+	t.Helper()
+	c, v := deferredConnector(t, func(context.Context) (lagmeter.Watermark, error) {
+		return lagmeter.Watermark{SystemID: 7, Timeline: 1, LSN: 1<<30 + 100}, nil
+	})
+	rc := sessionRead(t, c, v)
+	for i := range v.hosts {
+		for range 8 {
+			v.hosts[i].catchUp.Record(rc.now.Sub(rc.st.LastWrite()), rc.now, false)
+		}
+	}
+	return c, v, rc
+}
+
 // TestDeferredReadJoinsARunningPositionRead: a read right after a deferred
 // write whose replicas' checks at that age mostly missed goes to the
 // primary (catching-up) when it would read the position alone, and checks
 // a replica when a position read is under way, which it shares.
 func TestDeferredReadJoinsARunningPositionRead(t *testing.T) {
-	c, v := deferredConnector(t, func(context.Context) (lagmeter.Watermark, error) {
-		return lagmeter.Watermark{SystemID: 7, Timeline: 1, LSN: 1<<30 + 100}, nil
-	})
-	rc := sessionRead(t, c, v)
-	now := rc.now
-	// Failed checks at the read's own write age (the write was made
-	// when the connector was, some microseconds before: its bucket).
-	for i := range v.hosts {
-		for range 8 {
-			v.hosts[i].catchUp.Record(now.Sub(rc.st.LastWrite()), now, false)
-		}
-	}
+	c, v, rc := catchingUpRead(t)
 	// The first reads that find no replica worth checking do not explore
 	// (consistency.Explore: one in several does).
 	if pk := pickOf(c, v, rc, nil); pk.host != nil || pk.reason != ReasonCatchingUp {
@@ -194,16 +201,8 @@ func TestDeferredReadJoinsARunningPositionRead(t *testing.T) {
 // connector whose first checks missed sent every read after a write to the
 // primary until its records were a second old.
 func TestExploringReadReadsADeferredPosition(t *testing.T) {
-	c, v := deferredConnector(t, func(context.Context) (lagmeter.Watermark, error) {
-		return lagmeter.Watermark{SystemID: 7, Timeline: 1, LSN: 1<<30 + 100}, nil
-	})
-	rc := sessionRead(t, c, v)
+	c, v, rc := catchingUpRead(t)
 	now := rc.now
-	for i := range v.hosts {
-		for range 8 {
-			v.hosts[i].catchUp.Record(now.Sub(rc.st.LastWrite()), now, false)
-		}
-	}
 	// Eight position reads that served one read each, just now: not worth
 	// another.
 	for range 8 {
