@@ -111,6 +111,22 @@ func TestPooledFreshWhileWALIsUnflushed(t *testing.T) {
 	// opens (a commit of autovacuum's), this attempt proves nothing, and
 	// another runs, on a table of its own (the first one's hint bits are
 	// set).
+	//
+	// Autovacuum is off while it runs: its commits, on this test's tables
+	// or on those earlier tests of the process left, flushed the read's WAL
+	// before the connector opened in all 5 attempts of a fresh-clone run
+	// (the test in its fourth shard, after other tests' tables).
+	mustExec(t, ctx, primary, "ALTER SYSTEM SET autovacuum = off")
+	mustExec(t, ctx, primary, "SELECT pg_reload_conf()")
+	t.Cleanup(func() {
+		bg := context.Background()
+		if err := primary.Exec(bg, "ALTER SYSTEM RESET autovacuum"); err != nil {
+			t.Errorf("turn autovacuum back on: %v", err)
+		}
+		if err := primary.Exec(bg, "SELECT pg_reload_conf()"); err != nil {
+			t.Errorf("turn autovacuum back on: %v", err)
+		}
+	})
 	const attempts = 5
 	for attempt := 1; ; attempt++ {
 		table := fmt.Sprintf("pgb_unflushed%d", attempt)
