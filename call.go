@@ -132,6 +132,10 @@ type callOutcome struct {
 	// command tag), as far as the path that ran it can tell (see
 	// endedUnanswered).
 	unanswered bool
+	// read: it runs as an autocommit read on a session with no state of
+	// its own (a replica's, or an unpinned primary session): its rows'
+	// session may end after them without failing them (endedAfterRows).
+	read bool
 }
 
 // on runs cl through pgx on sc with args (cl.args, or them after an exec
@@ -141,8 +145,12 @@ func (cl *call) on(ctx context.Context, sc *stdlib.Conn, args []driver.NamedValu
 		return cl.px.on(ctx, cl, sc.Conn(), args)
 	}
 	if cl.isQuery {
-		var err error
-		cl.rows, err = sc.QueryContext(ctx, cl.query, args)
+		rows, err := sc.QueryContext(ctx, cl.query, args)
+		if err == nil && cl.read {
+			// Its session may end after the rows the caller read.
+			rows = &endRows{Rows: rows, pc: sc.Conn()}
+		}
+		cl.rows = rows
 		return err
 	}
 	// stdlib's ExecContext, keeping the command tag an error came with.

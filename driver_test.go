@@ -549,6 +549,165 @@ func testWriteOnATerminatedSession(t *testing.T, open opener) {
 	}
 }
 
+// TestReadOnATerminatedSession: the server ends the primary session a read
+// runs on (pg_terminate_backend, as a fast shutdown does to every session:
+// FATAL 57P01), either while it is idle, just before the read is sent, or
+// while the read runs, before its row. A read has no effect and the caller
+// saw nothing of it: it runs again on a new session and returns its row.
+// Forced to the primary, through the driver and through the Pool.
+func TestReadOnATerminatedSession(t *testing.T) {
+	forEachClient(t, testReadOnATerminatedSession)
+}
+
+func testReadOnATerminatedSession(t *testing.T, open opener) {
+	ctx := testCtx(t)
+	app := "termr_" + strings.ReplaceAll(t.Name(), "/", "_")
+	db, conn, rec := open(t, "application_name="+app)
+	for _, route := range []pgrouted.Route{pgrouted.Primary, pgrouted.Replica} {
+		rctx := pgrouted.WithRoute(ctx, route)
+		// terminate ends the client's sessions on the node named name
+		// that match where.
+		terminate := func(name, where string) {
+			t.Helper()
+			for _, node := range cluster.Nodes() {
+				if node.Name() != name {
+					continue
+				}
+				var pids []int32
+				if err := node.QueryRow(ctx, "SELECT coalesce(array_agg(pid), '{}') FROM pg_stat_activity WHERE application_name = $1 AND pid <> pg_backend_pid() AND "+where, []any{app}, &pids); err != nil {
+					t.Fatal(err)
+				}
+				if len(pids) == 0 {
+					t.Fatalf("%v: no session of the client on %s where %s", route, name, where)
+				}
+				mustExec(t, ctx, node, fmt.Sprintf("SELECT pg_terminate_backend(pid) FROM unnest('%s'::int[]) pid", pgIntArray(pids)))
+				return
+			}
+			t.Fatalf("no node %s", name)
+		}
+		// ranOn is the node the client's last statement ran on.
+		ranOn := func() string {
+			e := rec.snapshot()
+			return e[len(e)-1].Endpoint
+		}
+		// Each case begins with every standby eligible again: a
+		// replica read that failed on one runs on the other.
+		for i := 0; i < 2; i++ {
+			replicasReady(t, conn)
+			if route == pgrouted.Primary {
+				// Idle: the read opens the session the next one reuses.
+				// (Not on replicas: the next read may take another
+				// connection, and one ended there would be left in the
+				// pool for the retry of a later case.)
+				var n int
+				if err := db.QueryRowContext(rctx, "SELECT 1").Scan(&n); err != nil {
+					t.Fatal(err)
+				}
+				terminate(ranOn(), "query = 'SELECT 1'")
+				waitGone(t, ctx, app, "query = 'SELECT 1'")
+				if err := db.QueryRowContext(rctx, "SELECT 2").Scan(&n); err != nil || n != 2 {
+					t.Fatalf("%v: read %d on a session the server had ended: %d, %v", route, i, n, err)
+				}
+				if e := rec.snapshot(); !e[len(e)-1].Primary || e[len(e)-1].Err != nil {
+					t.Fatalf("%v: read %d: %+v", route, i, e[len(e)-1])
+				}
+			}
+			// Running: the read is in pg_sleep when its session ends.
+			replicasReady(t, conn)
+			done := make(chan error, 1)
+			go func() {
+				var m int
+				err := db.QueryRowContext(rctx, "SELECT 3 FROM pg_sleep(1)").Scan(&m)
+				if err == nil && m != 3 {
+					err = fmt.Errorf("got %d", m)
+				}
+				done <- err
+			}()
+			// Only the sessions running it when first seen: the read
+			// runs again elsewhere, which must not be ended too.
+			const running = "query LIKE 'SELECT 3 FROM pg_sleep%' AND state = 'active'"
+			for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+				ended := 0
+				for _, node := range cluster.Nodes() {
+					var pids []int32
+					if err := node.QueryRow(ctx, "SELECT coalesce(array_agg(pid), '{}') FROM pg_stat_activity WHERE application_name = $1 AND "+running, []any{app}, &pids); err != nil {
+						t.Fatal(err)
+					}
+					if len(pids) > 0 {
+						mustExec(t, ctx, node, fmt.Sprintf("SELECT pg_terminate_backend(pid) FROM unnest('%s'::int[]) pid", pgIntArray(pids)))
+						ended = len(pids)
+						break
+					}
+				}
+				if ended > 0 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("%v: the read did not start within 20s", route)
+				}
+			}
+			if err := <-done; err != nil {
+				t.Fatalf("%v: read %d whose session the server ended while it ran: %v", route, i, err)
+			}
+		}
+		// Answered: the session ends while the server still sends rows
+		// the caller has not read. Rows closed after the one the caller
+		// wanted (as QueryRow's are) are whole: no error. Rows read to
+		// their end are cut: an error.
+		for _, toEnd := range []bool{false, true} {
+			replicasReady(t, conn)
+			rows, err := db.QueryContext(rctx, "SELECT repeat('x', 1000) FROM generate_series(1, 100000)")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !rows.Next() {
+				t.Fatalf("%v: no first row: %v", route, rows.Err())
+			}
+			const sending = "query LIKE 'SELECT repeat%' AND state = 'active'"
+			terminate(ranOn(), sending)
+			waitGone(t, ctx, app, sending)
+			n := 1
+			if toEnd {
+				for rows.Next() {
+					n++
+				}
+			}
+			err = rows.Close()
+			if err == nil {
+				err = rows.Err() // database/sql's: Next's error
+			}
+			switch {
+			case !toEnd && err != nil:
+				t.Fatalf("%v: rows closed after their first row, whose session then ended: %v", route, err)
+			case toEnd && (err == nil || n == 100000):
+				t.Fatalf("%v: rows read to their end, whose session ended after %d rows of 100000: %v, want an error", route, n, err)
+			}
+		}
+	}
+}
+
+// waitGone waits until no session of application app on any node matches
+// where.
+func waitGone(t *testing.T, ctx context.Context, app, where string) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		left := 0
+		for _, node := range cluster.Nodes() {
+			var c int
+			if err := node.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND "+where, []any{app}, &c); err != nil {
+				t.Fatal(err)
+			}
+			left += c
+		}
+		if left == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d sessions where %s left 10s after pg_terminate_backend", left, where)
+		}
+	}
+}
+
 // pgIntArray writes ns as a PostgreSQL array literal.
 func pgIntArray(ns []int32) string {
 	parts := make([]string, len(ns))

@@ -141,7 +141,13 @@ func TestPooledFreshWhileWALIsUnflushed(t *testing.T) {
 		// After a checkpoint, the first read of each page logs the page
 		// to set its hint bits (wal_log_hints); the read rolls back, so
 		// nothing asks for that WAL to be flushed.
+		var beforeRead string
 		for _, q := range []string{"CHECKPOINT", "BEGIN", "SELECT count(*) FROM " + table, "ROLLBACK"} {
+			if q == "BEGIN" {
+				if err := c.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn()::text").Scan(&beforeRead); err != nil {
+					t.Fatal(err)
+				}
+			}
 			if _, err := c.Exec(ctx, q); err != nil {
 				t.Fatal(err)
 			}
@@ -153,7 +159,7 @@ func TestPooledFreshWhileWALIsUnflushed(t *testing.T) {
 		if n := unflushed(insert); n < 64 {
 			// Flushed already (a commit of autovacuum's, a standby
 			// snapshot after all): this attempt proves nothing.
-			t.Logf("attempt %d: the rolled-back read left %d bytes of WAL unflushed before %s: another attempt", attempt, n, insert)
+			t.Logf("attempt %d: the rolled-back read left %d bytes of WAL unflushed before %s: another attempt; %s", attempt, n, insert, walSince(t, ctx, c, beforeRead))
 			if attempt == attempts {
 				t.Fatalf("in %d attempts, the primary flushed the read's WAL before a connector could open: the test proved nothing", attempts)
 			}
@@ -188,11 +194,37 @@ func TestPooledFreshWhileWALIsUnflushed(t *testing.T) {
 			db.Close()
 			return
 		}
+		t.Logf("attempt %d: flushed before reads went to a replica; %s", attempt, walSince(t, ctx, c, beforeRead))
 		if attempt == attempts {
 			t.Fatalf("in %d attempts, reads went to a replica only once the primary had flushed its WAL (the last after %s)", attempts, took)
 		}
 		db.Close()
 	}
+}
+
+// walSince says which WAL records the primary (c) flushed from position
+// from on, other than the read's hint-bit images: what ended an attempt of
+// TestPooledFreshWhileWALIsUnflushed (pg_walinspect; a commit, a standby
+// snapshot, a checkpoint).
+func walSince(t *testing.T, ctx context.Context, c *pgx.Conn, from string) string {
+	t.Helper()
+	if _, err := c.Exec(ctx, "CREATE EXTENSION IF NOT EXISTS pg_walinspect"); err != nil {
+		return "pg_walinspect: " + err.Error()
+	}
+	rows, err := c.Query(ctx, `SELECT resource_manager || ' ' || record_type || coalesce(' xid ' || nullif(xid::text, '0'), '') || ' at ' || start_lsn::text
+		FROM pg_get_wal_records_info($1::text::pg_lsn, pg_current_wal_flush_lsn())
+		WHERE record_type <> 'FPI_FOR_HINT' ORDER BY start_lsn`, from)
+	if err != nil {
+		return "pg_walinspect: " + err.Error()
+	}
+	recs, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return "pg_walinspect: " + err.Error()
+	}
+	if len(recs) > 12 {
+		recs = append(recs[:12], fmt.Sprintf("and %d more", len(recs)-12))
+	}
+	return fmt.Sprintf("WAL flushed since %s, hint-bit images aside: %s", from, strings.Join(recs, "; "))
 }
 
 // waitStandbySnapshot waits until the primary (c) flushed WAL past after,

@@ -112,7 +112,7 @@ func (px *pgxCall) on(ctx context.Context, cl *call, pc *pgx.Conn, args []driver
 		if r == nil {
 			r = new(poolRows)
 		}
-		*r = poolRows{Rows: rows, first: true, more: more}
+		*r = poolRows{Rows: rows, first: true, more: more, read: cl.read}
 		px.rows = r
 	case pxBatch:
 		px.br = &poolBatch{BatchResults: pc.SendBatch(ctx, px.batch)}

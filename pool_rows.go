@@ -22,6 +22,11 @@ type poolRows struct {
 	conn        *pgx.Conn // the connection, for rows without one (pgx.RowsFromResultReader); nil: Rows.Conn()
 	first, more bool      // the first row is read; whether there was one
 	closed      bool
+	// read: the rows of an autocommit read on a session with no state of
+	// its own (call.read): its session may end after the rows the caller
+	// read without failing them (endedAfterRows). atEnd: Next reached
+	// their end; early: the caller closed them before.
+	read, atEnd, early bool
 	onClose
 	errFn func(error) error // what Err returns for the query's error
 
@@ -86,6 +91,7 @@ func (r *poolRows) Next() bool {
 		ok = r.Rows.Next()
 	}
 	if !ok {
+		r.atEnd = true
 		r.Close()
 	}
 	return ok
@@ -97,6 +103,7 @@ func (r *poolRows) Close() {
 		return
 	}
 	r.closed = true
+	r.early = !r.atEnd
 	r.Rows.Close()
 	if r.positioned != nil {
 		r.positioned.finish()
@@ -126,8 +133,14 @@ func (r *poolRows) Err() error {
 	if r.positioned != nil {
 		return resultErr(err, r.positioned.term, r.positioned.sc)
 	}
+	// Whole: closed early, or a checked read whose result ended (its
+	// command tag read) before the Sync's error.
+	whole := r.early || (r.checked != nil && err == nil)
 	if err == nil && r.checked != nil {
 		err = r.checked.Err()
+	}
+	if r.read && r.closed && endedAfterRows(err, r.Conn(), whole) {
+		err = nil
 	}
 	if r.errFn != nil {
 		return r.errFn(err)

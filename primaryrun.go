@@ -42,6 +42,7 @@ func (cn *conn) runOnPrimary(ctx context.Context, p *plan, r *sqlclass.Result, c
 		cl.ran, cl.primary = cn.host, true
 		inTx := cn.inSQLTx()
 		cn.pinBefore(p, r, cl)
+		cl.read = p.class == sqlclass.Read && !inTx && !cn.pinned
 		positioned, sawPiped := cn.pipelinedOnPrimary(&p.in, r, cl, inTx)
 		// writes: the marks are raised after it (raiseAfterStatement).
 		writes := p.class != sqlclass.Read && !inTx

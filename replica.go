@@ -155,6 +155,7 @@ func (cn *conn) runOnReplica(ctx context.Context, h *host, at target, cl *call) 
 		return cn.describeOnReplica(ctx, h, at, cl)
 	}
 	cl.checkAge = at.checkAge
+	cl.read = true // a replica's session has no state of its own
 	s := cn.replicaSendOf(h, at.check, cl)
 	b := s.b
 	err := cn.borrow(ctx, h, b, at.check && !s.pipelined, at.wm, at.wait, cl)
@@ -463,7 +464,7 @@ func (cn *conn) readChecked(ctx context.Context, b *borrowed, wm lagmeter.Waterm
 			pr = new(poolRows)
 		}
 		c = new(pgpipe.Checked)
-		*pr = poolRows{conn: pc, first: true, checked: c}
+		*pr = poolRows{conn: pc, first: true, checked: c, read: true}
 	} else {
 		cr.Rows, cr.c = pgpipe.Rows{}, pgpipe.Checked{} // a stale statement's second run
 		c = &cr.c

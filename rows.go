@@ -3,10 +3,12 @@ package pgrouted
 import (
 	"context"
 	"database/sql/driver"
+	"errors"
 	"io"
 	"reflect"
 	"sync"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pgrouted/pgrouted/internal/consistency"
 	"github.com/pgrouted/pgrouted/internal/pgpipe"
@@ -46,6 +48,9 @@ func (r *replicaRows) recycle() {
 // Close implements driver.Rows. database/sql calls it once.
 func (r *replicaRows) Close() error {
 	err := r.Rows.Close()
+	if endedAfterRows(err, r.b.conn(), r.Rows.Early()) {
+		err = nil
+	}
 	r.b.giveBack()
 	r.recycle()
 	return err
@@ -66,9 +71,14 @@ type checkedRows struct {
 // Close implements driver.Rows: the read's outcome, or the connection's
 // error after it.
 func (r *checkedRows) Close() error {
-	r.Rows.Close()
+	rerr := r.Rows.Close()
 	err := r.c.Finish()
 	r.saw.sawOutcome(r.c.Saw, true, err)
+	// Whole: the caller stopped reading early, or the read's result
+	// ended (its command tag came) before the error, at the Sync.
+	if endedAfterRows(err, r.b.conn(), rerr == nil || r.Rows.Early()) {
+		err = nil
+	}
 	r.b.giveBack()
 	return err
 }
@@ -102,21 +112,49 @@ func (r *writeRows) Close() error {
 	return err
 }
 
-// endRows are a query's rows when Config.OnStart asked to be told when the
-// statement ends (Connector.endOnClose): Close tells it, once, with the
-// first error Next returned, else Close's. They answer for the column
-// types what the rows they wrap answer, and what database/sql assumes of
-// rows that do not say when those do not.
+// endedAfterRows reports whether err, the error of closing the rows of an
+// autocommit read on a session with no state of its own (call.read) on
+// connection pc, is only that session ending after everything the caller
+// read: whole, the caller stopped reading before the rows' end (as
+// database/sql's Row.Scan and pgx's QueryRow do after the first row), or
+// the read's result ended, its command tag read, before the error; and the
+// connection is closed with it (a shutdown's or pg_terminate_backend's
+// FATAL, 57P01, or the connection lost). Every row the caller read is
+// whole, and a read has nothing to commit: the error is not the read's,
+// and the closed connection is not used again. A fast shutdown ends the
+// sessions of every read in flight, some just after they answered (one
+// read in two hundred that a pg_terminate_backend ended, measured on
+// PostgreSQL 15), which failed there before. Rows read to their end
+// and cut by the error are not whole (rows may be missing), nor is an
+// error that leaves the connection open (a later row's), nor the caller's
+// own cancellation.
+func endedAfterRows(err error, pc *pgx.Conn, whole bool) bool {
+	return err != nil && whole && pc != nil && pc.IsClosed() &&
+		!errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
+}
+
+// endRows are a query's rows with what happens at their end: when
+// Config.OnStart asked to be told when the statement ends
+// (Connector.endOnClose), Close tells end, once, with the first error Next
+// returned, else Close's; for the stdlib rows of an autocommit read on an
+// unpinned primary session (pc, see call.read), the session's end after
+// the rows the caller read does not fail them (endedAfterRows). They
+// answer for the column types what the rows they wrap answer, and what
+// database/sql assumes of rows that do not say when those do not.
 type endRows struct {
 	driver.Rows
 	err error // Next's first error but io.EOF
 	end func(error)
+	pc  *pgx.Conn // the read's connection, or nil
+	eof bool      // Next returned io.EOF
 }
 
 // Next implements driver.Rows.
 func (r *endRows) Next(dest []driver.Value) error {
 	err := r.Rows.Next(dest)
-	if err != nil && err != io.EOF && r.err == nil {
+	if err == io.EOF {
+		r.eof = true
+	} else if err != nil && r.err == nil {
 		r.err = err
 	}
 	return err
@@ -125,6 +163,9 @@ func (r *endRows) Next(dest []driver.Value) error {
 // Close implements driver.Rows.
 func (r *endRows) Close() error {
 	err := r.Rows.Close()
+	if r.pc != nil && r.err == nil && endedAfterRows(err, r.pc, !r.eof) {
+		err = nil
+	}
 	if end := r.end; end != nil {
 		r.end = nil
 		if r.err != nil {

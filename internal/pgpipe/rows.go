@@ -70,6 +70,7 @@ type Rows struct {
 	rrErr    error             // the error of closing the source
 	closed   bool              // Close ran done
 	closeErr error             // what done returned
+	early    bool              // Close found rows the caller had not read (see Early)
 
 	targets scanTargets
 	colBuf  [inlineColumns]column
@@ -516,6 +517,12 @@ func (r *Rows) Next(dest []driver.Value) error {
 	return nil
 }
 
+// Early reports, once the rows are closed, whether Close found the source
+// still open: the caller stopped reading before Next returned the rows'
+// end or an error (database/sql's Row.Scan does, after the first row).
+// What the caller read is whole then, whatever closing the rest found.
+func (r *Rows) Early() bool { return r.early }
+
 // closeReader closes the source once, reading what is left of its rows,
 // and keeps its error. A ResultReader is not used afterwards: it belongs
 // to the connection, which reuses it for its next result.
@@ -537,6 +544,7 @@ func (r *Rows) closeReader() {
 func (r *Rows) Close() error {
 	if !r.closed {
 		r.closed = true
+		r.early = !r.rrClosed
 		r.closeReader()
 		r.closeErr = r.rrErr
 		if r.done != nil {
