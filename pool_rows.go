@@ -25,8 +25,9 @@ type poolRows struct {
 	// read: the rows of an autocommit read on a session with no state of
 	// its own (call.read): its session may end after the rows the caller
 	// read without failing them (endedAfterRows). atEnd: Next reached
-	// their end; early: the caller closed them before.
-	read, atEnd, early bool
+	// their end; early: the caller closed them before; ended: Close found
+	// their connection closed, before giving it back.
+	read, atEnd, early, ended bool
 	onClose
 	errFn func(error) error // what Err returns for the query's error
 
@@ -115,6 +116,10 @@ func (r *poolRows) Close() {
 	if r.sawn != nil {
 		r.sawn.finish(true)
 	}
+	if r.read {
+		// Before the connection goes back: then it may be another's.
+		r.ended = r.Conn().IsClosed()
+	}
 	r.onClose.run()
 }
 
@@ -139,7 +144,7 @@ func (r *poolRows) Err() error {
 	if err == nil && r.checked != nil {
 		err = r.checked.Err()
 	}
-	if r.read && r.closed && endedAfterRows(err, r.Conn(), whole) {
+	if r.read && r.closed && endedAfterRows(err, r.ended, whole) {
 		err = nil
 	}
 	if r.errFn != nil {

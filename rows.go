@@ -48,7 +48,7 @@ func (r *replicaRows) recycle() {
 // Close implements driver.Rows. database/sql calls it once.
 func (r *replicaRows) Close() error {
 	err := r.Rows.Close()
-	if endedAfterRows(err, r.b.conn(), r.Rows.Early()) {
+	if endedAfterRows(err, r.b.conn().IsClosed(), r.Rows.Early()) {
 		err = nil
 	}
 	r.b.giveBack()
@@ -76,7 +76,7 @@ func (r *checkedRows) Close() error {
 	r.saw.sawOutcome(r.c.Saw, true, err)
 	// Whole: the caller stopped reading early, or the read's result
 	// ended (its command tag came) before the error, at the Sync.
-	if endedAfterRows(err, r.b.conn(), rerr == nil || r.Rows.Early()) {
+	if endedAfterRows(err, r.b.conn().IsClosed(), rerr == nil || r.Rows.Early()) {
 		err = nil
 	}
 	r.b.giveBack()
@@ -113,13 +113,14 @@ func (r *writeRows) Close() error {
 }
 
 // endedAfterRows reports whether err, the error of closing the rows of an
-// autocommit read on a session with no state of its own (call.read) on
-// connection pc, is only that session ending after everything the caller
-// read: whole, the caller stopped reading before the rows' end (as
-// database/sql's Row.Scan and pgx's QueryRow do after the first row), or
-// the read's result ended, its command tag read, before the error; and the
-// connection is closed with it (a shutdown's or pg_terminate_backend's
-// FATAL, 57P01, or the connection lost). Every row the caller read is
+// autocommit read on a session with no state of its own (call.read), is
+// only that session ending after everything the caller read: whole, the
+// caller stopped reading before the rows' end (as database/sql's Row.Scan
+// and pgx's QueryRow do after the first row), or the read's result ended,
+// its command tag read, before the error; and closed, the connection was
+// closed with it (a shutdown's or pg_terminate_backend's FATAL, 57P01, or
+// the connection lost), as seen before the connection was given back (a
+// connection given back may be another caller's already). Every row the caller read is
 // whole, and a read has nothing to commit: the error is not the read's,
 // and the closed connection is not used again. A fast shutdown ends the
 // sessions of every read in flight, some just after they answered (one
@@ -128,8 +129,8 @@ func (r *writeRows) Close() error {
 // and cut by the error are not whole (rows may be missing), nor is an
 // error that leaves the connection open (a later row's), nor the caller's
 // own cancellation.
-func endedAfterRows(err error, pc *pgx.Conn, whole bool) bool {
-	return err != nil && whole && pc != nil && pc.IsClosed() &&
+func endedAfterRows(err error, closed, whole bool) bool {
+	return err != nil && whole && closed &&
 		!errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
 }
 
@@ -163,7 +164,7 @@ func (r *endRows) Next(dest []driver.Value) error {
 // Close implements driver.Rows.
 func (r *endRows) Close() error {
 	err := r.Rows.Close()
-	if r.pc != nil && r.err == nil && endedAfterRows(err, r.pc, !r.eof) {
+	if r.pc != nil && r.err == nil && endedAfterRows(err, r.pc.IsClosed(), !r.eof) {
 		err = nil
 	}
 	if end := r.end; end != nil {
