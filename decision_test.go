@@ -128,6 +128,13 @@ func TestForcedReplicaTxOnPinnedConn(t *testing.T) {
 	if _, err := c.ExecContext(ctx, "SET application_name = 'pinned_forced'"); err != nil {
 		t.Fatal(err)
 	}
+	// The SET raised the connector's marks to the primary's insert
+	// position after it, as every statement that is not a read does: WAL
+	// the primary may not have flushed yet (a read's hint-bit images), which
+	// no replica holds until it does, up to 15 s later. The forced read
+	// below, which has no fallback, would find every replica behind (a
+	// fresh-clone run without -race did).
+	replicatedInserted(t, ctx)
 	rctx := pgrouted.WithRoute(ctx, pgrouted.Replica)
 	if !inRecovery(t, rctx, c) {
 		t.Fatal("forced autocommit read on a pinned connection ran on the primary")
