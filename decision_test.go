@@ -119,7 +119,7 @@ func TestReadOnlyTxFallbackErrorConnection(t *testing.T) {
 // autocommit read does.
 func TestForcedReplicaTxOnPinnedConn(t *testing.T) {
 	ctx := testCtx(t)
-	db, _, rec := open(t)
+	db, conn, rec := open(t)
 	c, err := db.Conn(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -131,10 +131,14 @@ func TestForcedReplicaTxOnPinnedConn(t *testing.T) {
 	// The SET raised the connector's marks to the primary's insert
 	// position after it, as every statement that is not a read does: WAL
 	// the primary may not have flushed yet (a read's hint-bit images), which
-	// no replica holds until it does, up to 15 s later. The forced read
-	// below, which has no fallback, would find every replica behind (a
-	// fresh-clone run without -race did).
+	// no replica holds until it does, up to 15 s later; and another test's
+	// commit just before leaves the replicas unproven within the staleness
+	// budget until their next probe. The forced read below has no fallback:
+	// it would find every replica behind (a fresh-clone run without -race
+	// did). So the primary flushes (replicatedInserted), and the test waits
+	// until reads of every relation go to a replica.
 	replicatedInserted(t, ctx)
+	waitReplicaRoute(t, conn)
 	rctx := pgrouted.WithRoute(ctx, pgrouted.Replica)
 	if !inRecovery(t, rctx, c) {
 		t.Fatal("forced autocommit read on a pinned connection ran on the primary")
