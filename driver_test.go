@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/pgrouted/pgrouted"
+	"github.com/pgrouted/pgrouted/testcluster"
 	"go.uber.org/goleak"
 )
 
@@ -570,18 +571,12 @@ func testReadOnATerminatedSession(t *testing.T, open opener) {
 		terminate := func(name, where string) {
 			t.Helper()
 			for _, node := range cluster.Nodes() {
-				if node.Name() != name {
-					continue
+				if node.Name() == name {
+					if endSessions(t, ctx, node, app, where) == 0 {
+						t.Fatalf("%v: no session of the client on %s where %s", route, name, where)
+					}
+					return
 				}
-				var pids []int32
-				if err := node.QueryRow(ctx, "SELECT coalesce(array_agg(pid), '{}') FROM pg_stat_activity WHERE application_name = $1 AND pid <> pg_backend_pid() AND "+where, []any{app}, &pids); err != nil {
-					t.Fatal(err)
-				}
-				if len(pids) == 0 {
-					t.Fatalf("%v: no session of the client on %s where %s", route, name, where)
-				}
-				mustExec(t, ctx, node, fmt.Sprintf("SELECT pg_terminate_backend(pid) FROM unnest('%s'::int[]) pid", pgIntArray(pids)))
-				return
 			}
 			t.Fatalf("no node %s", name)
 		}
@@ -629,13 +624,7 @@ func testReadOnATerminatedSession(t *testing.T, open opener) {
 			for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(5 * time.Millisecond) {
 				ended := 0
 				for _, node := range cluster.Nodes() {
-					var pids []int32
-					if err := node.QueryRow(ctx, "SELECT coalesce(array_agg(pid), '{}') FROM pg_stat_activity WHERE application_name = $1 AND "+running, []any{app}, &pids); err != nil {
-						t.Fatal(err)
-					}
-					if len(pids) > 0 {
-						mustExec(t, ctx, node, fmt.Sprintf("SELECT pg_terminate_backend(pid) FROM unnest('%s'::int[]) pid", pgIntArray(pids)))
-						ended = len(pids)
+					if ended = endSessions(t, ctx, node, app, running); ended > 0 {
 						break
 					}
 				}
@@ -684,6 +673,20 @@ func testReadOnATerminatedSession(t *testing.T, open opener) {
 			}
 		}
 	}
+}
+
+// endSessions ends the sessions of application app on node that match
+// where (pg_terminate_backend), and returns how many it ended.
+func endSessions(t *testing.T, ctx context.Context, node *testcluster.Node, app, where string) int {
+	t.Helper()
+	var pids []int32
+	if err := node.QueryRow(ctx, "SELECT coalesce(array_agg(pid), '{}') FROM pg_stat_activity WHERE application_name = $1 AND pid <> pg_backend_pid() AND "+where, []any{app}, &pids); err != nil {
+		t.Fatal(err)
+	}
+	if len(pids) > 0 {
+		mustExec(t, ctx, node, fmt.Sprintf("SELECT pg_terminate_backend(pid) FROM unnest('%s'::int[]) pid", pgIntArray(pids)))
+	}
+	return len(pids)
 }
 
 // waitGone waits until no session of application app on any node matches

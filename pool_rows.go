@@ -25,9 +25,9 @@ type poolRows struct {
 	// read: the rows of an autocommit read on a session with no state of
 	// its own (call.read): its session may end after the rows the caller
 	// read without failing them (endedAfterRows). atEnd: Next reached
-	// their end; early: the caller closed them before; ended: Close found
-	// their connection closed, before giving it back.
-	read, atEnd, early, ended bool
+	// their end (closed without it, the caller stopped early); ended:
+	// Close found their connection closed, before giving it back.
+	read, atEnd, ended bool
 	onClose
 	errFn func(error) error // what Err returns for the query's error
 
@@ -104,7 +104,6 @@ func (r *poolRows) Close() {
 		return
 	}
 	r.closed = true
-	r.early = !r.atEnd
 	r.Rows.Close()
 	if r.positioned != nil {
 		r.positioned.finish()
@@ -140,7 +139,7 @@ func (r *poolRows) Err() error {
 	}
 	// Whole: closed early, or a checked read whose result ended (its
 	// command tag read) before the Sync's error.
-	whole := r.early || (r.checked != nil && err == nil)
+	whole := !r.atEnd || (r.checked != nil && err == nil)
 	if err == nil && r.checked != nil {
 		err = r.checked.Err()
 	}

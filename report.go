@@ -100,10 +100,16 @@ func (c *Connector) endOnClose(cl *call, s started, ev RouteEvent, err error) {
 	if err == nil {
 		switch {
 		case cl.rows != nil:
-			cl.rows = &endRows{Rows: cl.rows, end: func(rerr error) {
+			end := func(rerr error) {
 				ev.Duration, ev.Err = time.Since(s.at), rerr
 				c.callEnd(s.end, ev)
-			}}
+			}
+			if r, ok := cl.rows.(*endRows); ok && r.end == nil {
+				// A primary read's (call.on): one wrapper for both.
+				r.end = end
+				return
+			}
+			cl.rows = &endRows{Rows: cl.rows, end: end}
 			return
 		case cl.px.open():
 			rows, br := cl.px.rows, cl.px.br

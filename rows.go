@@ -120,15 +120,15 @@ func (r *writeRows) Close() error {
 // its command tag read, before the error; and closed, the connection was
 // closed with it (a shutdown's or pg_terminate_backend's FATAL, 57P01, or
 // the connection lost), as seen before the connection was given back (a
-// connection given back may be another caller's already). Every row the caller read is
-// whole, and a read has nothing to commit: the error is not the read's,
-// and the closed connection is not used again. A fast shutdown ends the
-// sessions of every read in flight, some just after they answered (one
-// read in two hundred that a pg_terminate_backend ended, measured on
-// PostgreSQL 15), which failed there before. Rows read to their end
-// and cut by the error are not whole (rows may be missing), nor is an
-// error that leaves the connection open (a later row's), nor the caller's
-// own cancellation.
+// connection given back may be another caller's already). Every row the
+// caller read is whole, and a read has nothing to commit: the error is not
+// the read's, and the closed connection is not used again. A fast shutdown
+// ends the sessions of every read in flight, some just after they answered
+// (one read in two hundred that a pg_terminate_backend ended, measured on
+// PostgreSQL 15), which failed there before. Rows read to their end and cut
+// by the error are not whole (rows may be missing), nor is an error that
+// leaves the connection open (a later row's), nor the caller's own
+// cancellation.
 func endedAfterRows(err error, closed, whole bool) bool {
 	return err != nil && whole && closed &&
 		!errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
