@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib"
 	"github.com/pgrouted/pgrouted"
@@ -176,17 +177,41 @@ func BenchmarkInsert(b *testing.B) {
 }
 
 // BenchmarkDecision is pgrouted's routing decision alone (Explain: classify
-// the statement and choose the endpoint from the topology snapshot), for a
-// read and for a write.
+// the statement and choose the endpoint from the topology snapshot): a read
+// that names no user code, a read that names user objects whose code the
+// decision resolves from the catalog cache (a view, a function, an
+// operator, a cast to a domain with a CHECK), and a write.
 func BenchmarkDecision(b *testing.B) {
 	setup(b)
+	setupUserObjects(b)
 	_, conn := openRouted(b, "")
 	ctx := context.Background()
-	for _, q := range []struct{ name, sql string }{
-		{"read", `SELECT "users"."id", "users"."name" FROM "users" WHERE "users"."id" = $1 LIMIT $2`},
-		{"write", `INSERT INTO "users" ("name","email") VALUES ($1,$2) RETURNING "id"`},
+	for _, q := range []struct {
+		name, sql string
+		replica   bool // the decision must be a replica's
+	}{
+		{"read", `SELECT "users"."id", "users"."name" FROM "users" WHERE "users"."id" = $1 LIMIT $2`, true},
+		{"read-user-objects", `SELECT bench_plus(id), v FROM bench_kv_view WHERE id ##+ 1 = $1::bench_positive`, true},
+		{"write", `INSERT INTO "users" ("name","email") VALUES ($1,$2) RETURNING "id"`, false},
 	} {
 		b.Run("stmt="+q.name+"/driver=pgrouted", func(b *testing.B) {
+			// The catalog cache learns the objects' code on the first
+			// decision that names them, and a probe refreshes it: wait
+			// until the decision is the one measured.
+			deadline := time.Now().Add(30 * time.Second)
+			for {
+				d, err := conn.Explain(ctx, q.sql)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if !d.Primary == q.replica {
+					break
+				}
+				if time.Now().After(deadline) {
+					b.Fatalf("%s: decision %+v after 30s", q.name, d)
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
 			b.ReportAllocs()
 			for b.Loop() {
 				if _, err := conn.Explain(ctx, q.sql); err != nil {
@@ -194,5 +219,35 @@ func BenchmarkDecision(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+var userObjectsOnce sync.Once
+
+// setupUserObjects creates the user objects of BenchmarkDecision's
+// read-user-objects, each one whose code leaves the session as it found it
+// (so the read stays on replicas), once, and waits until the replicas have
+// them.
+func setupUserObjects(b *testing.B) {
+	b.Helper()
+	var err error
+	userObjectsOnce.Do(func() {
+		ctx := context.Background()
+		err = cluster.Primary().Exec(ctx, `
+			DROP VIEW IF EXISTS bench_kv_view;
+			DROP OPERATOR IF EXISTS ##+ (int, int);
+			DROP FUNCTION IF EXISTS bench_plus(int), bench_add(int, int);
+			DROP DOMAIN IF EXISTS bench_positive;
+			CREATE FUNCTION bench_plus(int) RETURNS int LANGUAGE sql IMMUTABLE AS 'SELECT $1 + 1';
+			CREATE FUNCTION bench_add(int, int) RETURNS int LANGUAGE sql IMMUTABLE AS 'SELECT $1 + $2';
+			CREATE OPERATOR ##+ (LEFTARG = int, RIGHTARG = int, FUNCTION = bench_add);
+			CREATE DOMAIN bench_positive AS int CHECK (VALUE > 0);
+			CREATE VIEW bench_kv_view AS SELECT id, v FROM bench_kv`)
+		if err == nil {
+			err = cluster.WaitReplicated(ctx)
+		}
+	})
+	if err != nil {
+		b.Fatal(err)
 	}
 }
