@@ -733,3 +733,62 @@ func parseRootFiles(t *testing.T) (*token.FileSet, []*ast.File, map[*ast.File]st
 	}
 	return fset, parsed, names
 }
+
+// faceFiles are the files of the driver's two faces: the executor
+// interface and database/sql's face (executor.go), and the pgx-native
+// API's (pgxcall.go and the Pool's files, pool*.go).
+func faceFile(path string) bool {
+	return path == "executor.go" || path == "pgxcall.go" || strings.HasPrefix(path, "pool")
+}
+
+// TestArchitectureOneExecutor: the routing core runs every call through
+// its face (call.ex, an executor) and never asks which face it is: no
+// file but the faces' names a face's type (sqlExec, pgxCall, its pgx
+// kinds, pgxOf), asserts or switches on a call's face, or compares it with
+// nil; and call has no field but ex for it.
+func TestArchitectureOneExecutor(t *testing.T) {
+	fset, parsed, names := parseRootFiles(t)
+	faceNames := regexp.MustCompile(`^(sqlExec|pgxCall|pgxOf|px(Exec|Query|Batch|Copy|Begin))$`)
+	isEx := func(e ast.Expr) bool {
+		s, ok := e.(*ast.SelectorExpr)
+		return ok && s.Sel.Name == "ex"
+	}
+	for _, f := range parsed {
+		path := names[f]
+		if faceFile(path) {
+			continue
+		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			switch n := n.(type) {
+			case *ast.Ident:
+				if faceNames.MatchString(n.Name) {
+					t.Errorf("%s: names %s: the routing core runs a call through its face (call.ex) without knowing it", fset.Position(n.Pos()), n.Name)
+				}
+			case *ast.TypeAssertExpr:
+				if isEx(n.X) {
+					t.Errorf("%s: asserts a call's face: run it through the executor instead", fset.Position(n.Pos()))
+				}
+			case *ast.BinaryExpr:
+				if (n.Op == token.EQL || n.Op == token.NEQ) && (isEx(n.X) || isEx(n.Y)) {
+					t.Errorf("%s: compares a call's face: every call has one", fset.Position(n.Pos()))
+				}
+			case *ast.TypeSpec:
+				if n.Name.Name != "call" {
+					break
+				}
+				st, ok := n.Type.(*ast.StructType)
+				if !ok {
+					break
+				}
+				for _, fld := range st.Fields.List {
+					for _, name := range fld.Names {
+						if name.Name != "ex" && name.Name != "saw" {
+							t.Errorf("%s: call has a field %s: a face's side of a call is its executor's (call.ex)", fset.Position(name.Pos()), name.Name)
+						}
+					}
+				}
+			}
+			return true
+		})
+	}
+}

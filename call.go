@@ -7,14 +7,13 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pgrouted/pgrouted/internal/pgpipe"
 	"github.com/pgrouted/pgrouted/internal/sqlclass"
 )
 
 // This file is what a statement's path carries: the call (what runs, what
-// it returned, what became of it), how it runs on a session (call.on,
-// call.beginOn, prepareOn), and the one pipelining predicate
+// it returned, what became of it; how it runs on a session is its face's,
+// executor.go), prepareOn, and the one pipelining predicate
 // (Connector.pipelines).
 
 // pipelineUse is what a call would be sent in a pgconn pipeline for.
@@ -47,19 +46,18 @@ const (
 func (c *Connector) pipelines(host *host, cl *call, use pipelineUse) bool {
 	switch use {
 	case pipeChecked:
-		if !cl.isQuery || !cl.single || (cl.px != nil && cl.px.kind != pxQuery) {
-			return false
-		}
-	case pipePositioned:
-		if !cl.px.positionable() {
+		if !cl.isQuery || !cl.single {
 			return false
 		}
 	case pipeTx:
-		if !cl.single || cl.px != nil || (!cl.isQuery && len(cl.args) == 0) {
+		if !cl.single || (!cl.isQuery && len(cl.args) == 0) {
 			return false
 		}
 	}
-	cl.px.nameArgs(cl)
+	if !cl.ex.pipeable(cl, use) {
+		return false
+	}
+	cl.ex.nameArgs(cl)
 	return pgpipe.OK(host.ConnConfig, cl.args)
 }
 
@@ -68,15 +66,16 @@ func (c *Connector) pipelines(host *host, cl *call, use pipelineUse) bool {
 // are by role, each carried by every path that runs a call: what runs
 // (callText), what it returned (callResults) and what became of it on the
 // way (callOutcome), which its RouteEvent reports (Connector.report) and
-// nothing decides on; px is the pgx side of a call of the pgx-native API.
+// nothing decides on; ex is its face, which runs it on the session the
+// routing core chose and hands its results back (executor.go).
 type call struct {
 	callText
 	callResults
 	callOutcome
 
-	// px is set for a call of the pgx-native API (pool.go): pgx runs it,
-	// and its results are pgx's (pgxcall.go).
-	px *pgxCall
+	// ex is the call's face: sqlExec for database/sql's (executor.go), a
+	// *pgxCall for the pgx-native API's (pgxcall.go).
+	ex executor
 	// saw is set for a read under causal consistency (not one of a
 	// transaction begun with BeginTx): what it records once it ended
 	// (causal.go).
@@ -136,37 +135,6 @@ type callOutcome struct {
 	// its own (a replica's, or an unpinned primary session): its rows'
 	// session may end after them without failing them (endedAfterRows).
 	read bool
-}
-
-// on runs cl through pgx on sc with args (cl.args, or them after an exec
-// mode option: see Connector.statementArgs).
-func (cl *call) on(ctx context.Context, sc *stdlib.Conn, args []driver.NamedValue) error {
-	if cl.px != nil {
-		return cl.px.on(ctx, cl, sc.Conn(), args)
-	}
-	if cl.isQuery {
-		rows, err := sc.QueryContext(ctx, cl.query, args)
-		if err == nil && cl.read {
-			// Its session may end after the rows the caller read.
-			rows = &endRows{Rows: rows, pc: sc.Conn()}
-		}
-		cl.rows = rows
-		return err
-	}
-	// stdlib's ExecContext, keeping the command tag an error came with.
-	tag, err := pgpipe.ExecPlain(ctx, sc.Conn(), cl.query, args)
-	cl.res = driver.RowsAffected(tag.RowsAffected())
-	cl.unanswered = err != nil && tag.String() == ""
-	return err
-}
-
-// beginOn begins cl's transaction on sc: with pgx's BeginTx for the
-// pgx-native API (pgxcall.go), else with stdlib's.
-func (cl *call) beginOn(ctx context.Context, sc *stdlib.Conn) (driver.Tx, error) {
-	if cl.px != nil {
-		return cl.px.beginOn(ctx, sc.Conn())
-	}
-	return sc.BeginTx(ctx, *cl.begin)
 }
 
 // prepareOn describes query on pc and, with descs, keeps the description

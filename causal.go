@@ -89,12 +89,7 @@ func (s *sawBy) recordUnknown(cl *call) {
 	if s == nil {
 		return
 	}
-	switch {
-	case cl.rows != nil:
-		cl.rows = &endRows{Rows: cl.rows, end: func(error) { s.record(0) }}
-	case cl.px.open():
-		cl.px.afterClose(func() { s.record(0) })
-	default:
+	if !cl.ex.whenClosed(cl, func(error) { s.record(0) }) {
 		s.record(0)
 	}
 }
@@ -130,35 +125,6 @@ func (w *sawPending) finish(rowsSeen bool) {
 		return
 	}
 	w.saw.sawOutcome(pos, sent, err)
-}
-
-// readSawPgx runs cl, a pgx Query of the Pool under causal consistency,
-// on b, a borrowed replica connection, with SawSQL after it in the same
-// round trip: its rows are pgx's own (pgx.RowsFromResultReader, in the
-// result formats pgx asks for), whose first row is read at once as
-// pgxCall.on reads it; closing them records the bound.
-func (cn *conn) readSawPgx(ctx context.Context, b *borrowed, cl *call) error {
-	pc := b.conn()
-	w := &sawPending{saw: cl.saw}
-	if err := w.p.StartRead(ctx, pc, &b.h.descs, cn.c.stmtsOf(b.h, pc), cl.query, cl.args, true); err != nil {
-		return err
-	}
-	pr := cl.px.rowsBuf
-	if pr == nil {
-		pr = new(poolRows)
-	}
-	*pr = poolRows{conn: pc, first: true, sawn: w}
-	pr.Rows = pgx.RowsFromResultReader(pc.TypeMap(), w.p.RR)
-	pr.more = pr.Rows.Next()
-	if rerr := pr.Rows.Err(); rerr != nil {
-		// Failed before its first row, where the replica path can still
-		// run it elsewhere.
-		pr.Rows.Close()
-		w.finish(pr.more)
-		return rerr
-	}
-	cl.px.rows = pr
-	return nil
 }
 
 // sawRows are the rows of a read on a borrowed replica connection whose

@@ -57,17 +57,21 @@ type conn struct {
 
 // ExecContext implements driver.ExecerContext.
 func (cn *conn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
-	cl := call{callText: callText{query: query, args: args}}
-	err := cn.run(ctx, &cl)
-	return cl.res, err
+	cl := newSQLCall(callText{query: query, args: args})
+	err := cn.run(ctx, cl)
+	res := cl.res
+	cl.recycle()
+	return res, err
 }
 
 // QueryContext implements driver.QueryerContext. Rows stream from the
 // server; a replica connection goes back to its pool when they are closed.
 func (cn *conn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
-	cl := call{callText: callText{query: query, args: args, isQuery: true}}
-	err := cn.run(ctx, &cl)
-	return cl.rows, err
+	cl := newSQLCall(callText{query: query, args: args, isQuery: true})
+	err := cn.run(ctx, cl)
+	rows := cl.rows
+	cl.recycle()
+	return rows, err
 }
 
 // run routes one statement and runs it: the connector decides (plan.go),
@@ -87,7 +91,7 @@ func (cn *conn) run(ctx context.Context, cl *call) (err error) {
 	}
 	r := &q.r
 	cl.single = r.Statements == 1
-	if cl.px.batched() {
+	if cl.ex.batched() {
 		// The text is the batch's most dangerous statement: the others
 		// read and write relations it does not name.
 		r.Reads, r.Writes = sqlclass.AllRelations, sqlclass.AllRelations

@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pgrouted/pgrouted/internal/consistency"
 	"github.com/pgrouted/pgrouted/internal/pgpipe"
 	"github.com/pgrouted/pgrouted/internal/sqlclass"
@@ -20,8 +21,8 @@ import (
 // replica paths, but pgx runs it on the connection's *pgx.Conn, and its
 // results are pgx's (rows, command tags, batch results), handed to the
 // caller as they are, with the bookkeeping of the driver's rows wrappers
-// (rows.go) run when they are closed. The hooks in the driver's paths call
-// the methods below, which do nothing for a database/sql call (px nil).
+// (rows.go) run when they are closed: pgxCall is the pgx face's executor
+// (executor.go).
 
 // pgxKind is what a pgx-native call runs.
 type pgxKind uint8
@@ -71,13 +72,102 @@ type pgxCall struct {
 	argBuf [4]driver.NamedValue // the call's args as the driver takes them, when they fit
 }
 
+var _ executor = (*pgxCall)(nil)
+
+// pgxOf is the pgx side of cl, a call of the pgx-native API (built by
+// execCall, pgxQuery, batchCall, copyCall or beginCall).
+func pgxOf(cl *call) *pgxCall { return cl.ex.(*pgxCall) }
+
 // refusal returns the replica's refusal of the call's batch, if any (see
 // refused).
-func (px *pgxCall) refusal() error {
-	if px == nil {
-		return nil
+func (px *pgxCall) refusal() error { return px.refused }
+
+// run runs cl through pgx on sc's *pgx.Conn (on).
+func (px *pgxCall) run(ctx context.Context, cl *call, sc *stdlib.Conn, args []driver.NamedValue) error {
+	return px.on(ctx, cl, sc.Conn(), args)
+}
+
+// begin begins the transaction on sc's *pgx.Conn with pgx's BeginTx.
+func (px *pgxCall) begin(ctx context.Context, _ *call, sc *stdlib.Conn) (driver.Tx, error) {
+	return px.beginOn(ctx, sc.Conn())
+}
+
+// queryWrite runs cl as any call: its rows raise the marks once closed
+// (raiseOnClose).
+func (px *pgxCall) queryWrite(ctx context.Context, cn *conn, _ consistency.Intent, _ sqlclass.Scope, sc *stdlib.Conn, cl *call) error {
+	return px.on(ctx, cl, sc.Conn(), cn.c.statementArgs(cn.host, cl.args))
+}
+
+// execResult keeps the command tag for Exec, and as the driver's result.
+func (px *pgxCall) execResult(cl *call, tag pgconn.CommandTag) {
+	cl.res = driver.RowsAffected(tag.RowsAffected())
+	px.tag = tag
+}
+
+// holder: the call holds the borrowed connection (replicaBuf), or it is
+// a new one.
+func (px *pgxCall) holder(*call, bool, bool) (*borrowed, *replicaRows, *checkedRows) {
+	if b := px.replicaBuf; b != nil {
+		*b = borrowed{} // one given back by an attempt on another host
+		return b, nil, nil
 	}
-	return px.refused
+	return new(borrowed), nil, nil
+}
+
+// readOn runs cl through pgx on b's connection.
+func (px *pgxCall) readOn(ctx context.Context, cl *call, b *borrowed, _ *replicaRows, args []driver.NamedValue) error {
+	return px.on(ctx, cl, b.conn(), args)
+}
+
+// checked starts the rows of a checked Query: pgx's own, over the read's
+// result reader once the check passed (openChecked).
+func (px *pgxCall) checked(pc *pgx.Conn, _ *call, _ *checkedRows) (*pgpipe.Checked, bool) {
+	pr := px.rowsBuf
+	if pr == nil {
+		pr = new(poolRows)
+		px.rowsBuf = pr
+	}
+	c := new(pgpipe.Checked)
+	*pr = poolRows{conn: pc, first: true, checked: c, read: true}
+	return c, true
+}
+
+// openChecked opens pgx's rows over the checked read's result reader with
+// their first row read (px.rows), as on reads it. On error the pipeline
+// was finished: the error is finishing's, if that failed, else the rows'.
+func (px *pgxCall) openChecked(pc *pgx.Conn, c *pgpipe.Checked, _ *checkedRows, cl *call) error {
+	pr := px.rowsBuf
+	pr.Rows = pgx.RowsFromResultReader(pc.TypeMap(), c.RR)
+	pr.more = pr.Rows.Next()
+	if rerr := pr.Rows.Err(); rerr != nil {
+		// Failed before its first row, where the replica path can still
+		// run it elsewhere.
+		pr.Rows.Close()
+		if ferr := c.Finish(); ferr != nil {
+			return ferr
+		}
+		return rerr
+	}
+	pr.saw = cl.saw
+	px.rows = pr
+	return nil
+}
+
+// whenClosed runs f with the rows' or the batch results' error once they
+// are closed.
+func (px *pgxCall) whenClosed(_ *call, f func(error)) bool {
+	if !px.open() {
+		return false
+	}
+	rows, br := px.rows, px.br
+	px.afterClose(func() {
+		if rows != nil {
+			f(rows.Err())
+		} else {
+			f(br.err)
+		}
+	})
+	return true
 }
 
 // on runs cl through pgx on pc. args are cl.args as the driver's path
@@ -142,42 +232,43 @@ func (px *pgxCall) beginOn(ctx context.Context, pc *pgx.Conn) (driver.Tx, error)
 
 // unpinned reports whether a session-state statement of the call leaves
 // the connection unpinned (see noPin).
-func (px *pgxCall) unpinned() bool { return px != nil && px.noPin }
+func (px *pgxCall) unpinned() bool { return px.noPin }
 
 // batched reports whether the call is a batch of statements (its text is
 // one of them: see batchCall).
-func (px *pgxCall) batched() bool { return px != nil && px.kind == pxBatch }
+func (px *pgxCall) batched() bool { return px.kind == pxBatch }
 
 // once reports whether the call may not run a second time: CopyFrom's
 // source is read as it is sent.
-func (px *pgxCall) once() bool { return px != nil && px.kind == pxCopy }
+func (px *pgxCall) once() bool { return px.kind == pxCopy }
 
-// positionable reports whether the call may be a positioned write
-// (conn.positioned): an Exec, whose command tag the pipeline gives, or a
-// Query, whose rows pgx reads from the pipelined statement's reader
-// (conn.queryPositionedPgx); pgx's batches are pgx's own.
-func (px *pgxCall) positionable() bool {
-	return px == nil || px.kind == pxExec || px.kind == pxQuery
+// pipeable: a checked read is a Query; a positioned write an Exec, whose
+// command tag the pipeline gives, or a Query, whose rows pgx reads from
+// the pipelined statement's reader (queryPositioned); pgx's batches and
+// copies are pgx's own, and so is a call in a transaction (it gets pgx's
+// own rows, and a stale refusal aborts the transaction as it does in
+// pgx).
+func (px *pgxCall) pipeable(_ *call, use pipelineUse) bool {
+	switch use {
+	case pipeChecked:
+		return px.kind == pxQuery
+	case pipePositioned:
+		return px.kind == pxExec || px.kind == pxQuery
+	}
+	return false
 }
 
 // nameArgs gives a Query its arguments as the driver's paths take them
-// (see namedArgs), for a statement that may be a positioned write: only
-// then, so that a read does not build them.
+// (see namedArgs), for a statement that may be pipelined: only then, so
+// that a read sent alone does not build them.
 func (px *pgxCall) nameArgs(cl *call) {
-	if px != nil && px.kind == pxQuery && cl.args == nil {
+	if px.kind == pxQuery && cl.args == nil {
 		cl.args = namedArgs(px.args, px.argBuf[:])
 	}
 }
 
-// setTag keeps the command tag of a positioned write.
-func (px *pgxCall) setTag(tag pgconn.CommandTag) {
-	if px != nil {
-		px.tag = tag
-	}
-}
-
 // open reports whether the call left results open (rows, batch results).
-func (px *pgxCall) open() bool { return px != nil && (px.rows != nil || px.br != nil) }
+func (px *pgxCall) open() bool { return px.rows != nil || px.br != nil }
 
 // onClose is what happens once the call's open results are closed.
 func (px *pgxCall) onClose() *onClose {
@@ -198,7 +289,7 @@ func (px *pgxCall) afterClose(f func()) {
 
 // holds makes the call's open results keep the borrowed replica
 // connection b until they are closed, and reports whether there are any.
-func (px *pgxCall) holds(b *borrowed) bool {
+func (px *pgxCall) holds(_ *call, b *borrowed) bool {
 	if !px.open() {
 		return false
 	}
@@ -219,13 +310,12 @@ func (px *pgxCall) putOnClose(p *Pool, cn *conn) {
 // reports whether there are any. A write whose primary's term ended while
 // its rows, its batch's results or its commit's answer were on their way
 // ends with ErrOutcomeUnknown from them too (resultErr).
-func (px *pgxCall) raiseOnClose(ctx context.Context, cn *conn, in *consistency.Intent, ws sqlclass.Scope) bool {
+func (px *pgxCall) raiseOnClose(ctx context.Context, cn *conn, in consistency.Intent, ws sqlclass.Scope, _ *call) bool {
 	if !px.open() {
 		return false
 	}
 	host, sc := cn.host, cn.primary
-	inCopy := *in // the plan is on its caller's stack
-	px.afterClose(func() { cn.raiseAfterRows(ctx, &inCopy, ws, host) })
+	px.afterClose(func() { cn.raiseAfterRows(ctx, &in, ws, host) })
 	if sc != nil {
 		// Err is read once the rows are closed, and the connection given
 		// back to its pool, which may have closed its session or opened
@@ -239,6 +329,66 @@ func (px *pgxCall) raiseOnClose(ctx context.Context, cn *conn, in *consistency.I
 		}
 	}
 	return true
+}
+
+// queryPositioned is conn.queryPositioned for a Query of the pgx-native
+// API (pool.go): its rows are pgx's own (pgx.RowsFromResultReader, in the
+// result formats pgx asks for), whose first row is read at once as
+// pgxCall.on reads it, and the position after the commit is read when
+// they are closed (positionedRows.finish), before anything else their
+// closing runs (the Pool's release of the connection).
+func (px *pgxCall) queryPositioned(ctx context.Context, cn *conn, in consistency.Intent, ws sqlclass.Scope, sc *stdlib.Conn, cl *call) error {
+	pc := sc.Conn()
+	both := &struct {
+		r poolRows
+		w positionedRows
+	}{r: poolRows{conn: pc, first: true}}
+	r, w := &both.r, &both.w
+	r.positioned = w
+	if err := w.p.Start(ctx, pc, cn.descsOf(), cn.c.stmtsOf(cn.host, pc), cl.query, cl.args, true); err != nil {
+		cl.unanswered = true
+		return err
+	}
+	w.cn, w.term, w.sc, w.in, w.ws, w.host, w.sent, w.saw = cn, cn.term, sc, in, ws, cn.host, cl.sent, cl.saw
+	r.Rows = pgx.RowsFromResultReader(pc.TypeMap(), w.p.RR)
+	r.more = r.Rows.Next()
+	if r.Rows.Err() != nil {
+		r.Rows.Close()
+		// Failed before its first row: answered only if a command tag came.
+		cl.unanswered = !r.more && r.Rows.CommandTag().String() == ""
+		return w.finish()
+	}
+	px.rows = r
+	return nil
+}
+
+// readSaw runs cl, a pgx Query of the Pool under causal consistency,
+// on b, a borrowed replica connection, with SawSQL after it in the same
+// round trip: its rows are pgx's own (pgx.RowsFromResultReader, in the
+// result formats pgx asks for), whose first row is read at once as
+// pgxCall.on reads it; closing them records the bound.
+func (px *pgxCall) readSaw(ctx context.Context, cn *conn, b *borrowed, cl *call) error {
+	pc := b.conn()
+	w := &sawPending{saw: cl.saw}
+	if err := w.p.StartRead(ctx, pc, &b.h.descs, cn.c.stmtsOf(b.h, pc), cl.query, cl.args, true); err != nil {
+		return err
+	}
+	pr := px.rowsBuf
+	if pr == nil {
+		pr = new(poolRows)
+	}
+	*pr = poolRows{conn: pc, first: true, sawn: w}
+	pr.Rows = pgx.RowsFromResultReader(pc.TypeMap(), w.p.RR)
+	pr.more = pr.Rows.Next()
+	if rerr := pr.Rows.Err(); rerr != nil {
+		// Failed before its first row, where the replica path can still
+		// run it elsewhere.
+		pr.Rows.Close()
+		w.finish(pr.more)
+		return rerr
+	}
+	px.rows = pr
+	return nil
 }
 
 // pgxTxInner is a pgx transaction as the driver's tx holds it
@@ -275,7 +425,7 @@ func namedArgs(args []any, buf []driver.NamedValue) []driver.NamedValue {
 // (a Query's and a QueryRow's: pgxQuery).
 func execCall(query string, args []any) *call {
 	cl := newPgxCall(call{callText: callText{query: query}}, pgxCall{kind: pxExec, args: args})
-	cl.args = namedArgs(args, cl.px.argBuf[:])
+	cl.args = namedArgs(args, pgxOf(cl).argBuf[:])
 	return cl
 }
 
@@ -301,7 +451,7 @@ type queryResults struct {
 // init makes q, a zero pgxQuery, the Query of query with args.
 func (q *pgxQuery) init(query string, args []any) *pgxQuery {
 	q.px = pgxCall{kind: pxQuery, args: args, rowsBuf: &q.rows, replicaBuf: &q.replica}
-	q.cl = call{callText: callText{query: query, isQuery: true}, px: &q.px}
+	q.cl = call{callText: callText{query: query, isQuery: true}, ex: &q.px}
 	return q
 }
 
@@ -327,7 +477,7 @@ func newPgxCall(cl call, px pgxCall) *call {
 		cl call
 		px pgxCall
 	}{cl, px}
-	both.cl.px = &both.px
+	both.cl.ex = &both.px
 	return &both.cl
 }
 
@@ -349,7 +499,7 @@ func batchCall(c *Connector, ctx context.Context, b *pgx.Batch) *call {
 			text, rank = q.SQL, k
 		}
 	}
-	return &call{callText: callText{query: text}, px: &pgxCall{kind: pxBatch, batch: b}}
+	return &call{callText: callText{query: text}, ex: &pgxCall{kind: pxBatch, batch: b}}
 }
 
 // copyCall's text is the COPY statement pgx sends.
@@ -359,10 +509,10 @@ func copyCall(table pgx.Identifier, cols []string, src pgx.CopyFromSource) *call
 		quoted[i] = pgx.Identifier{col}.Sanitize()
 	}
 	q := "COPY " + table.Sanitize() + " (" + strings.Join(quoted, ", ") + ") FROM STDIN BINARY"
-	return &call{callText: callText{query: q}, px: &pgxCall{kind: pxCopy, copyTable: table, copyCols: cols, copySrc: src}}
+	return &call{callText: callText{query: q}, ex: &pgxCall{kind: pxCopy, copyTable: table, copyCols: cols, copySrc: src}}
 }
 
 // beginCall is the BEGIN of a transaction with opts.
 func beginCall(opts pgx.TxOptions) *call {
-	return &call{callText: callText{kind: callBegin, query: "BEGIN", begin: &driver.TxOptions{ReadOnly: opts.AccessMode == pgx.ReadOnly}}, px: &pgxCall{kind: pxBegin, txOpts: opts}}
+	return &call{callText: callText{kind: callBegin, query: "BEGIN", begin: &driver.TxOptions{ReadOnly: opts.AccessMode == pgx.ReadOnly}}, ex: &pgxCall{kind: pxBegin, txOpts: opts}}
 }

@@ -163,7 +163,8 @@ const maxBadConnRetries = 2
 // run runs an autocommit call on a connection of the pool; open results
 // (rows, batch results) keep the connection until they are closed.
 func (p *Pool) run(ctx context.Context, cl *call) error {
-	cl.px.noPin = true
+	px := pgxOf(cl)
+	px.noPin = true
 	if err := p.refuseSessionState(ctx, cl); err != nil {
 		return err
 	}
@@ -173,12 +174,12 @@ func (p *Pool) run(ctx context.Context, cl *call) error {
 			return err
 		}
 		err = cn.run(ctx, cl)
-		if err == nil && cl.px.open() {
-			cl.px.putOnClose(p, cn)
+		if err == nil && px.open() {
+			px.putOnClose(p, cn)
 			return nil
 		}
 		p.put(cn, err)
-		if errors.Is(err, driver.ErrBadConn) && attempt < maxBadConnRetries && !cl.px.once() && ctx.Err() == nil {
+		if errors.Is(err, driver.ErrBadConn) && attempt < maxBadConnRetries && !px.once() && ctx.Err() == nil {
 			// It runs again, on another connection: its event says so
 			// (RouteEvent.Retried), as for a statement the primary path
 			// ran again after its session broke.
@@ -193,7 +194,8 @@ func (p *Pool) run(ctx context.Context, cl *call) error {
 // when cl changes session state by its text (see Pool). A statement's
 // classification is kept in cl for conn.run.
 func (p *Pool) refuseSessionState(ctx context.Context, cl *call) error {
-	if cl.px.kind != pxBatch {
+	px := pgxOf(cl)
+	if px.kind != pxBatch {
 		p.c.classify(ctx, cl.query, &cl.class)
 		cl.classified = true
 		if changesSession(cl.class, cl.query) {
@@ -201,7 +203,7 @@ func (p *Pool) refuseSessionState(ctx context.Context, cl *call) error {
 		}
 		return nil
 	}
-	for _, q := range cl.px.batch.QueuedQueries {
+	for _, q := range px.batch.QueuedQueries {
 		if p.c.changesSession(ctx, q.SQL) {
 			return p.refuse(ctx, q.SQL)
 		}
@@ -212,7 +214,7 @@ func (p *Pool) refuseSessionState(ctx context.Context, cl *call) error {
 // refuse reports query, refused with ErrSessionState, and returns that.
 func (p *Pool) refuse(ctx context.Context, query string) error {
 	pl := plan{op: OpWrite, class: sqlclass.Session, reason: ReasonSessionState, err: ErrSessionState}
-	p.c.report(ctx, &pl, &call{callText: callText{query: query}}, p.c.began(ctx, query), ErrSessionState)
+	p.c.report(ctx, &pl, &call{callText: callText{query: query}, ex: &pgxCall{}}, p.c.began(ctx, query), ErrSessionState)
 	return ErrSessionState
 }
 
@@ -372,7 +374,7 @@ func beginOn(ctx context.Context, cn *conn, opts pgx.TxOptions) (*poolTx, error)
 	if err != nil {
 		return nil, err
 	}
-	return &poolTx{t: t, inner: cl.px.inner}, nil
+	return &poolTx{t: t, inner: pgxOf(cl).inner}, nil
 }
 
 // runFunc runs a call: a Pool's, a PoolConn's or a transaction's way.
@@ -381,7 +383,7 @@ type runFunc func(context.Context, *call) error
 func execOn(ctx context.Context, run runFunc, sql string, args []any) (pgconn.CommandTag, error) {
 	cl := execCall(sql, args)
 	err := run(ctx, cl)
-	return cl.px.tag, err
+	return pgxOf(cl).tag, err
 }
 
 func queryOn(ctx context.Context, run runFunc, sql string, args []any) (pgx.Rows, error) {
@@ -423,13 +425,14 @@ func sendBatchOn(ctx context.Context, c *Connector, run runFunc, b *pgx.Batch, a
 // that makes it run again.
 func sendBatch(ctx context.Context, c *Connector, run runFunc, b *pgx.Batch, autocommit bool, refused error) pgx.BatchResults {
 	cl := batchCall(c, ctx, b)
-	cl.px.refused = refused
+	px := pgxOf(cl)
+	px.refused = refused
 	if err := run(ctx, cl); err != nil {
 		return pgx.FailedBatchResults(b, err)
 	}
 	if autocommit && refused == nil && !cl.primary {
-		cl.px.br.batch = b
-		cl.px.br.rerun = func(rest []*pgx.QueuedQuery, err error) pgx.BatchResults {
+		px.br.batch = b
+		px.br.rerun = func(rest []*pgx.QueuedQuery, err error) pgx.BatchResults {
 			// New queued queries: pgx keeps in each the description it
 			// was sent with, on the replica's connection.
 			nb := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, len(rest))}
@@ -439,13 +442,13 @@ func sendBatch(ctx context.Context, c *Connector, run runFunc, b *pgx.Batch, aut
 			return sendBatch(ctx, c, run, nb, autocommit, err)
 		}
 	}
-	return cl.px.br
+	return px.br
 }
 
 func copyFromOn(ctx context.Context, run runFunc, table pgx.Identifier, cols []string, src pgx.CopyFromSource) (int64, error) {
 	cl := copyCall(table, cols, src)
 	err := run(ctx, cl)
-	return cl.px.copied, err
+	return pgxOf(cl).copied, err
 }
 
 // sqlcDBTX is the DBTX interface sqlc generates for pgx/v5 (with its

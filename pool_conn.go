@@ -33,8 +33,8 @@ func (c *PoolConn) note(ctx context.Context, cl *call) {
 	if c.dirty {
 		return
 	}
-	if cl.px.kind == pxBatch {
-		for _, q := range cl.px.batch.QueuedQueries {
+	if px := pgxOf(cl); px.kind == pxBatch {
+		for _, q := range px.batch.QueuedQueries {
 			c.dirty = c.dirty || c.p.c.changesSession(ctx, q.SQL)
 		}
 		return

@@ -33,7 +33,7 @@ type poolRows struct {
 
 	// positioned is set for the rows of a positioned write: Close reads
 	// the position after it first, and Err says the lost error
-	// (queryPositionedPgx).
+	// (pgxCall.queryPositioned).
 	positioned *positionedRows
 
 	// checked is set for the rows of a read sent after its replica's
@@ -45,7 +45,7 @@ type poolRows struct {
 	checked *pgpipe.Checked
 	// saw is set for a checked read under causal consistency: Close
 	// records the bound read after it. sawn is a read under causal
-	// consistency sent without a check (readSawPgx).
+	// consistency sent without a check (pgxCall.readSaw).
 	saw  *sawBy
 	sawn *sawPending
 }

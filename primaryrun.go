@@ -6,7 +6,6 @@ import (
 	"errors"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pgrouted/pgrouted/internal/consistency"
@@ -65,7 +64,7 @@ func (cn *conn) runOnPrimary(ctx context.Context, p *plan, r *sqlclass.Result, c
 		}
 		if err != nil {
 			retry, stop, ferr := cn.primaryFailed(ctx, p, sc, err, inTx, attempt)
-			if retry && cl.px.once() {
+			if retry && cl.ex.once() {
 				// Its input cannot be sent again (CopyFrom's source).
 				retry, stop, ferr = false, true, err
 			}
@@ -91,7 +90,7 @@ func (cn *conn) runOnPrimary(ctx context.Context, p *plan, r *sqlclass.Result, c
 // that leaves it unpinned (pgxCall.unpinned); a new pin that a function
 // decided is counted.
 func (cn *conn) pinBefore(p *plan, r *sqlclass.Result, cl *call) {
-	if (r.Has(sqlclass.Session) || p.pin) && !cl.px.unpinned() {
+	if (r.Has(sqlclass.Session) || p.pin) && !cl.ex.unpinned() {
 		// Pin before running: even a failed string may have changed
 		// session state with its first statements.
 		if !cn.pinned && (p.fn != "" || p.pin) {
@@ -143,43 +142,23 @@ func sawOnPrimary(cl *call, sawPiped bool, pos lagmeter.LSN, err error) {
 // when the rows are closed).
 func (cn *conn) execPrimary(ctx context.Context, in *consistency.Intent, ws sqlclass.Scope, sc *stdlib.Conn, positioned, writes bool, cl *call) (pos lagmeter.LSN, err error) {
 	switch {
-	case !positioned && writes && cl.isQuery && cl.px == nil:
+	case !positioned && writes && cl.isQuery:
 		// Rows that raise the marks once closed.
-		r := &writeRows{cn: cn, sc: sc, ctx: ctx, in: *in, ws: ws, host: cn.host}
-		if err = r.Rows.Query(ctx, sc.Conn(), cl.query, cn.c.statementArgs(cn.host, cl.args), nil); err != nil {
-			cl.unanswered = !r.Rows.Answered()
-			return 0, err
-		}
-		cl.rows = r
-		return 0, nil
+		return 0, cl.ex.queryWrite(ctx, cn, *in, ws, sc, cl)
 	case !positioned:
-		return 0, cl.on(ctx, sc, cn.c.statementArgs(cn.host, cl.args))
+		return 0, cl.ex.run(ctx, cl, sc, cn.c.statementArgs(cn.host, cl.args))
 	}
 	var tag pgconn.CommandTag
 	switch {
 	case sc.Conn().IsClosed():
 		err = driver.ErrBadConn
-	case cl.isQuery && cl.px != nil:
-		// The same for the pgx-native API, with pgx's rows.
-		err = cn.queryPositionedPgx(ctx, in, ws, sc, cl)
 	case cl.isQuery:
 		// INSERT … RETURNING: the statement commits once its rows are all
 		// sent; the position after it is read when they are closed.
-		host, sent := cn.host, cl.sent // not cl: it would go to the heap
-		inCopy := *in                  // nor the plan
-		saw := cl.saw
-		cl.rows, err = cn.queryPositioned(ctx, sc, cl.query, cl.args, func(pos lagmeter.LSN, werr error) {
-			if saw != nil {
-				saw.sawOutcome(pos, true, werr)
-				return
-			}
-			cn.c.raiseOutcome(&inCopy, ws, host, pos, sent, werr)
-		})
-		cl.unanswered = err != nil // before its first row
+		err = cl.ex.queryPositioned(ctx, cn, *in, ws, sc, cl)
 	default:
 		if tag, pos, err = cn.execPositioned(ctx, sc, cl.query, cl.args); err == nil {
-			cl.res = driver.RowsAffected(tag.RowsAffected())
-			cl.px.setTag(tag)
+			cl.ex.execResult(cl, tag)
 		}
 		cl.unanswered = err != nil && tag.String() == ""
 	}
@@ -278,12 +257,10 @@ func (cn *conn) raiseAfterStatement(ctx context.Context, in *consistency.Intent,
 		// Raised when the rows are closed.
 	case positioned:
 		cn.c.raiseOutcome(in, ws, cn.host, pos, cl.sent, err)
-	case err == nil && cl.px.raiseOnClose(ctx, cn, in, ws):
-		// pgx's rows or batch results: the same, when they are closed.
-	case err == nil && cl.rows != nil:
-		// A statement returning rows (writeRows): it commits once its rows
-		// are all sent, and the session is busy until they are closed;
-		// the marks are raised then.
+	case err == nil && cl.ex.raiseOnClose(ctx, cn, *in, ws, cl):
+		// A statement returning rows (writeRows, pgx's rows or batch
+		// results): it commits once its rows are all sent, and the session
+		// is busy until they are closed; the marks are raised then.
 	case in.Defers():
 		// Committed (autocommit, or COMMIT), even after an error, since
 		// part of a string may have run: its position is read when a
@@ -333,39 +310,8 @@ func (cn *conn) queryPositioned(ctx context.Context, sc *stdlib.Conn, query stri
 	return pgpipe.Query(ctx, sc.Conn(), cn.descsOf(), cn.c.stmtsOf(cn.host, sc.Conn()), query, args, errFn, done)
 }
 
-// queryPositionedPgx is queryPositioned for a Query of the pgx-native
-// API (pool.go): its rows are pgx's own (pgx.RowsFromResultReader, in the
-// result formats pgx asks for), whose first row is read at once as
-// pgxCall.on reads it, and the position after the commit is read when
-// they are closed (positionedRows.finish), before anything else their
-// closing runs (the Pool's release of the connection).
-func (cn *conn) queryPositionedPgx(ctx context.Context, in *consistency.Intent, ws sqlclass.Scope, sc *stdlib.Conn, cl *call) error {
-	pc := sc.Conn()
-	both := &struct {
-		r poolRows
-		w positionedRows
-	}{r: poolRows{conn: pc, first: true}}
-	r, w := &both.r, &both.w
-	r.positioned = w
-	if err := w.p.Start(ctx, pc, cn.descsOf(), cn.c.stmtsOf(cn.host, pc), cl.query, cl.args, true); err != nil {
-		cl.unanswered = true
-		return err
-	}
-	w.cn, w.term, w.sc, w.in, w.ws, w.host, w.sent, w.saw = cn, cn.term, sc, *in, ws, cn.host, cl.sent, cl.saw
-	r.Rows = pgx.RowsFromResultReader(pc.TypeMap(), w.p.RR)
-	r.more = r.Rows.Next()
-	if r.Rows.Err() != nil {
-		r.Rows.Close()
-		// Failed before its first row: answered only if a command tag came.
-		cl.unanswered = !r.more && r.Rows.CommandTag().String() == ""
-		return w.finish()
-	}
-	cl.px.rows = r
-	return nil
-}
-
 // positionedRows is what pgx's rows of a positioned write
-// (queryPositionedPgx) do once closed: read the position after the
+// (pgxCall.queryPositioned) do once closed: read the position after the
 // commit and raise the marks to it.
 type positionedRows struct {
 	p    pgpipe.Pending

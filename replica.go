@@ -65,7 +65,7 @@ func (cn *conn) runOnReplicas(ctx context.Context, p *plan, cl *call) (replicaOu
 	for attempt := 0; ; attempt++ {
 		h := at.host.host
 		cl.ran, cl.primary = h, false
-		err := cl.px.refusal()
+		err := cl.ex.refusal()
 		if err == nil {
 			err = cn.runOnReplica(ctx, h, at, cl)
 		}
@@ -166,7 +166,7 @@ func (cn *conn) runOnReplica(ctx context.Context, h *host, at target, cl *call) 
 	for {
 		err = cn.sendRead(ctx, h, &at, cl, &s)
 		if err == nil {
-			if cl.rows == nil && !cl.px.holds(b) {
+			if !cl.ex.holds(cl, b) {
 				b.giveBack()
 			}
 			return nil
@@ -192,7 +192,7 @@ func (cn *conn) runOnReplica(ctx context.Context, h *host, at target, cl *call) 
 type replicaSend struct {
 	pipelined bool         // the position check goes first in the read's round trip (readChecked)
 	sawPiped  bool         // a causal read's bound (SawSQL) is read after it in the same round trip
-	b         *borrowed    // the borrowed connection: in rows, checked, cl.px's buffer, or alone
+	b         *borrowed    // the borrowed connection: in rows, checked, the pgx face's buffer, or alone
 	rows      *replicaRows // a database/sql query's rows (replicaRowsPool), else nil
 	checked   *checkedRows // a checked database/sql query's rows, else nil
 }
@@ -214,21 +214,7 @@ func (cn *conn) replicaSendOf(h *host, check bool, cl *call) replicaSend {
 	}
 	// A database/sql query's rows hold the borrowed connection, a pgx
 	// Query's call does: one allocation for both.
-	switch {
-	case cl.isQuery && cl.px == nil && s.pipelined:
-		s.checked = new(checkedRows)
-		s.b = &s.checked.b
-	case cl.isQuery && cl.px == nil && s.sawPiped:
-		s.b = new(borrowed)
-	case cl.isQuery && cl.px == nil:
-		s.rows = replicaRowsPool.Get().(*replicaRows)
-		s.b = &s.rows.b
-	case cl.px != nil && cl.px.replicaBuf != nil:
-		s.b = cl.px.replicaBuf
-		*s.b = borrowed{} // one given back by an attempt on another host
-	default:
-		s.b = new(borrowed)
-	}
+	s.b, s.rows, s.checked = cl.ex.holder(cl, s.pipelined, s.sawPiped)
 	return s
 }
 
@@ -242,28 +228,15 @@ func (cn *conn) sendRead(ctx context.Context, h *host, at *target, cl *call, s *
 	switch {
 	case s.pipelined:
 		err = cn.readChecked(ctx, b, at.wm, at.wait, cl, s.checked)
-	case s.sawPiped && cl.px != nil && cl.px.kind == pxQuery:
-		err = cn.readSawPgx(ctx, b, cl)
-	case s.sawPiped && cl.isQuery && cl.px == nil:
-		err = cn.readSaw(ctx, b, cl)
-	case s.sawPiped && !cl.isQuery:
+	case s.sawPiped && cl.isQuery:
+		err = cl.ex.readSaw(ctx, cn, b, cl)
+	case s.sawPiped:
 		// An Exec of a read (database/sql's, or the Pool's).
 		err = cn.execSaw(ctx, b, cl)
-	case cl.px != nil:
-		err = cl.px.on(ctx, cl, b.conn(), cn.c.statementArgs(h, cl.args))
-		if err == nil && cl.saw != nil {
+	default:
+		if err = cl.ex.readOn(ctx, cl, b, s.rows, cn.c.statementArgs(h, cl.args)); err == nil {
 			cl.saw.recordUnknown(cl)
 		}
-	case s.rows != nil:
-		s.rows.Rows = pgpipe.Rows{} // a stale statement's second run
-		if err = s.rows.Query(ctx, b.conn(), cl.query, cn.c.statementArgs(h, cl.args), nil); err == nil {
-			cl.rows = s.rows
-		}
-	default:
-		cl.res, err = stdlibExec(ctx, b.conn(), cl.query, cn.c.statementArgs(h, cl.args))
-	}
-	if err == nil && cl.saw != nil && !s.sawPiped && cl.px == nil {
-		cl.saw.recordUnknown(cl)
 	}
 	return err
 }
@@ -281,8 +254,7 @@ func (cn *conn) execSaw(ctx context.Context, b *borrowed, cl *call) error {
 		}
 		return err
 	}
-	cl.res = driver.RowsAffected(tag.RowsAffected())
-	cl.px.setTag(tag)
+	cl.ex.execResult(cl, tag)
 	cl.saw.record(pos)
 	return nil
 }
@@ -435,9 +407,10 @@ func (cn *conn) noteCheck(b *borrowed, hv *hostView, wm lagmeter.Watermark, wait
 // (cr, which holds b, becomes cl.rows) or, for a pgx Query of the Pool,
 // pgx's own over the read's result reader (pgx.RowsFromResultReader, in
 // the result formats pgx asks for, with their first row read at once as
-// pgxCall.on reads it; cl.px.rows). On success the rows own b: closing
-// them ends the pipeline and gives it back; on error b is still the
-// caller's, to run the read again on or to give back.
+// pgxCall.on reads it): the face's (executor.checked, openChecked). On
+// success the rows own b: closing them ends the pipeline and gives it
+// back; on error b is still the caller's, to run the read again on or to
+// give back.
 //
 // Under causal consistency (cl.saw), SawSQL follows the read in the same
 // round trip, and closing the rows records its answer.
@@ -457,19 +430,8 @@ func (cn *conn) readChecked(ctx context.Context, b *borrowed, wm lagmeter.Waterm
 		}
 		wait = 0 // it holds wm now
 	}
-	var c *pgpipe.Checked
-	var pr *poolRows
-	if cl.px != nil {
-		if pr = cl.px.rowsBuf; pr == nil {
-			pr = new(poolRows)
-		}
-		c = new(pgpipe.Checked)
-		*pr = poolRows{conn: pc, first: true, checked: c, read: true}
-	} else {
-		cr.Rows, cr.c = pgpipe.Rows{}, pgpipe.Checked{} // a stale statement's second run
-		c = &cr.c
-	}
-	replay, sent, err := c.Start(ctx, pc, descs, cn.c.stmtsOf(b.h, pc), wm.LSN, wait, cl.query, cl.args, pr != nil, cl.saw != nil)
+	c, pgxFormats := cl.ex.checked(pc, cl, cr)
+	replay, sent, err := c.Start(ctx, pc, descs, cn.c.stmtsOf(b.h, pc), wm.LSN, wait, cl.query, cl.args, pgxFormats, cl.saw != nil)
 	if err == nil || errors.Is(err, errNotCaughtUp) {
 		cn.noteCheck(b, hv, wm, wait, sent, replay, err, cl)
 	}
@@ -479,42 +441,7 @@ func (cn *conn) readChecked(ctx context.Context, b *borrowed, wm lagmeter.Waterm
 	if err != nil {
 		return err
 	}
-	return openChecked(pc, c, cr, pr, cl)
-}
-
-// openChecked opens the rows of a checked read on pc whose check passed
-// (c, read: the read's result is next) and makes them cl's, with the
-// bound to record when they are closed under causal consistency:
-// database/sql's, cr (cl.rows), or, when pr is not nil, pgx's own over
-// the read's result reader with their first row read (cl.px.rows). On
-// error the pipeline was finished: the error is finishing's, if that
-// failed, else the rows'.
-func openChecked(pc *pgx.Conn, c *pgpipe.Checked, cr *checkedRows, pr *poolRows, cl *call) error {
-	if pr == nil {
-		cr.saw = cl.saw
-		if err := cr.Rows.Open(pc.TypeMap(), c.RR, nil); err != nil {
-			if ferr := c.Finish(); ferr != nil {
-				return ferr
-			}
-			return err
-		}
-		cl.rows = cr
-		return nil
-	}
-	pr.Rows = pgx.RowsFromResultReader(pc.TypeMap(), c.RR)
-	pr.more = pr.Rows.Next()
-	if rerr := pr.Rows.Err(); rerr != nil {
-		// Failed before its first row, where the replica path can still
-		// run it elsewhere.
-		pr.Rows.Close()
-		if ferr := c.Finish(); ferr != nil {
-			return ferr
-		}
-		return rerr
-	}
-	pr.saw = cl.saw
-	cl.px.rows = pr
-	return nil
+	return cl.ex.openChecked(pc, c, cr, cl)
 }
 
 // beginOnReplica opens the read-only transaction of cl on a connection
@@ -524,7 +451,7 @@ func (cn *conn) beginOnReplica(ctx context.Context, h *host, at target, cl *call
 	if err := cn.borrow(ctx, h, b, at.check, at.wm, at.wait, cl); err != nil {
 		return err
 	}
-	inner, err := cl.beginOn(ctx, b.sc)
+	inner, err := cl.ex.begin(ctx, cl, b.sc)
 	if err != nil {
 		b.giveBack()
 		return err

@@ -98,30 +98,10 @@ func (c *Connector) onRoute(ev RouteEvent) {
 // now otherwise.
 func (c *Connector) endOnClose(cl *call, s started, ev RouteEvent, err error) {
 	if err == nil {
-		switch {
-		case cl.rows != nil:
-			end := func(rerr error) {
-				ev.Duration, ev.Err = time.Since(s.at), rerr
-				c.callEnd(s.end, ev)
-			}
-			if r, ok := cl.rows.(*endRows); ok && r.end == nil {
-				// A primary read's (call.on): one wrapper for both.
-				r.end = end
-				return
-			}
-			cl.rows = &endRows{Rows: cl.rows, end: end}
-			return
-		case cl.px.open():
-			rows, br := cl.px.rows, cl.px.br
-			cl.px.afterClose(func() {
-				ev.Duration = time.Since(s.at)
-				if rows != nil {
-					ev.Err = rows.Err()
-				} else {
-					ev.Err = br.err
-				}
-				c.callEnd(s.end, ev)
-			})
+		if cl.ex.whenClosed(cl, func(rerr error) {
+			ev.Duration, ev.Err = time.Since(s.at), rerr
+			c.callEnd(s.end, ev)
+		}) {
 			return
 		}
 	}

@@ -52,9 +52,12 @@ func (cn *conn) describe(ctx context.Context, query string) (*pgconn.StatementDe
 	if p.err != nil {
 		return nil, p.err
 	}
-	cl := call{callText: callText{kind: callDescribe, query: query}}
-	if done, err := cn.onReplicas(ctx, &p, &cl); done {
-		return cl.sd, err
+	cl := newSQLCall(callText{kind: callDescribe, query: query})
+	done, err := cn.onReplicas(ctx, &p, cl)
+	sd := cl.sd
+	cl.recycle()
+	if done {
+		return sd, err
 	}
 	// The plan, or the replicas' fallback: the primary checks it.
 	sc, err := cn.primaryConn(ctx, OpWrite)

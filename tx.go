@@ -56,7 +56,9 @@ func (cn *conn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, 
 	default:
 		return nil, fmt.Errorf("pgrouted: isolation level %s is not supported by PostgreSQL", iso)
 	}
-	t, err := cn.begin(ctx, opts.ReadOnly, iso == sql.LevelSerializable, &call{callText: callText{kind: callBegin, query: "BEGIN", begin: &opts}})
+	cl := newSQLCall(callText{kind: callBegin, query: "BEGIN", begin: &opts})
+	t, err := cn.begin(ctx, opts.ReadOnly, iso == sql.LevelSerializable, cl)
+	cl.recycle()
 	if err != nil {
 		return nil, err
 	}
@@ -93,7 +95,7 @@ func (cn *conn) beginOnPrimary(ctx context.Context, p *plan, cl *call, readOnly 
 		return nil, err
 	}
 	cl.ran, cl.primary = cn.host, true
-	inner, err := cl.beginOn(ctx, sc)
+	inner, err := cl.ex.begin(ctx, cl, sc)
 	if err != nil {
 		if errors.Is(err, driver.ErrBadConn) {
 			cn.closePrimary()
@@ -209,7 +211,9 @@ func (t *tx) end(began started, query string, err error) {
 		cn.closePrimary()
 		cn.bad = true
 	}
-	t.report(t.ctx, OpTx, &call{callText: callText{query: query}}, began, err)
+	cl := newSQLCall(callText{query: query})
+	t.report(t.ctx, OpTx, cl, began, err)
+	cl.recycle()
 }
 
 // report reports a statement of op run inside the transaction, on its

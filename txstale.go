@@ -100,7 +100,7 @@ func (t *tx) exec(ctx context.Context, sc *stdlib.Conn, r sqlclass.Result, cl *c
 		}
 		return recovered, err
 	}
-	err = cl.on(ctx, sc, t.cn.c.statementArgs(t.host, cl.args))
+	err = cl.ex.run(ctx, cl, sc, t.cn.c.statementArgs(t.host, cl.args))
 	if !plain {
 		// It may have changed the schema, or what its names mean: every
 		// statement is checked again, with descriptions of the
