@@ -5,9 +5,7 @@ import (
 	"database/sql/driver"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/pgrouted/pgrouted/circuit"
@@ -23,25 +21,19 @@ import (
 // with [NewConnector] and open it with sql.OpenDB; closing the *sql.DB
 // closes it.
 type Connector struct {
+	// hostSet is the host set and its lifecycle (hostset.go), apart
+	// from the statement path's state below.
+	hostSet
+
 	cfg    Config
 	log    *slog.Logger // cfg.Logger, every line made printable (printableLogger); nil without one
-	hosts  hostTable    // in DSN order, then discovered ones, as in topology snapshots
-	views  views        // the newest snapshot joined with hosts (view.go)
-	top    *topology.Topology
-	picker picker // chooses among eligible replicas (pick.go)
+	picker picker       // chooses among eligible replicas (pick.go)
 
-	budget  lagmeter.Budget
-	gates   gateBudgets       // the replicas' budget gates' thresholds (budgetgate.go)
-	history *lagmeter.History // the primary's WAL positions (from topology)
-
-	// started is set once top and history are: a pool's connection may
-	// be opened before (pgrouted_replica_min_conns), and asks wire.
-	started atomic.Bool
+	budget lagmeter.Budget
+	gates  gateBudgets // the replicas' budget gates' thresholds (budgetgate.go)
 
 	// rw is read-your-writes' shared state (intent.go).
 	rw readYourWrites
-	// booted is set once every host answered (pgrouted_strict_boot).
-	booted atomic.Bool
 	// counters are behind Stats (with each host's statement counters).
 	counters counters
 	// reads are the fallback reads running on the primary, against
@@ -58,22 +50,10 @@ type Connector struct {
 	schema schemaCount
 	pooler poolerNotes
 
-	// drains are the pools of removed hosts being closed.
-	drains sync.WaitGroup
-	// patroni is the provider the Connector built for
-	// pgrouted_topology=patroni, closed with it; nil otherwise.
-	patroni *topology.Patroni
-	// terms is the current primary's term (term.go), which followTerms
-	// ends when the topology moves on, until stopTerms is closed.
-	terms     terms
-	stopTerms chan struct{}
-	termsDone chan struct{}
-
 	// prim counts and checks the primary sessions of every connection
 	// (pgxpool's pool_ keys; primarysessions.go).
 	prim primarySessions
 
-	logDone chan struct{}
 	closeMu sync.Mutex
 	closed  bool
 }
@@ -98,6 +78,7 @@ func NewConnector(cfg *Config) (*Connector, error) {
 		err = c.startTopology(th)
 	}
 	if err != nil {
+		c.rw.index.Close()
 		c.closePools()
 		return nil, err
 	}
@@ -217,44 +198,11 @@ func newProvider(cfg *Config) (topology.Provider, error) {
 // unreachable host, until all of them answered once.
 func (c *Connector) Connect(ctx context.Context) (driver.Conn, error) {
 	if c.cfg.StrictBoot && !c.booted.Load() {
-		if err := c.strictBoot(ctx); err != nil {
+		if err := c.strictBoot(ctx, c.cfg.ProbeInterval); err != nil {
 			return nil, err
 		}
 	}
 	return &conn{c: c}, nil
-}
-
-// strictBoot waits until every host was probed once, and fails while one
-// of them did not answer.
-func (c *Connector) strictBoot(ctx context.Context) error {
-	deadline := time.Now().Add(c.cfg.ProbeInterval + 10*time.Second)
-	for {
-		changed := c.top.Changed()
-		s := c.top.Snapshot()
-		var down []string
-		probed := true
-		for _, h := range s.Hosts {
-			switch {
-			case h.LastProbe.IsZero():
-				probed = false
-			case !h.Healthy:
-				down = append(down, h.Name+" ("+h.LastError+")")
-			}
-		}
-		if probed && len(down) == 0 {
-			c.booted.Store(true)
-			return nil
-		}
-		if probed || !time.Now().Before(deadline) {
-			if len(down) == 0 {
-				return fmt.Errorf("pgrouted: strict boot: hosts not probed yet")
-			}
-			return fmt.Errorf("pgrouted: strict boot: unreachable: %s", strings.Join(down, ", "))
-		}
-		if err := c.awaitSnapshot(ctx, changed, deadline); err != nil {
-			return err
-		}
-	}
 }
 
 // circuitChanged logs a breaker's change, and interrupts the reads stuck on
@@ -291,47 +239,7 @@ func (c *Connector) Close() error {
 	c.prim.stop()
 	c.funcs.close()
 	c.rw.index.Close()
-	if c.stopTerms != nil {
-		close(c.stopTerms)
-		<-c.termsDone
-	}
-	v := c.view()
-	c.top.Close()
-	if c.logDone != nil {
-		<-c.logDone
-	}
-	for _, h := range v.hosts {
-		if !h.removed.Load() && (!h.probe.Healthy || !h.breaker.Allow()) {
-			h.dropIdle()
-		}
-	}
-	c.closePools()
-	c.drains.Wait()
-	if c.patroni != nil {
-		c.patroni.CloseIdleConnections()
-	}
-	return nil
-}
-
-func (c *Connector) closePools() {
-	c.rw.index.Close() // a failed NewConnector too
-	for _, h := range c.hosts.all() {
-		h.pool.Close()
-	}
-}
-
-// awaitSnapshot waits until changed (from Topology.Changed) is closed: a
-// newer snapshot is out. It returns ctx's error, or nil at deadline too:
-// the caller looks at the snapshot again either way.
-func (c *Connector) awaitSnapshot(ctx context.Context, changed <-chan struct{}, deadline time.Time) error {
-	t := time.NewTimer(max(time.Until(deadline), 0))
-	defer t.Stop()
-	select {
-	case <-changed:
-	case <-t.C:
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	c.closeHosts()
 	return nil
 }
 

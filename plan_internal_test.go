@@ -149,7 +149,7 @@ func (errTestContext) Is(target error) bool {
 // benchConnector is a Connector over n healthy, caught-up standbys (and a
 // primary), enough for pickReplica.
 func benchConnector(b *testing.B, policy dsn.SelectPolicy, n int) (*Connector, *view) {
-	c := &Connector{history: lagmeter.NewHistory(0)}
+	c := &Connector{hostSet: hostSet{history: lagmeter.NewHistory(0)}}
 	c.cfg.Consistency = dsn.ConsistencySession
 	s := &topology.Snapshot{Primary: 0, Lease: time.Minute, Confirmed: time.Now()}
 	for i := 0; i <= n; i++ {

@@ -62,7 +62,7 @@ func NewPoolWithConfig(ctx context.Context, cfg *Config) (*Pool, error) {
 		return nil, err
 	}
 	if c.cfg.StrictBoot {
-		if err := c.strictBoot(ctx); err != nil {
+		if err := c.strictBoot(ctx, c.cfg.ProbeInterval); err != nil {
 			c.Close()
 			return nil, err
 		}

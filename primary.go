@@ -287,7 +287,7 @@ func (c *Connector) waitPrimary(ctx context.Context, op string, deadline *time.T
 		if deadline.Before(until) {
 			until = *deadline
 		}
-		if err := c.awaitSnapshot(ctx, changed, until); err != nil {
+		if err := awaitSnapshot(ctx, changed, until); err != nil {
 			return nil, err
 		}
 	}
@@ -316,7 +316,7 @@ func (c *Connector) waitChange(ctx context.Context, h *host, epoch uint64, first
 		if !time.Now().Before(deadline) {
 			return &RouteError{Op: op, Reason: ReasonNoPrimary}
 		}
-		if err := c.awaitSnapshot(ctx, changed, deadline); err != nil {
+		if err := awaitSnapshot(ctx, changed, deadline); err != nil {
 			return err
 		}
 	}
@@ -360,7 +360,7 @@ func (c *Connector) waitDemoted(ctx context.Context, h *host, epoch uint64, op s
 			seen = st.LastProbe
 			c.top.ProbeNow(h.idx)
 		}
-		if err := c.awaitSnapshot(ctx, changed, deadline); err != nil {
+		if err := awaitSnapshot(ctx, changed, deadline); err != nil {
 			return err
 		}
 	}

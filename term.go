@@ -95,37 +95,37 @@ type terms struct {
 // liveTerm returns the current primary's term, or nil while there is no
 // primary with a valid lease. It ends the previous term when the topology
 // moved on (another host or epoch, or no primary), and starts a new one.
-func (c *Connector) liveTerm() *term {
-	v := c.view()
+func (hs *hostSet) liveTerm() *term {
+	v := hs.view()
 	now := time.Now()
-	t := c.terms.cur.Load()
+	t := hs.terms.cur.Load()
 	if t != nil && !t.ended() && v.isPrimary(t.host) && t.epoch == v.snap.Epoch && v.snap.LeaseValid(now) {
 		return t
 	}
-	c.terms.mu.Lock()
-	defer c.terms.mu.Unlock()
+	hs.terms.mu.Lock()
+	defer hs.terms.mu.Unlock()
 	// Under the lock, the newest snapshot: changes follow the topology's
 	// order, whichever goroutine makes them.
-	return c.moveTerm(c.view(), time.Now())
+	return hs.moveTerm(hs.view(), time.Now())
 }
 
 // moveTerm makes the current term v's at now, under terms.mu: it ends the
 // current one when v names another primary or epoch, or none valid at now,
 // and starts one for v's primary when there is none.
-func (c *Connector) moveTerm(v *view, now time.Time) *term {
-	t := c.terms.cur.Load()
+func (hs *hostSet) moveTerm(v *view, now time.Time) *term {
+	t := hs.terms.cur.Load()
 	valid := v.snap.LeaseValid(now)
 	if t != nil && (t.ended() || !v.isPrimary(t.host) || t.epoch != v.snap.Epoch || !valid) {
 		t.host.leads.Store(false)
 		t.finish()
-		c.terms.cur.Store(nil)
+		hs.terms.cur.Store(nil)
 		t = nil
 	}
 	if t == nil && valid {
 		ctx, stop := context.WithCancel(context.Background())
 		t = &term{host: v.primary.host, epoch: v.snap.Epoch, ctx: ctx, stop: stop}
 		t.host.leads.Store(true)
-		c.terms.cur.Store(t)
+		hs.terms.cur.Store(t)
 	}
 	return t
 }

@@ -92,13 +92,13 @@ type views struct {
 // view returns the view of the topology's current snapshot, building it
 // once per snapshot: the routing hot path allocates nothing while the
 // snapshot stays.
-func (c *Connector) view() *view {
-	s := c.top.Snapshot()
-	if v := c.views.p.Load(); v != nil && v.snap == s {
+func (hs *hostSet) view() *view {
+	s := hs.top.Snapshot()
+	if v := hs.views.p.Load(); v != nil && v.snap == s {
 		return v
 	}
-	v := newView(s, c.hosts.all())
-	c.views.p.Store(v)
+	v := newView(s, hs.hosts.all())
+	hs.views.p.Store(v)
 	return v
 }
 
