@@ -59,6 +59,62 @@ func TestReadYourWrites(t *testing.T) {
 	}
 }
 
+// TestSessionStatementsRaiseNoMarks: a statement that changes nothing but
+// its session (SET, RESET, LISTEN, UNLISTEN, DEALLOCATE) raises no
+// read-your-writes mark: the connector's reads do not wait for a WAL
+// position it did not write. The replicas replay a second behind, after a
+// write the connector does not know of: a mark raised to the primary's
+// position would send every read to the primary. A write through the
+// connector still raises them (the control).
+func TestSessionStatementsRaiseNoMarks(t *testing.T) {
+	ctx := testCtx(t)
+	restore(t)
+	mustExec(t, ctx, cluster.Primary(), "DROP TABLE IF EXISTS setmarks; CREATE TABLE setmarks (id int)")
+	replicated(t, ctx)
+	db, conn, _ := open(t)
+	for _, r := range cluster.Replicas() {
+		if err := r.ReplicationFault().Latency(time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mustExec(t, ctx, cluster.Primary(), "INSERT INTO setmarks VALUES (0)")
+	c, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	// proven: a read goes to a replica its last probe proved (not one it
+	// would check first, nor the primary).
+	proven := func() (pgrouted.Decision, bool) {
+		t.Helper()
+		d, err := conn.Explain(ctx, readOfEveryRelation)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d, !d.Primary && d.Reason == pgrouted.ReasonReplica
+	}
+	if d, ok := proven(); !ok {
+		t.Fatalf("before any statement, a read does not go to a proven replica: %+v", d)
+	}
+	for _, stmt := range []string{
+		"SET application_name = 'setmarks'", "SET LOCAL statement_timeout = '5s'", "SET TRANSACTION READ ONLY",
+		"RESET application_name", "LISTEN setmarks", "UNLISTEN *", "DEALLOCATE ALL",
+	} {
+		if _, err := c.ExecContext(ctx, stmt); err != nil {
+			t.Fatalf("%s: %v", stmt, err)
+		}
+		if d, ok := proven(); !ok {
+			t.Errorf("after %q, a read of every relation goes to %s (%s), not to a proven replica: the statement wrote nothing", stmt, d.Endpoint, d.Reason)
+		}
+	}
+	if _, err := c.ExecContext(ctx, "INSERT INTO setmarks VALUES (1)"); err != nil {
+		t.Fatal(err)
+	}
+	if d, ok := proven(); ok {
+		t.Fatalf("right after a write through the connector, with the replicas a second behind, a read goes to %s, proven: the control proves nothing", d.Endpoint)
+	}
+}
+
 func TestReadOnlyTransactions(t *testing.T) {
 	ctx := testCtx(t)
 	db, _, rec := open(t)

@@ -43,8 +43,9 @@ func (cn *conn) runOnPrimary(ctx context.Context, p *plan, r *sqlclass.Result, c
 		cn.pinBefore(p, r, cl)
 		cl.read = p.class == sqlclass.Read && !inTx && !cn.pinned
 		positioned, sawPiped := cn.pipelinedOnPrimary(&p.in, r, cl, inTx)
-		// writes: the marks are raised after it (raiseAfterStatement).
-		writes := p.class != sqlclass.Read && !inTx
+		// writes: the marks are raised after it (raiseAfterStatement); a
+		// statement that changes nothing but its session raises none.
+		writes := p.class != sqlclass.Read && !inTx && !r.WritesNothing
 		cl.unanswered = false
 		if p.class != sqlclass.Read {
 			// What the marks raised after it will say they followed
@@ -76,7 +77,7 @@ func (cn *conn) runOnPrimary(ctx context.Context, p *plan, r *sqlclass.Result, c
 				return ferr
 			}
 		}
-		if p.class != sqlclass.Read && !cn.inSQLTx() {
+		if p.class != sqlclass.Read && !r.WritesNothing && !cn.inSQLTx() {
 			cn.raiseAfterStatement(ctx, &p.in, p.writes, positioned, pos, cl, err)
 		}
 		sawOnPrimary(cl, sawPiped, pos, err)

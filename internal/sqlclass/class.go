@@ -148,6 +148,13 @@ type Result struct {
 	// again after such a statement.
 	ChangesCatalog bool
 
+	// WritesNothing is true when the input is one statement that changes
+	// only its session and writes neither data nor the catalog: SET (SET
+	// LOCAL, SET TRANSACTION, SET ROLE and the others), RESET, LISTEN,
+	// UNLISTEN, DEALLOCATE. A caller that keeps the positions of its
+	// writes keeps none for it.
+	WritesNothing bool
+
 	// Func is what the user functions the input calls made of it, when it
 	// was classified by [ClassifyWith] with a catalog: [FuncNone] when no
 	// call changed its class.

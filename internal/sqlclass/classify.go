@@ -33,6 +33,7 @@ func ClassifyWith(sql string, fn *Functions) Result {
 		}
 		r.DML = r.DML && r2.DML && r.Statements == 1
 		r.ChangesCatalog = r.ChangesCatalog || r2.ChangesCatalog
+		r.WritesNothing = r.WritesNothing && r2.WritesNothing && r.Statements == 1
 		if r2.Func > r.Func {
 			r.Func, r.FuncStart, r.FuncEnd = r2.Func, r2.FuncStart, r2.FuncEnd
 		}
@@ -92,6 +93,7 @@ type stmt struct {
 
 	calls   bool // a query or DML: the functions it calls are judged
 	catalog bool // CREATE, ALTER, DROP, DO or CALL: may change the catalog
+	quiet   bool // SET, RESET, LISTEN, UNLISTEN or DEALLOCATE: writes nothing (Result.WritesNothing)
 	depth   int  // parentheses open in the body
 	// withMask has bit d set while a WITH list is open at depth d, whose
 	// next word is a CTE name when cteNext is set; the column list after a
@@ -161,6 +163,7 @@ func (c *classifier) endStmt() {
 		c.res.Class = c.res.Class.max(st.class)
 		c.res.DML = c.res.Statements == 1 && st.dml && st.class == Write
 		c.res.ChangesCatalog = c.res.ChangesCatalog || st.catalog
+		c.res.WritesNothing = c.res.Statements == 1 && st.quiet
 		if st.fv > c.res.Func {
 			c.res.Func, c.res.FuncStart, c.res.FuncEnd = st.fv, st.fa, st.fb
 		}
@@ -180,6 +183,8 @@ func (c *classifier) token(k tokKind, a, b int) {
 			w := c.lx.s[a:b]
 			st.catalog = equalFold(w, "create") || equalFold(w, "alter") || equalFold(w, "drop") ||
 				equalFold(w, "do") || equalFold(w, "call")
+			st.quiet = equalFold(w, "set") || equalFold(w, "reset") || equalFold(w, "listen") ||
+				equalFold(w, "unlisten") || equalFold(w, "deallocate")
 			c.dispatch(keywordOf(w))
 		default:
 			// Every statement starts with a key word: this one is not

@@ -306,6 +306,46 @@ func TestChangesCatalog(t *testing.T) {
 	}
 }
 
+// TestWritesNothing: only one statement that changes nothing but its
+// session writes nothing; any other statement, a string of several, and a
+// text that reads as one only with standard_conforming_strings on, may.
+func TestWritesNothing(t *testing.T) {
+	for _, tt := range []struct {
+		sql  string
+		want bool
+	}{
+		{"SET application_name = 'x'", true},
+		{"set search_path to app, public", true},
+		{"SET LOCAL statement_timeout = '5s'", true},
+		{"SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY", true},
+		{"SET ROLE app", true},
+		{"SET TRANSACTION READ ONLY", true},
+		{"SET CONSTRAINTS ALL DEFERRED", true},
+		{"SET local.tenant = 'x'", true},
+		{"/* a comment */ SET TIME ZONE 'UTC'", true},
+		{"RESET ALL", true},
+		{"LISTEN jobs", true},
+		{"UNLISTEN *", true},
+		{"DEALLOCATE ALL", true},
+		{"SET a.b = 1;", true},
+		{"SET a.b = 1; INSERT INTO t VALUES (1)", false},
+		{"SET a.b = 1; SET a.c = 2", false},
+		{"SELECT set_config('a.b', 'x', false)", false},
+		{"UPDATE pg_settings SET setting = 'x' WHERE name = 'a.b'", false},
+		{"DISCARD ALL", false},
+		{"DECLARE c CURSOR WITH HOLD FOR SELECT f()", false},
+		{"PREPARE p AS INSERT INTO t VALUES (1)", false},
+		{"INSERT INTO set (a) VALUES (1)", false},
+		{"SELECT 1", false},
+		{"BEGIN", false},
+		{"SET a.b = 'x\\'; INSERT INTO t VALUES (1) --'", false},
+	} {
+		if got := Classify(tt.sql).WritesNothing; got != tt.want {
+			t.Errorf("Classify(%q).WritesNothing = %v, want %v", tt.sql, got, tt.want)
+		}
+	}
+}
+
 // TestExtensionFunctions: the functions of contrib extensions are judged
 // one by one (extensionFunctions), none by its extension alone. The
 // definitions are those of PostgreSQL 15's install scripts.
