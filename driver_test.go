@@ -731,6 +731,72 @@ func testReadOnATerminatedSession(t *testing.T, open opener) {
 	}
 }
 
+// TestReadsAfterIdleSessionsEnded: once the server ended the idle sessions
+// of both replicas' pools (as a restart or pg_terminate_backend does),
+// reads routed to replicas with no fallback still run, though the pools
+// hand out those sessions for up to pgxpool's ping interval: the first
+// read that meets an ended one drops its pool's sessions and runs again on
+// a new session of the same host.
+func TestReadsAfterIdleSessionsEnded(t *testing.T) {
+	forEachClient(t, testReadsAfterIdleSessionsEnded)
+}
+
+func testReadsAfterIdleSessionsEnded(t *testing.T, open opener) {
+	ctx := testCtx(t)
+	app := "idleend_" + strings.ReplaceAll(t.Name(), "/", "_")
+	db, conn, rec := open(t, "application_name="+app, "pgrouted_fallback=error")
+	rctx := pgrouted.WithRoute(ctx, pgrouted.Replica)
+	const last = "query LIKE 'SELECT 1 FROM pg_sleep%' AND state = 'idle'"
+	for round := 0; round < 3; round++ {
+		replicasReady(t, conn)
+		// Idle sessions in both replicas' pools: concurrent reads.
+		var wg sync.WaitGroup
+		for i := 0; i < 6; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				var n int
+				if err := db.QueryRowContext(rctx, "SELECT 1 FROM pg_sleep(0.05)").Scan(&n); err != nil {
+					t.Error(err)
+				}
+			}()
+		}
+		wg.Wait()
+		if t.Failed() {
+			return
+		}
+		// Only the sessions those reads left idle: not the probes'.
+		for _, r := range cluster.Replicas() {
+			if endSessions(t, ctx, r, app, last) == 0 {
+				t.Fatalf("round %d: no idle session of the client on %s", round, r.Name())
+			}
+		}
+		for _, r := range cluster.Replicas() {
+			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(2 * time.Millisecond) {
+				var left int
+				if err := r.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND "+last, []any{app}, &left); err != nil {
+					t.Fatal(err)
+				}
+				if left == 0 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("%d sessions left on %s 10s after pg_terminate_backend", left, r.Name())
+				}
+			}
+		}
+		for i := 0; i < 6; i++ {
+			var n int
+			if err := db.QueryRowContext(rctx, "SELECT 2").Scan(&n); err != nil || n != 2 {
+				t.Fatalf("round %d, read %d after the replicas ended their idle sessions: %d, %v", round, i, n, err)
+			}
+			if e := rec.snapshot(); e[len(e)-1].Primary {
+				t.Fatalf("round %d, read %d ran on the primary: %+v", round, i, e[len(e)-1])
+			}
+		}
+	}
+}
+
 // endSessions ends the sessions of application app on node that match
 // where (pg_terminate_backend), and returns how many it ended.
 func endSessions(t *testing.T, ctx context.Context, node *testcluster.Node, app, where string) int {

@@ -5,6 +5,9 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -144,10 +147,47 @@ func (cn *conn) replicaFailure(ctx context.Context, p *plan, at *target, cl *cal
 	return replicaOutcome{fallback: true, reason: ReasonReplicaFailed}, false, nil
 }
 
-// runOnReplica borrows a connection from h's pool and runs cl on it: a
+// runOnReplica runs cl on h (runOnReplicaOnce). When the server had ended
+// the session of the connection it borrowed (sessionEnded: a restart, a
+// fast shutdown or pg_terminate_backend ends every session of the host,
+// and the pool hands out the ones that idled less than pgxpool's ping
+// interval), the pool's sessions are dropped (pgxpool.Pool.Reset: the
+// other idle ones most likely ended with it) and cl runs once more on a
+// new session of the same host, before the replica path counts a failure
+// of the host or tries another: a read on a replica changes nothing, and
+// runs again safely. A host that is down fails that run's dial.
+func (cn *conn) runOnReplica(ctx context.Context, h *host, at target, cl *call) error {
+	err := cn.runOnReplicaOnce(ctx, h, at, cl)
+	if err != nil && ctx.Err() == nil && sessionEnded(err) {
+		h.pool.Reset()
+		cl.retried = true
+		err = cn.runOnReplicaOnce(ctx, h, at, cl)
+	}
+	return err
+}
+
+// sessionEnded reports whether err says the server had ended the session
+// of a connection (not a dial's failure): its FATAL 57P01 admin_shutdown
+// (pg_terminate_backend, a fast shutdown) or 57P02 crash_shutdown, or the
+// connection found closed before anything was sent (driver.ErrBadConn),
+// or closed under the statement.
+func sessionEnded(err error) bool {
+	var ce *pgconn.ConnectError
+	if errors.As(err, &ce) {
+		return false
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pe.Code == "57P01" || pe.Code == "57P02"
+	}
+	return errors.Is(err, driver.ErrBadConn) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, net.ErrClosed)
+}
+
+// runOnReplicaOnce borrows a connection from h's pool and runs cl on it: a
 // statement, whose rows keep the connection until they are closed, or the
 // BEGIN of a read-only transaction, which keeps it until its end.
-func (cn *conn) runOnReplica(ctx context.Context, h *host, at target, cl *call) error {
+func (cn *conn) runOnReplicaOnce(ctx context.Context, h *host, at target, cl *call) error {
 	switch cl.kind {
 	case callBegin:
 		return cn.beginOnReplica(ctx, h, at, cl)
