@@ -48,11 +48,7 @@ func TestReadYourWrites(t *testing.T) {
 	mustExec(t, ctx, cluster.Primary(), "DROP TABLE IF EXISTS ryw; CREATE TABLE ryw (id bigserial PRIMARY KEY, w int, n int)")
 	replicated(t, ctx)
 	db, _, rec := open(t)
-	for _, r := range cluster.Replicas() {
-		if err := r.ReplicationFault().Latency(20 * time.Millisecond); err != nil {
-			t.Fatal(err)
-		}
-	}
+	delayReplicas(t, 20 * time.Millisecond)
 	share := replicaShare(t, db, rec, "ryw", 40, func(int) context.Context { return ctx })
 	if share < minReplicaShare {
 		t.Fatalf("replicas served %.0f%% of the reads they could serve, want at least %.0f%%", 100*share, 100*minReplicaShare)
@@ -72,11 +68,7 @@ func TestSessionStatementsRaiseNoMarks(t *testing.T) {
 	mustExec(t, ctx, cluster.Primary(), "DROP TABLE IF EXISTS setmarks; CREATE TABLE setmarks (id int)")
 	replicated(t, ctx)
 	db, conn, _ := open(t)
-	for _, r := range cluster.Replicas() {
-		if err := r.ReplicationFault().Latency(time.Second); err != nil {
-			t.Fatal(err)
-		}
-	}
+	delayReplicas(t, time.Second)
 	mustExec(t, ctx, cluster.Primary(), "INSERT INTO setmarks VALUES (0)")
 	c, err := db.Conn(ctx)
 	if err != nil {
