@@ -48,7 +48,7 @@ func TestReadYourWrites(t *testing.T) {
 	mustExec(t, ctx, cluster.Primary(), "DROP TABLE IF EXISTS ryw; CREATE TABLE ryw (id bigserial PRIMARY KEY, w int, n int)")
 	replicated(t, ctx)
 	db, _, rec := open(t)
-	delayReplicas(t, 20 * time.Millisecond)
+	delayReplicas(t, 20*time.Millisecond)
 	share := replicaShare(t, db, rec, "ryw", 40, func(int) context.Context { return ctx })
 	if share < minReplicaShare {
 		t.Fatalf("replicas served %.0f%% of the reads they could serve, want at least %.0f%%", 100*share, 100*minReplicaShare)
