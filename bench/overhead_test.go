@@ -32,19 +32,30 @@ const kvRows = 1000
 
 var setupOnce sync.Once
 
-// setup creates the tables the benchmarks use, once, and waits until the
-// replicas have them.
+// setup creates the tables the benchmarks use, and the user objects of
+// BenchmarkDecision's read-user-objects (each one's code leaves the session
+// as it found it, so the read stays on replicas), once, and waits until
+// the replicas have them.
 func setup(b *testing.B) {
 	b.Helper()
 	var err error
 	setupOnce.Do(func() {
 		ctx := context.Background()
 		err = cluster.Primary().Exec(ctx, fmt.Sprintf(`
+			DROP VIEW IF EXISTS bench_kv_view;
 			DROP TABLE IF EXISTS bench_kv, bench_ins;
 			CREATE TABLE bench_kv (id int PRIMARY KEY, v text NOT NULL);
 			INSERT INTO bench_kv SELECT g, md5(g::text) FROM generate_series(1, %d) g;
 			CREATE TABLE bench_ins (id bigserial PRIMARY KEY, v text NOT NULL);
-			ANALYZE bench_kv`, kvRows))
+			ANALYZE bench_kv;
+			DROP OPERATOR IF EXISTS ##+ (int, int);
+			DROP FUNCTION IF EXISTS bench_plus(int), bench_add(int, int);
+			DROP DOMAIN IF EXISTS bench_positive;
+			CREATE FUNCTION bench_plus(int) RETURNS int LANGUAGE sql IMMUTABLE AS 'SELECT $1 + 1';
+			CREATE FUNCTION bench_add(int, int) RETURNS int LANGUAGE sql IMMUTABLE AS 'SELECT $1 + $2';
+			CREATE OPERATOR ##+ (LEFTARG = int, RIGHTARG = int, FUNCTION = bench_add);
+			CREATE DOMAIN bench_positive AS int CHECK (VALUE > 0);
+			CREATE VIEW bench_kv_view AS SELECT id, v FROM bench_kv`, kvRows))
 		if err == nil {
 			err = cluster.WaitReplicated(ctx)
 		}
@@ -183,7 +194,6 @@ func BenchmarkInsert(b *testing.B) {
 // operator, a cast to a domain with a CHECK), and a write.
 func BenchmarkDecision(b *testing.B) {
 	setup(b)
-	setupUserObjects(b)
 	_, conn := openRouted(b, "")
 	ctx := context.Background()
 	for _, q := range []struct {
@@ -219,35 +229,5 @@ func BenchmarkDecision(b *testing.B) {
 				}
 			}
 		})
-	}
-}
-
-var userObjectsOnce sync.Once
-
-// setupUserObjects creates the user objects of BenchmarkDecision's
-// read-user-objects, each one whose code leaves the session as it found it
-// (so the read stays on replicas), once, and waits until the replicas have
-// them.
-func setupUserObjects(b *testing.B) {
-	b.Helper()
-	var err error
-	userObjectsOnce.Do(func() {
-		ctx := context.Background()
-		err = cluster.Primary().Exec(ctx, `
-			DROP VIEW IF EXISTS bench_kv_view;
-			DROP OPERATOR IF EXISTS ##+ (int, int);
-			DROP FUNCTION IF EXISTS bench_plus(int), bench_add(int, int);
-			DROP DOMAIN IF EXISTS bench_positive;
-			CREATE FUNCTION bench_plus(int) RETURNS int LANGUAGE sql IMMUTABLE AS 'SELECT $1 + 1';
-			CREATE FUNCTION bench_add(int, int) RETURNS int LANGUAGE sql IMMUTABLE AS 'SELECT $1 + $2';
-			CREATE OPERATOR ##+ (LEFTARG = int, RIGHTARG = int, FUNCTION = bench_add);
-			CREATE DOMAIN bench_positive AS int CHECK (VALUE > 0);
-			CREATE VIEW bench_kv_view AS SELECT id, v FROM bench_kv`)
-		if err == nil {
-			err = cluster.WaitReplicated(ctx)
-		}
-	})
-	if err != nil {
-		b.Fatal(err)
 	}
 }
