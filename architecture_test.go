@@ -734,9 +734,9 @@ func parseRootFiles(t *testing.T) (*token.FileSet, []*ast.File, map[*ast.File]st
 	return fset, parsed, names
 }
 
-// faceFiles are the files of the driver's two faces: the executor
-// interface and database/sql's face (executor.go), and the pgx-native
-// API's (pgxcall.go and the Pool's files, pool*.go).
+// faceFile reports whether path is a file of the driver's two faces: the
+// executor interface and database/sql's face (executor.go), and the
+// pgx-native API's (pgxcall.go and the Pool's files, pool*.go).
 func faceFile(path string) bool {
 	return path == "executor.go" || path == "pgxcall.go" || strings.HasPrefix(path, "pool")
 }

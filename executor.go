@@ -101,10 +101,11 @@ type executor interface {
 // and tx.go (newSQLCall), and return driver.Rows and driver.Result.
 type sqlExec struct{}
 
-// sqlCalls recycles the calls of the database/sql face (newSQLCall). A call goes to the heap once a face runs it
-// (the compiler cannot tell what an interface's method keeps), and nothing
-// refers to it once conn.run returned: the closures its results run when
-// closed hold what they need, not the call (as for pgxQueries).
+// sqlCalls recycles the calls of the database/sql face (newSQLCall). A
+// call goes to the heap once a face runs it (the compiler cannot tell what
+// an interface's method keeps), and nothing refers to it once its path
+// returned: the closures its results run when closed hold what they need,
+// not the call (as for pgxQueries).
 var sqlCalls = sync.Pool{New: func() any { return new(call) }}
 
 // newSQLCall is a call of the database/sql face that runs t, taken from

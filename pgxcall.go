@@ -47,7 +47,7 @@ type pgxCall struct {
 
 	tag     pgconn.CommandTag // Exec's
 	rows    *poolRows         // Query's, when it succeeded
-	rowsBuf *poolRows         // where Query's rows go (see pgxQuery); nil: a new one
+	rowsBuf *poolRows         // where Query's rows go (see pgxQuery); nil: a new one (a checked read keeps it here)
 
 	// replicaBuf is where a replica connection is borrowed for the call
 	// (see pgxQuery); nil: a new one.

@@ -43,13 +43,14 @@ func (cn *conn) runOnPrimary(ctx context.Context, p *plan, r *sqlclass.Result, c
 		cn.pinBefore(p, r, cl)
 		cl.read = p.class == sqlclass.Read && !inTx && !cn.pinned
 		positioned, sawPiped := cn.pipelinedOnPrimary(&p.in, r, cl, inTx)
-		// writes: the marks are raised after it (raiseAfterStatement); a
-		// statement that changes nothing but its session raises none.
-		writes := p.class != sqlclass.Read && !inTx && !r.WritesNothing
+		// raises: the marks are raised after it (raiseAfterStatement),
+		// unless it is a read or changes nothing but its session; writes:
+		// and outside a transaction opened with SQL.
+		raises := p.class != sqlclass.Read && !r.WritesNothing
+		writes := raises && !inTx
 		cl.unanswered = false
-		if p.class != sqlclass.Read {
-			// What the marks raised after it will say they followed
-			// (raiseAfterStatement): a read raises none.
+		if raises {
+			// What the marks raised after it will say they followed.
 			cl.sent = consistency.Now()
 		}
 		pos, err := cn.execPrimary(ctx, &p.in, p.writes, sc, positioned, writes, cl)
@@ -77,7 +78,7 @@ func (cn *conn) runOnPrimary(ctx context.Context, p *plan, r *sqlclass.Result, c
 				return ferr
 			}
 		}
-		if p.class != sqlclass.Read && !r.WritesNothing && !cn.inSQLTx() {
+		if raises && !cn.inSQLTx() {
 			cn.raiseAfterStatement(ctx, &p.in, p.writes, positioned, pos, cl, err)
 		}
 		sawOnPrimary(cl, sawPiped, pos, err)
