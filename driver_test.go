@@ -741,22 +741,7 @@ func testReadsAfterIdleSessionsEnded(t *testing.T, open opener) {
 	const last = "query LIKE 'SELECT 1 FROM pg_sleep%' AND state = 'idle'"
 	for round := 0; round < 3; round++ {
 		replicasReady(t, conn)
-		// Idle sessions in both replicas' pools: concurrent reads.
-		var wg sync.WaitGroup
-		for i := 0; i < 6; i++ {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				var n int
-				if err := db.QueryRowContext(rctx, "SELECT 1 FROM pg_sleep(0.05)").Scan(&n); err != nil {
-					t.Error(err)
-				}
-			}()
-		}
-		wg.Wait()
-		if t.Failed() {
-			return
-		}
+		idleOnEveryReplica(t, ctx, db, rctx, app, last)
 		// Only the sessions those reads left idle: not the probes'.
 		for _, r := range cluster.Replicas() {
 			if endSessions(t, ctx, r, app, last) == 0 {
@@ -785,6 +770,45 @@ func testReadsAfterIdleSessionsEnded(t *testing.T, open opener) {
 			if e := rec.snapshot(); e[len(e)-1].Primary {
 				t.Fatalf("round %d, read %d ran on the primary: %+v", round, i, e[len(e)-1])
 			}
+		}
+	}
+}
+
+// idleOnEveryReplica runs concurrent reads (SELECT 1 FROM pg_sleep) in
+// rctx until each replica holds an idle session of application app that
+// matches last: a replica may not take reads at first (not yet proven
+// after an earlier test's failover, or not picked).
+func idleOnEveryReplica(t *testing.T, ctx context.Context, db client, rctx context.Context, app, last string) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		var wg sync.WaitGroup
+		for i := 0; i < 6; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				var n int
+				if err := db.QueryRowContext(rctx, "SELECT 1 FROM pg_sleep(0.05)").Scan(&n); err != nil {
+					t.Error(err)
+				}
+			}()
+		}
+		wg.Wait()
+		if t.Failed() {
+			t.FailNow()
+		}
+		every := true
+		for _, r := range cluster.Replicas() {
+			var idle int
+			if err := r.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND "+last, []any{app}, &idle); err != nil {
+				t.Fatal(err)
+			}
+			every = every && idle > 0
+		}
+		if every {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("after 30s of reads, a replica holds no idle session of the client")
 		}
 	}
 }
