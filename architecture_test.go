@@ -6,6 +6,7 @@ import (
 	"go/ast"
 	"go/build"
 	"go/parser"
+	"go/printer"
 	"go/token"
 	"os"
 	"path/filepath"
@@ -791,4 +792,56 @@ func TestArchitectureOneExecutor(t *testing.T) {
 			return true
 		})
 	}
+}
+
+// TestArchitectureOutcomeReturned: what became of a call on its way is
+// returned by each step (outcome), never kept in the call: call embeds
+// what runs and what it returned (callText, callResults) and nothing else,
+// none of its parts holds an outcome or a replica run's (replicaRun), and
+// no code takes an outcome's address to write it elsewhere (*outcome).
+func TestArchitectureOutcomeReturned(t *testing.T) {
+	fset, parsed, _ := parseRootFiles(t)
+	holds := regexp.MustCompile(`\b(outcome|replicaRun|callOutcome)\b`)
+	parts := map[string]bool{"call": true, "callText": true, "callResults": true}
+	seen := map[string]bool{}
+	for _, f := range parsed {
+		ast.Inspect(f, func(n ast.Node) bool {
+			switch n := n.(type) {
+			case *ast.TypeSpec:
+				st, ok := n.Type.(*ast.StructType)
+				if !ok || !parts[n.Name.Name] {
+					break
+				}
+				seen[n.Name.Name] = true
+				for _, fld := range st.Fields.List {
+					typ := exprText(fset, fld.Type)
+					if holds.MatchString(typ) {
+						t.Errorf("%s: %s holds %s: a step returns what became of a call (outcome), the call does not keep it", fset.Position(fld.Pos()), n.Name.Name, typ)
+					}
+					if n.Name.Name == "call" && len(fld.Names) == 0 && typ != "callText" && typ != "callResults" {
+						t.Errorf("%s: call embeds %s: it embeds what runs and what it returned only", fset.Position(fld.Pos()), typ)
+					}
+				}
+			case *ast.StarExpr:
+				if id, ok := n.X.(*ast.Ident); ok && id.Name == "outcome" {
+					t.Errorf("%s: *outcome: an outcome is a value each step returns, and its route joins (outcome.then)", fset.Position(n.Pos()))
+				}
+			}
+			return true
+		})
+	}
+	for name := range parts {
+		if !seen[name] {
+			t.Errorf("no struct type %s in the root package: this test looks at the wrong names", name)
+		}
+	}
+}
+
+// exprText is the source text of the type expression e.
+func exprText(fset *token.FileSet, e ast.Expr) string {
+	var b strings.Builder
+	if err := printer.Fprint(&b, fset, e); err != nil {
+		return ""
+	}
+	return b.String()
 }

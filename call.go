@@ -62,16 +62,15 @@ func (c *Connector) pipelines(host *host, cl *call, use pipelineUse) bool {
 }
 
 // call is one statement to run (a query or an exec), the BEGIN of a
-// transaction or the describe of a Prepare, and its outcome. Its parts
-// are by role, each carried by every path that runs a call: what runs
-// (callText), what it returned (callResults) and what became of it on the
-// way (callOutcome), which its RouteEvent reports (Connector.report) and
-// nothing decides on; ex is its face, which runs it on the session the
-// routing core chose and hands its results back (executor.go).
+// transaction or the describe of a Prepare. Its parts are by role, each
+// carried by every path that runs a call: what runs (callText) and what it
+// returned to its caller (callResults); ex is its face, which runs it on
+// the session the routing core chose and hands its results back
+// (executor.go). What became of it on the way is not the call's: each step
+// returns it (outcome).
 type call struct {
 	callText
 	callResults
-	callOutcome
 
 	// ex is the call's face: sqlExec for database/sql's (executor.go), a
 	// *pgxCall for the pgx-native API's (pgxcall.go).
@@ -115,8 +114,14 @@ type callResults struct {
 	sd   *pgconn.StatementDescription
 }
 
-// callOutcome is what became of a call on the way.
-type callOutcome struct {
+// outcome is what became of a call on its way (what ran where, what it
+// learned), as each step of its route returns it: the replica path's
+// (runOnReplicas, and below it each run on a replica), the primary path's
+// (runOnPrimary), a transaction's statement's. The route (conn.run,
+// conn.begin, tx.run, Pool.run) joins its steps' outcomes (then) and hands
+// the whole to its report (Connector.report), which builds the
+// RouteEvent and the counters from it; no step writes it into the call.
+type outcome struct {
 	ran     *host // the host that ran it, or was tried last; nil for none
 	primary bool  // ran is the primary
 	retried bool  // it ran again, elsewhere or on another connection (RouteEvent.Retried)
@@ -125,16 +130,20 @@ type callOutcome struct {
 	// elsewhere (Stats.ReplicaRetries).
 	replicaFailed bool
 	waited        time.Duration // how long it waited on replicas for their replay (replicawait.go)
-	checkAge      time.Duration // see target.checkAge
-	sent          time.Time     // (consistency.Now) before it was sent to the primary, and the position read after it
-	// unanswered: it failed before the server answered it (no row, no
-	// command tag), as far as the path that ran it can tell (see
-	// endedUnanswered).
-	unanswered bool
-	// read: it runs as an autocommit read on a session with no state of
-	// its own (a replica's, or an unpinned primary session): its rows'
-	// session may end after them without failing them (endedAfterRows).
-	read bool
+}
+
+// then is o followed by next, a later step of the same call: it ran where
+// next ran (where o did, when next ran nowhere), and learned what both
+// learned.
+func (o outcome) then(next outcome) outcome {
+	if next.ran != nil {
+		o.ran, o.primary = next.ran, next.primary
+	}
+	o.retried = o.retried || next.retried
+	o.reruns += next.reruns
+	o.replicaFailed = o.replicaFailed || next.replicaFailed
+	o.waited += next.waited
+	return o
 }
 
 // prepareOn describes query on pc and, with descs, keeps the description

@@ -77,10 +77,18 @@ func (cn *conn) QueryContext(ctx context.Context, query string, args []driver.Na
 // run routes one statement and runs it: the connector decides (plan.go),
 // the primary path (primary.go, primaryrun.go) or the replica path
 // (replica.go) executes, and the RouteEvent says what happened.
-func (cn *conn) run(ctx context.Context, cl *call) (err error) {
+func (cn *conn) run(ctx context.Context, cl *call) error {
+	_, err := cn.runAfter(ctx, cl, outcome{})
+	return err
+}
+
+// runAfter is run for a call whose outcome so far is o (what became of it
+// on another connection: Pool.run), and returns its outcome, which its
+// report gave.
+func (cn *conn) runAfter(ctx context.Context, cl *call, o outcome) (_ outcome, err error) {
 	cn.used()
 	if cn.bad {
-		return driver.ErrBadConn
+		return o, driver.ErrBadConn
 	}
 	began := cn.c.began(ctx, cl.query)
 	q := request{pinned: cn.pinned}
@@ -105,36 +113,43 @@ func (cn *conn) run(ctx context.Context, cl *call) (err error) {
 	var p plan
 	q.inTx, q.fn, q.refused = cn.inSQLTx(), r.FuncName(cl.query), cn.c.refused.has(cl.query)
 	cn.c.plan(ctx, &q, true, &p)
-	defer func() { cn.c.report(ctx, &p, cl, began, err) }()
+	defer func() { cn.c.report(ctx, &p, cl, o, began, err) }()
 	if p.err != nil {
-		return p.err
+		return o, p.err
 	}
 	for {
-		err := cn.execute(ctx, &p, r, cl)
-		if err != nil && ctx.Err() == nil && cl.primary && cn.runAgain(err, cl) {
+		step, err := cn.execute(ctx, &p, r, cl)
+		o = o.then(step)
+		if err != nil && ctx.Err() == nil && o.primary && cn.runAgain(err, cl, o.reruns) {
 			// A stale statement, refused before it ran on the primary
 			// session (stale.go): again, freshly described. The replica
 			// path does the same on its connection.
+			o.reruns++
 			continue
 		}
-		return withPoolerHint(err)
+		return o, withPoolerHint(err)
 	}
 }
 
 // execute runs cl where p says: on a replica, then on the primary when the
 // replica path fell back (onReplicas), or on the primary; a fallback read
-// within pgrouted_primary_read_limit (primarylimit.go).
-func (cn *conn) execute(ctx context.Context, p *plan, r *sqlclass.Result, cl *call) error {
+// within pgrouted_primary_read_limit (primarylimit.go). Its outcome joins
+// the paths'.
+func (cn *conn) execute(ctx context.Context, p *plan, r *sqlclass.Result, cl *call) (outcome, error) {
 	if p.in.Level == consistency.Causal && cl.saw == nil {
 		cl.saw = cn.c.sawFor(p)
 	}
-	if done, err := cn.onReplicas(ctx, p, cl); done {
-		return err
+	o, done, err := cn.onReplicas(ctx, p, cl)
+	if done {
+		return o, err
 	}
+	var next outcome
 	if cn.c.reads.limit > 0 && p.isFallback() {
-		return cn.limitedOnPrimary(ctx, p, r, cl)
+		next, err = cn.limitedOnPrimary(ctx, p, r, cl, o.waited)
+	} else {
+		next, err = cn.runOnPrimary(ctx, p, r, cl)
 	}
-	return cn.runOnPrimary(ctx, p, r, cl)
+	return o.then(next), err
 }
 
 // Begin implements driver.Conn.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql/driver"
 	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -46,20 +47,24 @@ type executor interface {
 
 	// Running it.
 
-	// run runs cl on the session sc with args (cl.args, or them after an
-	// exec mode option: Connector.statementArgs).
-	run(ctx context.Context, cl *call, sc *stdlib.Conn, args []driver.NamedValue) error
+	// run runs cl on the session sc, as the path says (as), with args
+	// (cl.args, or them after an exec mode option:
+	// Connector.statementArgs). unanswered: it failed before the server
+	// answered it (no row, no command tag), as far as the face can tell
+	// (see endedUnanswered).
+	run(ctx context.Context, cl *call, sc *stdlib.Conn, args []driver.NamedValue, as sendAs) (unanswered bool, err error)
 	// begin begins cl's transaction on sc.
 	begin(ctx context.Context, cl *call, sc *stdlib.Conn) (driver.Tx, error)
 	// queryWrite runs cl, a query that is not a read, in autocommit on
 	// cn's primary session sc, not pipelined with its position: its
 	// results raise the marks (intent in, relations ws) once closed
-	// (raiseOnClose).
-	queryWrite(ctx context.Context, cn *conn, in consistency.Intent, ws sqlclass.Scope, sc *stdlib.Conn, cl *call) error
+	// (raiseOnClose). unanswered as for run.
+	queryWrite(ctx context.Context, cn *conn, in consistency.Intent, ws sqlclass.Scope, sc *stdlib.Conn, cl *call) (unanswered bool, err error)
 	// queryPositioned runs cl, a query that is not a read, on cn's primary
 	// session sc pipelined with the read of the position after its commit,
-	// read, and the marks raised, when its rows are closed.
-	queryPositioned(ctx context.Context, cn *conn, in consistency.Intent, ws sqlclass.Scope, sc *stdlib.Conn, cl *call) error
+	// read, and the marks raised, when its rows are closed (sent: when it
+	// was sent, see sendAs). unanswered as for run.
+	queryPositioned(ctx context.Context, cn *conn, in consistency.Intent, ws sqlclass.Scope, sc *stdlib.Conn, cl *call, sent time.Time) (unanswered bool, err error)
 	// execResult keeps tag, the command tag of an exec that ran in a
 	// pipeline, as cl's result.
 	execResult(cl *call, tag pgconn.CommandTag)
@@ -95,6 +100,23 @@ type executor interface {
 	// whenClosed runs f with their error once cl's open results are
 	// closed, and reports whether there are any.
 	whenClosed(cl *call, f func(error)) bool
+}
+
+// sendAs is how a path sends a call on the session it chose, as far as the
+// face needs to know it: decided before the call is sent, by the path.
+type sendAs struct {
+	// primary: on the primary session, by the primary path (runOnPrimary),
+	// where a write must not run twice: a statement is reported as never
+	// sent only when nothing went out (pgxCall.on).
+	primary bool
+	// read: an autocommit read on a session with no state of its own (a
+	// replica's, or an unpinned primary session): its rows' session may end
+	// after them without failing them (endedAfterRows).
+	read bool
+	// sent is when (consistency.Now) a statement that raises the marks was
+	// sent to the primary: what the marks raised after it say they
+	// followed.
+	sent time.Time
 }
 
 // sqlExec is the database/sql face: its calls come from conn.go, stmt.go
@@ -133,20 +155,19 @@ func (sqlExec) refusal() error                   { return nil }
 
 // run runs cl as stdlib's QueryContext or ExecContext would, keeping the
 // command tag an exec's error came with.
-func (sqlExec) run(ctx context.Context, cl *call, sc *stdlib.Conn, args []driver.NamedValue) error {
+func (sqlExec) run(ctx context.Context, cl *call, sc *stdlib.Conn, args []driver.NamedValue, as sendAs) (bool, error) {
 	if cl.isQuery {
 		rows, err := sc.QueryContext(ctx, cl.query, args)
-		if err == nil && cl.read {
+		if err == nil && as.read {
 			// Its session may end after the rows the caller read.
 			rows = &endRows{Rows: rows, pc: sc.Conn()}
 		}
 		cl.rows = rows
-		return err
+		return false, err
 	}
 	tag, err := pgpipe.ExecPlain(ctx, sc.Conn(), cl.query, args)
 	cl.res = driver.RowsAffected(tag.RowsAffected())
-	cl.unanswered = err != nil && tag.String() == ""
-	return err
+	return err != nil && tag.String() == "", err
 }
 
 // begin begins cl's transaction with stdlib's BeginTx.
@@ -155,20 +176,19 @@ func (sqlExec) begin(ctx context.Context, cl *call, sc *stdlib.Conn) (driver.Tx,
 }
 
 // queryWrite returns rows that raise the marks once closed (writeRows).
-func (sqlExec) queryWrite(ctx context.Context, cn *conn, in consistency.Intent, ws sqlclass.Scope, sc *stdlib.Conn, cl *call) error {
+func (sqlExec) queryWrite(ctx context.Context, cn *conn, in consistency.Intent, ws sqlclass.Scope, sc *stdlib.Conn, cl *call) (bool, error) {
 	r := &writeRows{cn: cn, sc: sc, ctx: ctx, in: in, ws: ws, host: cn.host}
 	if err := r.Rows.Query(ctx, sc.Conn(), cl.query, cn.c.statementArgs(cn.host, cl.args), nil); err != nil {
-		cl.unanswered = !r.Rows.Answered()
-		return err
+		return !r.Rows.Answered(), err
 	}
 	cl.rows = r
-	return nil
+	return false, nil
 }
 
 // queryPositioned is conn.queryPositioned (INSERT … RETURNING: the
 // statement commits once its rows are all sent).
-func (sqlExec) queryPositioned(ctx context.Context, cn *conn, in consistency.Intent, ws sqlclass.Scope, sc *stdlib.Conn, cl *call) error {
-	host, sent, saw := cn.host, cl.sent, cl.saw // not cl, for the closure
+func (sqlExec) queryPositioned(ctx context.Context, cn *conn, in consistency.Intent, ws sqlclass.Scope, sc *stdlib.Conn, cl *call, sent time.Time) (bool, error) {
+	host, saw := cn.host, cl.saw // not cl, for the closure
 	var err error
 	cl.rows, err = cn.queryPositioned(ctx, sc, cl.query, cl.args, func(pos lagmeter.LSN, werr error) {
 		if saw != nil {
@@ -177,8 +197,7 @@ func (sqlExec) queryPositioned(ctx context.Context, cn *conn, in consistency.Int
 		}
 		cn.c.raiseOutcome(&in, ws, host, pos, sent, werr)
 	})
-	cl.unanswered = err != nil // before its first row
-	return err
+	return err != nil, err // before its first row
 }
 
 func (sqlExec) execResult(cl *call, tag pgconn.CommandTag) {
@@ -246,7 +265,7 @@ func (sqlExec) openChecked(pc *pgx.Conn, c *pgpipe.Checked, cr *checkedRows, cl 
 func (sqlExec) holds(cl *call, _ *borrowed) bool { return cl.rows != nil }
 
 // whenClosed wraps cl's rows in endRows (or gives f to the endRows a
-// primary read's rows already are: call.read).
+// primary read's rows already are: sendAs.read).
 func (sqlExec) whenClosed(cl *call, f func(error)) bool {
 	if cl.rows == nil {
 		return false

@@ -60,15 +60,15 @@ type processScope struct {
 const processScopeWindow = 1000
 
 // noteProcessScope counts a read without a Session under session
-// consistency, planned p and run as cl: blocked when it ran on the primary
+// consistency, planned p, whose route's outcome was o: blocked when it ran on the primary
 // for lack of a position (behind, catching up, a position deferred or
 // unknown), or waited on its replica. When, over a window of such reads,
 // more than half were blocked, the log says once why the replicas sit idle
 // and what to do.
-func (c *Connector) noteProcessScope(p *plan, cl *call) {
+func (c *Connector) noteProcessScope(p *plan, o outcome) {
 	sc := &c.rw.scope
-	blocked := cl.waited > 0
-	if cl.primary {
+	blocked := o.waited > 0
+	if o.primary {
 		switch p.reason {
 		case ReasonBehind, ReasonCatchingUp, ReasonDeferred, ReasonPositionUnknown:
 			blocked = true

@@ -496,9 +496,9 @@ type counters struct {
 }
 
 // count records one reported statement (see Connector.report).
-func (c *Connector) count(p *plan, cl *call, err error) {
+func (c *Connector) count(p *plan, o outcome, err error) {
 	k := &c.counters
-	if cl.replicaFailed {
+	if o.replicaFailed {
 		k.retries.Add(1)
 	}
 	switch p.reason {
@@ -508,12 +508,12 @@ func (c *Connector) count(p *plan, cl *call, err error) {
 	if err != nil && c.countRouteError(err) {
 		return
 	}
-	if cl.ran == nil {
+	if o.ran == nil {
 		return
 	}
-	cl.ran.statements[opIndex(p.op)].Add(1)
+	o.ran.statements[opIndex(p.op)].Add(1)
 	switch {
-	case p.op != OpRead || !cl.primary:
+	case p.op != OpRead || !o.primary:
 	case p.reason == ReasonRetry25006:
 		k.refusals.Add(1)
 	default:
@@ -522,7 +522,7 @@ func (c *Connector) count(p *plan, cl *call, err error) {
 		}
 	}
 	if p.op == OpRead && !p.in.Session && p.in.Level.Marks() {
-		c.noteProcessScope(p, cl)
+		c.noteProcessScope(p, o)
 	}
 }
 

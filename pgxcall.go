@@ -5,6 +5,7 @@ import (
 	"database/sql/driver"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -83,8 +84,8 @@ func pgxOf(cl *call) *pgxCall { return cl.ex.(*pgxCall) }
 func (px *pgxCall) refusal() error { return px.refused }
 
 // run runs cl through pgx on sc's *pgx.Conn (on).
-func (px *pgxCall) run(ctx context.Context, cl *call, sc *stdlib.Conn, args []driver.NamedValue) error {
-	return px.on(ctx, cl, sc.Conn(), args)
+func (px *pgxCall) run(ctx context.Context, cl *call, sc *stdlib.Conn, args []driver.NamedValue, as sendAs) (bool, error) {
+	return px.on(ctx, cl, sc.Conn(), args, as)
 }
 
 // begin begins the transaction on sc's *pgx.Conn with pgx's BeginTx.
@@ -94,8 +95,8 @@ func (px *pgxCall) begin(ctx context.Context, _ *call, sc *stdlib.Conn) (driver.
 
 // queryWrite runs cl as any call: its rows raise the marks once closed
 // (raiseOnClose).
-func (px *pgxCall) queryWrite(ctx context.Context, cn *conn, _ consistency.Intent, _ sqlclass.Scope, sc *stdlib.Conn, cl *call) error {
-	return px.on(ctx, cl, sc.Conn(), cn.c.statementArgs(cn.host, cl.args))
+func (px *pgxCall) queryWrite(ctx context.Context, cn *conn, _ consistency.Intent, _ sqlclass.Scope, sc *stdlib.Conn, cl *call) (bool, error) {
+	return px.on(ctx, cl, sc.Conn(), cn.c.statementArgs(cn.host, cl.args), sendAs{primary: true})
 }
 
 // execResult keeps the command tag for Exec, and as the driver's result.
@@ -116,7 +117,8 @@ func (px *pgxCall) holder(*call, bool, bool) (*borrowed, *replicaRows, *checkedR
 
 // readOn runs cl through pgx on b's connection.
 func (px *pgxCall) readOn(ctx context.Context, cl *call, b *borrowed, _ *replicaRows, args []driver.NamedValue) error {
-	return px.on(ctx, cl, b.conn(), args)
+	_, err := px.on(ctx, cl, b.conn(), args, sendAs{read: true})
+	return err
 }
 
 // checked starts the rows of a checked Query: pgx's own, over the read's
@@ -170,23 +172,23 @@ func (px *pgxCall) whenClosed(_ *call, f func(error)) bool {
 	return true
 }
 
-// on runs cl through pgx on pc. args are cl.args as the driver's path
-// prepared them (Connector.statementArgs): when that put pgx's exec mode
-// option in front, pgx gets it too.
-func (px *pgxCall) on(ctx context.Context, cl *call, pc *pgx.Conn, args []driver.NamedValue) error {
+// on runs cl through pgx on pc, as the path says (as). args are cl.args
+// as the driver's path prepared them (Connector.statementArgs): when that
+// put pgx's exec mode option in front, pgx gets it too. unanswered: it
+// failed before the server answered it (executor.run).
+func (px *pgxCall) on(ctx context.Context, cl *call, pc *pgx.Conn, args []driver.NamedValue, as sendAs) (unanswered bool, err error) {
 	a := px.args
 	if len(args) > len(cl.args) {
 		a = append([]any{args[0].Value}, px.args...)
 	}
-	var err error
 	switch px.kind {
 	case pxExec:
 		px.tag, err = pc.Exec(ctx, cl.query, a...)
-		cl.unanswered = err != nil && px.tag.String() == ""
+		unanswered = err != nil && px.tag.String() == ""
 	case pxQuery:
 		var rows pgx.Rows
 		if rows, err = pc.Query(ctx, cl.query, a...); err != nil {
-			cl.unanswered = true
+			unanswered = true
 			break
 		}
 		// Read the first row now, as stdlib does: a statement that fails
@@ -195,14 +197,13 @@ func (px *pgxCall) on(ctx context.Context, cl *call, pc *pgx.Conn, args []driver
 		more := rows.Next()
 		if rerr := rows.Err(); rerr != nil {
 			rows.Close()
-			cl.unanswered = rows.CommandTag().String() == ""
-			return rerr
+			return rows.CommandTag().String() == "", rerr
 		}
 		r := px.rowsBuf
 		if r == nil {
 			r = new(poolRows)
 		}
-		*r = poolRows{Rows: rows, first: true, more: more, read: cl.read}
+		*r = poolRows{Rows: rows, first: true, more: more, read: as.read}
 		px.rows = r
 	case pxBatch:
 		px.br = &poolBatch{BatchResults: pc.SendBatch(ctx, px.batch)}
@@ -210,14 +211,14 @@ func (px *pgxCall) on(ctx context.Context, cl *call, pc *pgx.Conn, args []driver
 		// Never converted to driver.ErrBadConn: the source may have been
 		// read, and cannot be sent again.
 		px.copied, err = pc.CopyFrom(ctx, px.copyTable, px.copyCols, px.copySrc)
-		return err
+		return false, err
 	}
-	if err != nil && pgconn.SafeToRetry(err) && (!cl.primary || pgpipe.NothingSent(err)) {
+	if err != nil && pgconn.SafeToRetry(err) && (!as.primary || pgpipe.NothingSent(err)) {
 		// Nothing was sent, as stdlib says it (on the primary, where a
 		// write must not run twice, as pgpipe.NothingSent says it).
 		err = driver.ErrBadConn
 	}
-	return err
+	return unanswered, err
 }
 
 // beginOn begins the transaction on pc with pgx's BeginTx.
@@ -337,7 +338,7 @@ func (px *pgxCall) raiseOnClose(ctx context.Context, cn *conn, in consistency.In
 // pgxCall.on reads it, and the position after the commit is read when
 // they are closed (positionedRows.finish), before anything else their
 // closing runs (the Pool's release of the connection).
-func (px *pgxCall) queryPositioned(ctx context.Context, cn *conn, in consistency.Intent, ws sqlclass.Scope, sc *stdlib.Conn, cl *call) error {
+func (px *pgxCall) queryPositioned(ctx context.Context, cn *conn, in consistency.Intent, ws sqlclass.Scope, sc *stdlib.Conn, cl *call, sent time.Time) (bool, error) {
 	pc := sc.Conn()
 	both := &struct {
 		r poolRows
@@ -346,20 +347,19 @@ func (px *pgxCall) queryPositioned(ctx context.Context, cn *conn, in consistency
 	r, w := &both.r, &both.w
 	r.positioned = w
 	if err := w.p.Start(ctx, pc, cn.descsOf(), cn.c.stmtsOf(cn.host, pc), cl.query, cl.args, true); err != nil {
-		cl.unanswered = true
-		return err
+		return true, err
 	}
-	w.cn, w.term, w.sc, w.in, w.ws, w.host, w.sent, w.saw = cn, cn.term, sc, in, ws, cn.host, cl.sent, cl.saw
+	w.cn, w.term, w.sc, w.in, w.ws, w.host, w.sent, w.saw = cn, cn.term, sc, in, ws, cn.host, sent, cl.saw
 	r.Rows = pgx.RowsFromResultReader(pc.TypeMap(), w.p.RR)
 	r.more = r.Rows.Next()
 	if r.Rows.Err() != nil {
 		r.Rows.Close()
 		// Failed before its first row: answered only if a command tag came.
-		cl.unanswered = !r.more && r.Rows.CommandTag().String() == ""
-		return w.finish()
+		unanswered := !r.more && r.Rows.CommandTag().String() == ""
+		return unanswered, w.finish()
 	}
 	px.rows = r
-	return nil
+	return false, nil
 }
 
 // readSaw runs cl, a pgx Query of the Pool under causal consistency,

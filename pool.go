@@ -160,33 +160,35 @@ var errBatchTx = errors.New("pgrouted: a batch that begins a transaction (pgx.Ba
 // database/sql does.
 const maxBadConnRetries = 2
 
-// run runs an autocommit call on a connection of the pool; open results
-// (rows, batch results) keep the connection until they are closed.
-func (p *Pool) run(ctx context.Context, cl *call) error {
+// run runs an autocommit call on a connection of the pool, and returns
+// its outcome; open results (rows, batch results) keep the connection
+// until they are closed.
+func (p *Pool) run(ctx context.Context, cl *call) (o outcome, _ error) {
 	px := pgxOf(cl)
 	px.noPin = true
 	if err := p.refuseSessionState(ctx, cl); err != nil {
-		return err
+		return o, err
 	}
 	for attempt := 0; ; attempt++ {
 		cn, err := p.conns.take(ctx)
 		if err != nil {
-			return err
+			return o, err
 		}
-		err = cn.run(ctx, cl)
+		// o: what became of it on the connections before.
+		o, err = cn.runAfter(ctx, cl, o)
 		if err == nil && px.open() {
 			px.putOnClose(p, cn)
-			return nil
+			return o, nil
 		}
 		p.put(cn, err)
 		if errors.Is(err, driver.ErrBadConn) && attempt < maxBadConnRetries && !px.once() && ctx.Err() == nil {
 			// It runs again, on another connection: its event says so
 			// (RouteEvent.Retried), as for a statement the primary path
 			// ran again after its session broke.
-			cl.reruns, cl.retried = 0, true
+			o = outcome{ran: o.ran, primary: o.primary, retried: true}
 			continue
 		}
-		return err
+		return o, err
 	}
 }
 
@@ -214,7 +216,7 @@ func (p *Pool) refuseSessionState(ctx context.Context, cl *call) error {
 // refuse reports query, refused with ErrSessionState, and returns that.
 func (p *Pool) refuse(ctx context.Context, query string) error {
 	pl := plan{op: OpWrite, class: sqlclass.Session, reason: ReasonSessionState, err: ErrSessionState}
-	p.c.report(ctx, &pl, &call{callText: callText{query: query}, ex: &pgxCall{}}, p.c.began(ctx, query), ErrSessionState)
+	p.c.report(ctx, &pl, &call{callText: callText{query: query}, ex: &pgxCall{}}, outcome{}, p.c.began(ctx, query), ErrSessionState)
 	return ErrSessionState
 }
 
@@ -377,12 +379,13 @@ func beginOn(ctx context.Context, cn *conn, opts pgx.TxOptions) (*poolTx, error)
 	return &poolTx{t: t, inner: pgxOf(cl).inner}, nil
 }
 
-// runFunc runs a call: a Pool's, a PoolConn's or a transaction's way.
-type runFunc func(context.Context, *call) error
+// runFunc runs a call, a Pool's, a PoolConn's or a transaction's way, and
+// returns its outcome.
+type runFunc func(context.Context, *call) (outcome, error)
 
 func execOn(ctx context.Context, run runFunc, sql string, args []any) (pgconn.CommandTag, error) {
 	cl := execCall(sql, args)
-	err := run(ctx, cl)
+	_, err := run(ctx, cl)
 	return pgxOf(cl).tag, err
 }
 
@@ -390,7 +393,7 @@ func queryOn(ctx context.Context, run runFunc, sql string, args []any) (pgx.Rows
 	res := new(queryResults)
 	q := pgxQueries.Get().(*pgxQuery).init(sql, args)
 	q.px.rowsBuf, q.px.replicaBuf = &res.rows, &res.replica
-	err := run(ctx, &q.cl)
+	_, err := run(ctx, &q.cl)
 	rows := q.px.rows
 	q.recycle()
 	if err != nil {
@@ -401,7 +404,7 @@ func queryOn(ctx context.Context, run runFunc, sql string, args []any) (pgx.Rows
 
 func queryRowOn(ctx context.Context, run runFunc, sql string, args []any) pgx.Row {
 	q := pgxQueries.Get().(*pgxQuery).init(sql, args)
-	if err := run(ctx, &q.cl); err != nil {
+	if _, err := run(ctx, &q.cl); err != nil {
 		q.recycle()
 		return &poolRow{rows: errRows{err}, err: err}
 	}
@@ -427,10 +430,11 @@ func sendBatch(ctx context.Context, c *Connector, run runFunc, b *pgx.Batch, aut
 	cl := batchCall(c, ctx, b)
 	px := pgxOf(cl)
 	px.refused = refused
-	if err := run(ctx, cl); err != nil {
+	o, err := run(ctx, cl)
+	if err != nil {
 		return pgx.FailedBatchResults(b, err)
 	}
-	if autocommit && refused == nil && !cl.primary {
+	if autocommit && refused == nil && !o.primary {
 		px.br.batch = b
 		px.br.rerun = func(rest []*pgx.QueuedQuery, err error) pgx.BatchResults {
 			// New queued queries: pgx keeps in each the description it
@@ -447,7 +451,7 @@ func sendBatch(ctx context.Context, c *Connector, run runFunc, b *pgx.Batch, aut
 
 func copyFromOn(ctx context.Context, run runFunc, table pgx.Identifier, cols []string, src pgx.CopyFromSource) (int64, error) {
 	cl := copyCall(table, cols, src)
-	err := run(ctx, cl)
+	_, err := run(ctx, cl)
 	return pgxOf(cl).copied, err
 }
 

@@ -42,17 +42,17 @@ func (c *PoolConn) note(ctx context.Context, cl *call) {
 	c.dirty = c.p.c.changesSession(ctx, cl.query)
 }
 
-// run runs a call on the connection's session.
-func (c *PoolConn) run(ctx context.Context, cl *call) error {
+// run runs a call on the connection's session, and returns its outcome.
+func (c *PoolConn) run(ctx context.Context, cl *call) (outcome, error) {
 	if c.released {
-		return errReleased
+		return outcome{}, errReleased
 	}
 	c.note(ctx, cl)
-	err := c.cn.run(ctx, cl)
+	o, err := c.cn.runAfter(ctx, cl, outcome{})
 	if errors.Is(err, driver.ErrBadConn) {
 		err = fmt.Errorf("pgrouted: the acquired connection's primary session is gone (the primary changed, or the session broke): release it and acquire another: %w", err)
 	}
-	return err
+	return o, err
 }
 
 // Release gives the connection back to its Pool (or closes it, when its

@@ -23,7 +23,7 @@ type poolRows struct {
 	first, more bool      // the first row is read; whether there was one
 	closed      bool
 	// read: the rows of an autocommit read on a session with no state of
-	// its own (call.read): its session may end after the rows the caller
+	// its own (sendAs.read): its session may end after the rows the caller
 	// read without failing them (endedAfterRows). atEnd: Next reached
 	// their end (closed without it, the caller stopped early); ended:
 	// Close found their connection closed, before giving it back.

@@ -23,15 +23,15 @@ type poolTx struct {
 	sp      int64 // savepoints begun
 }
 
-// run runs a statement inside the transaction.
-func (pt *poolTx) run(ctx context.Context, cl *call) error {
+// run runs a statement inside the transaction, and returns its outcome.
+func (pt *poolTx) run(ctx context.Context, cl *call) (outcome, error) {
 	if pt.done {
-		return pgx.ErrTxClosed
+		return outcome{}, pgx.ErrTxClosed
 	}
 	if pt.owner != nil {
 		pt.owner.note(ctx, cl)
 	}
-	return pt.t.cn.run(ctx, cl)
+	return pt.t.cn.runAfter(ctx, cl, outcome{})
 }
 
 // end releases the connection after Commit or Rollback.

@@ -108,17 +108,19 @@ func (p *plan) isFallback() bool {
 // limitedOnPrimary runs cl, a fallback read (p.isFallback), on the primary
 // within pgrouted_primary_read_limit: at once when a slot is free; else it
 // waits for one, or for a replica that can serve it (which then runs it),
-// within the read's wait budget; then fails with ReasonPrimaryBusy.
-func (cn *conn) limitedOnPrimary(ctx context.Context, p *plan, r *sqlclass.Result, cl *call) error {
+// within the read's wait budget (less waited, what it waited on replicas
+// already); then fails with ReasonPrimaryBusy. Its outcome joins the
+// paths' that ran it.
+func (cn *conn) limitedOnPrimary(ctx context.Context, p *plan, r *sqlclass.Result, cl *call, waited time.Duration) (o outcome, _ error) {
 	l := &cn.c.reads
 	if l.take() {
 		defer l.give()
 		return cn.runOnPrimary(ctx, p, r, cl)
 	}
-	budget := p.in.Wait - cl.waited
+	budget := p.in.Wait - waited
 	if budget <= 0 {
 		p.reason = ReasonPrimaryBusy
-		return &RouteError{Op: p.op, Reason: ReasonPrimaryBusy}
+		return o, &RouteError{Op: p.op, Reason: ReasonPrimaryBusy}
 	}
 	l.waits.Add(1)
 	l.waiting.Add(1)
@@ -132,34 +134,44 @@ func (cn *conn) limitedOnPrimary(ctx context.Context, p *plan, r *sqlclass.Resul
 		freed := l.freedCh()
 		if l.take() {
 			defer l.give()
-			return cn.runOnPrimary(ctx, p, r, cl)
+			next, err := cn.runOnPrimary(ctx, p, r, cl)
+			return o.then(next), err
 		}
 		select {
 		case <-freed:
 			continue
 		case <-tick.C:
 			// A replica may serve it now.
-			q := *p
-			q.primary, q.replica, q.err, q.reason = false, target{}, nil, ""
-			cn.c.planReplica(ctx, &q, true)
-			if q.primary || q.err != nil {
-				continue
-			}
-			*p = q
-			o, err := cn.runOnReplicas(ctx, p, cl)
-			if err != nil || !o.fallback {
-				return err
-			}
-			p.toPrimary(o)
-			if !p.isFallback() {
-				return cn.runOnPrimary(ctx, p, r, cl)
+			ro, done, err := cn.replicaNow(ctx, p, cl)
+			o = o.then(ro)
+			switch {
+			case done:
+				return o, err
+			case !p.isFallback():
+				// The replica refused it (it writes): the primary runs it.
+				next, err := cn.runOnPrimary(ctx, p, r, cl)
+				return o.then(next), err
 			}
 		case <-deadline.C:
 			p.reason = ReasonPrimaryBusy
-			return &RouteError{Op: p.op, Reason: ReasonPrimaryBusy}
+			return o, &RouteError{Op: p.op, Reason: ReasonPrimaryBusy}
 		case <-ctx.Done():
 			p.reason = ReasonPrimaryBusy
-			return &RouteError{Op: p.op, Reason: ReasonPrimaryBusy, cause: ctx.Err()}
+			return o, &RouteError{Op: p.op, Reason: ReasonPrimaryBusy, cause: ctx.Err()}
 		}
 	}
+}
+
+// replicaNow runs cl, a fallback read waiting for the primary (planned p),
+// on a replica when one can serve it now: p becomes that plan, and done
+// and the outcome are onReplicas'. When none can, p stays as it was.
+func (cn *conn) replicaNow(ctx context.Context, p *plan, cl *call) (_ outcome, done bool, _ error) {
+	q := *p
+	q.primary, q.replica, q.err, q.reason = false, target{}, nil, ""
+	cn.c.planReplica(ctx, &q, true)
+	if q.primary || q.err != nil {
+		return outcome{}, false, nil
+	}
+	*p = q
+	return cn.onReplicas(ctx, p, cl)
 }

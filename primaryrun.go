@@ -31,30 +31,30 @@ func readOnly25006(err error) bool {
 // runOnPrimary runs a statement on the primary session, with the
 // bookkeeping that follows a write: it runs it once more when nothing can
 // have run (the session broke before, or a demoted primary refused it),
-// and raises the read-your-writes watermark after it.
-func (cn *conn) runOnPrimary(ctx context.Context, p *plan, r *sqlclass.Result, cl *call) error {
+// and raises the read-your-writes watermark after it. Its outcome is where
+// it ran, and whether it ran again.
+func (cn *conn) runOnPrimary(ctx context.Context, p *plan, r *sqlclass.Result, cl *call) (o outcome, _ error) {
 	for attempt := 0; ; attempt++ {
 		sc, err := cn.primaryConn(ctx, p.op)
 		if err != nil {
-			return err
+			return o, err
 		}
-		cl.ran, cl.primary = cn.host, true
+		o.ran, o.primary = cn.host, true
 		inTx := cn.inSQLTx()
 		cn.pinBefore(p, r, cl)
-		cl.read = p.class == sqlclass.Read && !inTx && !cn.pinned
+		as := sendAs{primary: true, read: p.class == sqlclass.Read && !inTx && !cn.pinned}
 		positioned, sawPiped := cn.pipelinedOnPrimary(&p.in, r, cl, inTx)
 		// raises: the marks are raised after it (raiseAfterStatement),
 		// unless it is a read or changes nothing but its session; writes:
 		// and outside a transaction opened with SQL.
 		raises := p.class != sqlclass.Read && !r.WritesNothing
 		writes := raises && !inTx
-		cl.unanswered = false
 		if raises {
 			// What the marks raised after it will say they followed.
-			cl.sent = consistency.Now()
+			as.sent = consistency.Now()
 		}
-		pos, err := cn.execPrimary(ctx, &p.in, p.writes, sc, positioned, writes, cl)
-		if endedUnanswered(r, cl, err) && !inTx && !cn.pinned {
+		pos, unanswered, err := cn.execPrimary(ctx, &p.in, p.writes, sc, positioned, writes, cl, as)
+		if endedUnanswered(r, cl, unanswered, err) && !inTx && !cn.pinned {
 			// Nothing committed: as if it had not been sent.
 			err = driver.ErrBadConn
 		}
@@ -71,18 +71,18 @@ func (cn *conn) runOnPrimary(ctx context.Context, p *plan, r *sqlclass.Result, c
 				retry, stop, ferr = false, true, err
 			}
 			if retry {
-				cl.retried = true
+				o.retried = true
 				continue
 			}
 			if stop {
-				return ferr
+				return o, ferr
 			}
 		}
 		if raises && !cn.inSQLTx() {
-			cn.raiseAfterStatement(ctx, &p.in, p.writes, positioned, pos, cl, err)
+			cn.raiseAfterStatement(ctx, &p.in, p.writes, positioned, pos, cl, as.sent, err)
 		}
 		sawOnPrimary(cl, sawPiped, pos, err)
-		return err
+		return o, err
 	}
 }
 
@@ -138,17 +138,20 @@ func sawOnPrimary(cl *call, sawPiped bool, pos lagmeter.LSN, err error) {
 	}
 }
 
-// execPrimary runs cl, with intent in, on the primary session sc:
-// pipelined with the read of the position after its commit when
+// execPrimary runs cl, with intent in, on the primary session sc as as
+// says: pipelined with the read of the position after its commit when
 // positioned (pos is then that position, or 0; for a query, it is read
-// when the rows are closed).
-func (cn *conn) execPrimary(ctx context.Context, in *consistency.Intent, ws sqlclass.Scope, sc *stdlib.Conn, positioned, writes bool, cl *call) (pos lagmeter.LSN, err error) {
+// when the rows are closed). unanswered: it failed before the server
+// answered it (executor.run).
+func (cn *conn) execPrimary(ctx context.Context, in *consistency.Intent, ws sqlclass.Scope, sc *stdlib.Conn, positioned, writes bool, cl *call, as sendAs) (pos lagmeter.LSN, unanswered bool, err error) {
 	switch {
 	case !positioned && writes && cl.isQuery:
 		// Rows that raise the marks once closed.
-		return 0, cl.ex.queryWrite(ctx, cn, *in, ws, sc, cl)
+		unanswered, err = cl.ex.queryWrite(ctx, cn, *in, ws, sc, cl)
+		return 0, unanswered, err
 	case !positioned:
-		return 0, cl.ex.run(ctx, cl, sc, cn.c.statementArgs(cn.host, cl.args))
+		unanswered, err = cl.ex.run(ctx, cl, sc, cn.c.statementArgs(cn.host, cl.args), as)
+		return 0, unanswered, err
 	}
 	var tag pgconn.CommandTag
 	switch {
@@ -157,22 +160,22 @@ func (cn *conn) execPrimary(ctx context.Context, in *consistency.Intent, ws sqlc
 	case cl.isQuery:
 		// INSERT … RETURNING: the statement commits once its rows are all
 		// sent; the position after it is read when they are closed.
-		err = cl.ex.queryPositioned(ctx, cn, *in, ws, sc, cl)
+		unanswered, err = cl.ex.queryPositioned(ctx, cn, *in, ws, sc, cl, as.sent)
 	default:
 		if tag, pos, err = cn.execPositioned(ctx, sc, cl.query, cl.args); err == nil {
 			cl.ex.execResult(cl, tag)
 		}
-		cl.unanswered = err != nil && tag.String() == ""
+		unanswered = err != nil && tag.String() == ""
 	}
 	if err != nil && pgconn.SafeToRetry(err) {
 		err = driver.ErrBadConn
 	}
-	return pos, err
+	return pos, unanswered, err
 }
 
 // endedUnanswered reports whether err is the server ending the primary
 // session (a FATAL error: a shutdown, pg_terminate_backend,
-// idle_session_timeout) before it answered cl, one INSERT, UPDATE, DELETE,
+// idle_session_timeout) before it answered cl (unanswered), one INSERT, UPDATE, DELETE,
 // MERGE or data-modifying WITH (r). The server sends whatever a statement
 // produced before such an error, so none of it came: the statement did not
 // complete, and, in autocommit, its implicit transaction ended without
@@ -182,8 +185,8 @@ func (cn *conn) execPrimary(ctx context.Context, in *consistency.Intent, ws sqlc
 // as it does for a statement that pgx could not send (pgconn.SafeToRetry).
 // Whatever answered first (a row, a command tag) leaves the outcome
 // unknown: the error stays.
-func endedUnanswered(r *sqlclass.Result, cl *call, err error) bool {
-	if !cl.unanswered || !r.DML || !cl.single || err == nil {
+func endedUnanswered(r *sqlclass.Result, cl *call, unanswered bool, err error) bool {
+	if !unanswered || !r.DML || !cl.single || err == nil {
 		return false
 	}
 	return fatal(err)
@@ -252,13 +255,14 @@ func (cn *conn) primaryFailed(ctx context.Context, p *plan, sc *stdlib.Conn, err
 
 // raiseAfterStatement raises the read-your-writes marks after an
 // autocommit statement, with intent in, that is not a read and wrote the
-// relations ws, ran on the primary with outcome err.
-func (cn *conn) raiseAfterStatement(ctx context.Context, in *consistency.Intent, ws sqlclass.Scope, positioned bool, pos lagmeter.LSN, cl *call, err error) {
+// relations ws, sent at sent (sendAs.sent), ran on the primary with
+// outcome err.
+func (cn *conn) raiseAfterStatement(ctx context.Context, in *consistency.Intent, ws sqlclass.Scope, positioned bool, pos lagmeter.LSN, cl *call, sent time.Time, err error) {
 	switch {
 	case positioned && cl.isQuery:
 		// Raised when the rows are closed.
 	case positioned:
-		cn.c.raiseOutcome(in, ws, cn.host, pos, cl.sent, err)
+		cn.c.raiseOutcome(in, ws, cn.host, pos, sent, err)
 	case err == nil && cl.ex.raiseOnClose(ctx, cn, *in, ws, cl):
 		// A statement returning rows (writeRows, pgx's rows or batch
 		// results): it commits once its rows are all sent, and the session
@@ -275,7 +279,7 @@ func (cn *conn) raiseAfterStatement(ctx context.Context, in *consistency.Intent,
 		if cn.primary != nil {
 			pos = cn.c.insertLSN(ctx, in, cn.primary.Conn())
 		}
-		cn.c.raise(in, ws, cn.host, pos, cl.sent)
+		cn.c.raise(in, ws, cn.host, pos, sent)
 	}
 }
 

@@ -26,9 +26,11 @@ import (
 // eligible replica, then falls back as the plan allows.
 
 // replicaOutcome is what the replica path did with a statement planned
-// for a replica, when it did not fail: it ran, or it did not and the plan
-// lets the primary run it (fallback, for reason).
+// for a replica: where it ran or was tried and what it learned (outcome);
+// when it did not fail, whether it ran, or did not and the plan lets the
+// primary run it (fallback, for reason).
 type replicaOutcome struct {
+	outcome
 	fallback bool
 	reason   Reason
 	// refused: a replica refused the statement with SQLSTATE 25006: it
@@ -41,17 +43,18 @@ type replicaOutcome struct {
 // describe): the replica path runs it, and when it falls back, p becomes
 // the plan for the primary. done reports that the replica path ran it or
 // failed (err is then the outcome); otherwise the caller runs it on the
-// primary, as it does when p planned the primary from the start.
-func (cn *conn) onReplicas(ctx context.Context, p *plan, cl *call) (done bool, err error) {
+// primary, as it does when p planned the primary from the start. o is
+// the replica path's outcome (none when p planned the primary).
+func (cn *conn) onReplicas(ctx context.Context, p *plan, cl *call) (o outcome, done bool, err error) {
 	if p.primary {
-		return false, nil
+		return outcome{}, false, nil
 	}
-	o, err := cn.runOnReplicas(ctx, p, cl)
-	if err != nil || !o.fallback {
-		return true, err
+	ro, err := cn.runOnReplicas(ctx, p, cl)
+	if err != nil || !ro.fallback {
+		return ro.outcome, true, err
 	}
-	p.toPrimary(o)
-	return false, nil
+	p.toPrimary(ro)
+	return ro.outcome, false, nil
 }
 
 // runOnReplicas runs cl on the replica p planned. When the replica's
@@ -62,30 +65,33 @@ func (cn *conn) onReplicas(ctx context.Context, p *plan, cl *call) (done bool, e
 // is found behind by its check, or no replica could run it, the plan says
 // whether the primary may run it instead (plan.fallback): the outcome then
 // says so and why, else the error is the plan's. What happened on the way
-// (the host tried, a retry, a wait) is recorded in cl.
-func (cn *conn) runOnReplicas(ctx context.Context, p *plan, cl *call) (replicaOutcome, error) {
+// (the hosts tried, a retry, a wait) is the outcome's.
+func (cn *conn) runOnReplicas(ctx context.Context, p *plan, cl *call) (o replicaOutcome, _ error) {
 	at := p.replica
 	for attempt := 0; ; attempt++ {
 		h := at.host.host
-		cl.ran, cl.primary = h, false
+		o.ran, o.primary = h, false
 		err := cl.ex.refusal()
 		if err == nil {
-			err = cn.runOnReplica(ctx, h, at, cl)
+			var run outcome
+			run, err = cn.runOnReplica(ctx, h, at, cl)
+			o.outcome = o.then(run)
 		}
 		if err == nil {
 			h.breaker.ReportSuccess()
-			return replicaOutcome{}, nil
+			return o, nil
 		}
 		var ce *clientError
 		if errors.As(err, &ce) {
 			// No other host would do better, and this one is fine.
-			return replicaOutcome{}, ce.err
+			return o, ce.err
 		}
 		if circuit.Classify(ctx, err) == circuit.Failure {
 			h.breaker.ReportFailure()
 		}
-		o, retry, err := cn.replicaFailure(ctx, p, &at, cl, err, attempt)
-		if !retry {
+		f, retry, err := cn.replicaFailure(ctx, p, &at, cl, err, attempt)
+		f.outcome = o.then(f.outcome)
+		if o = f; !retry {
 			return o, err
 		}
 	}
@@ -96,7 +102,8 @@ func (cn *conn) runOnReplicas(ctx context.Context, p *plan, cl *call) (replicaOu
 // does on the primary. retry: cl runs again on another eligible replica,
 // now in *at. Otherwise the outcome is final: a fallback to the primary
 // that the plan p allows, with its reason, or the error (the plan's, or
-// err).
+// err). Its outcome says whether cl runs again (retried) and whether the
+// replica's connection failed under it (replicaFailed).
 func (cn *conn) replicaFailure(ctx context.Context, p *plan, at *target, cl *call, err error, attempt int) (_ replicaOutcome, retry bool, _ error) {
 	h := at.host.host
 	if errors.Is(err, errNotCaughtUp) {
@@ -124,8 +131,7 @@ func (cn *conn) replicaFailure(ctx context.Context, p *plan, at *target, cl *cal
 		if ferr := p.fallback(ReasonRetry25006, err); ferr != nil {
 			return replicaOutcome{}, false, ferr
 		}
-		cl.retried = true
-		return replicaOutcome{fallback: true, reason: ReasonRetry25006, refused: true}, false, nil
+		return replicaOutcome{outcome: outcome{retried: true}, fallback: true, reason: ReasonRetry25006, refused: true}, false, nil
 	}
 	if ctx.Err() != nil || (!replicaRetryable(err) && !h.removed.Load()) {
 		// A host removed from the provider's view (pgrouted_discover)
@@ -134,17 +140,17 @@ func (cn *conn) replicaFailure(ctx context.Context, p *plan, at *target, cl *cal
 		return replicaOutcome{}, false, err
 	}
 	cn.c.top.ProbeNow(h.idx)
-	cl.retried, cl.replicaFailed = true, true
+	failed := outcome{retried: true, replicaFailed: true}
 	if attempt == 0 {
 		if next, ok := cn.c.replan(ctx, p, h, false); ok {
 			*at = next
-			return replicaOutcome{}, true, nil
+			return replicaOutcome{outcome: failed}, true, nil
 		}
 	}
 	if ferr := p.fallback(ReasonUnhealthy, err); ferr != nil {
-		return replicaOutcome{}, false, ferr
+		return replicaOutcome{outcome: failed}, false, ferr
 	}
-	return replicaOutcome{fallback: true, reason: ReasonReplicaFailed}, false, nil
+	return replicaOutcome{outcome: failed, fallback: true, reason: ReasonReplicaFailed}, false, nil
 }
 
 // runOnReplica runs cl on h (runOnReplicaOnce). When the server had ended
@@ -155,15 +161,18 @@ func (cn *conn) replicaFailure(ctx context.Context, p *plan, at *target, cl *cal
 // other idle ones most likely ended with it) and cl runs once more on a
 // new session of the same host, before the replica path counts a failure
 // of the host or tries another: a read on a replica changes nothing, and
-// runs again safely. A host that is down fails that run's dial.
-func (cn *conn) runOnReplica(ctx context.Context, h *host, at target, cl *call) error {
-	err := cn.runOnReplicaOnce(ctx, h, at, cl)
+// runs again safely. A host that is down fails that run's dial. Its
+// outcome is what the runs learned (replicaRun), and whether it ran twice.
+func (cn *conn) runOnReplica(ctx context.Context, h *host, at target, cl *call) (outcome, error) {
+	o, err := cn.runOnReplicaOnce(ctx, h, at, cl)
 	if err != nil && ctx.Err() == nil && sessionEnded(err) {
 		h.pool.Reset()
-		cl.retried = true
-		err = cn.runOnReplicaOnce(ctx, h, at, cl)
+		var again outcome
+		again, err = cn.runOnReplicaOnce(ctx, h, at, cl)
+		o = o.then(again)
+		o.retried = true
 	}
-	return err
+	return o, err
 }
 
 // sessionEnded reports whether err says the server had ended the session
@@ -184,27 +193,45 @@ func sessionEnded(err error) bool {
 		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, net.ErrClosed)
 }
 
+// replicaRun is what one run of a call on a replica learns on its way
+// (runOnReplicaOnce), on that run's stack: the checks of the replica's
+// position note their wait in it (noteCheck), a stale statement's runs
+// again count in it (runAgain). The run returns it as its outcome.
+type replicaRun struct {
+	checkAge time.Duration // the age of the position checked (target.checkAge), for the host's catch-up record
+	waited   time.Duration // how long its checks waited for the replica's replay
+	reruns   int           // the runs after a stale statement (stale.go)
+}
+
 // runOnReplicaOnce borrows a connection from h's pool and runs cl on it: a
 // statement, whose rows keep the connection until they are closed, or the
 // BEGIN of a read-only transaction, which keeps it until its end.
-func (cn *conn) runOnReplicaOnce(ctx context.Context, h *host, at target, cl *call) error {
+func (cn *conn) runOnReplicaOnce(ctx context.Context, h *host, at target, cl *call) (outcome, error) {
+	rr := replicaRun{checkAge: at.checkAge}
+	var err error
 	switch cl.kind {
 	case callBegin:
-		return cn.beginOnReplica(ctx, h, at, cl)
+		err = cn.beginOnReplica(ctx, h, at, cl, &rr)
 	case callDescribe:
-		return cn.describeOnReplica(ctx, h, at, cl)
+		err = cn.describeOnReplica(ctx, h, at, cl, &rr)
+	default:
+		err = cn.readOnReplica(ctx, h, at, cl, &rr)
 	}
-	cl.checkAge = at.checkAge
-	cl.read = true // a replica's session has no state of its own
+	return outcome{waited: rr.waited, reruns: rr.reruns}, err
+}
+
+// readOnReplica is runOnReplicaOnce for a statement, noting what it learns
+// in rr.
+func (cn *conn) readOnReplica(ctx context.Context, h *host, at target, cl *call, rr *replicaRun) error {
 	s := cn.replicaSendOf(h, at.check, cl)
 	b := s.b
-	err := cn.borrow(ctx, h, b, at.check && !s.pipelined, at.wm, at.wait, cl)
+	err := cn.borrow(ctx, h, b, at.check && !s.pipelined, at.wm, at.wait, cl, rr)
 	if err != nil {
 		s.rows.recycle()
 		return err
 	}
 	for {
-		err = cn.sendRead(ctx, h, &at, cl, &s)
+		err = cn.sendRead(ctx, h, &at, cl, &s, rr)
 		if err == nil {
 			if !cl.ex.holds(cl, b) {
 				b.giveBack()
@@ -214,7 +241,8 @@ func (cn *conn) runOnReplicaOnce(ctx context.Context, h *host, at target, cl *ca
 		// A stale statement runs again on the same connection, the
 		// one whose caches pgx and readChecked just cleaned (stale.go);
 		// another connection of the pool may hold it too.
-		if ctx.Err() == nil && !b.conn().IsClosed() && cn.runAgain(err, cl) {
+		if ctx.Err() == nil && !b.conn().IsClosed() && cn.runAgain(err, cl, rr.reruns) {
+			rr.reruns++
 			continue
 		}
 		if ctx.Err() == nil && !pgpipe.IsPgError(err) && !errors.Is(err, errNotCaughtUp) && !b.conn().IsClosed() {
@@ -261,13 +289,14 @@ func (cn *conn) replicaSendOf(h *host, check bool, cl *call) replicaSend {
 // sendRead runs cl once, as s says, on the connection s.b borrowed from
 // h, checked against at's watermark when s is pipelined. On success cl
 // holds the rows or the result; the error is the statement's, for
-// runOnReplica to judge (run again, or give the connection back).
-func (cn *conn) sendRead(ctx context.Context, h *host, at *target, cl *call, s *replicaSend) error {
+// runOnReplica to judge (run again, or give the connection back). Its
+// check's wait is noted in rr.
+func (cn *conn) sendRead(ctx context.Context, h *host, at *target, cl *call, s *replicaSend, rr *replicaRun) error {
 	var err error
 	b := s.b
 	switch {
 	case s.pipelined:
-		err = cn.readChecked(ctx, b, at.wm, at.wait, cl, s.checked)
+		err = cn.readChecked(ctx, b, at.wm, at.wait, cl, s.checked, rr)
 	case s.sawPiped && cl.isQuery:
 		err = cl.ex.readSaw(ctx, cn, b, cl)
 	case s.sawPiped:
@@ -369,10 +398,10 @@ func replicaRetryable(err error) bool {
 // borrow takes a connection from h's pool into b, a zero borrowed: through
 // stdlib for a transaction's BEGIN (see borrowed). With check, it first
 // checks the replica's replay position on that connection (see
-// checkReplica), waiting up to wait for it (the wait is cl's), and gives it
+// checkReplica), waiting up to wait for it (noted in rr), and gives it
 // back with errNotCaughtUp when the replica lacks wm. On error b was given
 // back, or never held a connection.
-func (cn *conn) borrow(ctx context.Context, h *host, b *borrowed, check bool, wm lagmeter.Watermark, wait time.Duration, cl *call) error {
+func (cn *conn) borrow(ctx context.Context, h *host, b *borrowed, check bool, wm lagmeter.Watermark, wait time.Duration, cl *call, rr *replicaRun) error {
 	if cl.kind == callBegin {
 		dc, err := h.replicas.Connect(ctx)
 		if err != nil {
@@ -399,7 +428,7 @@ func (cn *conn) borrow(ctx context.Context, h *host, b *borrowed, check bool, wm
 		return fmt.Errorf("pgrouted: %s: circuit open", dsn.Printable(h.Name))
 	}
 	if check {
-		if err := cn.checkReplica(ctx, b, wm, wait, cl); err != nil {
+		if err := cn.checkReplica(ctx, b, wm, wait, rr); err != nil {
 			b.giveBack()
 			return err
 		}
@@ -412,31 +441,31 @@ func (cn *conn) borrow(ctx context.Context, h *host, b *borrowed, check bool, wm
 var errNotCaughtUp = pgpipe.ErrBehind
 
 // checkReplica checks on b, alone, that the replica has replayed up to wm
-// (waiting up to wait for it, adding the wait to cl's; pgpipe.Check), and
-// returns errNotCaughtUp when it has not.
-func (cn *conn) checkReplica(ctx context.Context, b *borrowed, wm lagmeter.Watermark, wait time.Duration, cl *call) error {
+// (waiting up to wait for it, noted in rr; pgpipe.Check), and returns
+// errNotCaughtUp when it has not.
+func (cn *conn) checkReplica(ctx context.Context, b *borrowed, wm lagmeter.Watermark, wait time.Duration, rr *replicaRun) error {
 	hv := cn.c.view().of(b.h)
 	if !hv.mayReach(wm) {
 		return errNotCaughtUp
 	}
 	start := time.Now()
 	replay, err := pgpipe.Check(ctx, b.conn().PgConn(), cn.c.stmtsOf(b.h, b.conn()), wm.LSN, wait)
-	cn.noteCheck(b, hv, wm, wait, start, replay, err, cl)
+	cn.noteCheck(b, hv, wm, wait, start, replay, err, rr)
 	return err
 }
 
 // noteCheck records the answer of a check on b of the replica's replay
-// position against wm (waiting up to wait), sent at sent for cl: the
-// replay position it carries (replay, 0 for none) refreshes what is
-// known of the host, the wait is cl's and the connector's, and its
+// position against wm (waiting up to wait), sent at sent in the run rr:
+// the replay position it carries (replay, 0 for none) refreshes what is
+// known of the host, the wait is the run's and the connector's, and its
 // outcome err (nil: found; errNotCaughtUp: not found) is the host's
 // catch-up record. hv is the view the check was planned in.
-func (cn *conn) noteCheck(b *borrowed, hv *hostView, wm lagmeter.Watermark, wait time.Duration, sent time.Time, replay lagmeter.LSN, err error, cl *call) {
+func (cn *conn) noteCheck(b *borrowed, hv *hostView, wm lagmeter.Watermark, wait time.Duration, sent time.Time, replay lagmeter.LSN, err error, rr *replicaRun) {
 	if replay != 0 {
 		b.h.noteReplay(hv.probe.Conn, replay)
 	}
-	cl.waited += cn.c.waited(b.h, hv.probe.Conn, wm, wait, sent, err)
-	b.h.recordCheck(cl.checkAge, wait, sent, err)
+	rr.waited += cn.c.waited(b.h, hv.probe.Conn, wm, wait, sent, err)
+	b.h.recordCheck(rr.checkAge, wait, sent, err)
 }
 
 // readChecked runs a read on a borrowed replica connection after checking,
@@ -453,8 +482,9 @@ func (cn *conn) noteCheck(b *borrowed, hv *hostView, wm lagmeter.Watermark, wait
 // give back.
 //
 // Under causal consistency (cl.saw), SawSQL follows the read in the same
-// round trip, and closing the rows records its answer.
-func (cn *conn) readChecked(ctx context.Context, b *borrowed, wm lagmeter.Watermark, wait time.Duration, cl *call, cr *checkedRows) error {
+// round trip, and closing the rows records its answer. The checks' wait
+// is noted in rr.
+func (cn *conn) readChecked(ctx context.Context, b *borrowed, wm lagmeter.Watermark, wait time.Duration, cl *call, cr *checkedRows, rr *replicaRun) error {
 	hv := cn.c.view().of(b.h)
 	if !hv.mayReach(wm) {
 		return errNotCaughtUp
@@ -465,7 +495,7 @@ func (cn *conn) readChecked(ctx context.Context, b *borrowed, wm lagmeter.Waterm
 		// The statement must be described first, and a replica that lacks
 		// the caller's writes may fail to (a table the caller just
 		// created): check it on its own this once.
-		if err := cn.checkReplica(ctx, b, wm, wait, cl); err != nil {
+		if err := cn.checkReplica(ctx, b, wm, wait, rr); err != nil {
 			return err
 		}
 		wait = 0 // it holds wm now
@@ -473,7 +503,7 @@ func (cn *conn) readChecked(ctx context.Context, b *borrowed, wm lagmeter.Waterm
 	c, pgxFormats := cl.ex.checked(pc, cl, cr)
 	replay, sent, err := c.Start(ctx, pc, descs, cn.c.stmtsOf(b.h, pc), wm.LSN, wait, cl.query, cl.args, pgxFormats, cl.saw != nil)
 	if err == nil || errors.Is(err, errNotCaughtUp) {
-		cn.noteCheck(b, hv, wm, wait, sent, replay, err, cl)
+		cn.noteCheck(b, hv, wm, wait, sent, replay, err, rr)
 	}
 	if err == nil {
 		err = c.Read()
@@ -485,10 +515,11 @@ func (cn *conn) readChecked(ctx context.Context, b *borrowed, wm lagmeter.Waterm
 }
 
 // beginOnReplica opens the read-only transaction of cl on a connection
-// borrowed from h's pool, after the position check at asks for.
-func (cn *conn) beginOnReplica(ctx context.Context, h *host, at target, cl *call) error {
+// borrowed from h's pool, after the position check at asks for (noted in
+// rr).
+func (cn *conn) beginOnReplica(ctx context.Context, h *host, at target, cl *call, rr *replicaRun) error {
 	b := new(borrowed)
-	if err := cn.borrow(ctx, h, b, at.check, at.wm, at.wait, cl); err != nil {
+	if err := cn.borrow(ctx, h, b, at.check, at.wm, at.wait, cl, rr); err != nil {
 		return err
 	}
 	inner, err := cl.ex.begin(ctx, cl, b.sc)
@@ -501,10 +532,11 @@ func (cn *conn) beginOnReplica(ctx context.Context, h *host, at target, cl *call
 }
 
 // describeOnReplica is the replica path of describe: cl.query described on
-// a connection borrowed from h's pool, after the check at asks for.
-func (cn *conn) describeOnReplica(ctx context.Context, h *host, at target, cl *call) error {
+// a connection borrowed from h's pool, after the check at asks for (noted
+// in rr).
+func (cn *conn) describeOnReplica(ctx context.Context, h *host, at target, cl *call, rr *replicaRun) error {
 	var b borrowed
-	if err := cn.borrow(ctx, h, &b, at.check, at.wm, at.wait, cl); err != nil {
+	if err := cn.borrow(ctx, h, &b, at.check, at.wm, at.wait, cl, rr); err != nil {
 		return err
 	}
 	defer b.giveBack()

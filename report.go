@@ -48,31 +48,31 @@ func (c *Connector) onStart(ctx context.Context, query string) (end func(RouteEv
 	return c.cfg.OnStart(ctx, query)
 }
 
-// report counts a statement planned p, which ran as cl records (or failed
-// with err, began at began), and hands its RouteEvent to Config.OnRoute,
+// report counts a statement cl planned p, whose route's outcome was o (and
+// error err; it began at began), and hands its RouteEvent to Config.OnRoute,
 // and to the end function Config.OnStart returned: now, or when the
 // statement's open results (rows, batch results) are closed (endOnClose).
 // It is the one place a RouteEvent is built; nothing reads one to decide.
-func (c *Connector) report(ctx context.Context, p *plan, cl *call, began started, err error) {
-	c.count(p, cl, err)
+func (c *Connector) report(ctx context.Context, p *plan, cl *call, o outcome, began started, err error) {
+	c.count(p, o, err)
 	if c.cfg.OnRoute == nil && began.end == nil {
 		return
 	}
 	ev := RouteEvent{
-		Decision:   Decision{Op: p.op, Primary: cl.primary, Reason: p.reason, Function: p.fn},
+		Decision:   Decision{Op: p.op, Primary: o.primary, Reason: p.reason, Function: p.fn},
 		Context:    ctx,
 		Query:      cl.query,
 		Duration:   time.Since(began.at),
 		Err:        err,
-		Retried:    cl.retried || cl.reruns > 0,
-		Waited:     cl.waited,
+		Retried:    o.retried || o.reruns > 0,
+		Waited:     o.waited,
 		WriteLost:  p.writeLost,
 		Global:     p.global.used,
 		GlobalWait: p.global.wait,
 		Causal:     cl.saw != nil,
 	}
-	if cl.ran != nil {
-		ev.Endpoint = cl.ran.Name
+	if o.ran != nil {
+		ev.Endpoint = o.ran.Name
 	}
 	if c.cfg.OnRoute != nil {
 		c.onRoute(ev)

@@ -113,7 +113,7 @@ func (r *writeRows) Close() error {
 }
 
 // endedAfterRows reports whether err, the error of closing the rows of an
-// autocommit read on a session with no state of its own (call.read), is
+// autocommit read on a session with no state of its own (sendAs.read), is
 // only that session ending after everything the caller read: whole, the
 // caller stopped reading before the rows' end (as database/sql's Row.Scan
 // and pgx's QueryRow do after the first row), or the read's result ended,
@@ -138,7 +138,7 @@ func endedAfterRows(err error, closed, whole bool) bool {
 // Config.OnStart asked to be told when the statement ends
 // (Connector.endOnClose), Close tells end, once, with the first error Next
 // returned, else Close's; for the stdlib rows of an autocommit read on an
-// unpinned primary session (pc, see call.read), the session's end after
+// unpinned primary session (pc, see sendAs.read), the session's end after
 // the rows the caller read does not fail them (endedAfterRows). They
 // answer for the column types what the rows they wrap answer, and what
 // database/sql assumes of rows that do not say when those do not.

@@ -136,26 +136,23 @@ const maxStaleReruns = 3
 // runAgain reports whether cl, which failed with err, may run once more
 // after a stale statement: err is staleStatement's (nothing ran), cl is one
 // statement (in a string of several, the ones before may have run), it did
-// not run again maxStaleReruns times already, and no transaction is open
+// not run again maxStaleReruns times already (reruns: the times it did, as
+// its route counts them: outcome.reruns), and no transaction is open
 // (the server aborted it). The stale descriptions are dropped either way.
-// The caller runs it again on the same connection: another one may hold the
-// stale statement in its pgx cache too.
+// The caller runs it again on the same connection (another one may hold the
+// stale statement in its pgx cache too), and counts the run.
 //
 // A parameter refused for its type (staleParams: sent with the types of a
 // cached description, or of pgx's cached statement, after a column was
 // retyped) runs again once, freshly described; a statement that is wrong
 // as written fails the same way then, and that error is returned.
-func (cn *conn) runAgain(err error, cl *call) bool {
+func (cn *conn) runAgain(err error, cl *call, reruns int) bool {
 	params := staleParams(err)
 	if !params && !staleStatement(err) {
 		return false
 	}
 	cn.dropStale(cl.query)
-	if cl.reruns >= maxStaleReruns || (params && cl.reruns > 0) || !cl.single || cl.kind == callBegin || cn.tx != nil || cn.inSQLTx() {
-		return false
-	}
-	cl.reruns++
-	return true
+	return reruns < maxStaleReruns && (!params || reruns == 0) && cl.single && cl.kind != callBegin && cn.tx == nil && !cn.inSQLTx()
 }
 
 // schemaCount counts the schema changes seen through a connector: a

@@ -53,7 +53,7 @@ func (cn *conn) describe(ctx context.Context, query string) (*pgconn.StatementDe
 		return nil, p.err
 	}
 	cl := newSQLCall(callText{kind: callDescribe, query: query})
-	done, err := cn.onReplicas(ctx, &p, cl)
+	_, done, err := cn.onReplicas(ctx, &p, cl)
 	sd := cl.sd
 	cl.recycle()
 	if done {

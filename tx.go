@@ -72,11 +72,13 @@ func (cn *conn) begin(ctx context.Context, readOnly, serializable bool, cl *call
 	began := cn.c.began(ctx, cl.query)
 	var p plan
 	cn.c.plan(ctx, &request{begin: true, readOnly: readOnly, serializable: serializable, pinned: cn.pinned, inTx: cn.inSQLTx()}, true, &p)
-	defer func() { cn.c.report(ctx, &p, cl, began, err) }()
+	var o outcome
+	defer func() { cn.c.report(ctx, &p, cl, o, began, err) }()
 	if p.err != nil {
 		return nil, p.err
 	}
-	if done, err := cn.onReplicas(ctx, &p, cl); done {
+	o, done, err := cn.onReplicas(ctx, &p, cl)
+	if done {
 		if err != nil {
 			return nil, err
 		}
@@ -85,30 +87,34 @@ func (cn *conn) begin(ctx context.Context, readOnly, serializable bool, cl *call
 		cn.tx.in = p.in
 		return cn.tx, nil
 	}
-	return cn.beginOnPrimary(ctx, &p, cl, readOnly)
+	t, next, err := cn.beginOnPrimary(ctx, &p, cl, readOnly)
+	o = o.then(next)
+	return t, err
 }
 
-// beginOnPrimary opens a transaction on the primary session, planned p.
-func (cn *conn) beginOnPrimary(ctx context.Context, p *plan, cl *call, readOnly bool) (*tx, error) {
+// beginOnPrimary opens a transaction on the primary session, planned p;
+// its outcome is where it ran.
+func (cn *conn) beginOnPrimary(ctx context.Context, p *plan, cl *call, readOnly bool) (*tx, outcome, error) {
 	sc, err := cn.primaryConn(ctx, OpTx)
 	if err != nil {
-		return nil, err
+		return nil, outcome{}, err
 	}
-	cl.ran, cl.primary = cn.host, true
+	o := outcome{ran: cn.host, primary: true}
 	inner, err := cl.ex.begin(ctx, cl, sc)
 	if err != nil {
 		if errors.Is(err, driver.ErrBadConn) {
 			cn.closePrimary()
 			cn.bad = true
 		}
-		return nil, err
+		return nil, o, err
 	}
 	cn.tx = &tx{cn: cn, ctx: ctx, inner: inner, host: cn.host, wrote: !readOnly, begin: cl.begin, in: p.in, writes: sqlclass.NoRelation}
-	return cn.tx, nil
+	return cn.tx, o, nil
 }
 
-// run runs a statement inside the transaction, on its connection.
-func (t *tx) run(ctx context.Context, r sqlclass.Result, cl *call, began started) error {
+// run runs a statement inside the transaction, on its connection, and
+// returns its outcome.
+func (t *tx) run(ctx context.Context, r sqlclass.Result, cl *call, began started) (outcome, error) {
 	cn := t.cn
 	var sc *stdlib.Conn
 	switch {
@@ -130,17 +136,18 @@ func (t *tx) run(ctx context.Context, r sqlclass.Result, cl *call, began started
 	if err != nil {
 		// A stale statement of pgx's path aborted the transaction: its
 		// descriptions are dropped, and the error returned.
-		cn.runAgain(err, cl)
+		cn.runAgain(err, cl, 0)
 		if t.replica == nil {
 			err = termEndedErr(opOf(r.Class), err, cn.term, sc)
 		}
 	}
 	err = withPoolerHint(err)
+	o := t.ranHere()
 	if recovered {
-		cl.reruns++
+		o.reruns = 1
 	}
-	t.report(ctx, opOf(r.Class), cl, began, err)
-	return err
+	t.cn.c.report(ctx, &plan{op: opOf(r.Class), reason: ReasonInTx}, cl, o, began, err)
+	return o, err
 }
 
 // noteWrites adds what a statement of the transaction, classified r, writes to
@@ -212,15 +219,14 @@ func (t *tx) end(began started, query string, err error) {
 		cn.bad = true
 	}
 	cl := newSQLCall(callText{query: query})
-	t.report(t.ctx, OpTx, cl, began, err)
+	t.cn.c.report(t.ctx, &plan{op: OpTx, reason: ReasonInTx}, cl, t.ranHere(), began, err)
 	cl.recycle()
 }
 
-// report reports a statement of op run inside the transaction, on its
-// connection.
-func (t *tx) report(ctx context.Context, op string, cl *call, began started, err error) {
-	cl.ran, cl.primary = t.host, t.replica == nil
-	t.cn.c.report(ctx, &plan{op: op, reason: ReasonInTx}, cl, began, err)
+// ranHere is the outcome of a statement that ran inside the transaction,
+// on its connection.
+func (t *tx) ranHere() outcome {
+	return outcome{ran: t.host, primary: t.replica == nil}
 }
 
 // release ends the transaction's hold on its connection: a borrowed replica

@@ -100,7 +100,9 @@ func (t *tx) exec(ctx context.Context, sc *stdlib.Conn, r sqlclass.Result, cl *c
 		}
 		return recovered, err
 	}
-	err = cl.ex.run(ctx, cl, sc, t.cn.c.statementArgs(t.host, cl.args))
+	// No path runs a statement of a transaction again, whatever its error
+	// says (sendAs.primary is the primary path's).
+	_, err = cl.ex.run(ctx, cl, sc, t.cn.c.statementArgs(t.host, cl.args), sendAs{})
 	if !plain {
 		// It may have changed the schema, or what its names mean: every
 		// statement is checked again, with descriptions of the
