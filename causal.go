@@ -136,9 +136,14 @@ type sawRows struct {
 	b *borrowed
 }
 
-// Close implements driver.Rows.
+// Close implements driver.Rows: the session's end after the rows the
+// caller read does not fail them (endedAfterRows; a failure after rows
+// that came whole is not the read's at all: pgpipe.QueryRead).
 func (r *sawRows) Close() error {
 	err := r.Rows.Close()
+	if endedAfterRows(err, r.b.conn().IsClosed(), r.Rows.Early()) {
+		err = nil
+	}
 	r.b.giveBack()
 	return err
 }

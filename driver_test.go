@@ -690,34 +690,48 @@ func testReadOnATerminatedSession(t *testing.T, open opener) {
 		// Answered: the session ends while the server still sends rows
 		// the caller has not read. Rows closed after the one the caller
 		// wanted (as QueryRow's are) are whole: no error. Rows read to
-		// their end are cut: an error.
-		for _, toEnd := range []bool{false, true} {
-			replicasReady(t, conn)
-			rows, err := db.QueryContext(rctx, "SELECT repeat('x', 1000) FROM generate_series(1, 100000)")
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !rows.Next() {
-				t.Fatalf("%v: no first row: %v", route, rows.Err())
-			}
-			const sending = "query LIKE 'SELECT repeat%' AND state = 'active'"
-			terminate(ranOn(), sending)
-			waitGone(t, ctx, app, sending)
-			n := 1
-			if toEnd {
-				for rows.Next() {
-					n++
+		// their end are cut: an error. On a replica, under causal
+		// consistency too (the read's bound is read after it in the same
+		// round trip).
+		levels := []pgrouted.Consistency{""}
+		if route == pgrouted.Replica {
+			levels = append(levels, pgrouted.ConsistencyCausal)
+		}
+		for _, level := range levels {
+			for _, toEnd := range []bool{false, true} {
+				qctx := rctx
+				if level != "" {
+					// A Session of its own: an ended read leaves its
+					// bound unknown until the primary's next probe.
+					qctx = pgrouted.WithSession(pgrouted.WithConsistency(rctx, level), pgrouted.NewSession())
 				}
-			}
-			err = rows.Close()
-			if err == nil {
-				err = rows.Err() // database/sql's: Next's error
-			}
-			switch {
-			case !toEnd && err != nil:
-				t.Fatalf("%v: rows closed after their first row, whose session then ended: %v", route, err)
-			case toEnd && (err == nil || n == 100000):
-				t.Fatalf("%v: rows read to their end, whose session ended after %d rows of 100000: %v, want an error", route, n, err)
+				replicasReady(t, conn)
+				rows, err := db.QueryContext(qctx, "SELECT repeat('x', 1000) FROM generate_series(1, 100000)")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !rows.Next() {
+					t.Fatalf("%v: no first row: %v", route, rows.Err())
+				}
+				const sending = "query LIKE 'SELECT repeat%' AND state = 'active'"
+				terminate(ranOn(), sending)
+				waitGone(t, ctx, app, sending)
+				n := 1
+				if toEnd {
+					for rows.Next() {
+						n++
+					}
+				}
+				err = rows.Close()
+				if err == nil {
+					err = rows.Err() // database/sql's: Next's error
+				}
+				switch {
+				case !toEnd && err != nil:
+					t.Fatalf("%v, consistency %q: rows closed after their first row, whose session then ended: %v", route, level, err)
+				case toEnd && (err == nil || n == 100000):
+					t.Fatalf("%v, consistency %q: rows read to their end, whose session ended after %d rows of 100000: %v, want an error", route, level, n, err)
+				}
 			}
 		}
 	}

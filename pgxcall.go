@@ -377,7 +377,7 @@ func (px *pgxCall) readSaw(ctx context.Context, cn *conn, b *borrowed, cl *call)
 	if pr == nil {
 		pr = new(poolRows)
 	}
-	*pr = poolRows{conn: pc, first: true, sawn: w}
+	*pr = poolRows{conn: pc, first: true, sawn: w, read: true}
 	pr.Rows = pgx.RowsFromResultReader(pc.TypeMap(), w.p.RR)
 	pr.more = pr.Rows.Next()
 	if rerr := pr.Rows.Err(); rerr != nil {

@@ -33,8 +33,11 @@ type poolRows struct {
 
 	// positioned is set for the rows of a positioned write: Close reads
 	// the position after it first, and Err says the lost error
-	// (pgxCall.queryPositioned).
+	// (pgxCall.queryPositioned); finished is the statement's outcome that
+	// reading found (its commit's failure after the rows: a deferred
+	// constraint), which Err reports as pgx's rows report theirs.
 	positioned *positionedRows
+	finished   error
 
 	// checked is set for the rows of a read sent after its replica's
 	// position check (readChecked): Close ends the pipeline, and Err says
@@ -106,7 +109,7 @@ func (r *poolRows) Close() {
 	r.closed = true
 	r.Rows.Close()
 	if r.positioned != nil {
-		r.positioned.finish()
+		r.finished = r.positioned.finish()
 	}
 	if r.checked != nil {
 		err := r.checked.Finish()
@@ -135,6 +138,9 @@ func (r *poolRows) Conn() *pgx.Conn {
 func (r *poolRows) Err() error {
 	err := r.Rows.Err()
 	if r.positioned != nil {
+		if err == nil {
+			return r.finished // resultErr's already (positionedRows.finish)
+		}
 		return resultErr(err, r.positioned.term, r.positioned.sc)
 	}
 	// Whole: closed early, or a checked read whose result ended (its

@@ -28,16 +28,39 @@ func NextResult(pl *pgconn.Pipeline) (*pgconn.ResultReader, error) {
 
 // FinishSync reads the Sync that ends a pipeline segment after a query
 // whose outcome was err. It returns the error that ended the connection,
-// if that is what happened.
+// if that is what happened, or the server's error between the query's
+// result and the Sync: the commit of the segment's implicit transaction
+// failed (a deferred constraint's violation, a serialization failure at
+// commit), and nothing of the query was committed; the Sync after it is
+// read then too. (After the query's own error the server skips to the
+// Sync: none comes.)
 func FinishSync(pl *pgconn.Pipeline, err error) error {
 	if err != nil && !IsPgError(err) {
 		return err // the connection broke: nothing more to read
 	}
 	res, serr := pl.GetResults()
-	if serr != nil && !IsPgError(serr) {
+	if IsPgError(serr) {
+		if ferr := readSync(pl); ferr != nil {
+			return ferr
+		}
 		return serr
 	}
-	if _, ok := res.(*pgconn.PipelineSync); !ok && serr == nil {
+	if serr != nil {
+		return serr
+	}
+	if _, ok := res.(*pgconn.PipelineSync); !ok {
+		return errors.New("pgrouted: pipeline: expected a sync")
+	}
+	return nil
+}
+
+// readSync reads the Sync after the server's error that ended a segment.
+func readSync(pl *pgconn.Pipeline) error {
+	res, err := pl.GetResults()
+	if err != nil {
+		return err
+	}
+	if _, ok := res.(*pgconn.PipelineSync); !ok {
 		return errors.New("pgrouted: pipeline: expected a sync")
 	}
 	return nil
@@ -74,14 +97,8 @@ func resultOf(pl *pgconn.Pipeline, e *Encoded, into *string) (pgconn.CommandTag,
 	if err != nil && !IsPgError(err) {
 		return tag, err // the connection broke
 	}
-	res, serr := pl.GetResults()
-	if serr != nil && !IsPgError(serr) {
-		return tag, serr
-	}
-	if _, ok := res.(*pgconn.PipelineSync); !ok && serr == nil {
-		return tag, errors.New("pgrouted: pipeline: expected a sync")
-	}
-	if err == nil {
+	// The Sync, after the commit's error if there is one.
+	if serr := FinishSync(pl, err); serr != nil && (err == nil || !IsPgError(serr)) {
 		err = serr
 	}
 	return tag, err

@@ -68,8 +68,9 @@ type Rows struct {
 	loaded   bool              // the source holds a row Next has not returned yet
 	rrClosed bool              // the source is closed (by Next at the end, or by Close)
 	rrErr    error             // the error of closing the source
-	closed   bool              // Close ran done
+	closed   bool              // Close ran
 	closeErr error             // what done returned
+	doneRun  bool              // done ran (at the rows' end, or by Close)
 	early    bool              // Close found rows the caller had not read (see Early)
 
 	targets scanTargets
@@ -488,8 +489,11 @@ func (r *Rows) ColumnTypeScanType(index int) reflect.Type {
 }
 
 // Next reads the next row into dest. After the last row it closes the
-// source and returns the error of the query (as nextErr makes it), or
-// io.EOF.
+// source and returns the error of the query (as nextErr makes it); else
+// it runs done, which reads what followed the query (a write's commit),
+// and returns its error, or io.EOF. database/sql's Rows.Err reports what
+// Next returned, not Close's error: a commit that failed after the rows
+// (a deferred constraint) must fail Next, as it does for stdlib's rows.
 func (r *Rows) Next(dest []driver.Value) error {
 	if r.loaded {
 		r.loaded = false // the first row, read by NewRows or Query
@@ -500,6 +504,9 @@ func (r *Rows) Next(dest []driver.Value) error {
 				return r.nextErr(r.rrErr)
 			}
 			return r.rrErr
+		}
+		if err := r.runDone(); err != nil {
+			return err
 		}
 		return io.EOF
 	}
@@ -546,6 +553,16 @@ func (r *Rows) Close() error {
 		r.closed = true
 		r.early = !r.rrClosed
 		r.closeReader()
+		r.runDone()
+	}
+	return r.closeErr
+}
+
+// runDone runs done once, with the source's error, once it is closed, and
+// keeps what it returned (without done, the error itself) for Close.
+func (r *Rows) runDone() error {
+	if !r.doneRun {
+		r.doneRun = true
 		r.closeErr = r.rrErr
 		if r.done != nil {
 			r.closeErr = r.done(r.rrErr)

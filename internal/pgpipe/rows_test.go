@@ -515,8 +515,11 @@ func differentColumn(got, want []driver.Value) int {
 	return -1
 }
 
-// TestResultRowsClose checks that done is called exactly once, by Close, with
-// the reader's error, and that Close returns what done returns.
+// TestResultRowsClose checks that done is called exactly once, with the
+// reader's error: by Next at the rows' end (whose error, if any, Next
+// returns instead of io.EOF: what followed the statement, a write's
+// commit, failed), else by Close; and that Close returns what done
+// returns.
 func TestResultRowsClose(t *testing.T) {
 	ctx := testCtx(t)
 	sc := resultRowsConn(t, ctx)
@@ -547,8 +550,8 @@ func TestResultRowsClose(t *testing.T) {
 		if err := next(rows); err != io.EOF {
 			t.Fatalf("Next after the last row: %v, want io.EOF", err)
 		}
-		if rec.calls != 0 {
-			t.Fatalf("done called %d times before Close", rec.calls)
+		if rec.calls != 1 {
+			t.Fatalf("done called %d times at the rows' end, want once", rec.calls)
 		}
 		closeTwice(t, rows, &rec, nil)
 		if rec.err != nil {
@@ -565,6 +568,19 @@ func TestResultRowsClose(t *testing.T) {
 		if got := rows.(driver.RowsColumnTypeDatabaseTypeName).ColumnTypeDatabaseTypeName(1); got != "TEXT" {
 			t.Errorf("type of s after Close: %s", got)
 		}
+	})
+
+	t.Run("done fails at the end", func(t *testing.T) {
+		failed := errors.New("the commit failed")
+		rec := doneRecord{returns: failed}
+		rows := mustRows(t, ctx, sc, &rec, `SELECT 1`)
+		if err := next(rows); err != nil {
+			t.Fatal(err)
+		}
+		if err := next(rows); !errors.Is(err, failed) {
+			t.Fatalf("Next after the last row, when done fails: %v, want done's error", err)
+		}
+		closeTwice(t, rows, &rec, failed)
 	})
 
 	t.Run("before the last row", func(t *testing.T) {

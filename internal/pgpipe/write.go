@@ -163,14 +163,17 @@ func Query(ctx context.Context, pc *pgx.Conn, descs *Descs, st *Stmts, query str
 }
 
 // QueryRead is Query for a read (causal consistency): done gets the upper
-// bound of what the read saw (SawSQL, read in the same round trip once
-// its rows are closed; 0 when it could not be read) and the read's
-// outcome.
+// bound of what the read saw (SawSQL, read in the same round trip at the
+// rows' end or once they are closed; 0 when it could not be read) and the
+// read's outcome. Rows that came whole are not failed by what went wrong
+// after them (the bound's read, the session's end): that leaves the bound
+// unknown, not the read failed.
 func QueryRead(ctx context.Context, pc *pgx.Conn, descs *Descs, st *Stmts, query string, args []driver.NamedValue, done func(lagmeter.LSN, error)) (driver.Rows, error) {
 	return queryWith(ctx, pc, descs, st, query, args, nil, done, SawSQL)
 }
 
-// queryWith is Query with posSQL as the query read after the statement.
+// queryWith is Query with posSQL as the query read after the statement
+// (SawSQL: QueryRead's).
 func queryWith(ctx context.Context, pc *pgx.Conn, descs *Descs, st *Stmts, query string, args []driver.NamedValue, wrap func(error) error, done func(lagmeter.LSN, error), posSQL string) (driver.Rows, error) {
 	p := new(Pending)
 	err := p.start(ctx, pc, descs, st, query, args, false, posSQL)
@@ -180,14 +183,18 @@ func queryWith(ctx context.Context, pc *pgx.Conn, descs *Descs, st *Stmts, query
 	if wrap == nil {
 		wrap = func(err error) error { return err }
 	}
+	read := posSQL == SawSQL
 	rows, err := NewRows(pc.TypeMap(), p.RR, func(rerr error) error {
-		pos, sent, rerr := p.Finish(rerr)
+		pos, sent, ferr := p.Finish(rerr)
 		if !sent {
-			return rerr
+			return ferr
 		}
-		rerr = wrap(rerr)
-		done(pos, rerr)
-		return rerr
+		ferr = wrap(ferr)
+		done(pos, ferr)
+		if read && rerr == nil {
+			return nil // whole: see QueryRead
+		}
+		return ferr
 	})
 	if err == nil {
 		rows.(*Rows).nextErr = wrap
