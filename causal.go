@@ -5,6 +5,7 @@ import (
 	"database/sql/driver"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pgrouted/pgrouted/internal/consistency"
 	"github.com/pgrouted/pgrouted/internal/pgpipe"
 	"github.com/pgrouted/pgrouted/internal/sqlclass"
@@ -156,7 +157,7 @@ var _ driver.Rows = (*sawRows)(nil)
 // are closed, then give b back.
 func (cn *conn) readSaw(ctx context.Context, b *borrowed, cl *call) error {
 	h, saw := b.h, cl.saw
-	rows, err := pgpipe.QueryRead(ctx, b.conn(), &h.descs, cn.c.stmtsOf(h, b.conn()), cl.query, cl.args, func(pos lagmeter.LSN, err error) {
+	rows, err := pgpipe.QueryRead(ctx, b.conn(), &h.descs, cn.c.stmtsOf(h, b.conn()), cl.query, cl.args, pgpipe.SawSQL, func(pos lagmeter.LSN, err error) {
 		saw.sawOutcome(pos, true, err)
 	})
 	if err != nil {
@@ -164,6 +165,23 @@ func (cn *conn) readSaw(ctx context.Context, b *borrowed, cl *call) error {
 	}
 	cl.rows = &sawRows{Rows: rows.(*pgpipe.Rows), b: b}
 	return nil
+}
+
+// readSawOnPrimary runs cl, a database/sql query under causal consistency,
+// on the primary session sc with the insert position read after it in the
+// same round trip (pgpipe.QueryRead): the bound of what it saw, recorded
+// at the rows' end. On a session without state of its own (stateless:
+// sendAs.read), its end after the rows the caller read does not fail them
+// (endRows).
+func (cn *conn) readSawOnPrimary(ctx context.Context, sc *stdlib.Conn, cl *call, stateless bool) (driver.Rows, error) {
+	saw, pc := cl.saw, sc.Conn()
+	rows, err := pgpipe.QueryRead(ctx, pc, cn.descsOf(), cn.c.stmtsOf(cn.host, pc), cl.query, cl.args, pgpipe.InsertPositionSQL, func(pos lagmeter.LSN, err error) {
+		saw.sawOutcome(pos, true, err)
+	})
+	if err != nil || !stateless {
+		return rows, err
+	}
+	return &endRows{Rows: rows, pc: pc}, nil
 }
 
 // sawAfter records, under causal consistency, what a transaction that

@@ -690,14 +690,9 @@ func testReadOnATerminatedSession(t *testing.T, open opener) {
 		// Answered: the session ends while the server still sends rows
 		// the caller has not read. Rows closed after the one the caller
 		// wanted (as QueryRow's are) are whole: no error. Rows read to
-		// their end are cut: an error. On a replica, under causal
-		// consistency too (the read's bound is read after it in the same
-		// round trip).
-		levels := []pgrouted.Consistency{""}
-		if route == pgrouted.Replica {
-			levels = append(levels, pgrouted.ConsistencyCausal)
-		}
-		for _, level := range levels {
+		// their end are cut: an error. Under causal consistency too (the
+		// read's bound is read after it in the same round trip).
+		for _, level := range []pgrouted.Consistency{"", pgrouted.ConsistencyCausal} {
 			for _, toEnd := range []bool{false, true} {
 				qctx := rctx
 				if level != "" {

@@ -60,11 +60,12 @@ type executor interface {
 	// results raise the marks (intent in, relations ws) once closed
 	// (raiseOnClose). unanswered as for run.
 	queryWrite(ctx context.Context, cn *conn, in consistency.Intent, ws sqlclass.Scope, sc *stdlib.Conn, cl *call) (unanswered bool, err error)
-	// queryPositioned runs cl, a query that is not a read, on cn's primary
-	// session sc pipelined with the read of the position after its commit,
-	// read, and the marks raised, when its rows are closed (sent: when it
-	// was sent, see sendAs). unanswered as for run.
-	queryPositioned(ctx context.Context, cn *conn, in consistency.Intent, ws sqlclass.Scope, sc *stdlib.Conn, cl *call, sent time.Time) (unanswered bool, err error)
+	// queryPositioned runs cl, a query, on cn's primary session sc, as as
+	// says, pipelined with the read of the position after its commit, read
+	// at the rows' end: for a query that is not a read, the marks are then
+	// raised; for a read under causal consistency (cl.saw), it is the
+	// bound of what it saw. unanswered as for run.
+	queryPositioned(ctx context.Context, cn *conn, in consistency.Intent, ws sqlclass.Scope, sc *stdlib.Conn, cl *call, as sendAs) (unanswered bool, err error)
 	// execResult keeps tag, the command tag of an exec that ran in a
 	// pipeline, as cl's result.
 	execResult(cl *call, tag pgconn.CommandTag)
@@ -186,16 +187,17 @@ func (sqlExec) queryWrite(ctx context.Context, cn *conn, in consistency.Intent, 
 }
 
 // queryPositioned is conn.queryPositioned (INSERT … RETURNING: the
-// statement commits once its rows are all sent).
-func (sqlExec) queryPositioned(ctx context.Context, cn *conn, in consistency.Intent, ws sqlclass.Scope, sc *stdlib.Conn, cl *call, sent time.Time) (bool, error) {
-	host, saw := cn.host, cl.saw // not cl, for the closure
+// statement commits once its rows are all sent), or, for a read under
+// causal consistency, conn.readSawOnPrimary.
+func (sqlExec) queryPositioned(ctx context.Context, cn *conn, in consistency.Intent, ws sqlclass.Scope, sc *stdlib.Conn, cl *call, as sendAs) (bool, error) {
 	var err error
+	if cl.saw != nil {
+		cl.rows, err = cn.readSawOnPrimary(ctx, sc, cl, as.read)
+		return err != nil, err // before its first row
+	}
+	host := cn.host // for the closure: cn's may move on before the rows end
 	cl.rows, err = cn.queryPositioned(ctx, sc, cl.query, cl.args, func(pos lagmeter.LSN, werr error) {
-		if saw != nil {
-			saw.sawOutcome(pos, true, werr)
-			return
-		}
-		cn.c.raiseOutcome(&in, ws, host, pos, sent, werr)
+		cn.c.raiseOutcome(&in, ws, host, pos, as.sent, werr)
 	})
 	return err != nil, err // before its first row
 }

@@ -5,7 +5,6 @@ import (
 	"database/sql/driver"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -338,18 +337,18 @@ func (px *pgxCall) raiseOnClose(ctx context.Context, cn *conn, in consistency.In
 // pgxCall.on reads it, and the position after the commit is read when
 // they are closed (positionedRows.finish), before anything else their
 // closing runs (the Pool's release of the connection).
-func (px *pgxCall) queryPositioned(ctx context.Context, cn *conn, in consistency.Intent, ws sqlclass.Scope, sc *stdlib.Conn, cl *call, sent time.Time) (bool, error) {
+func (px *pgxCall) queryPositioned(ctx context.Context, cn *conn, in consistency.Intent, ws sqlclass.Scope, sc *stdlib.Conn, cl *call, as sendAs) (bool, error) {
 	pc := sc.Conn()
 	both := &struct {
 		r poolRows
 		w positionedRows
-	}{r: poolRows{conn: pc, first: true}}
+	}{r: poolRows{conn: pc, first: true, read: as.read}}
 	r, w := &both.r, &both.w
 	r.positioned = w
 	if err := w.p.Start(ctx, pc, cn.descsOf(), cn.c.stmtsOf(cn.host, pc), cl.query, cl.args, true); err != nil {
 		return true, err
 	}
-	w.cn, w.term, w.sc, w.in, w.ws, w.host, w.sent, w.saw = cn, cn.term, sc, in, ws, cn.host, sent, cl.saw
+	w.cn, w.term, w.sc, w.in, w.ws, w.host, w.sent, w.saw = cn, cn.term, sc, in, ws, cn.host, as.sent, cl.saw
 	r.Rows = pgx.RowsFromResultReader(pc.TypeMap(), w.p.RR)
 	r.more = r.Rows.Next()
 	if r.Rows.Err() != nil {

@@ -139,9 +139,14 @@ func (r *poolRows) Err() error {
 	err := r.Rows.Err()
 	if r.positioned != nil {
 		if err == nil {
-			return r.finished // resultErr's already (positionedRows.finish)
+			err = r.finished // resultErr's already (positionedRows.finish)
+		} else {
+			err = resultErr(err, r.positioned.term, r.positioned.sc)
 		}
-		return resultErr(err, r.positioned.term, r.positioned.sc)
+		if !r.read {
+			return err
+		}
+		// A read under causal consistency on the primary: see below.
 	}
 	// Whole: closed early, or a checked read whose result ended (its
 	// command tag read) before the Sync's error.

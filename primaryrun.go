@@ -160,7 +160,7 @@ func (cn *conn) execPrimary(ctx context.Context, in *consistency.Intent, ws sqlc
 	case cl.isQuery:
 		// INSERT … RETURNING: the statement commits once its rows are all
 		// sent; the position after it is read when they are closed.
-		unanswered, err = cl.ex.queryPositioned(ctx, cn, *in, ws, sc, cl, as.sent)
+		unanswered, err = cl.ex.queryPositioned(ctx, cn, *in, ws, sc, cl, as)
 	default:
 		if tag, pos, err = cn.execPositioned(ctx, sc, cl.query, cl.args); err == nil {
 			cl.ex.execResult(cl, tag)
@@ -343,6 +343,12 @@ func (w *positionedRows) finish() error {
 	err = resultErr(err, w.term, w.sc)
 	if w.saw != nil {
 		w.saw.sawOutcome(pos, true, err)
+		if rerr == nil {
+			// A read whose rows came whole: what failed after them (the
+			// bound's read, the session's end) is not the read's
+			// (pgpipe.QueryRead).
+			return nil
+		}
 		return err
 	}
 	w.cn.c.raiseOutcome(&w.in, w.ws, w.host, pos, w.sent, err)

@@ -159,22 +159,23 @@ func finishPositioned(pl *pgconn.Pipeline, pe *Encoded, err error) (lagmeter.LSN
 // with the statement's outcome. wrap, when not nil, makes the error the
 // rows and done see from an error of the connection (see Rows.nextErr).
 func Query(ctx context.Context, pc *pgx.Conn, descs *Descs, st *Stmts, query string, args []driver.NamedValue, wrap func(error) error, done func(lagmeter.LSN, error)) (driver.Rows, error) {
-	return queryWith(ctx, pc, descs, st, query, args, wrap, done, InsertPositionSQL)
+	return queryWith(ctx, pc, descs, st, query, args, wrap, done, InsertPositionSQL, false)
 }
 
 // QueryRead is Query for a read (causal consistency): done gets the upper
-// bound of what the read saw (SawSQL, read in the same round trip at the
+// bound of what the read saw (posSQL's answer: SawSQL on a standby,
+// InsertPositionSQL on the primary; read in the same round trip at the
 // rows' end or once they are closed; 0 when it could not be read) and the
 // read's outcome. Rows that came whole are not failed by what went wrong
 // after them (the bound's read, the session's end): that leaves the bound
 // unknown, not the read failed.
-func QueryRead(ctx context.Context, pc *pgx.Conn, descs *Descs, st *Stmts, query string, args []driver.NamedValue, done func(lagmeter.LSN, error)) (driver.Rows, error) {
-	return queryWith(ctx, pc, descs, st, query, args, nil, done, SawSQL)
+func QueryRead(ctx context.Context, pc *pgx.Conn, descs *Descs, st *Stmts, query string, args []driver.NamedValue, posSQL string, done func(lagmeter.LSN, error)) (driver.Rows, error) {
+	return queryWith(ctx, pc, descs, st, query, args, nil, done, posSQL, true)
 }
 
-// queryWith is Query with posSQL as the query read after the statement
-// (SawSQL: QueryRead's).
-func queryWith(ctx context.Context, pc *pgx.Conn, descs *Descs, st *Stmts, query string, args []driver.NamedValue, wrap func(error) error, done func(lagmeter.LSN, error), posSQL string) (driver.Rows, error) {
+// queryWith is Query with posSQL as the query read after the statement,
+// for a read (QueryRead) or not.
+func queryWith(ctx context.Context, pc *pgx.Conn, descs *Descs, st *Stmts, query string, args []driver.NamedValue, wrap func(error) error, done func(lagmeter.LSN, error), posSQL string, read bool) (driver.Rows, error) {
 	p := new(Pending)
 	err := p.start(ctx, pc, descs, st, query, args, false, posSQL)
 	if err != nil {
@@ -183,7 +184,6 @@ func queryWith(ctx context.Context, pc *pgx.Conn, descs *Descs, st *Stmts, query
 	if wrap == nil {
 		wrap = func(err error) error { return err }
 	}
-	read := posSQL == SawSQL
 	rows, err := NewRows(pc.TypeMap(), p.RR, func(rerr error) error {
 		pos, sent, ferr := p.Finish(rerr)
 		if !sent {
