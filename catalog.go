@@ -26,6 +26,12 @@ import (
 // of an unknown function (which pins its connection to the primary).
 var catalogBootWait = 5 * time.Second
 
+// catalogFreshWait bounds how long a read waits, after a catalog change of
+// the Connector's own, for the snapshot read after it (catalog.waitFresh)
+// before it is taken for one that runs hidden code: one load, tens of
+// milliseconds, unless the primary is slow or gone.
+var catalogFreshWait = time.Second
+
 // catalogInterval is how often the catalog is read again when nothing
 // asked for it sooner and its fingerprint (sqlclass.CatalogVersionQuery,
 // checked every probe interval) did not change: a backstop for a change
@@ -52,6 +58,7 @@ type catalog struct {
 	// such a statement made (a foreign key that cascades into another
 	// table, a trigger, a rule, a view, a partition): see stale.
 	gen, fresh atomic.Uint64
+	refreshed  atomic.Pointer[chan struct{}] // closed, and replaced, after each load (waitFresh)
 	hold       atomic.Pointer[chan struct{}] // tests: loads wait until it is closed
 	wake       chan struct{}                 // a reload is wanted (buffered: one pending)
 	loaded     chan struct{}                 // closed after the first successful load
@@ -75,6 +82,8 @@ func newCatalog(read, write []sqlclass.FuncName) *catalog {
 	}
 	k.ctx, k.cancel = context.WithCancel(context.Background())
 	k.fns.Store(sqlclass.NewFunctions(nil, read, write))
+	ch := make(chan struct{})
+	k.refreshed.Store(&ch)
 	return k
 }
 
@@ -127,6 +136,31 @@ func (k *catalog) changed() {
 // caller reads after it, and stored after that snapshot: a snapshot read
 // after a fresh that is not stale is at least that load's.
 func (k *catalog) stale() bool { return k.fresh.Load() < k.gen.Load() }
+
+// waitFresh waits until the snapshot is not stale, ctx ends or d passes,
+// and reports whether it is not: it returns at once when it was not.
+func (k *catalog) waitFresh(ctx context.Context, d time.Duration) bool {
+	var t *time.Timer
+	for {
+		ch := *k.refreshed.Load() // before stale: a load after it closes it
+		if !k.stale() {
+			return true
+		}
+		if t == nil {
+			t = time.NewTimer(d)
+			defer t.Stop()
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return !k.stale()
+		case <-t.C:
+			return !k.stale()
+		case <-k.ctx.Done():
+			return !k.stale()
+		}
+	}
+}
 
 // invalidate asks for a new snapshot soon. It never blocks.
 func (k *catalog) invalidate() {
@@ -240,6 +274,8 @@ func (k *catalog) run(load catalogLoader, poll catalogPoller, timeout, retry, ti
 		}
 		k.fns.Store(k.snapshot(defs))
 		k.fresh.Store(gen)
+		next := make(chan struct{})
+		close(*k.refreshed.Swap(&next))
 		if k.loads.Add(1) == 1 {
 			close(k.loaded)
 		}

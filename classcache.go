@@ -78,13 +78,40 @@ func (cc *classCache) put(query string, fns *sqlclass.Functions, r sqlclass.Resu
 // than pin its connection for a call of count(*). Classifications under a
 // loaded snapshot are cached (classcache.go); those made before the first
 // load are not, so that the next run of the same text waits for it again.
+// After a catalog change of the Connector's own, until the snapshot read
+// after it is in, see readAfterOwnChange.
 func (c *Connector) classify(ctx context.Context, query string, dst *sqlclass.Result) {
 	if c.funcs.stale() {
 		// A catalog change of the Connector's own is not in the
 		// snapshot yet: the relations a statement writes and reads
 		// cannot be told from it (catalog.stale).
 		defer func() { dst.Reads, dst.Writes = sqlclass.AllRelations, sqlclass.AllRelations }()
+		c.classifyWith(ctx, query, dst)
+		if dst.Class == sqlclass.Read {
+			c.readAfterOwnChange(ctx, query, dst)
+		}
+		return
 	}
+	c.classifyWith(ctx, query, dst)
+}
+
+// readAfterOwnChange classifies query, a read by the stale snapshot, again
+// under the snapshot read after the Connector's own catalog change, which
+// it waits for (catalogFreshWait at most): the change may have made code
+// the stale snapshot does not know run in the read (a view replaced by one
+// that calls a function, a domain's new check), which must not run on a
+// replica's shared connection. When none came in time, the read is taken
+// for one that runs hidden code: the primary, and the session stays there.
+func (c *Connector) readAfterOwnChange(ctx context.Context, query string, dst *sqlclass.Result) {
+	if !c.funcs.waitFresh(ctx, catalogFreshWait) {
+		dst.AssumeHidden()
+		return
+	}
+	c.classifyWith(ctx, query, dst)
+}
+
+// classifyWith is classify under the current snapshot.
+func (c *Connector) classifyWith(ctx context.Context, query string, dst *sqlclass.Result) {
 	fns := c.funcs.functions()
 	if c.classes.get(query, fns, dst) {
 		return

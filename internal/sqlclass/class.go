@@ -186,6 +186,20 @@ func (r Result) FuncName(sql string) string {
 	return sql[r.FuncStart:r.FuncEnd]
 }
 
+// AssumeHidden makes r the classification of a statement that runs user
+// code its text does not show ([FuncHidden], class [Session]: the
+// primary, and the session stays there), for a caller whose catalog may
+// not know what the statement runs (a change it made is not in its
+// snapshot yet). It names no object ([Result.FuncName] is ""), unless r
+// was [FuncHidden] already.
+func (r *Result) AssumeHidden() {
+	if r.Func < FuncHidden {
+		r.Func, r.FuncStart, r.FuncEnd = FuncHidden, 0, 0
+	}
+	r.Class = r.Class.max(Session)
+	r.seen |= 1 << Session
+}
+
 // Has reports whether some statement of the input is of class c. It tells a
 // caller, for instance, that a string classified [Session] also holds a
 // [Tx] statement.

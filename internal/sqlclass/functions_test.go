@@ -431,3 +431,20 @@ func TestKeywordNamedFunctions(t *testing.T) {
 		t.Errorf("FETCH NEXT (2) without a function next: %v %v, want read", r.Class, r.Func)
 	}
 }
+
+// TestAssumeHidden: a classification taken for hidden code is the
+// primary's, with its session kept there (class Session, FuncHidden),
+// whatever it was; it names no object, not even another verdict's.
+func TestAssumeHidden(t *testing.T) {
+	r := Classify("SELECT m FROM v")
+	r.AssumeHidden()
+	if r.Class != Session || !r.Has(Session) || r.Func != FuncHidden || r.FuncName("SELECT m FROM v") != "" {
+		t.Errorf("a read taken for hidden code: class %s, session %v, verdict %s, name %q", r.Class, r.Has(Session), r.Func, r.FuncName("SELECT m FROM v"))
+	}
+	const q = "SELECT hid.f(1)"
+	r = Result{Class: Session, Func: FuncVolatile, FuncStart: 7, FuncEnd: 12}
+	r.AssumeHidden()
+	if r.Func != FuncHidden || r.FuncName(q) != "" {
+		t.Errorf("a volatile call taken for hidden code: %s %q", r.Func, r.FuncName(q))
+	}
+}
