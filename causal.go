@@ -128,29 +128,6 @@ func (w *sawPending) finish(rowsSeen bool) {
 	w.saw.sawOutcome(pos, sent, err)
 }
 
-// sawRows are the rows of a read on a borrowed replica connection whose
-// bound is read after it in the same round trip (pgpipe.QueryRead): the
-// bound is recorded when they are closed (pgpipe's done), and then the
-// connection goes back to its pool.
-type sawRows struct {
-	*pgpipe.Rows
-	b *borrowed
-}
-
-// Close implements driver.Rows: the session's end after the rows the
-// caller read does not fail them (endedAfterRows; a failure after rows
-// that came whole is not the read's at all: pgpipe.QueryRead).
-func (r *sawRows) Close() error {
-	err := r.Rows.Close()
-	if endedAfterRows(err, r.b.conn().IsClosed(), r.Rows.Early()) {
-		err = nil
-	}
-	r.b.giveBack()
-	return err
-}
-
-var _ driver.Rows = (*sawRows)(nil)
-
 // readSaw runs cl, a database/sql query under causal consistency, on b,
 // a borrowed replica connection, with SawSQL after it in the same round
 // trip (pgpipe.QueryRead): its rows (sawRows) record the bound when they

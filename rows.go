@@ -83,6 +83,30 @@ func (r *checkedRows) Close() error {
 	return err
 }
 
+// sawRows are the rows of a read under causal consistency on a borrowed
+// replica connection, whose bound is read after it in the same round trip
+// (conn.readSaw, pgpipe.QueryRead): the bound is recorded at their end or
+// when they are closed (pgpipe's done), and then the connection goes back
+// to its pool.
+type sawRows struct {
+	*pgpipe.Rows
+	b *borrowed
+}
+
+// Close implements driver.Rows: the session's end after the rows the
+// caller read does not fail them (endedAfterRows; a failure after rows
+// that came whole is not the read's at all: pgpipe.QueryRead).
+func (r *sawRows) Close() error {
+	err := r.Rows.Close()
+	if endedAfterRows(err, r.b.conn().IsClosed(), r.Rows.Early()) {
+		err = nil
+	}
+	r.b.giveBack()
+	return err
+}
+
+var _ driver.Rows = (*sawRows)(nil)
+
 // writeRows are the rows of an autocommit statement that wrote on the
 // primary (pgpipe.Rows.Query, as stdlib's QueryContext runs it): closing
 // them raises the read-your-writes marks (conn.raiseAfterRows).
