@@ -86,7 +86,7 @@ func TestReadBound(t *testing.T) {
 		for range 2 { // the second time, prepared and described
 			before := insert()
 			var got lagmeter.LSN
-			rows, err := pgpipe.QueryRead(ctx, pc, &descs, st, q, args, func(pos lagmeter.LSN, err error) {
+			rows, err := pgpipe.QueryRead(ctx, pc, &descs, st, q, args, pgpipe.SawSQL, func(pos lagmeter.LSN, err error) {
 				if err != nil {
 					t.Errorf("read: %v", err)
 				}
