@@ -125,8 +125,8 @@ func (cn *conn) pipelinedOnPrimary(in *consistency.Intent, r *sqlclass.Result, c
 // sawOnPrimary records, under causal consistency, the bound of what cl
 // saw after it ran on the primary session with outcome err: pos, the
 // position read after it when it was sent so (sawPiped), else unknown.
-// A query's rows record it when they are closed; a statement that failed
-// records nothing here.
+// A query's rows record it at their end, or when they are closed; a
+// statement that failed records nothing here.
 func sawOnPrimary(cl *call, sawPiped bool, pos lagmeter.LSN, err error) {
 	switch {
 	case cl.saw == nil || err != nil:
@@ -134,14 +134,15 @@ func sawOnPrimary(cl *call, sawPiped bool, pos lagmeter.LSN, err error) {
 		cl.saw.recordUnknown(cl)
 	case !cl.isQuery:
 		cl.saw.record(pos)
-		// A query's rows record it when they are closed.
+		// A query's rows record it at their end.
 	}
 }
 
 // execPrimary runs cl, with intent in, on the primary session sc as as
 // says: pipelined with the read of the position after its commit when
 // positioned (pos is then that position, or 0; for a query, it is read
-// when the rows are closed). unanswered: it failed before the server
+// at the rows' end, or when they are closed). unanswered: it failed
+// before the server
 // answered it (executor.run).
 func (cn *conn) execPrimary(ctx context.Context, in *consistency.Intent, ws sqlclass.Scope, sc *stdlib.Conn, positioned, writes bool, cl *call, as sendAs) (pos lagmeter.LSN, unanswered bool, err error) {
 	switch {
@@ -159,7 +160,7 @@ func (cn *conn) execPrimary(ctx context.Context, in *consistency.Intent, ws sqlc
 		err = driver.ErrBadConn
 	case cl.isQuery:
 		// INSERT … RETURNING: the statement commits once its rows are all
-		// sent; the position after it is read when they are closed.
+		// sent; the position after it is read at their end.
 		unanswered, err = cl.ex.queryPositioned(ctx, cn, *in, ws, sc, cl, as)
 	default:
 		if tag, pos, err = cn.execPositioned(ctx, sc, cl.query, cl.args); err == nil {
@@ -306,9 +307,10 @@ func (cn *conn) execPositioned(ctx context.Context, sc *stdlib.Conn, query strin
 }
 
 // queryPositioned is execPositioned for a statement that returns rows
-// (INSERT … RETURNING): its rows stream to the caller, and once they are
-// closed the position after the commit is read from the same pipeline and
-// handed to done with the statement's outcome (see Connector.wroteAfter).
+// (INSERT … RETURNING): its rows stream to the caller, and at their end
+// (or once they are closed) the commit's outcome and the position after
+// it are read from the same pipeline and handed to done (see
+// Connector.wroteAfter); a commit that failed fails the rows' last Next.
 // The term may end while the rows or the commit's answer are on their
 // way: the write may have committed, and the error says so (resultErr).
 func (cn *conn) queryPositioned(ctx context.Context, sc *stdlib.Conn, query string, args []driver.NamedValue, done func(lagmeter.LSN, error)) (driver.Rows, error) {

@@ -25,9 +25,9 @@ const (
 // SendGuarded sends e on pc, inside a transaction, in a pipeline: between
 // a savepoint and its release when guard. A named statement (see Encode)
 // is prepared inside the transaction, and stays prepared whatever becomes
-// of it (prepared statements are not transactional). With rows (a query), the rows
-// stream to the caller and the rest is read when they are closed; without,
-// res is the statement's result.
+// of it (prepared statements are not transactional). With rows (a query),
+// the rows stream to the caller and the rest is read at their end, or when
+// they are closed before it; without, res is the statement's result.
 func SendGuarded(ctx context.Context, pc *pgx.Conn, e *Encoded, guard, rows bool) (dr driver.Rows, res driver.Result, err error) {
 	var g *guardStmts
 	if guard {

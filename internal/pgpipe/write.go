@@ -154,9 +154,9 @@ func finishPositioned(pl *pgconn.Pipeline, pe *Encoded, err error) (lagmeter.LSN
 }
 
 // Query is Exec for a statement that returns rows (INSERT … RETURNING):
-// its rows stream to the caller, and once they are closed the position
-// after the commit is read from the same round trip and handed to done
-// with the statement's outcome. wrap, when not nil, makes the error the
+// its rows stream to the caller, and at their end (Next, see Rows.Next),
+// or once they are closed before it, the commit's outcome and the position
+// after it are read from the same round trip and handed to done. wrap, when not nil, makes the error the
 // rows and done see from an error of the connection (see Rows.nextErr).
 func Query(ctx context.Context, pc *pgx.Conn, descs *Descs, st *Stmts, query string, args []driver.NamedValue, wrap func(error) error, done func(lagmeter.LSN, error)) (driver.Rows, error) {
 	return queryWith(ctx, pc, descs, st, query, args, wrap, done, InsertPositionSQL, false)
