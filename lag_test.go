@@ -268,9 +268,19 @@ func readsOn(t *testing.T, db *sql.DB, rec *routes, n int) map[string]int {
 // clientReadsOn is readsOn through a client (a *sql.DB or a Pool).
 func clientReadsOn(t *testing.T, db client, rec *routes, n int) map[string]int {
 	t.Helper()
+	return clientReadsOnEach(t, db, rec, n, nil)
+}
+
+// clientReadsOnEach is clientReadsOn, calling each (when not nil) before
+// each read.
+func clientReadsOnEach(t *testing.T, db client, rec *routes, n int, each func()) map[string]int {
+	t.Helper()
 	ctx := testCtx(t)
 	before := len(rec.snapshot())
 	for i := 0; i < n; i++ {
+		if each != nil {
+			each()
+		}
 		var one int
 		if err := db.QueryRowContext(ctx, "SELECT 1").Scan(&one); err != nil {
 			t.Fatal(err)

@@ -542,25 +542,13 @@ func TestWeightedOverThreeReplicas(t *testing.T) {
 // which one did not is read again, 5 windows at most.
 func steadyReadsOn(t *testing.T, db *sql.DB, conn *pgrouted.Connector, rec *routes, n int) map[string]int {
 	t.Helper()
-	ctx := testCtx(t)
 	for window := 1; ; window++ {
-		before := len(rec.snapshot())
 		left := ""
-		for i := 0; i < n; i++ {
+		on := clientReadsOnEach(t, sqlClient{db}, rec, n, func() {
 			if left == "" {
 				left = notEligible(conn.Topology())
 			}
-			var one int
-			if err := db.QueryRowContext(ctx, "SELECT 1").Scan(&one); err != nil {
-				t.Fatal(err)
-			}
-		}
-		on := map[string]int{}
-		for _, e := range rec.snapshot()[before:] {
-			if e.Op == pgrouted.OpRead {
-				on[e.Endpoint]++
-			}
-		}
+		})
 		if left == "" {
 			return on
 		}
