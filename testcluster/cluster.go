@@ -523,7 +523,9 @@ func pgpassEscape(s string) string {
 // or one that does not follow, is rebuilt with a fresh base backup.
 // It returns when every replica streams from node0 and has replayed the
 // primary's current position and, with Options.SyncReplicas, when node0
-// reports its synchronous standbys as such again.
+// reports its synchronous standbys as such again; a PgBouncer of
+// [Cluster.StartPoolers] whose process ended is started again on its port
+// (its log's last lines logged).
 func (c *Cluster) Restore(ctx context.Context) error {
 	began := time.Now()
 	// A link healed from a blackhole has its connection reset: only a
@@ -640,6 +642,9 @@ func (c *Cluster) Restore(ctx context.Context) error {
 		return err
 	}
 	if err := c.waitSync(ctx, node0); err != nil {
+		return err
+	}
+	if err := c.restorePoolers(ctx); err != nil {
 		return err
 	}
 	c.opts.Logf("testcluster: restored in %s", time.Since(began).Round(time.Millisecond))

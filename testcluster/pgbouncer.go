@@ -394,6 +394,53 @@ func (p *Pooler) stop() error {
 	}
 }
 
+// restorePoolers starts again, on its port, each pooler whose process
+// ended (a test's fault, or PgBouncer's own), logging why from its log,
+// and waits until it serves a query.
+func (c *Cluster) restorePoolers(ctx context.Context) error {
+	c.mu.Lock()
+	var ended []*Pooler
+	for _, ps := range c.poolers {
+		for _, p := range ps.list {
+			if p.exited() {
+				ended = append(ended, p)
+			}
+		}
+	}
+	c.mu.Unlock()
+	if len(ended) == 0 {
+		return nil
+	}
+	bin, err := FindPgBouncer()
+	if err != nil {
+		return err
+	}
+	for _, p := range ended {
+		c.opts.Logf("testcluster: %s had exited (%v); starting it again. Its log ended:\n%s", p, p.cmd.ProcessState, p.logTail())
+		p.stop() // reaped already: closes its log
+		if err := p.spawn(bin, filepath.Join(p.dir, "pgbouncer.ini")); err != nil {
+			return err
+		}
+		if err := p.waitReady(ctx); err != nil {
+			return fmt.Errorf("%w\n%s", err, p.logTail())
+		}
+	}
+	return nil
+}
+
+// exited reports whether the pooler's process ended (not by stop).
+func (p *Pooler) exited() bool {
+	if p.cmd == nil {
+		return false
+	}
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
 // logTail returns the last lines of the pooler's log, for error messages.
 func (p *Pooler) logTail() string {
 	b, err := os.ReadFile(p.LogFile())

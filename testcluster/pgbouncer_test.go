@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -187,6 +189,45 @@ func pgbouncerPIDs(t *testing.T, dir string) []int {
 		}
 	}
 	return pids
+}
+
+// TestRestoreRestartsAnEndedPooler: a PgBouncer whose process ended
+// (killed here) is running again on its port once the cluster is
+// restored, and serves its node.
+func TestRestoreRestartsAnEndedPooler(t *testing.T) {
+	ctx := testCtx(t)
+	ps := startPoolers(t, ctx, shared, testcluster.PoolTransaction)
+	p := ps.Of(shared.Primary())
+	var pids []int
+	for _, pid := range pgbouncerPIDs(t, shared.Dir()) {
+		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); err == nil && strings.Contains(string(b), filepath.Dir(p.LogFile())+"/") {
+			pids = append(pids, pid)
+		}
+	}
+	if len(pids) != 1 {
+		t.Fatalf("%d pgbouncer process(es) of %s, want 1", len(pids), p)
+	}
+	if err := syscall.Kill(pids[0], syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		c, err := pgx.Connect(ctx, p.DSN())
+		if err != nil {
+			break
+		}
+		c.Close(ctx)
+		if time.Now().After(deadline) {
+			t.Fatalf("%s still serves 10 s after its process was killed", p)
+		}
+	}
+	if err := shared.Restore(ctx); err != nil {
+		t.Fatal(err)
+	}
+	conn := connect(t, ctx, p.DSN())
+	var one int
+	if err := conn.QueryRow(ctx, "SELECT 1").Scan(&one); err != nil || one != 1 {
+		t.Fatalf("%s after the restore: %d, %v", p, one, err)
+	}
 }
 
 func TestFindPgBouncerMissing(t *testing.T) {
