@@ -95,6 +95,10 @@ func (s *sawBy) recordUnknown(cl *call) {
 	}
 }
 
+// sawSent is sawOutcome for a read that was sent: the done function of
+// pgpipe.QueryRead.
+func (s *sawBy) sawSent(lsn lagmeter.LSN, err error) { s.sawOutcome(lsn, true, err) }
+
 // sawOutcome records the bound lsn read after a read whose outcome was
 // err: none when it failed before anything was sent (it saw nothing),
 // unknown when it failed after (it may have returned rows).
@@ -134,9 +138,7 @@ func (w *sawPending) finish(rowsSeen bool) {
 // are closed, then give b back.
 func (cn *conn) readSaw(ctx context.Context, b *borrowed, cl *call) error {
 	h, saw := b.h, cl.saw
-	rows, err := pgpipe.QueryRead(ctx, b.conn(), &h.descs, cn.c.stmtsOf(h, b.conn()), cl.query, cl.args, pgpipe.SawSQL, func(pos lagmeter.LSN, err error) {
-		saw.sawOutcome(pos, true, err)
-	})
+	rows, err := pgpipe.QueryRead(ctx, b.conn(), &h.descs, cn.c.stmtsOf(h, b.conn()), cl.query, cl.args, pgpipe.SawSQL, saw.sawSent)
 	if err != nil {
 		return err
 	}
@@ -152,9 +154,7 @@ func (cn *conn) readSaw(ctx context.Context, b *borrowed, cl *call) error {
 // (endRows).
 func (cn *conn) readSawOnPrimary(ctx context.Context, sc *stdlib.Conn, cl *call, stateless bool) (driver.Rows, error) {
 	saw, pc := cl.saw, sc.Conn()
-	rows, err := pgpipe.QueryRead(ctx, pc, cn.descsOf(), cn.c.stmtsOf(cn.host, pc), cl.query, cl.args, pgpipe.InsertPositionSQL, func(pos lagmeter.LSN, err error) {
-		saw.sawOutcome(pos, true, err)
-	})
+	rows, err := pgpipe.QueryRead(ctx, pc, cn.descsOf(), cn.c.stmtsOf(cn.host, pc), cl.query, cl.args, pgpipe.InsertPositionSQL, saw.sawSent)
 	if err != nil || !stateless {
 		return rows, err
 	}

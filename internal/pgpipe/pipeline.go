@@ -40,25 +40,14 @@ func FinishSync(pl *pgconn.Pipeline, err error) error {
 	}
 	res, serr := pl.GetResults()
 	if IsPgError(serr) {
-		if ferr := readSync(pl); ferr != nil {
+		// The commit failed: its Sync follows.
+		if ferr := FinishSync(pl, nil); ferr != nil {
 			return ferr
 		}
 		return serr
 	}
 	if serr != nil {
 		return serr
-	}
-	if _, ok := res.(*pgconn.PipelineSync); !ok {
-		return errors.New("pgrouted: pipeline: expected a sync")
-	}
-	return nil
-}
-
-// readSync reads the Sync after the server's error that ended a segment.
-func readSync(pl *pgconn.Pipeline) error {
-	res, err := pl.GetResults()
-	if err != nil {
-		return err
 	}
 	if _, ok := res.(*pgconn.PipelineSync); !ok {
 		return errors.New("pgrouted: pipeline: expected a sync")
